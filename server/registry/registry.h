@@ -1,0 +1,114 @@
+// Cluster state: which nodes exist, whether their agents are alive, and what they
+// reported (topology, measured curves, topology change events).
+#ifndef MONTA_SERVER_REGISTRY_REGISTRY_H_
+#define MONTA_SERVER_REGISTRY_REGISTRY_H_
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/monta/v1/agent.pb.h"
+#include "proto/monta/v1/benchmark.pb.h"
+#include "proto/monta/v1/planner.pb.h"
+#include "proto/monta/v1/topology.pb.h"
+
+namespace monta::registry {
+
+struct RegistryOptions {
+  // How long a node stays alive without a heartbeat.
+  absl::Duration lease = absl::Seconds(15);
+  // How often agents are asked to heartbeat (well inside the lease).
+  absl::Duration heartbeat_interval = absl::Seconds(5);
+  // Events kept per node (oldest dropped first).
+  int max_events_per_node = 256;
+};
+
+// Computes the events between two topologies of the same node (e.g. a NIC that
+// renegotiated its rate). Injected so the registry does not depend on the agent.
+using TopologyDiffer = std::function<std::vector<monta::v1::TopologyEvent>(
+    const monta::v1::NodeTopology& before, const monta::v1::NodeTopology& after)>;
+
+// Called after every state change that should be persisted.
+class RegistryObserver {
+ public:
+  virtual ~RegistryObserver() = default;
+  virtual void NodeChanged(const monta::v1::NodeInfo& node) = 0;
+  virtual void CurveAdded(const monta::v1::BandwidthCurve& curve) = 0;
+};
+
+// Thread-safe. Every method takes the current time so tests control the clock.
+class Registry {
+ public:
+  explicit Registry(RegistryOptions options, TopologyDiffer differ = nullptr);
+
+  // Sets the observer (not owned; must outlive the registry). Call before use.
+  void SetObserver(RegistryObserver* observer);
+
+  // Registers or re-registers `node_name`. Refused with ALREADY_EXISTS when another
+  // instance id holds a live lease on the name; a stale or gone holder is replaced.
+  absl::Status Register(const monta::v1::RegisterRequest& request, absl::Time now);
+
+  // Renews the lease. NOT_FOUND for an unknown node (the agent must register again),
+  // FAILED_PRECONDITION when the instance id does not hold the name.
+  absl::Status Heartbeat(const monta::v1::HeartbeatRequest& request, absl::Time now);
+
+  // Marks the node gone. Same errors as Heartbeat.
+  absl::Status Deregister(absl::string_view node_name, absl::string_view instance_id,
+                          absl::Time now);
+
+  // True when `instance_id` holds a live lease on `node_name`.
+  bool IsAlive(absl::string_view node_name, absl::string_view instance_id,
+               absl::Time now) const;
+
+  // Snapshot of every node (gone ones only when asked), sorted by name.
+  std::vector<monta::v1::NodeInfo> List(absl::Time now, bool include_gone) const;
+
+  // One node, NOT_FOUND when unknown.
+  absl::StatusOr<monta::v1::NodeInfo> Get(absl::string_view node_name,
+                                          absl::Time now) const;
+
+  // Stores a measured curve under every node it names, replacing an older curve of
+  // the same (collective, scope, strategy, chunks, node set, nranks).
+  absl::Status AddCurve(const monta::v1::BandwidthCurve& curve);
+
+  // Restores a node read back from the store (no lease: it starts stale).
+  void Restore(const monta::v1::NodeInfo& node);
+
+  const RegistryOptions& options() const { return options_; }
+
+ private:
+  struct Entry {
+    monta::v1::NodeInfo info;  // state/lease fields are recomputed on read
+    absl::Time registered_at;
+    absl::Time last_heartbeat;
+    bool gone = false;
+  };
+
+  monta::v1::NodeInfo Snapshot(const Entry& entry, absl::Time now) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void RecordTopology(Entry& entry, const monta::v1::NodeTopology& topology,
+                      absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Notify(const Entry& entry, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const RegistryOptions options_;
+  const TopologyDiffer differ_;
+  RegistryObserver* observer_ = nullptr;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, Entry, std::less<>> nodes_ ABSL_GUARDED_BY(mu_);
+};
+
+// Human-readable state name ("alive", "stale", "gone").
+std::string NodeStateName(monta::v1::NodeState state);
+
+}  // namespace monta::registry
+
+#endif  // MONTA_SERVER_REGISTRY_REGISTRY_H_

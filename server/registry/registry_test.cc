@@ -1,0 +1,152 @@
+#include "server/registry/registry.h"
+
+#include "gtest/gtest.h"
+
+namespace monta::registry {
+namespace {
+
+using monta::v1::NODE_STATE_ALIVE;
+using monta::v1::NODE_STATE_GONE;
+using monta::v1::NODE_STATE_STALE;
+
+monta::v1::RegisterRequest Req(const std::string& name, const std::string& instance) {
+  monta::v1::RegisterRequest r;
+  r.set_node_name(name);
+  r.set_instance_id(instance);
+  r.mutable_topology()->set_hostname(name);
+  return r;
+}
+
+class RegistryTest : public ::testing::Test {
+ protected:
+  RegistryOptions Options() {
+    RegistryOptions o;
+    o.lease = absl::Seconds(10);
+    return o;
+  }
+  absl::Time t0_ = absl::FromUnixSeconds(1'700'000'000);
+};
+
+TEST_F(RegistryTest, RegisteredNodeIsAliveThenStaleAfterLease) {
+  Registry r(Options());
+  ASSERT_TRUE(r.Register(Req("node-a", "i1"), t0_).ok());
+  auto info = r.Get("node-a", t0_ + absl::Seconds(3));
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->state(), NODE_STATE_ALIVE);
+  EXPECT_DOUBLE_EQ(info->lease_age_seconds(), 3.0);
+  info = r.Get("node-a", t0_ + absl::Seconds(11));
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->state(), NODE_STATE_STALE);
+}
+
+TEST_F(RegistryTest, HeartbeatRenewsLease) {
+  Registry r(Options());
+  ASSERT_TRUE(r.Register(Req("node-a", "i1"), t0_).ok());
+  monta::v1::HeartbeatRequest hb;
+  hb.set_node_name("node-a");
+  hb.set_instance_id("i1");
+  ASSERT_TRUE(r.Heartbeat(hb, t0_ + absl::Seconds(8)).ok());
+  EXPECT_EQ(r.Get("node-a", t0_ + absl::Seconds(15))->state(), NODE_STATE_ALIVE);
+  EXPECT_TRUE(r.IsAlive("node-a", "i1", t0_ + absl::Seconds(15)));
+  EXPECT_FALSE(r.IsAlive("node-a", "other", t0_ + absl::Seconds(15)));
+}
+
+TEST_F(RegistryTest, HeartbeatForUnknownNodeAsksToRegister) {
+  Registry r(Options());
+  monta::v1::HeartbeatRequest hb;
+  hb.set_node_name("node-a");
+  hb.set_instance_id("i1");
+  absl::Status s = r.Heartbeat(hb, t0_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("register again"), std::string::npos);
+}
+
+TEST_F(RegistryTest, DuplicateNameRefusedWhileLeaseAliveThenTakenOver) {
+  Registry r(Options());
+  ASSERT_TRUE(r.Register(Req("node-a", "i1"), t0_).ok());
+  absl::Status dup = r.Register(Req("node-a", "i2"), t0_ + absl::Seconds(2));
+  EXPECT_EQ(dup.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(dup.message().find("i1"), std::string::npos) << dup;
+  // Same instance re-registering (planner restart, reconnect) is fine.
+  EXPECT_TRUE(r.Register(Req("node-a", "i1"), t0_ + absl::Seconds(3)).ok());
+  // Once the lease expired, a new instance may take the name.
+  EXPECT_TRUE(r.Register(Req("node-a", "i2"), t0_ + absl::Seconds(20)).ok());
+  EXPECT_EQ(r.Get("node-a", t0_ + absl::Seconds(20))->instance_id(), "i2");
+}
+
+TEST_F(RegistryTest, InvalidNamesRejectedWithField) {
+  Registry r(Options());
+  for (const char* bad : {"", "Node_A", "-a", "a-", "has space"}) {
+    absl::Status s = r.Register(Req(bad, "i1"), t0_);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("node_name"), std::string::npos) << s;
+  }
+  EXPECT_EQ(r.Register(Req("ok", ""), t0_).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(RegistryTest, DeregisterMakesNodeGoneAndHiddenByDefault) {
+  Registry r(Options());
+  ASSERT_TRUE(r.Register(Req("node-a", "i1"), t0_).ok());
+  ASSERT_TRUE(r.Register(Req("node-b", "i2"), t0_).ok());
+  EXPECT_EQ(r.Deregister("node-a", "wrong", t0_).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(r.Deregister("node-a", "i1", t0_).ok());
+  EXPECT_EQ(r.List(t0_, false).size(), 1u);
+  auto all = r.List(t0_, true);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].name(), "node-a");
+  EXPECT_EQ(all[0].state(), NODE_STATE_GONE);
+}
+
+TEST_F(RegistryTest, TopologyChangesBecomeEvents) {
+  TopologyDiffer differ = [](const monta::v1::NodeTopology& a,
+                             const monta::v1::NodeTopology& b) {
+    std::vector<monta::v1::TopologyEvent> events;
+    if (a.nics_size() == 1 && b.nics_size() == 1 &&
+        a.nics(0).rate_gbps() != b.nics(0).rate_gbps()) {
+      monta::v1::TopologyEvent e;
+      e.set_kind("nic_rate_changed");
+      events.push_back(e);
+    }
+    return events;
+  };
+  Registry r(Options(), differ);
+  auto req = Req("node-a", "i1");
+  req.mutable_topology()->add_nics()->set_rate_gbps(400);
+  ASSERT_TRUE(r.Register(req, t0_).ok());
+  monta::v1::HeartbeatRequest hb;
+  hb.set_node_name("node-a");
+  hb.set_instance_id("i1");
+  *hb.mutable_topology() = req.topology();
+  hb.mutable_topology()->mutable_nics(0)->set_rate_gbps(200);
+  ASSERT_TRUE(r.Heartbeat(hb, t0_ + absl::Seconds(1)).ok());
+  auto info = r.Get("node-a", t0_ + absl::Seconds(1));
+  ASSERT_EQ(info->events_size(), 1);
+  EXPECT_EQ(info->events(0).kind(), "nic_rate_changed");
+  EXPECT_EQ(info->topology().nics(0).rate_gbps(), 200);
+}
+
+TEST_F(RegistryTest, CurvesReplaceSameMeasurementAndNeedKnownNodes) {
+  Registry r(Options());
+  ASSERT_TRUE(r.Register(Req("a", "i1"), t0_).ok());
+  ASSERT_TRUE(r.Register(Req("b", "i2"), t0_).ok());
+  monta::v1::BandwidthCurve c;
+  c.set_collective(monta::v1::COLLECTIVE_ALLTOALL);
+  c.set_scope(monta::v1::SCOPE_INTER_NODE);
+  c.set_nranks(4);
+  c.add_nodes("a");
+  c.add_nodes("b");
+  c.add_points()->set_message_bytes(1024);
+  ASSERT_TRUE(r.AddCurve(c).ok());
+  c.mutable_points(0)->set_message_bytes(2048);
+  ASSERT_TRUE(r.AddCurve(c).ok());
+  auto a = r.Get("a", t0_);
+  ASSERT_EQ(a->curves_size(), 1);
+  EXPECT_EQ(a->curves(0).points(0).message_bytes(), 2048u);
+  EXPECT_EQ(r.Get("b", t0_)->curves_size(), 1);
+  c.add_nodes("zzz");
+  EXPECT_EQ(r.AddCurve(c).code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace monta::registry
