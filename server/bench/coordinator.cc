@@ -1,0 +1,335 @@
+#include "server/bench/coordinator.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace monta::bench {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+using monta::v1::BenchmarkTaskStatus;
+
+google::protobuf::Timestamp ToProto(absl::Time t) {
+  return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(t));
+}
+
+bool IsFinished(const BenchmarkTaskStatus& s) {
+  return s.state() == monta::v1::TASK_STATE_SUCCEEDED ||
+         s.state() == monta::v1::TASK_STATE_FAILED;
+}
+
+constexpr uint64_t kMaxBenchBytes = uint64_t{8} << 30;
+constexpr size_t kMaxKeyBytes = 512;
+constexpr size_t kMaxValueBytes = 1 << 20;
+
+}  // namespace
+
+std::string Coordinator::JoinKey(int rank) { return absl::StrCat("join/", rank); }
+
+Coordinator::Coordinator(registry::Registry* registry, CoordinatorOptions options)
+    : registry_(registry), options_(options) {}
+
+void Coordinator::SetTaskFinishedCallback(TaskFinishedCallback callback) {
+  absl::MutexLock lock(&mu_);
+  on_finished_ = std::move(callback);
+}
+
+absl::StatusOr<BenchmarkTaskStatus> Coordinator::Schedule(
+    const monta::v1::RunBenchmarkRequest& request, absl::Time now) {
+  if (request.nodes().empty()) {
+    return absl::InvalidArgumentError("nodes: expected at least one node name");
+  }
+  if (request.ranks_per_node() < 0 || request.ranks_per_node() > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ranks_per_node: expected 0 (default) or 1..64, got ", request.ranks_per_node()));
+  }
+  if (request.timeout_seconds() < 0 || request.timeout_seconds() > 3600) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "timeout_seconds: expected 0 (default) or up to 3600, got ", request.timeout_seconds()));
+  }
+  const uint64_t min_bytes =
+      request.min_bytes() == 0 ? options_.default_min_bytes : request.min_bytes();
+  const uint64_t max_bytes =
+      request.max_bytes() == 0 ? std::max(options_.default_max_bytes, min_bytes)
+                               : request.max_bytes();
+  if (min_bytes > max_bytes || max_bytes > kMaxBenchBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "min_bytes/max_bytes: expected min <= max <= ", kMaxBenchBytes, ", got ", min_bytes,
+        " and ", max_bytes));
+  }
+  std::set<std::string> seen;
+  int min_gpus = -1;
+  for (const std::string& node : request.nodes()) {
+    if (!seen.insert(node).second) {
+      return absl::InvalidArgumentError(absl::StrCat("nodes: \"", node, "\" listed twice"));
+    }
+    absl::StatusOr<monta::v1::NodeInfo> info = registry_->Get(node, now);
+    if (!info.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("nodes: ", info.status().message()));
+    }
+    if (info->state() != monta::v1::NODE_STATE_ALIVE) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "nodes: \"", node, "\" is ", registry::NodeStateName(info->state()),
+          "; only alive nodes can be measured"));
+    }
+    const int gpus = info->topology().gpus_size();
+    min_gpus = min_gpus < 0 ? gpus : std::min(min_gpus, gpus);
+  }
+  int ranks_per_node = request.ranks_per_node();
+  if (ranks_per_node == 0) {
+    ranks_per_node = min_gpus > 0 ? min_gpus : options_.default_cpu_ranks_per_node;
+  }
+  if (request.nodes_size() * ranks_per_node < 2) {
+    return absl::InvalidArgumentError(
+        "ranks_per_node: a benchmark needs at least 2 ranks in all");
+  }
+
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return absl::UnavailableError("planner is shutting down");
+  Task task;
+  const std::string id = absl::StrCat("bench-", absl::ToUnixMillis(now), "-", next_id_++);
+  monta::v1::BenchmarkTask& spec = task.spec;
+  spec.set_task_id(id);
+  // Without GPU information the agents fall back to Gloo; an agent with GPUs and NCCL
+  // chooses NCCL itself when the backend is unspecified.
+  spec.set_backend(min_gpus > 0 ? monta::v1::BACKEND_NCCL : monta::v1::BACKEND_GLOO);
+  spec.set_scope(request.nodes_size() > 1 ? monta::v1::SCOPE_INTER_NODE
+                                          : monta::v1::SCOPE_INTRA_NODE);
+  *spec.mutable_nodes() = request.nodes();
+  spec.set_ranks_per_node(ranks_per_node);
+  spec.add_collectives(monta::v1::COLLECTIVE_ALLTOALL);
+  if (request.nodes_size() == 1) {
+    spec.add_collectives(monta::v1::COLLECTIVE_ALLGATHER);
+    spec.add_collectives(monta::v1::COLLECTIVE_COPY);
+  }
+  spec.set_min_bytes(min_bytes);
+  spec.set_max_bytes(max_bytes);
+  spec.set_step_factor(options_.step_factor);
+  spec.set_warmup_iterations(options_.warmup_iterations);
+  spec.set_iterations(options_.iterations);
+  const absl::Duration timeout = request.timeout_seconds() > 0
+                                     ? absl::Seconds(request.timeout_seconds())
+                                     : options_.default_timeout;
+  task.deadline = now + timeout;
+  *spec.mutable_deadline() = ToProto(task.deadline);
+  task.status.set_task_id(id);
+  task.status.set_state(monta::v1::TASK_STATE_PENDING);
+  *task.status.mutable_nodes() = request.nodes();
+  *task.status.mutable_created_at() = ToProto(now);
+  for (const std::string& node : request.nodes()) queues_[node].push_back(id);
+  BenchmarkTaskStatus status = task.status;
+  tasks_.emplace(id, std::move(task));
+  changed_.SignalAll();
+  return status;
+}
+
+std::optional<monta::v1::BenchmarkTask> Coordinator::NextTask(const std::string& node_name,
+                                                              absl::Duration max_wait) {
+  const absl::Time deadline = absl::Now() + max_wait;
+  absl::MutexLock lock(&mu_);
+  while (!shutdown_) {
+    auto& queue = queues_[node_name];
+    while (!queue.empty()) {
+      const std::string id = queue.front();
+      queue.pop_front();
+      auto it = tasks_.find(id);
+      if (it == tasks_.end() || IsFinished(it->second.status)) continue;
+      it->second.status.set_state(monta::v1::TASK_STATE_RUNNING);
+      return it->second.spec;
+    }
+    if (changed_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  return std::nullopt;
+}
+
+absl::Status Coordinator::Set(const monta::v1::RendezvousSetRequest& request) {
+  if (request.key().empty() || request.key().size() > kMaxKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key: expected 1..", kMaxKeyBytes, " bytes, got ", request.key().size()));
+  }
+  if (request.value().size() > kMaxValueBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("value: expected at most ", kMaxValueBytes,
+                                                   " bytes, got ", request.value().size()));
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = tasks_.find(request.task_id());
+  if (it == tasks_.end()) {
+    return absl::NotFoundError(absl::StrCat("task_id: unknown task \"", request.task_id(), "\""));
+  }
+  Task& task = it->second;
+  if (IsFinished(task.status)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("task ", request.task_id(), " already finished: ", task.status.reason()));
+  }
+  const std::string prefix = "join/";
+  if (request.key().rfind(prefix, 0) == 0) {
+    int rank = -1;
+    if (absl::SimpleAtoi(request.key().substr(prefix.size()), &rank)) {
+      task.joined_ranks.insert(rank);
+    }
+  }
+  task.kv[request.key()] = request.value();
+  changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Coordinator::Get(const monta::v1::RendezvousGetRequest& request) {
+  if (request.wait_seconds() < 0 || request.wait_seconds() > 3600) {
+    return absl::InvalidArgumentError("wait_seconds: expected 0..3600");
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(request.wait_seconds());
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    auto it = tasks_.find(request.task_id());
+    if (it == tasks_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("task_id: unknown task \"", request.task_id(), "\""));
+    }
+    const Task& task = it->second;
+    if (task.status.state() == monta::v1::TASK_STATE_FAILED) {
+      return absl::AbortedError(absl::StrCat("task ", request.task_id(),
+                                             " failed: ", task.status.reason()));
+    }
+    auto kv = task.kv.find(request.key());
+    if (kv != task.kv.end()) return kv->second;
+    if (shutdown_) return absl::UnavailableError("planner is shutting down");
+    if (changed_.WaitWithDeadline(&mu_, deadline)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("key \"", request.key(), "\" of task ", request.task_id(),
+                       " not set within ", request.wait_seconds(), " s"));
+    }
+  }
+}
+
+absl::Status Coordinator::Report(const monta::v1::ReportBenchmarkRequest& request,
+                                 absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = tasks_.find(request.task_id());
+  if (it == tasks_.end()) {
+    return absl::NotFoundError(absl::StrCat("task_id: unknown task \"", request.task_id(), "\""));
+  }
+  Task& task = it->second;
+  const auto& nodes = task.spec.nodes();
+  if (std::find(nodes.begin(), nodes.end(), request.node_name()) == nodes.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node_name: \"", request.node_name(), "\" is not part of task ", request.task_id()));
+  }
+  if (IsFinished(task.status)) return absl::OkStatus();  // late report after a failure
+  if (!request.ok()) {
+    Finish(task, monta::v1::TASK_STATE_FAILED,
+           absl::StrCat("node ", request.node_name(), " rank ", request.rank(), ": ",
+                        request.error().empty() ? "failed without a reason" : request.error()),
+           now);
+    return absl::OkStatus();
+  }
+  task.reported_nodes.insert(request.node_name());
+  for (const auto& curve : request.curves()) task.curves.push_back(curve);
+  if (task.reported_nodes.size() == static_cast<size_t>(nodes.size())) {
+    std::string store_error;
+    for (auto& curve : task.curves) {
+      curve.set_task_id(task.spec.task_id());
+      if (absl::Status s = registry_->AddCurve(curve); !s.ok()) {
+        store_error = std::string(s.message());
+      }
+    }
+    if (store_error.empty()) {
+      Finish(task, monta::v1::TASK_STATE_SUCCEEDED, "", now);
+    } else {
+      Finish(task, monta::v1::TASK_STATE_FAILED,
+             absl::StrCat("results could not be stored: ", store_error), now);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BenchmarkTaskStatus> Coordinator::Status(const std::string& task_id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = tasks_.find(task_id);
+  if (it == tasks_.end()) {
+    return absl::NotFoundError(absl::StrCat("task_id: unknown task \"", task_id, "\""));
+  }
+  return it->second.status;
+}
+
+absl::StatusOr<BenchmarkTaskStatus> Coordinator::WaitFinished(const std::string& task_id,
+                                                              absl::Duration max_wait) {
+  const absl::Time deadline = absl::Now() + max_wait;
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    auto it = tasks_.find(task_id);
+    if (it == tasks_.end()) {
+      return absl::NotFoundError(absl::StrCat("task_id: unknown task \"", task_id, "\""));
+    }
+    if (IsFinished(it->second.status) || shutdown_) return it->second.status;
+    if (changed_.WaitWithDeadline(&mu_, deadline)) return it->second.status;
+  }
+}
+
+void Coordinator::ExpireOverdue(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, task] : tasks_) {
+    if (IsFinished(task.status) || now < task.deadline) continue;
+    Finish(task, monta::v1::TASK_STATE_FAILED,
+           absl::StrCat("deadline exceeded; ", MissingRanks(task)), now);
+  }
+}
+
+void Coordinator::FailTasksOfNode(const std::string& node_name, const std::string& why,
+                                  absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, task] : tasks_) {
+    if (IsFinished(task.status)) continue;
+    const auto& nodes = task.spec.nodes();
+    if (std::find(nodes.begin(), nodes.end(), node_name) == nodes.end()) continue;
+    Finish(task, monta::v1::TASK_STATE_FAILED,
+           absl::StrCat("node ", node_name, " ", why, "; ", MissingRanks(task)), now);
+  }
+}
+
+void Coordinator::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shutdown_ = true;
+  changed_.SignalAll();
+}
+
+std::string Coordinator::MissingRanks(const Task& task) const {
+  const int rpn = task.spec.ranks_per_node();
+  std::vector<std::string> never_joined;
+  std::vector<std::string> not_reported;
+  for (int n = 0; n < task.spec.nodes_size(); ++n) {
+    const std::string& node = task.spec.nodes(n);
+    for (int r = n * rpn; r < (n + 1) * rpn; ++r) {
+      if (task.joined_ranks.count(r) == 0) {
+        never_joined.push_back(absl::StrCat("rank ", r, " (node ", node, ")"));
+      }
+    }
+    if (task.reported_nodes.count(node) == 0) not_reported.push_back(node);
+  }
+  if (!never_joined.empty()) {
+    return absl::StrCat("never joined: ", absl::StrJoin(never_joined, ", "));
+  }
+  return absl::StrCat("no result from node(s) ", absl::StrJoin(not_reported, ", "));
+}
+
+void Coordinator::Finish(Task& task, monta::v1::TaskState state, const std::string& reason,
+                         absl::Time now) {
+  task.status.set_state(state);
+  task.status.set_reason(reason);
+  *task.status.mutable_finished_at() = ToProto(now);
+  task.kv.clear();
+  finished_order_.push_back(task.spec.task_id());
+  if (on_finished_) on_finished_(task.status);
+  // Never evicts the task just finished: the caller still holds it.
+  while (finished_order_.size() > static_cast<size_t>(std::max(1, options_.max_finished_tasks))) {
+    tasks_.erase(finished_order_.front());
+    finished_order_.pop_front();
+  }
+  changed_.SignalAll();
+}
+
+}  // namespace monta::bench

@@ -1,0 +1,120 @@
+// Coordinates benchmarks that span nodes: creates tasks, hands them to the agents of
+// the nodes involved (WatchTasks), serves the per-task rendezvous key-value store (NCCL
+// unique ids, Gloo store keys), collects the ranks' reports and fails a task whose
+// ranks do not all arrive before its deadline.
+#ifndef MONTA_SERVER_BENCH_COORDINATOR_H_
+#define MONTA_SERVER_BENCH_COORDINATOR_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/monta/v1/agent.pb.h"
+#include "proto/monta/v1/benchmark.pb.h"
+#include "proto/monta/v1/planner.pb.h"
+#include "server/registry/registry.h"
+
+namespace monta::bench {
+
+struct CoordinatorOptions {
+  absl::Duration default_timeout = absl::Seconds(120);
+  // Ranks per node when the request says 0 and the node has no GPUs.
+  int default_cpu_ranks_per_node = 2;
+  uint64_t default_min_bytes = 64 << 10;
+  uint64_t default_max_bytes = 16 << 20;
+  int step_factor = 4;
+  int warmup_iterations = 2;
+  int iterations = 5;
+  // Finished tasks kept for status queries.
+  int max_finished_tasks = 1024;
+};
+
+// Called once per finished task (metrics, logs).
+using TaskFinishedCallback = std::function<void(const monta::v1::BenchmarkTaskStatus&)>;
+
+class Coordinator {
+ public:
+  // `registry` is not owned and must outlive the coordinator.
+  Coordinator(registry::Registry* registry, CoordinatorOptions options);
+
+  void SetTaskFinishedCallback(TaskFinishedCallback callback);
+
+  // Validates the request (nodes registered and alive, no duplicates, sizes sane) and
+  // queues one task for every node in it.
+  absl::StatusOr<monta::v1::BenchmarkTaskStatus> Schedule(
+      const monta::v1::RunBenchmarkRequest& request, absl::Time now);
+
+  // Waits up to `max_wait` for the next task of `node_name`. Returns nullopt when none
+  // came, or when Shutdown() was called.
+  std::optional<monta::v1::BenchmarkTask> NextTask(const std::string& node_name,
+                                                   absl::Duration max_wait);
+
+  // Rendezvous store. Set on a finished task is FAILED_PRECONDITION.
+  absl::Status Set(const monta::v1::RendezvousSetRequest& request);
+  // Waits up to `wait_seconds` for the key; ABORTED (with the task's failure reason)
+  // when the task fails meanwhile, DEADLINE_EXCEEDED when the key never comes.
+  absl::StatusOr<std::string> Get(const monta::v1::RendezvousGetRequest& request);
+
+  // One node's result. The task succeeds when every node reported success; its curves
+  // go to the registry. A failure report fails the task for everyone.
+  absl::Status Report(const monta::v1::ReportBenchmarkRequest& request, absl::Time now);
+
+  absl::StatusOr<monta::v1::BenchmarkTaskStatus> Status(const std::string& task_id) const;
+
+  // Waits until the task finished or `max_wait` passed; returns its status either way.
+  absl::StatusOr<monta::v1::BenchmarkTaskStatus> WaitFinished(const std::string& task_id,
+                                                              absl::Duration max_wait);
+
+  // Fails tasks past their deadline, naming the ranks that never joined or reported.
+  void ExpireOverdue(absl::Time now);
+
+  // Fails the unfinished tasks of a node whose agent went away (stale or gone).
+  void FailTasksOfNode(const std::string& node_name, const std::string& why, absl::Time now);
+
+  // Wakes every waiter; later waits return at once.
+  void Shutdown();
+
+  // Key an agent sets when one of its ranks starts working on a task: "join/<rank>".
+  static std::string JoinKey(int rank);
+
+ private:
+  struct Task {
+    monta::v1::BenchmarkTask spec;
+    monta::v1::BenchmarkTaskStatus status;
+    absl::Time deadline;
+    std::map<std::string, std::string> kv;
+    std::set<int> joined_ranks;
+    std::set<std::string> reported_nodes;
+    std::vector<monta::v1::BandwidthCurve> curves;
+  };
+
+  void Finish(Task& task, monta::v1::TaskState state, const std::string& reason,
+              absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string MissingRanks(const Task& task) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  registry::Registry* const registry_;
+  const CoordinatorOptions options_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;  // any task, queue or kv change
+  TaskFinishedCallback on_finished_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Task> tasks_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> finished_order_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::deque<std::string>> queues_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace monta::bench
+
+#endif  // MONTA_SERVER_BENCH_COORDINATOR_H_

@@ -1,0 +1,152 @@
+#include "server/bench/coordinator.h"
+
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace monta::bench {
+namespace {
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name : {"a", "b"}) {
+      monta::v1::RegisterRequest r;
+      r.set_node_name(name);
+      r.set_instance_id(std::string("i-") + name);
+      ASSERT_TRUE(registry_.Register(r, now_).ok());
+    }
+  }
+  monta::v1::RunBenchmarkRequest Pair() {
+    monta::v1::RunBenchmarkRequest req;
+    req.add_nodes("a");
+    req.add_nodes("b");
+    req.set_timeout_seconds(30);
+    return req;
+  }
+  monta::v1::ReportBenchmarkRequest Ok(const std::string& task, const std::string& node) {
+    monta::v1::ReportBenchmarkRequest r;
+    r.set_task_id(task);
+    r.set_node_name(node);
+    r.set_ok(true);
+    return r;
+  }
+
+  absl::Time now_ = absl::Now();
+  registry::Registry registry_{registry::RegistryOptions{}};
+  Coordinator coordinator_{&registry_, CoordinatorOptions{}};
+};
+
+TEST_F(CoordinatorTest, TaskGoesToEveryNodeAndSucceedsWithCurves) {
+  auto status = coordinator_.Schedule(Pair(), now_);
+  ASSERT_TRUE(status.ok()) << status.status();
+  auto ta = coordinator_.NextTask("a", absl::Seconds(1));
+  auto tb = coordinator_.NextTask("b", absl::Seconds(1));
+  ASSERT_TRUE(ta && tb);
+  EXPECT_EQ(ta->task_id(), status->task_id());
+  EXPECT_EQ(ta->scope(), monta::v1::SCOPE_INTER_NODE);
+  EXPECT_EQ(ta->ranks_per_node(), 2);  // CPU nodes: the default
+  auto report = Ok(ta->task_id(), "a");
+  auto* curve = report.add_curves();
+  curve->set_collective(monta::v1::COLLECTIVE_ALLTOALL);
+  curve->add_nodes("a");
+  curve->add_nodes("b");
+  curve->add_points()->set_message_bytes(4096);
+  ASSERT_TRUE(coordinator_.Report(report, now_).ok());
+  EXPECT_EQ(coordinator_.Status(ta->task_id())->state(), monta::v1::TASK_STATE_RUNNING);
+  ASSERT_TRUE(coordinator_.Report(Ok(ta->task_id(), "b"), now_).ok());
+  EXPECT_EQ(coordinator_.Status(ta->task_id())->state(), monta::v1::TASK_STATE_SUCCEEDED);
+  auto node = registry_.Get("b", now_);
+  ASSERT_EQ(node->curves_size(), 1);
+  EXPECT_EQ(node->curves(0).task_id(), ta->task_id());
+}
+
+TEST_F(CoordinatorTest, RendezvousGetWaitsForSet) {
+  auto status = coordinator_.Schedule(Pair(), now_);
+  ASSERT_TRUE(status.ok());
+  std::thread setter([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    monta::v1::RendezvousSetRequest set;
+    set.set_task_id(status->task_id());
+    set.set_key("nccl/id");
+    set.set_value("xyz");
+    ASSERT_TRUE(coordinator_.Set(set).ok());
+  });
+  monta::v1::RendezvousGetRequest get;
+  get.set_task_id(status->task_id());
+  get.set_key("nccl/id");
+  get.set_wait_seconds(10);
+  auto value = coordinator_.Get(get);
+  setter.join();
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(*value, "xyz");
+  get.set_key("never");
+  get.set_wait_seconds(0.05);
+  EXPECT_EQ(coordinator_.Get(get).status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(CoordinatorTest, OverdueTaskNamesMissingRanksAndAbortsWaiters) {
+  auto status = coordinator_.Schedule(Pair(), now_);
+  ASSERT_TRUE(status.ok());
+  for (int rank : {0, 1}) {
+    monta::v1::RendezvousSetRequest set;
+    set.set_task_id(status->task_id());
+    set.set_key(Coordinator::JoinKey(rank));
+    ASSERT_TRUE(coordinator_.Set(set).ok());
+  }
+  coordinator_.ExpireOverdue(now_ + absl::Seconds(31));
+  auto final_status = coordinator_.Status(status->task_id());
+  EXPECT_EQ(final_status->state(), monta::v1::TASK_STATE_FAILED);
+  EXPECT_NE(final_status->reason().find("rank 2 (node b)"), std::string::npos)
+      << final_status->reason();
+  EXPECT_EQ(final_status->reason().find("rank 0"), std::string::npos);
+  monta::v1::RendezvousGetRequest get;
+  get.set_task_id(status->task_id());
+  get.set_key("anything");
+  get.set_wait_seconds(5);
+  EXPECT_EQ(coordinator_.Get(get).status().code(), absl::StatusCode::kAborted);
+}
+
+TEST_F(CoordinatorTest, FailureReportFailsTaskWithReason) {
+  auto status = coordinator_.Schedule(Pair(), now_);
+  auto report = Ok(status->task_id(), "b");
+  report.set_ok(false);
+  report.set_rank(2);
+  report.set_error("connection reset by rank 0");
+  ASSERT_TRUE(coordinator_.Report(report, now_).ok());
+  auto s = coordinator_.Status(status->task_id());
+  EXPECT_EQ(s->state(), monta::v1::TASK_STATE_FAILED);
+  EXPECT_NE(s->reason().find("node b rank 2: connection reset"), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, ScheduleValidatesNodesAndSizes) {
+  monta::v1::RunBenchmarkRequest req;
+  EXPECT_EQ(coordinator_.Schedule(req, now_).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  req.add_nodes("a");
+  req.add_nodes("a");
+  EXPECT_NE(coordinator_.Schedule(req, now_).status().message().find("twice"),
+            std::string::npos);
+  req.clear_nodes();
+  req.add_nodes("nope");
+  EXPECT_NE(coordinator_.Schedule(req, now_).status().message().find("nope"),
+            std::string::npos);
+  req = Pair();
+  req.set_min_bytes(1 << 20);
+  req.set_max_bytes(1 << 10);
+  EXPECT_EQ(coordinator_.Schedule(req, now_).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A stale node cannot be measured.
+  EXPECT_EQ(coordinator_.Schedule(Pair(), now_ + absl::Hours(1)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoordinatorTest, ShutdownWakesWatchers) {
+  std::thread watcher([&] { EXPECT_FALSE(coordinator_.NextTask("a", absl::Seconds(30))); });
+  absl::SleepFor(absl::Milliseconds(20));
+  coordinator_.Shutdown();
+  watcher.join();
+}
+
+}  // namespace
+}  // namespace monta::bench
