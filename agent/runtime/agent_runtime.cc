@@ -1,0 +1,232 @@
+#include "agent/runtime/agent_runtime.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+
+namespace monta::agent {
+namespace {
+
+void Log(const std::string& node, const std::string& message) {
+  std::cerr << absl::FormatTime("%H:%M:%E3S ", absl::Now(), absl::LocalTimeZone())
+            << "monta-agent[" << node << "]: " << message << std::endl;
+}
+
+}  // namespace
+
+std::string RandomInstanceId() {
+  std::random_device rd;
+  return absl::StrFormat("%08x%08x", rd(), rd());
+}
+
+AgentRuntime::AgentRuntime(AgentOptions options) : options_(std::move(options)) {
+  if (options_.instance_id.empty()) options_.instance_id = RandomInstanceId();
+  std::random_device rd;
+  rng_.seed((static_cast<uint64_t>(rd()) << 32) | rd());
+  grpc::ChannelArguments args;
+  // Reconnect quickly after a planner restart; our own loop adds the jittered backoff.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  channel_ = grpc::CreateCustomChannel(options_.planner_address,
+                                       grpc::InsecureChannelCredentials(), args);
+  stub_ = monta::v1::AgentGateway::NewStub(channel_);
+}
+
+AgentRuntime::~AgentRuntime() { Stop(); }
+
+void AgentRuntime::Start() {
+  lease_thread_ = std::thread([this] { LeaseLoop(); });
+  watch_thread_ = std::thread([this] { WatchLoop(); });
+}
+
+void AgentRuntime::Stop() {
+  if (stop_.HasBeenNotified()) return;
+  stop_.Notify();
+  {
+    absl::MutexLock lock(&mu_);
+    if (watch_context_ != nullptr) watch_context_->TryCancel();
+  }
+  if (lease_thread_.joinable()) lease_thread_.join();
+  if (watch_thread_.joinable()) watch_thread_.join();
+  if (registered_.load()) {
+    monta::v1::DeregisterRequest request;
+    request.set_node_name(options_.node_name);
+    request.set_instance_id(options_.instance_id);
+    monta::v1::DeregisterReply reply;
+    auto context = NewContext();
+    grpc::Status status = stub_->Deregister(context.get(), request, &reply);
+    Log(options_.node_name, status.ok() ? "deregistered"
+                                        : absl::StrCat("deregister failed: ",
+                                                       status.error_message()));
+    registered_ = false;
+  }
+}
+
+std::unique_ptr<grpc::ClientContext> AgentRuntime::NewContext() const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  return context;
+}
+
+absl::Duration AgentRuntime::Backoff(int attempt) {
+  // Capped exponential with "equal jitter": half fixed, half random, so a fleet of
+  // agents does not reconnect in lockstep after a planner restart.
+  absl::Duration cap;
+  {
+    absl::MutexLock lock(&mu_);
+    cap = std::min(options_.max_backoff, heartbeat_interval_);
+  }
+  const double factor = std::pow(2.0, std::min(attempt, 20));
+  const absl::Duration base = std::min(cap, options_.initial_backoff * factor);
+  absl::MutexLock lock(&mu_);
+  std::uniform_real_distribution<double> jitter(0.5, 1.0);
+  return base * jitter(rng_);
+}
+
+absl::Status AgentRuntime::RegisterOnce() {
+  monta::v1::RegisterRequest request;
+  request.set_node_name(options_.node_name);
+  request.set_instance_id(options_.instance_id);
+  request.set_agent_version(options_.agent_version);
+  request.set_bench_address(options_.bench_address);
+  if (options_.discover) {
+    absl::StatusOr<monta::v1::NodeTopology> topology = options_.discover();
+    if (!topology.ok()) return topology.status();
+    *request.mutable_topology() = *std::move(topology);
+  }
+  monta::v1::RegisterReply reply;
+  auto context = NewContext();
+  grpc::Status status = stub_->Register(context.get(), request, &reply);
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        status.error_message());
+  }
+  absl::MutexLock lock(&mu_);
+  if (reply.heartbeat_interval_seconds() > 0) {
+    heartbeat_interval_ = absl::Seconds(reply.heartbeat_interval_seconds());
+  }
+  last_topology_ = absl::Now();
+  return absl::OkStatus();
+}
+
+void AgentRuntime::LeaseLoop() {
+  int attempt = 0;
+  bool need_register = true;
+  while (!stop_.HasBeenNotified()) {
+    if (need_register) {
+      absl::Status status = RegisterOnce();
+      if (status.ok()) {
+        need_register = false;
+        attempt = 0;
+        registered_ = true;
+        ++registrations_;
+        Log(options_.node_name, absl::StrCat("registered with ", options_.planner_address,
+                                             " as instance ", options_.instance_id));
+      } else {
+        registered_ = false;
+        const absl::Duration wait = Backoff(attempt++);
+        Log(options_.node_name, absl::StrCat("register failed (", status.ToString(),
+                                             "); retrying in ", absl::FormatDuration(wait)));
+        stop_.WaitForNotificationWithTimeout(wait);
+        continue;
+      }
+    }
+    absl::Duration interval;
+    bool refresh_topology;
+    {
+      absl::MutexLock lock(&mu_);
+      interval = heartbeat_interval_;
+      refresh_topology = absl::Now() - last_topology_ >= options_.topology_refresh;
+    }
+    if (stop_.WaitForNotificationWithTimeout(attempt == 0 ? interval : Backoff(attempt))) break;
+
+    monta::v1::HeartbeatRequest request;
+    request.set_node_name(options_.node_name);
+    request.set_instance_id(options_.instance_id);
+    if (refresh_topology && options_.discover) {
+      absl::StatusOr<monta::v1::NodeTopology> topology = options_.discover();
+      if (topology.ok()) *request.mutable_topology() = *std::move(topology);
+    }
+    monta::v1::HeartbeatReply reply;
+    auto context = NewContext();
+    grpc::Status status = stub_->Heartbeat(context.get(), request, &reply);
+    if (status.ok()) {
+      if (attempt > 0) Log(options_.node_name, "heartbeat ok again");
+      attempt = 0;
+      registered_ = true;
+      if (request.has_topology()) {
+        absl::MutexLock lock(&mu_);
+        last_topology_ = absl::Now();
+      }
+    } else if (status.error_code() == grpc::StatusCode::NOT_FOUND ||
+               status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+      // The planner forgot us (restart) or someone else holds the name: register again.
+      Log(options_.node_name, absl::StrCat("heartbeat refused (", status.error_message(),
+                                           "); registering again"));
+      registered_ = false;
+      need_register = true;
+    } else {
+      registered_ = false;
+      ++attempt;
+      Log(options_.node_name,
+          absl::StrCat("heartbeat failed (", status.error_message(), "); retrying"));
+    }
+  }
+}
+
+void AgentRuntime::WatchLoop() {
+  int attempt = 0;
+  while (!stop_.HasBeenNotified()) {
+    if (!registered_.load()) {
+      stop_.WaitForNotificationWithTimeout(absl::Milliseconds(100));
+      continue;
+    }
+    grpc::ClientContext context;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_.HasBeenNotified()) break;
+      watch_context_ = &context;
+    }
+    monta::v1::WatchTasksRequest request;
+    request.set_node_name(options_.node_name);
+    request.set_instance_id(options_.instance_id);
+    auto reader = stub_->WatchTasks(&context, request);
+    monta::v1::BenchmarkTask task;
+    bool got_any = false;
+    while (reader->Read(&task)) {
+      got_any = true;
+      attempt = 0;
+      Log(options_.node_name, absl::StrCat("task ", task.task_id(), " received"));
+      if (options_.runner) {
+        options_.runner(task, stub_.get());
+      } else {
+        monta::v1::ReportBenchmarkRequest report;
+        report.set_task_id(task.task_id());
+        report.set_node_name(options_.node_name);
+        report.set_ok(false);
+        report.set_error("this agent has no benchmark runner");
+        monta::v1::ReportBenchmarkReply reply;
+        auto report_context = NewContext();
+        (void)stub_->ReportBenchmark(report_context.get(), report, &reply);
+      }
+    }
+    grpc::Status status = reader->Finish();
+    {
+      absl::MutexLock lock(&mu_);
+      watch_context_ = nullptr;
+    }
+    if (stop_.HasBeenNotified()) break;
+    if (!got_any) ++attempt;
+    stop_.WaitForNotificationWithTimeout(Backoff(attempt));
+  }
+}
+
+}  // namespace monta::agent

@@ -1,0 +1,92 @@
+// The agent's life with the planner: register (with capped exponential backoff and
+// jitter while the planner is away), renew the lease, re-register by itself after a
+// planner restart, keep a WatchTasks stream open and hand tasks to a runner, and
+// deregister on shutdown.
+#ifndef MONTA_AGENT_RUNTIME_AGENT_RUNTIME_H_
+#define MONTA_AGENT_RUNTIME_AGENT_RUNTIME_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "grpcpp/client_context.h"
+#include "proto/monta/v1/agent.grpc.pb.h"
+
+namespace monta::agent {
+
+// Runs one benchmark task for this node and reports its result to the planner
+// (through `stub`). Called on the task thread, one task at a time.
+using TaskRunner = std::function<void(const monta::v1::BenchmarkTask& task,
+                                      monta::v1::AgentGateway::StubInterface* stub)>;
+
+struct AgentOptions {
+  std::string planner_address = "127.0.0.1:7400";
+  std::string node_name;
+  // Random per process unless set (tests set it to simulate a duplicate agent).
+  std::string instance_id;
+  std::string agent_version = "0.1.0";
+  std::string bench_address = "127.0.0.1";
+  // Produces the node's topology; called at start and every topology_refresh.
+  std::function<absl::StatusOr<monta::v1::NodeTopology>()> discover;
+  absl::Duration topology_refresh = absl::Seconds(30);
+  absl::Duration initial_backoff = absl::Milliseconds(200);
+  absl::Duration max_backoff = absl::Seconds(5);
+  absl::Duration rpc_timeout = absl::Seconds(5);
+  // Null: tasks are reported as failed ("no benchmark runner in this agent").
+  TaskRunner runner;
+};
+
+class AgentRuntime {
+ public:
+  explicit AgentRuntime(AgentOptions options);
+  ~AgentRuntime();
+
+  // Starts the background threads. Returns at once.
+  void Start();
+  // Stops the threads and deregisters (best effort, bounded by rpc_timeout).
+  void Stop();
+
+  // True while the last Register/Heartbeat succeeded.
+  bool registered() const { return registered_.load(); }
+  // Successful Register calls so far (re-registrations after a planner restart count).
+  int registrations() const { return registrations_.load(); }
+  const std::string& instance_id() const { return options_.instance_id; }
+
+ private:
+  void LeaseLoop();
+  void WatchLoop();
+  absl::Status RegisterOnce();
+  absl::Duration Backoff(int attempt);
+  std::unique_ptr<grpc::ClientContext> NewContext() const;
+
+  AgentOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<monta::v1::AgentGateway::Stub> stub_;
+  absl::Notification stop_;
+  std::atomic<bool> registered_{false};
+  std::atomic<int> registrations_{0};
+  std::thread lease_thread_;
+  std::thread watch_thread_;
+
+  absl::Mutex mu_;
+  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(5);
+  absl::Time last_topology_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
+  // The open WatchTasks call, so Stop() can cancel it.
+  grpc::ClientContext* watch_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
+// A random 16-hex-digit id.
+std::string RandomInstanceId();
+
+}  // namespace monta::agent
+
+#endif  // MONTA_AGENT_RUNTIME_AGENT_RUNTIME_H_

@@ -1,0 +1,67 @@
+#include "server/api/planner_service.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "server/api/agent_gateway_service.h"
+
+namespace monta::api {
+
+PlannerService::PlannerService(registry::Registry* registry, bench::Coordinator* coordinator)
+    : registry_(registry), coordinator_(coordinator) {}
+
+grpc::Status PlannerService::GetStrategy(grpc::ServerContext* context,
+                                         const monta::v1::StrategyRequest* request,
+                                         monta::v1::StrategyReply* reply) {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "GetStrategy is not implemented yet");
+}
+
+grpc::Status PlannerService::ListNodes(grpc::ServerContext* context,
+                                       const monta::v1::ListNodesRequest* request,
+                                       monta::v1::ListNodesReply* reply) {
+  for (auto& node : registry_->List(absl::Now(), request->include_gone())) {
+    *reply->add_nodes() = std::move(node);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status PlannerService::GetNode(grpc::ServerContext* context,
+                                     const monta::v1::GetNodeRequest* request,
+                                     monta::v1::NodeInfo* reply) {
+  if (request->name().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "name: expected a node name");
+  }
+  absl::StatusOr<monta::v1::NodeInfo> node = registry_->Get(request->name(), absl::Now());
+  if (!node.ok()) return ToGrpc(node.status());
+  *reply = *std::move(node);
+  return grpc::Status::OK;
+}
+
+grpc::Status PlannerService::ListProfiles(grpc::ServerContext* context,
+                                          const monta::v1::ListProfilesRequest* request,
+                                          monta::v1::ListProfilesReply* reply) {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "ListProfiles is not implemented yet");
+}
+
+grpc::Status PlannerService::RunBenchmark(grpc::ServerContext* context,
+                                          const monta::v1::RunBenchmarkRequest* request,
+                                          monta::v1::RunBenchmarkReply* reply) {
+  absl::StatusOr<monta::v1::BenchmarkTaskStatus> status =
+      coordinator_->Schedule(*request, absl::Now());
+  if (!status.ok()) return ToGrpc(status.status());
+  if (request->wait()) {
+    // Bounded by the task's own deadline and by the caller's deadline.
+    absl::Duration max_wait = absl::Seconds(
+        request->timeout_seconds() > 0 ? request->timeout_seconds() : 120) + absl::Seconds(5);
+    const auto caller_deadline = context->deadline();
+    if (caller_deadline != std::chrono::system_clock::time_point::max()) {
+      max_wait = std::min(max_wait, absl::FromChrono(caller_deadline) - absl::Now());
+    }
+    status = coordinator_->WaitFinished(status->task_id(), max_wait);
+    if (!status.ok()) return ToGrpc(status.status());
+  }
+  *reply->mutable_status() = *std::move(status);
+  return grpc::Status::OK;
+}
+
+}  // namespace monta::api

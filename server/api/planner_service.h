@@ -1,0 +1,38 @@
+// gRPC handlers of the public Planner API: thin adapters over the registry, the
+// strategy planner and the benchmark coordinator.
+#ifndef MONTA_SERVER_API_PLANNER_SERVICE_H_
+#define MONTA_SERVER_API_PLANNER_SERVICE_H_
+
+#include "proto/monta/v1/planner.grpc.pb.h"
+#include "server/bench/coordinator.h"
+#include "server/registry/registry.h"
+
+namespace monta::api {
+
+class PlannerService final : public monta::v1::Planner::Service {
+ public:
+  // Pointers are not owned and must outlive the service.
+  PlannerService(registry::Registry* registry, bench::Coordinator* coordinator);
+
+  grpc::Status GetStrategy(grpc::ServerContext* context,
+                           const monta::v1::StrategyRequest* request,
+                           monta::v1::StrategyReply* reply) override;
+  grpc::Status ListNodes(grpc::ServerContext* context, const monta::v1::ListNodesRequest* request,
+                         monta::v1::ListNodesReply* reply) override;
+  grpc::Status GetNode(grpc::ServerContext* context, const monta::v1::GetNodeRequest* request,
+                       monta::v1::NodeInfo* reply) override;
+  grpc::Status ListProfiles(grpc::ServerContext* context,
+                            const monta::v1::ListProfilesRequest* request,
+                            monta::v1::ListProfilesReply* reply) override;
+  grpc::Status RunBenchmark(grpc::ServerContext* context,
+                            const monta::v1::RunBenchmarkRequest* request,
+                            monta::v1::RunBenchmarkReply* reply) override;
+
+ private:
+  registry::Registry* const registry_;
+  bench::Coordinator* const coordinator_;
+};
+
+}  // namespace monta::api
+
+#endif  // MONTA_SERVER_API_PLANNER_SERVICE_H_

@@ -1,0 +1,63 @@
+// monta-planner: the cluster's planner. See README.md for flags and the quick start.
+#include <fstream>
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "common/signals.h"
+#include "server/planner_server.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7400",
+          "gRPC listen address (host:port; port 0 picks a free one)");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:7401",
+          "Prometheus /metrics listen address; empty disables");
+ABSL_FLAG(double, lease_seconds, 15, "node lease: a node without heartbeat is stale after it");
+ABSL_FLAG(double, heartbeat_seconds, 5, "heartbeat interval the agents are told to use");
+ABSL_FLAG(bool, bench_on_register, true,
+          "measure a node (intra-node sweep) when it registers without curves");
+ABSL_FLAG(double, bench_timeout_seconds, 120, "default deadline of a benchmark task");
+ABSL_FLAG(std::string, port_file, "",
+          "write the bound ports as JSON {\"grpc\":N,\"metrics\":M} to this file (for tests)");
+
+int main(int argc, char** argv) {
+  monta::BlockTerminationSignals();
+  absl::SetProgramUsageMessage("monta-planner: MoE AllToAll strategy planner");
+  absl::ParseCommandLine(argc, argv);
+
+  monta::PlannerOptions options;
+  options.grpc_address = absl::GetFlag(FLAGS_listen);
+  options.metrics_address = absl::GetFlag(FLAGS_metrics_listen);
+  const double lease = absl::GetFlag(FLAGS_lease_seconds);
+  const double heartbeat = absl::GetFlag(FLAGS_heartbeat_seconds);
+  if (lease <= 0 || heartbeat <= 0 || heartbeat >= lease) {
+    std::cerr << "monta-planner: --heartbeat_seconds must be > 0 and < --lease_seconds\n";
+    return 2;
+  }
+  options.registry.lease = absl::Seconds(lease);
+  options.registry.heartbeat_interval = absl::Seconds(heartbeat);
+  options.bench_on_register = absl::GetFlag(FLAGS_bench_on_register);
+  options.coordinator.default_timeout = absl::Seconds(absl::GetFlag(FLAGS_bench_timeout_seconds));
+
+  auto server = monta::PlannerServer::Start(options);
+  if (!server.ok()) {
+    std::cerr << "monta-planner: " << server.status().message() << "\n";
+    return 1;
+  }
+  std::cerr << "monta-planner: serving gRPC on port " << (*server)->grpc_port()
+            << ", metrics on port " << (*server)->metrics_port() << std::endl;
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    // Write then rename, so a reader never sees a half-written file.
+    const std::string tmp = port_file + ".tmp";
+    std::ofstream(tmp) << "{\"grpc\": " << (*server)->grpc_port()
+                       << ", \"metrics\": " << (*server)->metrics_port() << "}\n";
+    std::rename(tmp.c_str(), port_file.c_str());
+  }
+  const int sig = monta::WaitForTerminationSignal();
+  std::cerr << "monta-planner: signal " << sig << ", shutting down" << std::endl;
+  (*server)->Shutdown(absl::Seconds(5));
+  std::cerr << "monta-planner: stopped" << std::endl;
+  return 0;
+}

@@ -1,0 +1,95 @@
+#include "server/planner_server.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc_metrics.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/server_builder.h"
+
+namespace monta {
+
+PlannerServer::PlannerServer(PlannerOptions options) : options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(PlannerOptions options) {
+  std::unique_ptr<PlannerServer> s(new PlannerServer(std::move(options)));
+  s->metrics_ = std::make_shared<prometheus::Registry>();
+  if (!s->options_.metrics_address.empty()) {
+    try {
+      s->exposer_ = std::make_unique<prometheus::Exposer>(s->options_.metrics_address);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("metrics address ",
+                                                 s->options_.metrics_address,
+                                                 ": cannot listen: ", e.what()));
+    }
+    s->exposer_->RegisterCollectable(s->metrics_);
+    std::vector<int> ports = s->exposer_->GetListeningPorts();
+    s->metrics_port_ = ports.empty() ? 0 : ports.front();
+  }
+  s->registry_ = std::make_unique<registry::Registry>(s->options_.registry);
+  s->coordinator_ =
+      std::make_unique<bench::Coordinator>(s->registry_.get(), s->options_.coordinator);
+  PlannerServer* self = s.get();
+  api::AgentGatewayService::RegisteredCallback on_registered = nullptr;
+  if (s->options_.bench_on_register) {
+    on_registered = [self](const std::string& node) {
+      auto info = self->registry_->Get(node, absl::Now());
+      if (!info.ok() || info->curves_size() > 0) return;
+      monta::v1::RunBenchmarkRequest request;
+      request.add_nodes(node);
+      (void)self->coordinator_->Schedule(request, absl::Now());
+    };
+  }
+  s->gateway_ = std::make_unique<api::AgentGatewayService>(
+      s->registry_.get(), s->coordinator_.get(), std::move(on_registered));
+  s->planner_ = std::make_unique<api::PlannerService>(s->registry_.get(), s->coordinator_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(s->options_.grpc_address, grpc::InsecureServerCredentials(),
+                           &s->grpc_port_);
+  builder.RegisterService(s->gateway_.get());
+  builder.RegisterService(s->planner_.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>(*s->metrics_, "planner"));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->grpc_port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("grpc address ", s->options_.grpc_address, ": cannot listen"));
+  }
+  s->maintenance_ = std::thread([self] { self->Maintain(); });
+  return s;
+}
+
+void PlannerServer::Maintain() {
+  // Once a second: fail benchmark tasks past their deadline, and the tasks of nodes
+  // whose lease expired (their agent died mid-run).
+  while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+    const absl::Time now = absl::Now();
+    coordinator_->ExpireOverdue(now);
+    for (const auto& node : registry_->List(now, /*include_gone=*/false)) {
+      if (node.state() == monta::v1::NODE_STATE_STALE) {
+        coordinator_->FailTasksOfNode(node.name(), "lost its lease", now);
+      }
+    }
+  }
+}
+
+void PlannerServer::Shutdown(absl::Duration grace) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  stop_.Notify();
+  coordinator_->Shutdown();
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  server_->Wait();
+  if (maintenance_.joinable()) maintenance_.join();
+}
+
+PlannerServer::~PlannerServer() { Shutdown(); }
+
+}  // namespace monta

@@ -1,0 +1,71 @@
+// The planner process in one object: registry, benchmark coordinator, gRPC services
+// (with health checking and reflection) and the Prometheus exposer. main.cc wraps it
+// in flags and signal handling; tests start it in-process.
+#ifndef MONTA_SERVER_PLANNER_SERVER_H_
+#define MONTA_SERVER_PLANNER_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "grpcpp/server.h"
+#include "prometheus/exposer.h"
+#include "prometheus/registry.h"
+#include "server/api/agent_gateway_service.h"
+#include "server/api/planner_service.h"
+#include "server/bench/coordinator.h"
+#include "server/registry/registry.h"
+
+namespace monta {
+
+struct PlannerOptions {
+  // gRPC listen address; port 0 picks a free port (see grpc_port()).
+  std::string grpc_address = "127.0.0.1:7400";
+  // Prometheus /metrics address; empty disables the exposer; port 0 picks one.
+  std::string metrics_address = "127.0.0.1:7401";
+  registry::RegistryOptions registry;
+  bench::CoordinatorOptions coordinator;
+  // Schedule an intra-node sweep when a node registers without measured curves.
+  bool bench_on_register = false;
+};
+
+class PlannerServer {
+ public:
+  // Starts serving. Fails when an address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<PlannerServer>> Start(PlannerOptions options);
+  ~PlannerServer();
+
+  int grpc_port() const { return grpc_port_; }
+  int metrics_port() const { return metrics_port_; }
+  registry::Registry& registry() { return *registry_; }
+  bench::Coordinator& coordinator() { return *coordinator_; }
+  prometheus::Registry& metrics() { return *metrics_; }
+
+  // Stops accepting calls, ends streams, waits up to `grace` for calls in flight.
+  void Shutdown(absl::Duration grace = absl::Seconds(5));
+
+ private:
+  explicit PlannerServer(PlannerOptions options);
+  void Maintain();
+
+  const PlannerOptions options_;
+  std::shared_ptr<prometheus::Registry> metrics_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<registry::Registry> registry_;
+  std::unique_ptr<bench::Coordinator> coordinator_;
+  std::unique_ptr<api::AgentGatewayService> gateway_;
+  std::unique_ptr<api::PlannerService> planner_;
+  std::unique_ptr<grpc::Server> server_;
+  int grpc_port_ = 0;
+  int metrics_port_ = 0;
+  absl::Notification stop_;
+  std::thread maintenance_;
+  bool shut_down_ = false;
+};
+
+}  // namespace monta
+
+#endif  // MONTA_SERVER_PLANNER_SERVER_H_
