@@ -1,0 +1,36 @@
+// What changed between two snapshots of one node's topology, as events the
+// planner's registry can log, export and react to (re-plan, reject admissions).
+#ifndef MONTA_AGENT_TOPOLOGY_TOPOLOGY_DIFF_H_
+#define MONTA_AGENT_TOPOLOGY_TOPOLOGY_DIFF_H_
+
+#include <string>
+#include <vector>
+
+#include "proto/monta/v1/topology.pb.h"
+
+namespace monta::topology {
+
+struct TopologyChange {
+  // One of: "nic_added", "nic_removed", "nic_rate_changed",
+  // "nic_state_changed", "gpu_added", "gpu_removed", "nvlink_down",
+  // "nvlink_up".
+  std::string kind;
+  // What changed, stable for grouping: "mlx5_3:1" for a NIC port, "gpu3" for a
+  // GPU, "gpu0-gpu3" for a GPU pair.
+  std::string subject;
+  // For people, e.g. "mlx5_3 port 1: rate 400 -> 200 Gb/s".
+  std::string message;
+};
+
+// Changes from `before` to `after`, in a fixed order: GPUs by index, then NICs
+// by (name, port), then GPU pairs. NICs are matched by (name, port), GPUs by
+// index (a different UUID at the same index is a removal plus an addition), GPU
+// pairs by (gpu_a, gpu_b). A pair whose GPU was added or removed reports only
+// the GPU event. NVLink events compare active link counts (nvlink_count).
+// Identical inputs give an empty list.
+std::vector<TopologyChange> DiffTopology(const monta::v1::NodeTopology& before,
+                                         const monta::v1::NodeTopology& after);
+
+}  // namespace monta::topology
+
+#endif  // MONTA_AGENT_TOPOLOGY_TOPOLOGY_DIFF_H_
