@@ -166,6 +166,12 @@ NicScan ScanNics(const SysfsTree& sysfs) {
       absl::StrCat(sysfs.root(), "/class/infiniband"), ec);
   for (const std::string& device : sysfs.List("class/infiniband")) {
     const std::string base = absl::StrCat("class/infiniband/", device);
+    std::vector<std::string> ports = sysfs.List(base + "/ports");
+    if (ports.empty()) {
+      scan.errors.push_back(
+          absl::StrCat(device, ": no ports under ", base, "/ports"));
+      continue;
+    }
     // The PCI address is the name of the directory the device link points to;
     // soft-RoCE (rxe) and other virtual devices have none.
     std::string pci_address;
@@ -186,12 +192,6 @@ NicScan ScanNics(const SysfsTree& sysfs) {
       absl::StatusOr<std::string> numa =
           sysfs.ReadFile(*device_dir + "/numa_node");
       if (numa.ok() && !absl::SimpleAtoi(*numa, &numa_node)) numa_node = -1;
-    }
-    std::vector<std::string> ports = sysfs.List(base + "/ports");
-    if (ports.empty()) {
-      scan.errors.push_back(
-          absl::StrCat(device, ": no ports under ", base, "/ports"));
-      continue;
     }
     for (const std::string& port_name : ports) {
       const std::string where = absl::StrCat(device, " port ", port_name);
