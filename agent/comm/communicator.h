@@ -5,7 +5,8 @@
 // Execution model (the same for both backends, so a schedule written once runs
 // and overlaps the same way on both):
 //  - Every operation is asynchronous and returns a Work handle.
-//  - An operation runs on one of the communicator's streams (OpOptions::stream).
+//  - An operation runs on one of the communicator's streams
+//  (OpOptions::stream).
 //    Operations on one stream run in issue order; operations on different
 //    streams may run concurrently. NCCL: a CUDA stream each. Gloo: a worker
 //    thread and a separate Gloo context (its own TCP pairs) each, because Gloo

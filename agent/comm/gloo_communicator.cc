@@ -39,7 +39,8 @@ std::chrono::milliseconds ToChrono(absl::Duration d) {
 absl::Status FromGlooException(const std::exception& e, absl::string_view op) {
   const std::string what = e.what();
   // Gloo reports timeouts only through the message text.
-  if (absl::StrContains(what, "imed out") || absl::StrContains(what, "imeout")) {
+  if (absl::StrContains(what, "imed out") ||
+      absl::StrContains(what, "imeout")) {
     return absl::DeadlineExceededError(absl::StrCat(op, ": ", what));
   }
   return absl::UnavailableError(absl::StrCat(op, ": ", what));
@@ -54,8 +55,8 @@ class GlooStoreAdapter : public gloo::rendezvous::Store {
       : store_(store), scope_(std::move(scope)), deadline_(deadline) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
-    absl::Status s = store_.Set(Key(key), absl::string_view(data.data(),
-                                                            data.size()));
+    absl::Status s =
+        store_.Set(Key(key), absl::string_view(data.data(), data.size()));
     if (!s.ok()) throw gloo::IoException(s.ToString());
   }
 
@@ -71,8 +72,8 @@ class GlooStoreAdapter : public gloo::rendezvous::Store {
 
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {
-    const absl::Time deadline = std::min(
-        deadline_, absl::Now() + absl::Milliseconds(timeout.count()));
+    const absl::Time deadline =
+        std::min(deadline_, absl::Now() + absl::Milliseconds(timeout.count()));
     for (const std::string& key : keys) {
       absl::StatusOr<std::string> v = store_.Get(Key(key), deadline);
       if (!v.ok()) throw gloo::IoException(v.status().ToString());
@@ -116,8 +117,8 @@ WorkPtr Failed(absl::Status status) {
 
 class HostBuffer : public Buffer {
  public:
-  explicit HostBuffer(size_t bytes) : data_(new char[std::max<size_t>(1, bytes)]),
-                                      size_(bytes) {}
+  explicit HostBuffer(size_t bytes)
+      : data_(new char[std::max<size_t>(1, bytes)]), size_(bytes) {}
   void* data() override { return data_.get(); }
   size_t size_bytes() const override { return size_; }
 
@@ -168,8 +169,8 @@ class GlooCommunicator::Stream {
       work->Complete(error_);
       return work;
     }
-    queue_.push_back(Task{std::move(name), std::move(after), std::move(op),
-                          work});
+    queue_.push_back(
+        Task{std::move(name), std::move(after), std::move(op), work});
     return work;
   }
 
@@ -213,8 +214,8 @@ class GlooCommunicator::Stream {
         if (!dep_status.ok()) {
           status = absl::Status(
               dep_status.code(),
-              absl::StrCat(task.name, ": a dependency failed: ",
-                           dep_status.message()));
+              absl::StrCat(task.name,
+                           ": a dependency failed: ", dep_status.message()));
         }
       }
       if (status.ok()) {
@@ -277,13 +278,13 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     attr.hostname = options.hostname;
     device = gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot create Gloo TCP device on '", options.hostname, "': ",
-        e.what()));
+    return absl::UnavailableError(
+        absl::StrCat("cannot create Gloo TCP device on '", options.hostname,
+                     "': ", e.what()));
   }
-  std::unique_ptr<GlooCommunicator> comm(new GlooCommunicator(
-      std::move(store), std::move(scope), rank, size, options,
-      std::move(device)));
+  std::unique_ptr<GlooCommunicator> comm(
+      new GlooCommunicator(std::move(store), std::move(scope), rank, size,
+                           options, std::move(device)));
   absl::Status connected = comm->Connect(deadline);
   if (!connected.ok()) return connected;
   return comm;
@@ -330,8 +331,8 @@ GlooCommunicator::Stream* GlooCommunicator::StreamOrNull(int index) {
 
 namespace {
 absl::Status BadStream(int stream, int num_streams) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "stream ", stream, " is not in [0, ", num_streams, ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("stream ", stream, " is not in [0, ", num_streams, ")"));
 }
 }  // namespace
 
@@ -373,24 +374,24 @@ WorkPtr GlooCommunicator::AllGather(const void* send, void* recv,
   }
   const size_t total = bytes_per_rank * static_cast<size_t>(size_);
   const std::chrono::milliseconds timeout = stream->timeout();
-  return stream->Enqueue(
-      "AllGather", options.after,
-      [=](const std::shared_ptr<gloo::Context>& context,
-          uint32_t tag) -> absl::Status {
-        if (bytes_per_rank == 0) return absl::OkStatus();
-        if (context == nullptr) {
-          std::memcpy(recv, send, bytes_per_rank);
-          return absl::OkStatus();
-        }
-        gloo::AllgatherOptions opts(context);
-        opts.setInput(static_cast<uint8_t*>(const_cast<void*>(send)),
-                      bytes_per_rank);
-        opts.setOutput(static_cast<uint8_t*>(recv), total);
-        opts.setTag(tag);
-        opts.setTimeout(timeout);
-        gloo::allgather(opts);
-        return absl::OkStatus();
-      });
+  return stream->Enqueue("AllGather", options.after,
+                         [=](const std::shared_ptr<gloo::Context>& context,
+                             uint32_t tag) -> absl::Status {
+                           if (bytes_per_rank == 0) return absl::OkStatus();
+                           if (context == nullptr) {
+                             std::memcpy(recv, send, bytes_per_rank);
+                             return absl::OkStatus();
+                           }
+                           gloo::AllgatherOptions opts(context);
+                           opts.setInput(
+                               static_cast<uint8_t*>(const_cast<void*>(send)),
+                               bytes_per_rank);
+                           opts.setOutput(static_cast<uint8_t*>(recv), total);
+                           opts.setTag(tag);
+                           opts.setTimeout(timeout);
+                           gloo::allgather(opts);
+                           return absl::OkStatus();
+                         });
 }
 
 WorkPtr GlooCommunicator::SendRecv(const std::vector<PeerTransfer>& sends,

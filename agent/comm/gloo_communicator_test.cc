@@ -51,9 +51,11 @@ TEST(GlooCommunicatorTest, AllToAllMovesBlockJToRankJ) {
     const int n = comm.size(), me = comm.rank();
     std::vector<uint8_t> send(n * block), recv(n * block, 0);
     for (int dst = 0; dst < n; ++dst) {
-      for (size_t i = 0; i < block; ++i) send[dst * block + i] = Byte(me, dst, i);
+      for (size_t i = 0; i < block; ++i)
+        send[dst * block + i] = Byte(me, dst, i);
     }
-    ASSERT_TRUE(comm.AllToAll(send.data(), recv.data(), block, {})->Wait().ok());
+    ASSERT_TRUE(
+        comm.AllToAll(send.data(), recv.data(), block, {})->Wait().ok());
     for (int src = 0; src < n; ++src) {
       for (size_t i = 0; i < block; ++i) {
         ASSERT_EQ(recv[src * block + i], Byte(src, me, i)) << src << " " << i;
@@ -104,9 +106,8 @@ TEST(GlooCommunicatorTest, StridedCopy) {
       "copy",
       [](GlooCommunicator& comm) {
         std::vector<uint8_t> src = {1, 2, 3, 9, 4, 5, 6, 9}, dst(6, 0);
-        ASSERT_TRUE(comm.Copy(dst.data(), 3, src.data(), 4, 3, 2, {})
-                        ->Wait()
-                        .ok());
+        ASSERT_TRUE(
+            comm.Copy(dst.data(), 3, src.data(), 4, 3, 2, {})->Wait().ok());
         EXPECT_EQ(dst, (std::vector<uint8_t>{1, 2, 3, 4, 5, 6}));
       },
       1);

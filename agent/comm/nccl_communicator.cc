@@ -54,7 +54,8 @@ absl::Status CudaError(cudaError_t err, absl::string_view what) {
                                           " (", cudaGetErrorString(err), ")"));
 }
 
-absl::Status NcclError(ncclResult_t r, ncclComm_t comm, absl::string_view what) {
+absl::Status NcclError(ncclResult_t r, ncclComm_t comm,
+                       absl::string_view what) {
   const char* last = comm != nullptr ? ncclGetLastError(comm) : "";
   return absl::UnavailableError(absl::StrCat(what, ": ", ncclGetErrorString(r),
                                              (last && *last) ? ": " : "",
@@ -181,10 +182,9 @@ absl::StatusOr<int> CudaDeviceCount() {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no GPU: cudaGetDeviceCount returned ",
-                     static_cast<int>(err), " (", cudaGetErrorName(err), ": ",
-                     cudaGetErrorString(err), ")"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no GPU: cudaGetDeviceCount returned ", static_cast<int>(err), " (",
+        cudaGetErrorName(err), ": ", cudaGetErrorString(err), ")"));
   }
   if (count == 0) {
     return absl::FailedPreconditionError("no GPU: cudaGetDeviceCount is 0");
@@ -262,8 +262,8 @@ absl::Status NcclCommunicator::Init(absl::Time deadline) {
     ncclResult_t r = ncclGetUniqueId(&id);
     if (r != ncclSuccess) return NcclError(r, nullptr, "ncclGetUniqueId");
     absl::Status set = store_->Set(
-        id_key, absl::string_view(reinterpret_cast<const char*>(&id),
-                                  sizeof(id)));
+        id_key,
+        absl::string_view(reinterpret_cast<const char*>(&id), sizeof(id)));
     if (!set.ok()) return set;
   } else {
     absl::StatusOr<std::string> v = store_->Get(id_key, deadline);
@@ -284,10 +284,10 @@ absl::Status NcclCommunicator::Init(absl::Time deadline) {
   if (r != ncclSuccess && r != ncclInProgress) {
     return NcclError(r, state_->comm, "ncclCommInitRankConfig");
   }
-  absl::Status ready = Settle(
-      *state_, r, deadline,
-      absl::StrCat("NCCL init of rank ", rank_, "/", size_, " in '", scope_,
-                   "' (a peer may never have joined)"));
+  absl::Status ready =
+      Settle(*state_, r, deadline,
+             absl::StrCat("NCCL init of rank ", rank_, "/", size_, " in '",
+                          scope_, "' (a peer may never have joined)"));
   if (!ready.ok()) return ready;
   return absl::OkStatus();
 }
@@ -366,8 +366,8 @@ WorkPtr NcclCommunicator::SendRecv(const std::vector<PeerTransfer>& sends,
   return Launch(options.stream, options.after, "ncclSend/ncclRecv", [&] {
     cudaStream_t s = state_->streams[options.stream];
     const absl::Time deadline = absl::Now() + options_.op_timeout;
-    absl::Status st = Settle(*state_, ncclGroupStart(), deadline,
-                             "ncclGroupStart");
+    absl::Status st =
+        Settle(*state_, ncclGroupStart(), deadline, "ncclGroupStart");
     if (!st.ok()) return st;
     for (const PeerTransfer& t : sends) {
       ncclResult_t r =
@@ -397,12 +397,11 @@ WorkPtr NcclCommunicator::Copy(void* dst, size_t dst_pitch_bytes,
     if (width_bytes == 0 || height == 0) return absl::OkStatus();
     cudaStream_t s = state_->streams[options.stream];
     cudaError_t err =
-        height == 1
-            ? cudaMemcpyAsync(dst, src, width_bytes, cudaMemcpyDeviceToDevice,
-                              s)
-            : cudaMemcpy2DAsync(dst, dst_pitch_bytes, src, src_pitch_bytes,
-                                width_bytes, height, cudaMemcpyDeviceToDevice,
-                                s);
+        height == 1 ? cudaMemcpyAsync(dst, src, width_bytes,
+                                      cudaMemcpyDeviceToDevice, s)
+                    : cudaMemcpy2DAsync(dst, dst_pitch_bytes, src,
+                                        src_pitch_bytes, width_bytes, height,
+                                        cudaMemcpyDeviceToDevice, s);
     if (err != cudaSuccess) return CudaError(err, "cudaMemcpy2DAsync");
     return absl::OkStatus();
   });
@@ -477,9 +476,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Split(
   }
   NcclOptions child_options = options_;
   child_options.num_streams = num_streams();
-  absl::StatusOr<std::unique_ptr<NcclCommunicator>> child = Create(
-      store_, absl::StrCat(split_scope, "/color", color), new_rank,
-      static_cast<int>(members.size()), child_options, deadline);
+  absl::StatusOr<std::unique_ptr<NcclCommunicator>> child =
+      Create(store_, absl::StrCat(split_scope, "/color", color), new_rank,
+             static_cast<int>(members.size()), child_options, deadline);
   if (!child.ok()) return child.status();
   return std::unique_ptr<Communicator>(std::move(*child));
 }

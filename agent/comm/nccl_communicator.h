@@ -81,7 +81,8 @@ class NcclCommunicator : public Communicator {
   // Makes `stream` wait for `after` (events for NCCL handles, a host wait for
   // foreign ones), then runs `enqueue` and records the handle's event.
   WorkPtr Launch(int stream, const std::vector<WorkPtr>& after,
-                 const char* name, const std::function<absl::Status()>& enqueue);
+                 const char* name,
+                 const std::function<absl::Status()>& enqueue);
 
   const std::shared_ptr<RendezvousStore> store_;
   const std::string scope_;

@@ -45,8 +45,8 @@ TEST(NcclCommunicatorTest, AllToAllAllGatherAndCopyOnEveryGpu) {
       OpOptions after;
       after.stream = 1;
       after.after = {a2a};
-      WorkPtr ag = c.AllGather((*recv)->data(), (*gathered)->data(),
-                               n * block, after);
+      WorkPtr ag =
+          c.AllGather((*recv)->data(), (*gathered)->data(), n * block, after);
       ASSERT_TRUE(ag->Wait().ok());
       ASSERT_TRUE(c.CopyToHost(out.data(), (*recv)->data(), out.size()).ok());
       for (int s = 0; s < n; ++s) {

@@ -34,7 +34,8 @@ absl::StatusOr<std::string> InMemoryStore::Get(absl::string_view key,
   return it->second;
 }
 
-FileStore::FileStore(std::string directory) : directory_(std::move(directory)) {}
+FileStore::FileStore(std::string directory)
+    : directory_(std::move(directory)) {}
 
 std::string FileStore::PathOf(absl::string_view key) const {
   // Keys contain '/' as scope separators; flatten them into one file name.
@@ -107,10 +108,10 @@ absl::Status JoinAll(RendezvousStore& store, absl::string_view scope, int rank,
     missing.push_back(peer);
   }
   if (missing.empty()) return absl::OkStatus();
-  return absl::DeadlineExceededError(absl::StrCat(
-      "rank(s) ", absl::StrJoin(missing, ","), " of ", size,
-      " never joined rendezvous '", scope, "' by ",
-      absl::FormatTime(deadline), " (seen from rank ", rank, ")"));
+  return absl::DeadlineExceededError(
+      absl::StrCat("rank(s) ", absl::StrJoin(missing, ","), " of ", size,
+                   " never joined rendezvous '", scope, "' by ",
+                   absl::FormatTime(deadline), " (seen from rank ", rank, ")"));
 }
 
 }  // namespace monta::comm

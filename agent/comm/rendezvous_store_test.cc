@@ -52,7 +52,8 @@ TEST(PrefixStoreTest, ScopesKeys) {
 TEST(JoinAllTest, NamesEveryMissingRank) {
   InMemoryStore store;
   ASSERT_TRUE(store.Set("s/joined/1", "1").ok());
-  absl::Status s = JoinAll(store, "s", 0, 4, absl::Now() + absl::Milliseconds(50));
+  absl::Status s =
+      JoinAll(store, "s", 0, 4, absl::Now() + absl::Milliseconds(50));
   EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "rank(s) 2,3 of 4")) << s;
 }

@@ -1,0 +1,100 @@
+// The MoE dispatch strategies of MODEL.md §3 as real schedules on the
+// Communicator interface (never on Gloo or NCCL directly).
+//
+// Data: every EP rank sends `rows` capacity rows of `row_bytes` bytes to each
+// EP rank (D = e * rows * row_bytes bytes per rank), and every strategy must
+// leave exactly the output of one plain AllToAll of D over the EP group:
+// [source EP rank][rows][row_bytes]. Inputs are laid out the way each strategy
+// wants them (the gate's scatter can write any layout, so packing is not
+// charged); everything after that is timed.
+#ifndef MONTA_AGENT_BENCH_SCHEDULE_H_
+#define MONTA_AGENT_BENCH_SCHEDULE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "agent/bench/moe_groups.h"
+#include "agent/comm/communicator.h"
+
+namespace monta::bench {
+
+enum class Strategy {
+  // S0: AllToAll of D over the EP group; all TP ranks send the same bytes.
+  kFlat,
+  // S1: each TP rank keeps 1/t of the capacity axis, AllToAll of D/t over the
+  // EP group, AllGather over the TP group, reorder copy.
+  kTpDedup,
+  // S2(K): S1 cut into K chunks along the capacity axis; chunk i+1's AllToAll
+  // overlaps chunk i's AllGather and chunk i-1's reorder copy.
+  kTpDedupPipelined,
+  // S3: intra-node AllToAll grouping blocks by destination node, reorder, then
+  // inter-node AllToAll among same-local-index peers (n_s times larger).
+  kHierarchical,
+};
+
+const char* StrategyName(Strategy strategy);
+absl::StatusOr<Strategy> ParseStrategy(absl::string_view name);
+
+struct DispatchShape {
+  uint64_t rows = 1;       // capacity C
+  uint64_t row_bytes = 1;  // bytes of one capacity row for one destination
+};
+
+// What a split of `rows` into `chunks` pieces of ceil(rows/chunks) really
+// yields: ceil(rows / ceil(rows/chunks)) (MODEL.md §3; 6 rows, K=4 gives 3).
+int EffectiveChunks(uint64_t rows, int chunks);
+
+class DispatchSchedule {
+ public:
+  // Allocates buffers in the communicators' memory and writes the input.
+  // `chunks` matters only for kTpDedupPipelined (kTpDedup is K = 1).
+  // kHierarchical needs groups.nodes > 1 to differ from flat, but runs anyway.
+  static absl::StatusOr<std::unique_ptr<DispatchSchedule>> Create(
+      MoeGroups& groups, Strategy strategy, int chunks, DispatchShape shape);
+
+  // One iteration of the schedule; returns when all its operations finished.
+  absl::Status Run();
+  // Overwrites the output so the next Run must write every byte of it.
+  absl::Status PoisonOutput();
+  // Compares the output with the reference AllToAll's output.
+  absl::StatusOr<uint64_t> CountWrongBytes();
+
+  Strategy strategy() const { return strategy_; }
+  // Pipeline chunks actually run (1 unless pipelined).
+  int effective_chunks() const { return chunks_; }
+  // D: bytes each rank dispatches (the AllToAll size every strategy is
+  // compared at).
+  uint64_t bytes_per_rank() const;
+  int ep_size() const { return groups_.ep->size(); }
+
+ private:
+  DispatchSchedule(MoeGroups& groups, Strategy strategy, DispatchShape shape);
+  absl::Status Setup(int chunks);
+  absl::Status RunFlat();
+  absl::Status RunTpDedup();
+  absl::Status RunHierarchical();
+  absl::StatusOr<comm::Buffer*> Alloc(uint64_t bytes);
+
+  MoeGroups& groups_;
+  const Strategy strategy_;
+  const DispatchShape shape_;
+  int chunks_ = 1;
+  // tp_dedup: capacity rows each TP rank keeps (ceil(rows/t); the last TP
+  // rank's slice is padded when t does not divide rows) and rows per chunk.
+  uint64_t rows_per_tp_ = 0;
+  uint64_t rows_per_chunk_ = 0;
+  std::vector<std::unique_ptr<comm::Buffer>> buffers_;
+  comm::Buffer* input_ = nullptr;
+  comm::Buffer* output_ = nullptr;
+  comm::Buffer* stage1_ = nullptr;  // tp_dedup: AllToAll out; hier: intra out
+  comm::Buffer* stage2_ = nullptr;  // tp_dedup: AllGather out; hier: reordered
+};
+
+}  // namespace monta::bench
+
+#endif  // MONTA_AGENT_BENCH_SCHEDULE_H_

@@ -1,0 +1,138 @@
+// Every strategy, on four Gloo ranks over TCP on 127.0.0.1 (threads of this
+// process), must deliver exactly the bytes of one reference AllToAll,
+// including shapes that split unevenly across TP ranks and chunks.
+#include "agent/bench/schedule.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "agent/bench/moe_groups.h"
+#include "agent/comm/gloo_communicator.h"
+#include "agent/comm/rendezvous_store.h"
+#include "gtest/gtest.h"
+
+namespace monta::bench {
+namespace {
+
+constexpr int kRanks = 4;
+
+void RunRanks(const std::string& scope, const MoeLayout& layout,
+              const std::function<void(MoeGroups&)>& fn) {
+  auto store = std::make_shared<comm::InMemoryStore>();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      comm::GlooOptions options;
+      options.op_timeout = absl::Seconds(20);
+      const absl::Time deadline = absl::Now() + absl::Seconds(20);
+      auto world = comm::GlooCommunicator::Create(store, scope, r, kRanks,
+                                                  options, deadline);
+      ASSERT_TRUE(world.ok()) << world.status();
+      absl::StatusOr<MoeGroups> groups =
+          MakeMoeGroups(**world, layout, deadline);
+      ASSERT_TRUE(groups.ok()) << groups.status();
+      fn(*groups);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+struct Case {
+  Strategy strategy;
+  int chunks;
+};
+
+const std::vector<Case>& AllCases() {
+  static const auto* cases = new std::vector<Case>{
+      {Strategy::kFlat, 1},
+      {Strategy::kTpDedup, 1},
+      {Strategy::kTpDedupPipelined, 1},
+      {Strategy::kTpDedupPipelined, 2},
+      {Strategy::kTpDedupPipelined, 3},
+      {Strategy::kTpDedupPipelined, 8},
+      {Strategy::kHierarchical, 1},
+  };
+  return *cases;
+}
+
+// rows x row_bytes per destination: divisible, uneven over t and K, odd row
+// sizes, a single row.
+const DispatchShape kShapes[] = {{16, 64}, {7, 13}, {6, 8}, {1, 5}, {33, 3}};
+
+void CheckEverything(MoeGroups& groups) {
+  for (const Case& c : AllCases()) {
+    for (const DispatchShape& shape : kShapes) {
+      SCOPED_TRACE(absl::StrCat(
+          StrategyName(c.strategy), " K=", c.chunks, " rows=", shape.rows,
+          " row_bytes=", shape.row_bytes, " t=", groups.tp->size()));
+      auto schedule =
+          DispatchSchedule::Create(groups, c.strategy, c.chunks, shape);
+      ASSERT_TRUE(schedule.ok()) << schedule.status();
+      for (int iteration = 0; iteration < 2; ++iteration) {
+        ASSERT_TRUE((*schedule)->PoisonOutput().ok());
+        absl::Status run = (*schedule)->Run();
+        ASSERT_TRUE(run.ok()) << run;
+        absl::StatusOr<uint64_t> wrong = (*schedule)->CountWrongBytes();
+        ASSERT_TRUE(wrong.ok()) << wrong.status();
+        EXPECT_EQ(*wrong, 0u);
+      }
+    }
+  }
+}
+
+TEST(EffectiveChunksTest, MatchesTheModel) {
+  EXPECT_EQ(EffectiveChunks(6, 4), 3);
+  EXPECT_EQ(EffectiveChunks(8, 4), 4);
+  EXPECT_EQ(EffectiveChunks(4, 8), 4);
+  EXPECT_EQ(EffectiveChunks(7, 3), 3);
+  EXPECT_EQ(EffectiveChunks(1, 16), 1);
+}
+
+TEST(ScheduleTest, EveryStrategyMatchesReferenceWithoutTp) {
+  RunRanks("t1", {1, 0}, CheckEverything);
+}
+
+TEST(ScheduleTest, EveryStrategyMatchesReferenceWithTp2) {
+  RunRanks("t2", {2, 0}, CheckEverything);
+}
+
+TEST(ScheduleTest, EveryStrategyMatchesReferenceOnTwoEmulatedNodes) {
+  // Two "nodes" of two ranks: hierarchical really takes two steps.
+  RunRanks("nodes", {1, 2}, [](MoeGroups& groups) {
+    EXPECT_EQ(groups.ep_per_node, 2);
+    EXPECT_EQ(groups.nodes, 2);
+    CheckEverything(groups);
+  });
+}
+
+TEST(ScheduleTest, EffectiveChunksAreReported) {
+  RunRanks("keff", {2, 0}, [](MoeGroups& groups) {
+    // 11 rows over t=2: 6 per TP rank; K=4 -> chunks of 2 -> 3 chunks.
+    auto schedule = DispatchSchedule::Create(
+        groups, Strategy::kTpDedupPipelined, 4, {11, 16});
+    ASSERT_TRUE(schedule.ok()) << schedule.status();
+    EXPECT_EQ((*schedule)->effective_chunks(), 3);
+    EXPECT_EQ((*schedule)->bytes_per_rank(), 2u * 11 * 16);
+    ASSERT_TRUE((*schedule)->Run().ok());
+  });
+}
+
+TEST(ScheduleTest, CheckCountsBytesASchedulesLeftUnwritten) {
+  RunRanks("poison", {1, 0}, [](MoeGroups& groups) {
+    auto schedule =
+        DispatchSchedule::Create(groups, Strategy::kFlat, 1, {4, 8});
+    ASSERT_TRUE(schedule.ok());
+    ASSERT_TRUE((*schedule)->PoisonOutput().ok());
+    absl::StatusOr<uint64_t> wrong = (*schedule)->CountWrongBytes();
+    ASSERT_TRUE(wrong.ok());
+    EXPECT_GT(*wrong, 100u);  // 4*4*8 bytes, ~1/256 of them equal to poison
+  });
+}
+
+}  // namespace
+}  // namespace monta::bench

@@ -1,0 +1,214 @@
+#include "agent/bench/sweep.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "agent/bench/data_pattern.h"
+
+namespace monta::bench {
+namespace {
+
+// Times `run` over warm-up and timed iterations; returns the median in us.
+absl::StatusOr<double> MedianTimeUs(const SweepOptions& options,
+                                    const std::function<absl::Status()>& run) {
+  for (int i = 0; i < options.warmup_iterations; ++i) {
+    absl::Status s = run();
+    if (!s.ok()) return s;
+  }
+  std::vector<double> samples;
+  for (int i = 0; i < std::max(1, options.iterations); ++i) {
+    const absl::Time start = absl::Now();
+    absl::Status s = run();
+    if (!s.ok()) return s;
+    samples.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+  }
+  return Median(std::move(samples));
+}
+
+SweepPoint MakePoint(Collective collective, uint64_t bytes, int nranks,
+                     double time_us, uint64_t wrong) {
+  SweepPoint p;
+  p.bytes = bytes;
+  p.count = bytes;
+  p.time_us = time_us;
+  p.algbw_gbps = AlgBwBytesPerSecond(bytes, time_us * 1e-6) / 1e9;
+  p.busbw_gbps =
+      BusBwBytesPerSecond(collective, bytes, time_us * 1e-6, nranks) / 1e9;
+  p.wrong = wrong;
+  return p;
+}
+
+}  // namespace
+
+std::vector<uint64_t> SweepSizes(uint64_t min_bytes, uint64_t max_bytes,
+                                 int step_factor) {
+  std::vector<uint64_t> sizes;
+  if (min_bytes == 0) min_bytes = 1;
+  const uint64_t step = std::max(2, step_factor);
+  for (uint64_t b = min_bytes; b <= max_bytes; b *= step) {
+    sizes.push_back(b);
+    if (b > max_bytes / step) break;
+  }
+  return sizes;
+}
+
+DispatchShape ShapeForBytes(uint64_t bytes, int ep_size, uint64_t row_bytes) {
+  const uint64_t block = std::max<uint64_t>(1, bytes / std::max(1, ep_size));
+  DispatchShape shape;
+  shape.row_bytes = std::max<uint64_t>(1, std::min(row_bytes, block));
+  shape.rows = std::max<uint64_t>(1, block / shape.row_bytes);
+  return shape;
+}
+
+absl::StatusOr<std::pair<double, uint64_t>> AgreeAcrossRanks(
+    comm::Communicator& comm, double time_us, uint64_t wrong) {
+  struct Entry {
+    double time_us;
+    uint64_t wrong;
+  };
+  const Entry mine{time_us, wrong};
+  std::vector<Entry> all(comm.size());
+  absl::StatusOr<std::unique_ptr<comm::Buffer>> send =
+      comm.Allocate(sizeof(Entry));
+  if (!send.ok()) return send.status();
+  absl::StatusOr<std::unique_ptr<comm::Buffer>> recv =
+      comm.Allocate(sizeof(Entry) * all.size());
+  if (!recv.ok()) return recv.status();
+  absl::Status s = comm.CopyFromHost((*send)->data(), &mine, sizeof(mine));
+  if (!s.ok()) return s;
+  s = comm.AllGather((*send)->data(), (*recv)->data(), sizeof(Entry), {})
+          ->Wait();
+  if (!s.ok()) return s;
+  s = comm.CopyToHost(all.data(), (*recv)->data(), sizeof(Entry) * all.size());
+  if (!s.ok()) return s;
+  std::pair<double, uint64_t> agreed{0, 0};
+  for (const Entry& e : all) {
+    agreed.first = std::max(agreed.first, e.time_us);
+    agreed.second += e.wrong;
+  }
+  return agreed;
+}
+
+absl::StatusOr<std::vector<SweepPoint>> SweepStrategy(
+    MoeGroups& groups, Strategy strategy, int chunks,
+    const SweepOptions& options) {
+  std::vector<SweepPoint> points;
+  const int e = groups.ep->size();
+  for (uint64_t bytes :
+       SweepSizes(options.min_bytes, options.max_bytes, options.step_factor)) {
+    absl::StatusOr<std::unique_ptr<DispatchSchedule>> schedule =
+        DispatchSchedule::Create(groups, strategy, chunks,
+                                 ShapeForBytes(bytes, e, options.row_bytes));
+    if (!schedule.ok()) return schedule.status();
+    DispatchSchedule& sched = **schedule;
+    // Check first, on a poisoned output, so a schedule that leaves bytes
+    // unwritten cannot pass on an earlier iteration's result.
+    absl::Status s = sched.PoisonOutput();
+    if (!s.ok()) return s;
+    s = sched.Run();
+    if (!s.ok()) return s;
+    absl::StatusOr<uint64_t> wrong = sched.CountWrongBytes();
+    if (!wrong.ok()) return wrong.status();
+    absl::StatusOr<double> time_us =
+        MedianTimeUs(options, [&] { return sched.Run(); });
+    if (!time_us.ok()) return time_us.status();
+    absl::StatusOr<std::pair<double, uint64_t>> agreed =
+        AgreeAcrossRanks(*groups.world, *time_us, *wrong);
+    if (!agreed.ok()) return agreed.status();
+    SweepPoint p = MakePoint(Collective::kAllToAll, sched.bytes_per_rank(), e,
+                             agreed->first, agreed->second);
+    p.chunks_effective = sched.effective_chunks();
+    points.push_back(p);
+  }
+  return points;
+}
+
+absl::StatusOr<std::vector<SweepPoint>> SweepCollective(
+    comm::Communicator& comm, Collective collective,
+    const SweepOptions& options) {
+  std::vector<SweepPoint> points;
+  const int n = comm.size(), me = comm.rank();
+  for (uint64_t size :
+       SweepSizes(options.min_bytes, options.max_bytes, options.step_factor)) {
+    // Per-rank input bytes, and the nccl-tests size it is reported at.
+    uint64_t in_bytes = 0, out_bytes = 0, bytes = 0;
+    switch (collective) {
+      case Collective::kAllToAll:
+        in_bytes = out_bytes = bytes = std::max<uint64_t>(1, size / n) * n;
+        break;
+      case Collective::kAllGather:
+        in_bytes = std::max<uint64_t>(1, size / n);
+        out_bytes = bytes = in_bytes * n;
+        break;
+      case Collective::kCopy:
+        in_bytes = out_bytes = bytes = size;
+        break;
+    }
+    absl::StatusOr<std::unique_ptr<comm::Buffer>> in = comm.Allocate(in_bytes);
+    if (!in.ok()) return in.status();
+    absl::StatusOr<std::unique_ptr<comm::Buffer>> out =
+        comm.Allocate(out_bytes);
+    if (!out.ok()) return out.status();
+    // Input: block for destination d (AllToAll) or the rank's own block.
+    std::vector<uint8_t> host(in_bytes);
+    const uint64_t block =
+        collective == Collective::kAllToAll ? in_bytes / n : in_bytes;
+    for (uint64_t d = 0; d * block < in_bytes; ++d) {
+      FillRow(&host[d * block], me, static_cast<int>(d), 0, block);
+    }
+    absl::Status s = comm.CopyFromHost((*in)->data(), host.data(), in_bytes);
+    if (!s.ok()) return s;
+    auto run = [&]() -> absl::Status {
+      switch (collective) {
+        case Collective::kAllToAll:
+          return comm.AllToAll((*in)->data(), (*out)->data(), block, {})
+              ->Wait();
+        case Collective::kAllGather:
+          return comm.AllGather((*in)->data(), (*out)->data(), in_bytes, {})
+              ->Wait();
+        case Collective::kCopy:
+          return comm
+              .Copy((*out)->data(), in_bytes, (*in)->data(), in_bytes, in_bytes,
+                    1, {})
+              ->Wait();
+      }
+      return absl::InternalError("unknown collective");
+    };
+    std::vector<uint8_t> poison(out_bytes, 0xA5);
+    s = comm.CopyFromHost((*out)->data(), poison.data(), out_bytes);
+    if (!s.ok()) return s;
+    s = run();
+    if (!s.ok()) return s;
+    std::vector<uint8_t> got(out_bytes);
+    s = comm.CopyToHost(got.data(), (*out)->data(), out_bytes);
+    if (!s.ok()) return s;
+    uint64_t wrong = 0;
+    const uint64_t out_block =
+        collective == Collective::kCopy ? out_bytes : out_bytes / n;
+    for (uint64_t k = 0; k * out_block < out_bytes; ++k) {
+      // AllToAll: block k came from rank k for me; AllGather: rank k's own
+      // block; copy: my own block 0.
+      const int src =
+          collective == Collective::kCopy ? me : static_cast<int>(k);
+      const int dst = collective == Collective::kAllToAll    ? me
+                      : collective == Collective::kAllGather ? 0
+                                                             : 0;
+      wrong += CountWrongInRow(&got[k * out_block], src, dst, 0, out_block);
+    }
+    absl::StatusOr<double> time_us = MedianTimeUs(options, run);
+    if (!time_us.ok()) return time_us.status();
+    absl::StatusOr<std::pair<double, uint64_t>> agreed =
+        AgreeAcrossRanks(comm, *time_us, wrong);
+    if (!agreed.ok()) return agreed.status();
+    points.push_back(
+        MakePoint(collective, bytes, n, agreed->first, agreed->second));
+  }
+  return points;
+}
+
+}  // namespace monta::bench

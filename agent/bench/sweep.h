@@ -1,0 +1,71 @@
+// Message-size sweeps in the style of nccl-tests: for each size, warm-up
+// iterations, then timed iterations whose median is the time; bandwidths from
+// bandwidth_math; a data check of a poisoned output on every size.
+#ifndef MONTA_AGENT_BENCH_SWEEP_H_
+#define MONTA_AGENT_BENCH_SWEEP_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "agent/bench/bandwidth_math.h"
+#include "agent/bench/moe_groups.h"
+#include "agent/bench/schedule.h"
+#include "agent/comm/communicator.h"
+
+namespace monta::bench {
+
+struct SweepOptions {
+  uint64_t min_bytes = 1 << 10;
+  uint64_t max_bytes = 1 << 20;
+  int step_factor = 2;
+  int warmup_iterations = 2;
+  int iterations = 10;
+  // Capacity-row size of the dispatch (hidden size times bytes per element);
+  // smaller sizes use one row per destination.
+  uint64_t row_bytes = 1024;
+};
+
+// One row of the nccl-tests-style table, agreed by all ranks: the slowest
+// rank's median time and the sum of every rank's wrong bytes.
+struct SweepPoint {
+  uint64_t bytes = 0;  // nccl-tests "size" (see AlgBwBytesPerSecond)
+  uint64_t count = 0;  // elements of `type`
+  std::string type = "uint8";
+  double time_us = 0;
+  double algbw_gbps = 0;  // GB/s = 1e9 bytes/s, as nccl-tests prints
+  double busbw_gbps = 0;
+  uint64_t wrong = 0;
+  int chunks_effective = 1;
+};
+
+// min, min*step, ... <= max.
+std::vector<uint64_t> SweepSizes(uint64_t min_bytes, uint64_t max_bytes,
+                                 int step_factor);
+
+// The dispatch shape for D = `bytes` per rank over `ep_size` destinations:
+// rows of options.row_bytes (fewer bytes per row when a block is smaller).
+// Rounds down to a multiple of ep_size * row size; the point reports the
+// bytes actually moved.
+DispatchShape ShapeForBytes(uint64_t bytes, int ep_size, uint64_t row_bytes);
+
+// Collective over groups.world. bytes = D; busbw over the EP group size.
+absl::StatusOr<std::vector<SweepPoint>> SweepStrategy(
+    MoeGroups& groups, Strategy strategy, int chunks,
+    const SweepOptions& options);
+
+// A plain collective over `comm` (collective over it), on stream 0. Sizes as
+// nccl-tests: AllToAll = bytes each rank sends, AllGather = gathered output,
+// copy = bytes copied.
+absl::StatusOr<std::vector<SweepPoint>> SweepCollective(
+    comm::Communicator& comm, Collective collective,
+    const SweepOptions& options);
+
+// Collective over `comm`: (max over ranks of `time_us`, sum of `wrong`).
+absl::StatusOr<std::pair<double, uint64_t>> AgreeAcrossRanks(
+    comm::Communicator& comm, double time_us, uint64_t wrong);
+
+}  // namespace monta::bench
+
+#endif  // MONTA_AGENT_BENCH_SWEEP_H_
