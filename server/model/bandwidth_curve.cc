@@ -1,0 +1,204 @@
+#include "server/model/bandwidth_curve.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace monta::model {
+namespace {
+
+bool PositiveFinite(double v) { return std::isfinite(v) && v > 0; }
+
+// Fraction of a rank's message that crosses the bottleneck link (see header).
+double LinkShare(Collective collective, int nranks, int ranks_per_node) {
+  if (collective == Collective::kCopy) return 1.0;
+  const double n = nranks;
+  if (ranks_per_node >= nranks) return (n - 1) / n;  // one node: NVLink
+  return (n - ranks_per_node) / n;                   // several: the NIC
+}
+
+absl::Status CheckShape(Collective collective, int nranks, int ranks_per_node) {
+  const int min_ranks = collective == Collective::kCopy ? 1 : 2;
+  if (nranks < min_ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("curve nranks: must be >= ", min_ranks, ", got ", nranks));
+  }
+  if (ranks_per_node < 1 || ranks_per_node > nranks ||
+      nranks % ranks_per_node != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("curve ranks_per_node: must divide nranks (", nranks,
+                     "), got ", ranks_per_node));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+double BusBandwidthFactor(Collective collective, int nranks) {
+  if (collective == Collective::kCopy || nranks <= 1) return 1.0;
+  return static_cast<double>(nranks - 1) / nranks;
+}
+
+double AlgBandwidthBytesPerSecond(double message_bytes, double time_seconds) {
+  return time_seconds > 0 ? message_bytes / time_seconds : 0.0;
+}
+
+double BusBandwidthBytesPerSecond(Collective collective, int nranks,
+                                  double message_bytes, double time_seconds) {
+  return AlgBandwidthBytesPerSecond(message_bytes, time_seconds) *
+         BusBandwidthFactor(collective, nranks);
+}
+
+double TimeFromBusBandwidthSeconds(Collective collective, int nranks,
+                                   double message_bytes,
+                                   double busbw_bytes_per_second) {
+  if (busbw_bytes_per_second <= 0) return 0.0;
+  const double algbw =
+      busbw_bytes_per_second / BusBandwidthFactor(collective, nranks);
+  return message_bytes / algbw;
+}
+
+absl::StatusOr<BandwidthCurve> BandwidthCurve::FromSamples(
+    Collective collective, int nranks, int ranks_per_node,
+    std::vector<CurveSample> samples) {
+  if (absl::Status s = CheckShape(collective, nranks, ranks_per_node);
+      !s.ok()) {
+    return s;
+  }
+  if (samples.empty()) {
+    return absl::InvalidArgumentError("curve points: need at least one point");
+  }
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const CurveSample& p = samples[i];
+    if (!PositiveFinite(p.message_bytes) || !PositiveFinite(p.time_seconds)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("curve points[", i,
+                       "]: message_bytes and time_seconds must be > 0, "
+                       "got ",
+                       p.message_bytes, " bytes in ", p.time_seconds, " s"));
+    }
+    if (i > 0 && p.message_bytes <= samples[i - 1].message_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "curve points[", i,
+          "].message_bytes: must be strictly increasing, "
+          "got ",
+          p.message_bytes, " after ", samples[i - 1].message_bytes));
+    }
+  }
+  BandwidthCurve curve;
+  curve.collective_ = collective;
+  curve.nranks_ = nranks;
+  curve.ranks_per_node_ = ranks_per_node;
+  curve.link_share_ = LinkShare(collective, nranks, ranks_per_node);
+  if (samples.size() >= 2) {
+    const CurveSample& a = samples[0];
+    const CurveSample& b = samples[1];
+    const double slope =
+        (b.time_seconds - a.time_seconds) / (b.message_bytes - a.message_bytes);
+    const double intercept =
+        slope > 0 ? a.time_seconds - slope * a.message_bytes : a.time_seconds;
+    curve.alpha_seconds_ = std::clamp(intercept, 0.0, a.time_seconds);
+  }
+  curve.samples_ = std::move(samples);
+  return curve;
+}
+
+absl::StatusOr<BandwidthCurve> BandwidthCurve::FromAlphaBeta(
+    Collective collective, int nranks, int ranks_per_node, double alpha_seconds,
+    double link_bytes_per_second) {
+  if (absl::Status s = CheckShape(collective, nranks, ranks_per_node);
+      !s.ok()) {
+    return s;
+  }
+  if (!std::isfinite(alpha_seconds) || alpha_seconds < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("curve alpha_seconds: must be >= 0, got ", alpha_seconds));
+  }
+  if (!PositiveFinite(link_bytes_per_second)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("curve link_bytes_per_second: must be > 0, got ",
+                     link_bytes_per_second));
+  }
+  BandwidthCurve curve;
+  curve.collective_ = collective;
+  curve.nranks_ = nranks;
+  curve.ranks_per_node_ = ranks_per_node;
+  curve.link_share_ = LinkShare(collective, nranks, ranks_per_node);
+  curve.alpha_seconds_ = alpha_seconds;
+  curve.seconds_per_link_byte_ = 1.0 / link_bytes_per_second;
+  return curve;
+}
+
+CurveTime BandwidthCurve::TimeSeconds(double x) const {
+  if (x <= 0 || !valid()) return {0.0, false};
+  if (samples_.empty()) {
+    return {alpha_seconds_ + link_share_ * x * seconds_per_link_byte_, false};
+  }
+  const std::vector<CurveSample>& s = samples_;
+  if (s.size() == 1) {
+    // One point says nothing about latency: scale at its bandwidth.
+    return {s[0].time_seconds * x / s[0].message_bytes,
+            x != s[0].message_bytes};
+  }
+  if (x < s.front().message_bytes) {
+    const CurveSample& a = s[0];
+    const CurveSample& b = s[1];
+    const double slope =
+        (b.time_seconds - a.time_seconds) / (b.message_bytes - a.message_bytes);
+    const double line =
+        slope > 0 ? a.time_seconds + slope * (x - a.message_bytes) : 0.0;
+    // A negative fitted latency would predict less than pure bandwidth.
+    const double floor = a.time_seconds * x / a.message_bytes;
+    return {std::max(line, floor), true};
+  }
+  if (x > s.back().message_bytes) {
+    const CurveSample& a = s[s.size() - 2];
+    const CurveSample& b = s[s.size() - 1];
+    const double slope =
+        (b.time_seconds - a.time_seconds) / (b.message_bytes - a.message_bytes);
+    const double line = b.time_seconds + slope * (x - b.message_bytes);
+    // A flat or falling tail (noise) must not make bigger messages free.
+    const double floor = b.time_seconds * x / b.message_bytes;
+    return {slope > 0 ? std::max(line, 0.0) : floor, true};
+  }
+  auto it = std::lower_bound(
+      s.begin(), s.end(), x,
+      [](const CurveSample& p, double v) { return p.message_bytes < v; });
+  if (it->message_bytes == x) return {it->time_seconds, false};
+  const CurveSample& hi = *it;
+  const CurveSample& lo = *(it - 1);
+  const double w = std::log(x / lo.message_bytes) /
+                   std::log(hi.message_bytes / lo.message_bytes);
+  const double log_t =
+      std::log(lo.time_seconds) +
+      w * (std::log(hi.time_seconds) - std::log(lo.time_seconds));
+  return {std::exp(log_t), false};
+}
+
+double BandwidthCurve::BusBandwidthAt(double message_bytes) const {
+  return BusBandwidthBytesPerSecond(collective_, nranks_, message_bytes,
+                                    TimeSeconds(message_bytes).seconds);
+}
+
+LinkRate BandwidthCurve::LinkRateAt(double x) const {
+  if (!valid() || x <= 0) return {0.0, false};
+  if (samples_.empty()) return {1.0 / seconds_per_link_byte_, false};
+  const CurveTime t = TimeSeconds(x);
+  // Near the latency floor the busy time beyond alpha is tiny and noisy; keep
+  // at least 1% of the time so the rate stays finite.
+  const double busy = std::max(t.seconds - alpha_seconds_, 0.01 * t.seconds);
+  return {link_share_ * x / busy, t.extrapolated};
+}
+
+double BandwidthCurve::min_bytes() const {
+  return samples_.empty() ? 0.0 : samples_.front().message_bytes;
+}
+
+double BandwidthCurve::max_bytes() const {
+  return samples_.empty() ? 0.0 : samples_.back().message_bytes;
+}
+
+}  // namespace monta::model

@@ -1,0 +1,117 @@
+// Bandwidth curves: how long a collective takes at a given message size.
+//
+// This file is the one place that holds the nccl-tests bandwidth definitions
+// (NVIDIA/nccl-tests doc/PERFORMANCE.md): algbw = message bytes per rank /
+// time, busbw = algbw * (n-1)/n for AllToAll and AllGather, busbw = algbw for
+// copies. A measured curve and a hardware profile's alpha-beta constants
+// produce the same type, so the cost model never knows which one it was given.
+
+#ifndef MONTA_SERVER_MODEL_BANDWIDTH_CURVE_H_
+#define MONTA_SERVER_MODEL_BANDWIDTH_CURVE_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace monta::model {
+
+enum class Collective { kAllToAll, kAllGather, kCopy };
+
+// nccl-tests: busbw / algbw. (n-1)/n for AllToAll and AllGather, 1 for copies.
+double BusBandwidthFactor(Collective collective, int nranks);
+// algbw: bytes each rank sends (AllToAll) or gathers (AllGather) per second.
+double AlgBandwidthBytesPerSecond(double message_bytes, double time_seconds);
+double BusBandwidthBytesPerSecond(Collective collective, int nranks,
+                                  double message_bytes, double time_seconds);
+// Inverse of BusBandwidthBytesPerSecond: the time a busbw implies.
+double TimeFromBusBandwidthSeconds(Collective collective, int nranks,
+                                   double message_bytes,
+                                   double busbw_bytes_per_second);
+
+// One measured point: `message_bytes` per rank took `time_seconds`.
+struct CurveSample {
+  double message_bytes = 0;
+  double time_seconds = 0;
+};
+
+// A time, and whether the size lay outside the measured range (then the time
+// comes from an alpha-beta fit and the caller must say so in its evidence).
+struct CurveTime {
+  double seconds = 0;
+  bool extrapolated = false;
+};
+
+// A bandwidth of the curve's bottleneck link at some message size.
+struct LinkRate {
+  double bytes_per_second = 0;
+  bool extrapolated = false;
+};
+
+class BandwidthCurve {
+ public:
+  // An empty curve; valid() is false. Exists so aggregates can hold curves.
+  BandwidthCurve() = default;
+
+  // A measured curve over `nranks` ranks, `ranks_per_node` of them per node
+  // (nranks for an intra-node curve). Needs nranks >= 2 (>= 1 for copies),
+  // ranks_per_node dividing nranks, at least one sample, sizes strictly
+  // increasing and every size and time > 0 and finite.
+  static absl::StatusOr<BandwidthCurve> FromSamples(
+      Collective collective, int nranks, int ranks_per_node,
+      std::vector<CurveSample> samples);
+
+  // A profile curve: T(x) = alpha + link_share * x / link_bytes_per_second,
+  // i.e. a latency plus the bytes on the bottleneck link at its line rate.
+  // Never extrapolated. Needs alpha >= 0 and a rate > 0.
+  static absl::StatusOr<BandwidthCurve> FromAlphaBeta(
+      Collective collective, int nranks, int ranks_per_node,
+      double alpha_seconds, double link_bytes_per_second);
+
+  // T(x). Between samples: linear interpolation of log(time) over log(size)
+  // (a power law per segment, so the time stays monotone when the samples
+  // are). Beyond them: alpha-beta line through the two nearest samples.
+  CurveTime TimeSeconds(double message_bytes) const;
+
+  // nccl-tests busbw at x, from TimeSeconds.
+  double BusBandwidthAt(double message_bytes) const;
+
+  // Bandwidth of the bottleneck link at message size x: the bytes a rank puts
+  // on that link (link_share() * x) over the time beyond the launch latency.
+  // For a profile curve this is exactly the profile's link rate.
+  LinkRate LinkRateAt(double message_bytes) const;
+
+  // Fraction of a rank's message that crosses the curve's bottleneck link:
+  // AllToAll/AllGather inside one node (n-1)/n (NVLink), AllToAll across
+  // nodes (n - ranks_per_node)/n (the NIC), copies 1. Relating the curve to
+  // the link is what lets one curve answer for groups of another shape.
+  double link_share() const { return link_share_; }
+
+  // Fixed cost per launch: the profile's alpha, or the intercept of the
+  // alpha-beta line through the two smallest samples (clamped to
+  // [0, smallest time]).
+  double alpha_seconds() const { return alpha_seconds_; }
+
+  bool valid() const { return nranks_ > 0; }
+  bool measured() const { return !samples_.empty(); }
+  Collective collective() const { return collective_; }
+  int nranks() const { return nranks_; }
+  int ranks_per_node() const { return ranks_per_node_; }
+  // Measured size range; 0 for a profile curve.
+  double min_bytes() const;
+  double max_bytes() const;
+
+ private:
+  Collective collective_ = Collective::kAllToAll;
+  int nranks_ = 0;
+  int ranks_per_node_ = 0;
+  double link_share_ = 1;
+  double alpha_seconds_ = 0;
+  // Profile curves: 1 / link rate; unused when samples_ is non-empty.
+  double seconds_per_link_byte_ = 0;
+  // Measured samples, sizes strictly increasing; empty for a profile curve.
+  std::vector<CurveSample> samples_;
+};
+
+}  // namespace monta::model
+
+#endif  // MONTA_SERVER_MODEL_BANDWIDTH_CURVE_H_

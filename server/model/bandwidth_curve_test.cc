@@ -1,0 +1,110 @@
+#include "server/model/bandwidth_curve.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace monta::model {
+namespace {
+
+TEST(NcclTestsMath, BusBandwidthFollowsNcclTests) {
+  // 8 ranks, 1 GB per rank in 10 ms: algbw 100 GB/s, busbw 87.5 GB/s.
+  EXPECT_DOUBLE_EQ(AlgBandwidthBytesPerSecond(1e9, 0.01), 1e11);
+  EXPECT_DOUBLE_EQ(
+      BusBandwidthBytesPerSecond(Collective::kAllToAll, 8, 1e9, 0.01), 87.5e9);
+  EXPECT_DOUBLE_EQ(
+      BusBandwidthBytesPerSecond(Collective::kAllGather, 8, 1e9, 0.01), 87.5e9);
+  EXPECT_DOUBLE_EQ(BusBandwidthBytesPerSecond(Collective::kCopy, 1, 1e9, 0.01),
+                   1e11);
+  EXPECT_DOUBLE_EQ(
+      TimeFromBusBandwidthSeconds(Collective::kAllToAll, 8, 1e9, 87.5e9), 0.01);
+}
+
+TEST(BandwidthCurve, ProfileCurveIsAlphaPlusLinkBytesOverRate) {
+  // 16 ranks on 2 nodes: half of each rank's message leaves the node.
+  auto c = BandwidthCurve::FromAlphaBeta(Collective::kAllToAll, 16, 8, 10e-6,
+                                         12.5e9);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->link_share(), 0.5);
+  const CurveTime t = c->TimeSeconds(1e9);
+  EXPECT_FALSE(t.extrapolated);
+  EXPECT_NEAR(t.seconds, 10e-6 + 0.5e9 / 12.5e9, 1e-12);
+  EXPECT_DOUBLE_EQ(c->LinkRateAt(1e9).bytes_per_second, 12.5e9);
+  EXPECT_FALSE(c->measured());
+}
+
+TEST(BandwidthCurve, IntraNodeLinkShareIsNMinusOneOverN) {
+  auto c = BandwidthCurve::FromAlphaBeta(Collective::kAllToAll, 8, 8, 0, 1e9);
+  ASSERT_TRUE(c.ok());
+  EXPECT_DOUBLE_EQ(c->link_share(), 7.0 / 8);
+  // With n-1/n of the bytes on the link at the link rate, busbw is the link
+  // rate: the nccl-tests definition was made for exactly that.
+  EXPECT_NEAR(c->BusBandwidthAt(1e8), 1e9, 1e-3);
+}
+
+TEST(BandwidthCurve, InterpolatesInLogSizeAndHitsSamplesExactly) {
+  // Time doubling per 4x size: a power law t ~ x^0.5 between the samples.
+  auto c = BandwidthCurve::FromSamples(
+      Collective::kAllToAll, 8, 8, {{1024, 1e-4}, {4096, 2e-4}, {16384, 4e-4}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->TimeSeconds(4096).seconds, 2e-4);
+  const CurveTime mid = c->TimeSeconds(2048);
+  EXPECT_FALSE(mid.extrapolated);
+  EXPECT_NEAR(mid.seconds, 1e-4 * std::sqrt(2.0), 1e-12);
+  EXPECT_DOUBLE_EQ(c->min_bytes(), 1024);
+  EXPECT_DOUBLE_EQ(c->max_bytes(), 16384);
+}
+
+TEST(BandwidthCurve, ExtrapolatesWithAlphaBetaOfNearestTwoAndSaysSo) {
+  // Samples on T = 5 us + x / 1 GB/s.
+  auto at = [](double x) { return 5e-6 + x / 1e9; };
+  auto c = BandwidthCurve::FromSamples(
+      Collective::kAllToAll, 8, 8,
+      {{1e3, at(1e3)}, {1e4, at(1e4)}, {1e5, at(1e5)}, {1e6, at(1e6)}});
+  ASSERT_TRUE(c.ok());
+  EXPECT_NEAR(c->alpha_seconds(), 5e-6, 1e-12);
+  const CurveTime above = c->TimeSeconds(1e8);
+  EXPECT_TRUE(above.extrapolated);
+  EXPECT_NEAR(above.seconds, at(1e8), 1e-9);
+  const CurveTime below = c->TimeSeconds(100);
+  EXPECT_TRUE(below.extrapolated);
+  EXPECT_NEAR(below.seconds, at(100), 1e-12);
+  EXPECT_FALSE(c->TimeSeconds(5e4).extrapolated);
+  // The link rate beyond alpha recovers the 1 GB/s slope (x link share).
+  EXPECT_NEAR(c->LinkRateAt(1e6).bytes_per_second, 1e9 * 7 / 8, 1e3);
+}
+
+TEST(BandwidthCurve, FallingTailNeverMakesBiggerMessagesCheaper) {
+  auto c = BandwidthCurve::FromSamples(Collective::kAllToAll, 8, 8,
+                                       {{1e6, 2e-3}, {2e6, 1.9e-3}});
+  ASSERT_TRUE(c.ok());
+  EXPECT_GT(c->TimeSeconds(4e6).seconds, c->TimeSeconds(2e6).seconds);
+}
+
+TEST(BandwidthCurve, RejectsBadInput) {
+  EXPECT_FALSE(
+      BandwidthCurve::FromSamples(Collective::kAllToAll, 8, 8, {}).ok());
+  EXPECT_FALSE(BandwidthCurve::FromSamples(Collective::kAllToAll, 8, 8,
+                                           {{2048, 1e-4}, {1024, 2e-4}})
+                   .ok());
+  EXPECT_FALSE(
+      BandwidthCurve::FromSamples(Collective::kAllToAll, 8, 8, {{1024, 0}})
+          .ok());
+  EXPECT_FALSE(
+      BandwidthCurve::FromSamples(Collective::kAllToAll, 1, 1, {{1024, 1e-4}})
+          .ok());
+  EXPECT_FALSE(
+      BandwidthCurve::FromSamples(Collective::kAllToAll, 12, 8, {{1024, 1e-4}})
+          .ok());
+  EXPECT_FALSE(
+      BandwidthCurve::FromAlphaBeta(Collective::kCopy, 1, 1, -1, 1e9).ok());
+  EXPECT_FALSE(
+      BandwidthCurve::FromAlphaBeta(Collective::kCopy, 1, 1, 0, 0).ok());
+  EXPECT_TRUE(
+      BandwidthCurve::FromAlphaBeta(Collective::kCopy, 1, 1, 0, 1e9).ok());
+  EXPECT_FALSE(BandwidthCurve().valid());
+}
+
+}  // namespace
+}  // namespace monta::model

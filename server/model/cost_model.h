@@ -1,0 +1,117 @@
+// Predicted times of the AllToAll schedules for one job on one cluster view
+// (MODEL.md sec. 3). Pure arithmetic: no search, no I/O.
+
+#ifndef MONTA_SERVER_MODEL_COST_MODEL_H_
+#define MONTA_SERVER_MODEL_COST_MODEL_H_
+
+#include <cstdint>
+
+#include "server/model/bandwidth_curve.h"
+#include "server/model/traffic.h"
+
+namespace monta::model {
+
+// The bandwidth the model may use. Curves can come from measurements or from
+// a hardware profile; the model does not care which.
+struct ClusterView {
+  BandwidthCurve alltoall_intra;   // AllToAll among ranks of one node
+  BandwidthCurve alltoall_inter;   // AllToAll across nodes
+  BandwidthCurve allgather_intra;  // AllGather inside a node (TP group)
+  BandwidthCurve copy;             // device-to-device copy
+  // AllToAll launch latency grows with the number of peers (one send/recv
+  // pair each); this rescales a curve's alpha to the job's group size.
+  double alltoall_per_peer_latency_seconds = 0;
+};
+
+// Which curves a prediction needed outside their measured range.
+struct ExtrapolationFlags {
+  bool alltoall_intra = false;
+  bool alltoall_inter = false;
+  bool allgather_intra = false;
+  bool copy = false;
+  void Merge(const ExtrapolationFlags& o);
+  bool any() const {
+    return alltoall_intra || alltoall_inter || allgather_intra || copy;
+  }
+};
+
+// How backward runs. DeepSpeed's autograd (deepspeed/moe/mappings.py): the
+// backward of the TP gather is a local slice, but the backward of the drop is
+// an AllGather, so each backward op is AllToAll(D/t) + AllGather, like the
+// forward, and the pipelined schedule's chunks run one after another.
+// kSliceOnly is MODEL.md's reading (backward = AllToAll(D/t) only).
+enum class BackwardSchedule { kAutograd, kSliceOnly };
+
+// Busy time per resource; used for the pipeline's steady state and to name
+// the bottleneck.
+struct ResourceBusy {
+  double network_seconds = 0;
+  double nvlink_seconds = 0;
+  double copy_seconds = 0;
+  double launch_seconds = 0;  // fixed costs (alphas)
+  double compute_seconds = 0;
+  void Add(const ResourceBusy& o, double times = 1);
+  // "network", "nvlink", "copy", "launch_latency" or "compute"; "none" when
+  // nothing is busy.
+  const char* Bottleneck() const;
+};
+
+// One collective or copy on one rank: latency plus link busy times.
+struct Stage {
+  double seconds = 0;
+  ResourceBusy busy;
+};
+
+// Per MoE layer (forward = dispatch + combine; backward = their gradients).
+struct StrategyTime {
+  double forward_seconds = 0;
+  double backward_seconds = 0;
+  ResourceBusy busy;
+  // Bytes one rank moves per AllToAll op.
+  double intra_node_bytes = 0;
+  double inter_node_bytes = 0;
+};
+
+class CostModel {
+ public:
+  // `traffic` and `cluster` must outlive the model. contention_factor is
+  // gamma >= 1 for the pipelined steady state. expert_compute_seconds is the
+  // expert FFN forward per layer per rank (0 = unknown).
+  CostModel(const Traffic& traffic, const ClusterView& cluster,
+            double contention_factor, BackwardSchedule backward,
+            double expert_compute_seconds);
+
+  // Schedules (MODEL.md sec. 3). `flags` (nullable) collects extrapolation.
+  StrategyTime Flat(ExtrapolationFlags* flags) const;
+  StrategyTime TpDedup(ExtrapolationFlags* flags) const;
+  StrategyTime TpDedupPipelined(int chunks, ExtrapolationFlags* flags) const;
+  StrategyTime Hierarchical(ExtrapolationFlags* flags) const;
+  StrategyTime ExpertOverlap(int chunks, ExtrapolationFlags* flags) const;
+
+  // Building blocks. AllToAll of `bytes` per rank over a group of `group`
+  // ranks, `members_on_node` of them on the rank's node.
+  Stage AllToAll(double bytes, int group, int members_on_node,
+                 ExtrapolationFlags* flags) const;
+  // AllGather over the TP group; `input_bytes` per rank in, t times out.
+  Stage AllGather(double input_bytes, ExtrapolationFlags* flags) const;
+  Stage Copy(double bytes, ExtrapolationFlags* flags) const;
+
+ private:
+  // Forward and backward of one dedup op split into `chunks`.
+  StrategyTime Dedup(int chunks, bool pipelined,
+                     ExtrapolationFlags* flags) const;
+
+  const Traffic& traffic_;
+  const ClusterView& cluster_;
+  double gamma_;  // contention factor >= 1
+  BackwardSchedule backward_;
+  double expert_compute_seconds_;
+};
+
+// Chunks a split really yields: n rows cut into pieces of ceil(n/K) rows give
+// ceil(n / ceil(n/K)) pieces (n=6, K=4 gives 3). K is clamped to [1, n].
+int EffectiveChunks(int64_t rows, int requested);
+
+}  // namespace monta::model
+
+#endif  // MONTA_SERVER_MODEL_COST_MODEL_H_

@@ -1,0 +1,262 @@
+#include "server/model/strategy_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace monta::model {
+namespace {
+
+constexpr StrategyKind kAllKinds[] = {
+    StrategyKind::kFlat, StrategyKind::kTpDedup,
+    StrategyKind::kTpDedupPipelined, StrategyKind::kHierarchical,
+    StrategyKind::kExpertOverlap};
+
+// Why `kind` cannot run for this job, or nullopt when it can.
+std::optional<std::string> InfeasibleReason(StrategyKind kind,
+                                            const MoeJobShape& job,
+                                            const Traffic& tr) {
+  const int t = tr.tensor_parallel_size;
+  const int e = tr.ep_group_size;
+  const int ns = tr.ep_members_on_node;
+  switch (kind) {
+    case StrategyKind::kFlat:
+      return std::nullopt;
+    case StrategyKind::kTpDedup:
+    case StrategyKind::kTpDedupPipelined: {
+      if (e <= 1) return "expert_parallel_size is 1: there is no AllToAll";
+      if (t <= 1) {
+        return "tensor_parallel_size is 1: no TP ranks hold duplicate tokens";
+      }
+      if (job.sequence_parallel) {
+        return "sequence_parallel: tokens are already split over the TP "
+               "group, nothing is duplicated";
+      }
+      if (tr.split_rows % t != 0) {
+        return absl::StrCat(
+            tr.capacity_tokens > 0 ? "capacity C=" : "routed rows k*S=",
+            tr.split_rows, " is not divisible by tensor_parallel_size ", t,
+            " (C mod t = ", tr.split_rows % t, ")");
+      }
+      if (kind == StrategyKind::kTpDedupPipelined && tr.split_rows / t < 2) {
+        return absl::StrCat("C/t = ", tr.split_rows / t,
+                            " row per TP rank: nothing to cut into chunks");
+      }
+      return std::nullopt;
+    }
+    case StrategyKind::kHierarchical:
+      if (e <= 1) return "expert_parallel_size is 1: there is no AllToAll";
+      if (ns <= 1) {
+        return "one EP member per node (n_s = 1): no intra-node step to "
+               "aggregate";
+      }
+      if (ns >= e) return "EP group inside one node: no inter-node step";
+      if (e % ns != 0) {
+        return absl::StrCat("EP group of ", e, " spreads unevenly (n_s = ", ns,
+                            " does not divide it)");
+      }
+      return std::nullopt;
+    case StrategyKind::kExpertOverlap:
+      if (e <= 1) return "expert_parallel_size is 1: there is no AllToAll";
+      if (job.expert_compute_seconds <= 0) {
+        return "needs job.expert_compute_seconds to overlap with";
+      }
+      if (tr.split_rows < 2) return "one row: nothing to cut into chunks";
+      return std::nullopt;
+  }
+  return "unknown strategy";
+}
+
+struct Evaluated {
+  int chunks = 1;
+  StrategyTime time;
+};
+
+double Total(const StrategyTime& t) {
+  return t.forward_seconds + t.backward_seconds;
+}
+
+// Best K in 1..k_max for a chunked schedule; the smallest K wins ties. A K
+// whose split yields fewer pieces costs exactly what K_eff costs, so only
+// K == K_eff is evaluated.
+template <typename Fn>
+Evaluated BestChunks(int64_t rows, int k_max, Fn evaluate) {
+  Evaluated best;
+  best.time = evaluate(1);
+  const int limit =
+      static_cast<int>(std::min<int64_t>(std::max(1, k_max), rows));
+  for (int k = 2; k <= limit; ++k) {
+    if (EffectiveChunks(rows, k) != k) continue;
+    StrategyTime t = evaluate(k);
+    if (Total(t) < Total(best.time) * (1 - 1e-12)) {
+      best.chunks = k;
+      best.time = t;
+    }
+  }
+  return best;
+}
+
+int KindOrder(StrategyKind k) { return static_cast<int>(k); }
+
+}  // namespace
+
+const char* StrategyName(StrategyKind kind) {
+  switch (kind) {
+    case StrategyKind::kFlat:
+      return "flat";
+    case StrategyKind::kTpDedup:
+      return "tp_dedup";
+    case StrategyKind::kTpDedupPipelined:
+      return "tp_dedup_pipelined";
+    case StrategyKind::kHierarchical:
+      return "hierarchical";
+    case StrategyKind::kExpertOverlap:
+      return "expert_overlap";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<Decision> Decide(const MoeJobShape& job, const NodeShape& shape,
+                                const ClusterView& cluster,
+                                const SearchOptions& options) {
+  if (options.max_chunks < 1 || options.max_chunks > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options.max_chunks: must be in 1..1024, got ", options.max_chunks));
+  }
+  if (!std::isfinite(options.contention_factor) ||
+      options.contention_factor < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.contention_factor: must be >= 1, got ",
+                     options.contention_factor));
+  }
+  if (!cluster.alltoall_intra.valid() || !cluster.alltoall_inter.valid() ||
+      !cluster.allgather_intra.valid() || !cluster.copy.valid()) {
+    return absl::InvalidArgumentError(
+        "cluster view: every curve (alltoall intra/inter, allgather, copy) "
+        "must be set");
+  }
+  absl::StatusOr<Traffic> traffic = ComputeTraffic(job, shape);
+  if (!traffic.ok()) return traffic.status();
+
+  Decision decision;
+  decision.traffic = *traffic;
+  const Traffic& tr = decision.traffic;
+  const CostModel model(tr, cluster, options.contention_factor,
+                        options.backward, job.expert_compute_seconds);
+  const int64_t rows_per_tp_rank = tr.split_rows / tr.tensor_parallel_size;
+
+  auto evaluate = [&](StrategyKind kind, ExtrapolationFlags* flags,
+                      int k) -> StrategyTime {
+    switch (kind) {
+      case StrategyKind::kFlat:
+        return model.Flat(flags);
+      case StrategyKind::kTpDedup:
+        return model.TpDedup(flags);
+      case StrategyKind::kTpDedupPipelined:
+        return model.TpDedupPipelined(k, flags);
+      case StrategyKind::kHierarchical:
+        return model.Hierarchical(flags);
+      case StrategyKind::kExpertOverlap:
+        return model.ExpertOverlap(k, flags);
+    }
+    return {};
+  };
+
+  // References for the speedups, whether or not they are allowed.
+  const double flat_total = Total(model.Flat(nullptr));
+  double dedup_total = 0;
+  if (!InfeasibleReason(StrategyKind::kTpDedup, job, tr)) {
+    dedup_total = Total(model.TpDedup(nullptr));
+  }
+  double share = 0;  // f, the AllToAll share of the step under flat
+  const double steps = static_cast<double>(job.moe_layers) *
+                       std::max(1, job.microbatches_per_step);
+  if (job.alltoall_share_ratio > 0) {
+    share = std::min(1.0, job.alltoall_share_ratio);
+  } else if (job.step_time_seconds > 0) {
+    share = std::min(1.0, steps * flat_total / job.step_time_seconds);
+  }
+
+  std::vector<StrategyKind> kinds = options.allowed;
+  if (kinds.empty()) kinds.assign(std::begin(kAllKinds), std::end(kAllKinds));
+  std::sort(kinds.begin(), kinds.end());
+  kinds.erase(std::unique(kinds.begin(), kinds.end()), kinds.end());
+
+  std::vector<Candidate> feasible;
+  std::vector<Candidate> infeasible;
+  for (StrategyKind kind : kinds) {
+    Candidate c;
+    c.kind = kind;
+    c.name = StrategyName(kind);
+    if (std::optional<std::string> why = InfeasibleReason(kind, job, tr)) {
+      c.infeasible_reason = *why;
+      decision.notes.push_back(absl::StrCat(c.name, " infeasible: ", *why));
+      infeasible.push_back(std::move(c));
+      continue;
+    }
+    c.feasible = true;
+    Evaluated best;
+    if (kind == StrategyKind::kTpDedupPipelined) {
+      best = BestChunks(rows_per_tp_rank, options.max_chunks,
+                        [&](int k) { return evaluate(kind, nullptr, k); });
+    } else if (kind == StrategyKind::kExpertOverlap) {
+      best = BestChunks(tr.split_rows, options.max_chunks,
+                        [&](int k) { return evaluate(kind, nullptr, k); });
+    } else {
+      best.time = evaluate(kind, nullptr, 1);
+    }
+    // Evaluate the winner once more to learn which curves it extrapolated.
+    evaluate(kind, &decision.extrapolated, best.chunks);
+    c.chunks_requested = best.chunks;
+    c.chunks_effective = best.chunks;
+    c.forward_seconds_per_layer = best.time.forward_seconds;
+    c.backward_seconds_per_layer = best.time.backward_seconds;
+    c.total_seconds_per_layer = Total(best.time);
+    c.step_seconds = steps * c.total_seconds_per_layer;
+    c.intra_node_bytes_per_rank = best.time.intra_node_bytes;
+    c.inter_node_bytes_per_rank = best.time.inter_node_bytes;
+    c.bottleneck = best.time.busy.Bottleneck();
+    if (c.total_seconds_per_layer > 0) {
+      if (flat_total > 0) {
+        c.speedup_over_flat = flat_total / c.total_seconds_per_layer;
+      }
+      if (dedup_total > 0) {
+        c.speedup_over_tp_dedup = dedup_total / c.total_seconds_per_layer;
+      }
+    }
+    if (share > 0 && c.speedup_over_flat > 0) {
+      c.predicted_step_gain_ratio = share * (1 - 1 / c.speedup_over_flat);
+    }
+    feasible.push_back(std::move(c));
+  }
+
+  std::stable_sort(
+      feasible.begin(), feasible.end(),
+      [](const Candidate& a, const Candidate& b) {
+        if (a.total_seconds_per_layer != b.total_seconds_per_layer) {
+          return a.total_seconds_per_layer < b.total_seconds_per_layer;
+        }
+        return KindOrder(a.kind) < KindOrder(b.kind);
+      });
+  for (size_t i = 0; i < feasible.size(); ++i) feasible[i].rank = i + 1;
+  decision.chosen = feasible.empty() ? -1 : 0;
+  if (tr.ep_group_size <= 1) {
+    decision.notes.push_back(
+        "expert_parallel_size is 1: experts are local, no AllToAll runs");
+  }
+  if (!job.experts_tensor_parallel && tr.tensor_parallel_size > 1) {
+    decision.notes.push_back(
+        "experts are not tensor-parallel: DeepSpeed already drops duplicate "
+        "tokens before the AllToAll, so flat overstates what such a job "
+        "runs today");
+  }
+  decision.candidates = std::move(feasible);
+  for (Candidate& c : infeasible) decision.candidates.push_back(std::move(c));
+  return decision;
+}
+
+}  // namespace monta::model

@@ -1,0 +1,77 @@
+// The choice (MODEL.md sec. 4-5): every allowed strategy, its best chunk
+// count, ranked, with speedups and the end-to-end gain.
+
+#ifndef MONTA_SERVER_MODEL_STRATEGY_SEARCH_H_
+#define MONTA_SERVER_MODEL_STRATEGY_SEARCH_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/model/cost_model.h"
+#include "server/model/traffic.h"
+
+namespace monta::model {
+
+enum class StrategyKind {
+  kFlat,              // S0
+  kTpDedup,           // S1
+  kTpDedupPipelined,  // S2(K)
+  kHierarchical,      // S3
+  kExpertOverlap,     // S4(K)
+};
+
+// "flat", "tp_dedup", "tp_dedup_pipelined", "hierarchical", "expert_overlap".
+const char* StrategyName(StrategyKind kind);
+
+struct SearchOptions {
+  // Strategies to consider; empty = all.
+  std::vector<StrategyKind> allowed;
+  // Largest K searched (further bounded by the rows a split can cut).
+  int max_chunks = 64;
+  // gamma >= 1 for the pipelined steady state.
+  double contention_factor = 1.0;
+  BackwardSchedule backward = BackwardSchedule::kAutograd;
+};
+
+struct Candidate {
+  StrategyKind kind = StrategyKind::kFlat;
+  std::string name;
+  int chunks_requested = 1;  // K
+  int chunks_effective = 1;  // K_eff
+  bool feasible = false;
+  std::string infeasible_reason;
+  double forward_seconds_per_layer = 0;
+  double backward_seconds_per_layer = 0;
+  double total_seconds_per_layer = 0;
+  double step_seconds = 0;  // L * m * total
+  double intra_node_bytes_per_rank = 0;
+  double inter_node_bytes_per_rank = 0;
+  std::string bottleneck;
+  double speedup_over_flat = 0;      // 0 when undefined
+  double speedup_over_tp_dedup = 0;  // 0 when undefined
+  double predicted_step_gain_ratio = 0;
+  int rank = 0;  // 1 = best; 0 when infeasible
+};
+
+struct Decision {
+  Traffic traffic;
+  // Feasible candidates ranked by total time (ties: simpler strategy
+  // first), then the infeasible ones with their reasons.
+  std::vector<Candidate> candidates;
+  // Index of the chosen candidate, 0 when any is feasible, -1 otherwise.
+  int chosen = -1;
+  // Curves used outside their measured range by the ranked candidates.
+  ExtrapolationFlags extrapolated;
+  std::vector<std::string> notes;
+};
+
+// Full decision. INVALID_ARGUMENT for an inconsistent job/shape, a cluster
+// view without curves, or bad options. Deterministic; no clock, no I/O.
+absl::StatusOr<Decision> Decide(const MoeJobShape& job, const NodeShape& shape,
+                                const ClusterView& cluster,
+                                const SearchOptions& options);
+
+}  // namespace monta::model
+
+#endif  // MONTA_SERVER_MODEL_STRATEGY_SEARCH_H_

@@ -1,0 +1,316 @@
+#include "server/model/strategy_search.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/model/hardware_profile.h"
+#include "server/model/profile_view.h"
+
+namespace monta::model {
+namespace {
+
+// The MoNTA paper's setting: a 2x70B-class MoE (two experts of a 70B-class
+// model: hidden 8192, 80 layers) on 16 A800 = 2 nodes x 8, TP=8, 8K tokens.
+MoeJobShape PaperJob() {
+  MoeJobShape j;
+  j.hidden_size = 8192;
+  j.num_experts = 2;
+  j.top_k = 1;
+  j.capacity_factor = 1.0;
+  j.micro_batch_size = 1;
+  j.sequence_length = 8192;
+  j.bytes_per_element = 2;
+  j.moe_layers = 80;
+  j.microbatches_per_step = 1;
+  j.world_size = 16;
+  j.tensor_parallel_size = 8;
+  j.expert_parallel_size = 2;
+  j.pipeline_parallel_size = 1;
+  j.data_parallel_size = 2;
+  return j;
+}
+
+ClusterView View(const std::string& profile_name, int nodes, int g = 8) {
+  auto profile = FindProfile(profile_name);
+  EXPECT_TRUE(profile.ok()) << profile.status();
+  auto view = ProfileClusterView(*profile, nodes, g);
+  EXPECT_TRUE(view.ok()) << view.status();
+  return *view;
+}
+
+Decision DecideOrDie(const MoeJobShape& job, const NodeShape& shape,
+                     const ClusterView& view, SearchOptions options = {}) {
+  auto d = Decide(job, shape, view, options);
+  EXPECT_TRUE(d.ok()) << d.status();
+  return d.ok() ? *d : Decision{};
+}
+
+const Candidate& Find(const Decision& d, StrategyKind kind) {
+  for (const Candidate& c : d.candidates) {
+    if (c.kind == kind) return c;
+  }
+  ADD_FAILURE() << "no candidate " << StrategyName(kind);
+  static const Candidate kNone;
+  return kNone;
+}
+
+const Candidate& Chosen(const Decision& d) {
+  EXPECT_GE(d.chosen, 0);
+  return d.candidates.at(d.chosen);
+}
+
+TEST(StrategySearch, PaperSettingPicksPipelinedDedupAtLeastFourTimesFlat) {
+  const MoeJobShape job = PaperJob();
+  const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
+  ASSERT_GE(d.traffic.dispatch_bytes, 64.0 * (1 << 20));
+  const Candidate& c = Chosen(d);
+  EXPECT_EQ(c.kind, StrategyKind::kTpDedupPipelined);
+  EXPECT_GT(c.chunks_effective, 1);
+  EXPECT_GE(c.speedup_over_flat, 4.0);
+  EXPECT_GT(c.speedup_over_tp_dedup, 1.0);
+  EXPECT_FALSE(c.bottleneck.empty());
+  EXPECT_EQ(c.rank, 1);
+}
+
+TEST(StrategySearch, InterNodeBytesFlatDedupPipelinedAreTToOneToOne) {
+  for (int t : {2, 4, 8}) {
+    MoeJobShape job = PaperJob();
+    job.tensor_parallel_size = t;
+    job.expert_parallel_size = 16 / t;
+    job.data_parallel_size = 16 / t;
+    job.num_experts = 16 / t;
+    const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
+    const double flat = Find(d, StrategyKind::kFlat).inter_node_bytes_per_rank;
+    const double dedup =
+        Find(d, StrategyKind::kTpDedup).inter_node_bytes_per_rank;
+    const double piped =
+        Find(d, StrategyKind::kTpDedupPipelined).inter_node_bytes_per_rank;
+    ASSERT_GT(dedup, 0) << "t=" << t;
+    EXPECT_DOUBLE_EQ(flat / dedup, t);
+    EXPECT_DOUBLE_EQ(piped, dedup);
+  }
+}
+
+TEST(StrategySearch, TpOneCannotDedupOrPipeline) {
+  MoeJobShape job = PaperJob();
+  job.tensor_parallel_size = 1;
+  job.expert_parallel_size = 16;
+  job.num_experts = 16;
+  job.data_parallel_size = 16;
+  const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
+  const Candidate& piped = Find(d, StrategyKind::kTpDedupPipelined);
+  EXPECT_FALSE(piped.feasible);
+  EXPECT_NE(piped.infeasible_reason.find("tensor_parallel_size is 1"),
+            std::string::npos);
+  EXPECT_EQ(piped.rank, 0);
+  EXPECT_EQ(Chosen(d).chunks_effective, 1);
+}
+
+TEST(StrategySearch, EpGroupInsideOneNodeGainsNothingFromPipelining) {
+  // t = 2, e = 4: the EP group spans 8 ranks of one node, so the AllToAll and
+  // the AllGather share NVLink and there is nothing to overlap.
+  MoeJobShape job = PaperJob();
+  job.tensor_parallel_size = 2;
+  job.expert_parallel_size = 4;
+  job.num_experts = 4;
+  job.data_parallel_size = 8;
+  const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
+  EXPECT_EQ(d.traffic.ep_members_on_node, 4);
+  EXPECT_EQ(Find(d, StrategyKind::kFlat).inter_node_bytes_per_rank, 0);
+  const Candidate& chosen = Chosen(d);
+  EXPECT_EQ(chosen.chunks_effective, 1);
+  EXPECT_NE(chosen.kind, StrategyKind::kTpDedupPipelined);
+  EXPECT_GE(Find(d, StrategyKind::kTpDedupPipelined).total_seconds_per_layer,
+            Find(d, StrategyKind::kTpDedup).total_seconds_per_layer);
+}
+
+TEST(StrategySearch, SmallDispatchChoosesOneChunk) {
+  MoeJobShape job = PaperJob();
+  job.hidden_size = 16;  // D = 256 KiB per rank: launch latency dominates
+  const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
+  EXPECT_EQ(Find(d, StrategyKind::kTpDedupPipelined).chunks_effective, 1);
+  EXPECT_EQ(Chosen(d).chunks_effective, 1);
+}
+
+TEST(StrategySearch, BestChunksNeverDecreaseAsDispatchGrows) {
+  // D = E C M b with C = 4096 fixed: hidden 4 .. 65536 sweeps D over
+  // 64 KiB .. 1 GiB per rank while C/t = 512 rows bounds K the same way.
+  int previous = 0;
+  int first = 0;
+  for (int64_t hidden = 4; hidden <= 65536; hidden *= 2) {
+    MoeJobShape job = PaperJob();
+    job.hidden_size = hidden;
+    const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
+    const int k = Find(d, StrategyKind::kTpDedupPipelined).chunks_effective;
+    EXPECT_GE(k, previous) << "D=" << d.traffic.dispatch_bytes;
+    if (first == 0) first = k;
+    previous = k;
+  }
+  EXPECT_EQ(first, 1);
+  EXPECT_GT(previous, 4);
+}
+
+TEST(StrategySearch, PipelinedSpeedupRisesTowardTWithBandwidthRatio) {
+  // 16 nodes x 8, TP=8, one EP member per node: r_inter = 15/16.
+  MoeJobShape job = PaperJob();
+  job.world_size = 128;
+  job.num_experts = 16;
+  job.expert_parallel_size = 16;
+  job.data_parallel_size = 16;
+  auto base = FindProfile("a800-hgx");
+  ASSERT_TRUE(base.ok());
+  for (BackwardSchedule backward :
+       {BackwardSchedule::kAutograd, BackwardSchedule::kSliceOnly}) {
+    double previous = 0;
+    for (int ratio = 8; ratio <= 18; ratio += 2) {
+      HardwareProfile p = *base;
+      // Keep NVLink fixed and set the NIC so that line rates are ratio:1.
+      p.nic_rate_gbps =
+          p.nvlink_bytes_per_second / ratio * 8 * 8 / p.nics_per_node / 1e9;
+      auto view = ProfileClusterView(p, 16, 8);
+      ASSERT_TRUE(view.ok());
+      SearchOptions options;
+      options.backward = backward;
+      const Decision d = DecideOrDie(job, {16, 8}, *view, options);
+      const double s =
+          Find(d, StrategyKind::kTpDedupPipelined).speedup_over_flat;
+      EXPECT_GT(s, previous) << "ratio " << ratio;
+      EXPECT_LT(s, 8.0);
+      previous = s;
+    }
+    EXPECT_GT(previous, backward == BackwardSchedule::kSliceOnly ? 6.0 : 4.0);
+  }
+}
+
+TEST(StrategySearch, MoreNicsShrinkTheGainOverFlat) {
+  const MoeJobShape job = PaperJob();
+  const Decision four = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
+  const Decision eight = DecideOrDie(job, {2, 8}, View("a800-hgx-8nic", 2));
+  EXPECT_GT(Chosen(four).speedup_over_flat, Chosen(eight).speedup_over_flat);
+}
+
+TEST(StrategySearch, ForwardPlusBackwardIsTheRankedTotal) {
+  MoeJobShape job = PaperJob();
+  job.expert_compute_seconds = 2e-3;
+  job.alltoall_share_ratio = 0.3;
+  const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
+  double previous = 0;
+  bool seen_infeasible = false;
+  for (const Candidate& c : d.candidates) {
+    if (!c.feasible) {
+      seen_infeasible = true;
+      EXPECT_EQ(c.rank, 0);
+      EXPECT_FALSE(c.infeasible_reason.empty());
+      continue;
+    }
+    EXPECT_FALSE(seen_infeasible) << "feasible after infeasible";
+    EXPECT_DOUBLE_EQ(c.forward_seconds_per_layer + c.backward_seconds_per_layer,
+                     c.total_seconds_per_layer);
+    EXPECT_DOUBLE_EQ(c.step_seconds, 80 * c.total_seconds_per_layer);
+    EXPECT_GE(c.total_seconds_per_layer, previous);
+    previous = c.total_seconds_per_layer;
+    if (c.speedup_over_flat > 1) {
+      EXPECT_NEAR(c.predicted_step_gain_ratio,
+                  0.3 * (1 - 1 / c.speedup_over_flat), 1e-12);
+    }
+  }
+  EXPECT_EQ(d.candidates.size(), 5u);
+}
+
+TEST(StrategySearch, CapacityNotDivisibleByTIsInfeasibleNotAnError) {
+  MoeJobShape job = PaperJob();
+  job.sequence_length = 8190;  // C = 4095, not a multiple of 8
+  const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
+  const Candidate& dedup = Find(d, StrategyKind::kTpDedup);
+  EXPECT_FALSE(dedup.feasible);
+  EXPECT_NE(dedup.infeasible_reason.find("C mod t = 7"), std::string::npos);
+  EXPECT_EQ(Chosen(d).kind, StrategyKind::kFlat);
+  EXPECT_EQ(Chosen(d).speedup_over_tp_dedup, 0);
+}
+
+TEST(StrategySearch, HierarchicalWinsOnlyWhenLatencyBound) {
+  // 32 nodes x 8, t = 1, EP 256: flat pays 255 peers of launch latency.
+  MoeJobShape job = PaperJob();
+  job.world_size = 256;
+  job.tensor_parallel_size = 1;
+  job.expert_parallel_size = 256;
+  job.num_experts = 256;
+  job.data_parallel_size = 256;
+  job.top_k = 8;
+  job.hidden_size = 64;
+  job.sequence_length = 1024;
+  const ClusterView view = View("h100-hgx", 32);
+  const Decision small = DecideOrDie(job, {32, 8}, view);
+  EXPECT_EQ(Chosen(small).kind, StrategyKind::kHierarchical);
+  job.hidden_size = 8192;
+  job.sequence_length = 8192;
+  const Decision large = DecideOrDie(job, {32, 8}, view);
+  EXPECT_LT(Find(large, StrategyKind::kFlat).rank,
+            Find(large, StrategyKind::kHierarchical).rank);
+}
+
+TEST(StrategySearch, ExpertOverlapNeedsComputeTime) {
+  MoeJobShape job = PaperJob();
+  job.tensor_parallel_size = 1;
+  job.expert_parallel_size = 16;
+  job.num_experts = 16;
+  job.data_parallel_size = 16;
+  Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
+  EXPECT_FALSE(Find(d, StrategyKind::kExpertOverlap).feasible);
+  job.expert_compute_seconds = 0.02;
+  d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
+  const Candidate& overlap = Find(d, StrategyKind::kExpertOverlap);
+  EXPECT_TRUE(overlap.feasible);
+  EXPECT_GT(overlap.chunks_effective, 1);
+  EXPECT_GT(overlap.speedup_over_flat, 1);
+}
+
+TEST(StrategySearch, AllowedListAndOptionsAreHonoured) {
+  SearchOptions options;
+  options.allowed = {StrategyKind::kFlat, StrategyKind::kTpDedup};
+  const Decision d =
+      DecideOrDie(PaperJob(), {2, 8}, View("a800-hgx", 2), options);
+  EXPECT_EQ(d.candidates.size(), 2u);
+  EXPECT_EQ(Chosen(d).kind, StrategyKind::kTpDedup);
+  options = {};
+  options.max_chunks = 2;
+  const Decision capped =
+      DecideOrDie(PaperJob(), {2, 8}, View("a800-hgx", 2), options);
+  EXPECT_LE(Find(capped, StrategyKind::kTpDedupPipelined).chunks_effective, 2);
+  options.max_chunks = 0;
+  EXPECT_FALSE(Decide(PaperJob(), {2, 8}, View("a800-hgx", 2), options).ok());
+  EXPECT_FALSE(Decide(PaperJob(), {2, 8}, ClusterView{}, {}).ok());
+}
+
+TEST(StrategySearch, MeasuredCurveOutsideItsRangeIsReported) {
+  ClusterView view = View("a800-hgx", 2);
+  // A measured inter-node curve that stops at 1 MiB per rank.
+  std::vector<CurveSample> samples;
+  for (double x = 1024; x <= (1 << 20); x *= 4) {
+    samples.push_back({x, 30e-6 + 0.5 * x / 11e9});
+  }
+  auto measured = BandwidthCurve::FromSamples(Collective::kAllToAll, 16, 8,
+                                              std::move(samples));
+  ASSERT_TRUE(measured.ok());
+  view.alltoall_inter = *measured;
+  const Decision d = DecideOrDie(PaperJob(), {2, 8}, view);
+  EXPECT_TRUE(d.extrapolated.alltoall_inter);
+  EXPECT_FALSE(d.extrapolated.copy);  // profile curves never extrapolate
+}
+
+TEST(StrategySearch, SameInputSameAnswer) {
+  const Decision a = DecideOrDie(PaperJob(), {2, 8}, View("a800-hgx", 2));
+  const Decision b = DecideOrDie(PaperJob(), {2, 8}, View("a800-hgx", 2));
+  ASSERT_EQ(a.candidates.size(), b.candidates.size());
+  for (size_t i = 0; i < a.candidates.size(); ++i) {
+    EXPECT_EQ(a.candidates[i].name, b.candidates[i].name);
+    EXPECT_EQ(a.candidates[i].total_seconds_per_layer,
+              b.candidates[i].total_seconds_per_layer);
+    EXPECT_EQ(a.candidates[i].chunks_effective,
+              b.candidates[i].chunks_effective);
+  }
+}
+
+}  // namespace
+}  // namespace monta::model

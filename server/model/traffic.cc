@@ -1,0 +1,98 @@
+#include "server/model/traffic.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace monta::model {
+
+int MinEpMembersOnNode(int ep_group_size, int stride_ranks, int gpus_per_node) {
+  if (ep_group_size <= 0 || stride_ranks <= 0 || gpus_per_node <= 0) return 0;
+  // Walk the group in rank order; members are contiguous per node because
+  // ranks only grow. Every EP group is a shifted copy of the first one when t
+  // divides G, so the first group stands for all.
+  int min_count = ep_group_size;
+  int count = 0;
+  int64_t current_node = -1;
+  for (int j = 0; j < ep_group_size; ++j) {
+    const int64_t node = static_cast<int64_t>(j) * stride_ranks / gpus_per_node;
+    if (node != current_node) {
+      if (count > 0) min_count = std::min(min_count, count);
+      current_node = node;
+      count = 0;
+    }
+    ++count;
+  }
+  return std::min(min_count, count);
+}
+
+absl::StatusOr<Traffic> ComputeTraffic(const MoeJobShape& job,
+                                       const NodeShape& shape) {
+  const int t = job.tensor_parallel_size;
+  const int e = job.expert_parallel_size;
+  const int cp = job.context_parallel_size == 0 ? 1 : job.context_parallel_size;
+  if (job.hidden_size < 1 || job.num_experts < 1 || job.top_k < 1 ||
+      job.micro_batch_size < 1 || job.sequence_length < 1 ||
+      job.bytes_per_element < 1 || t < 1 || e < 1 || cp < 1) {
+    return absl::InvalidArgumentError(
+        "job: hidden, experts, top_k, micro batch, sequence, bytes per "
+        "element and parallel sizes must be >= 1");
+  }
+  if (job.capacity_factor < 0 || !std::isfinite(job.capacity_factor)) {
+    return absl::InvalidArgumentError("job: capacity_factor must be >= 0");
+  }
+  if (shape.nodes < 1 || shape.gpus_per_node < 1) {
+    return absl::InvalidArgumentError("placement: need >= 1 node and rank");
+  }
+  if (shape.gpus_per_node % t != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job: tensor_parallel_size ", t,
+                     " must divide gpus per node ", shape.gpus_per_node));
+  }
+  const int64_t world = static_cast<int64_t>(shape.nodes) * shape.gpus_per_node;
+  if (static_cast<int64_t>(e) * t > world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job: expert x tensor parallel sizes (", e, " x ", t,
+                     ") exceed the world (", world, ")"));
+  }
+
+  Traffic tr;
+  // Tokens per rank: context parallelism splits the sequence, and sequence
+  // parallelism splits it again over the TP group.
+  const int64_t tokens =
+      static_cast<int64_t>(job.micro_batch_size) * job.sequence_length;
+  const int64_t split =
+      static_cast<int64_t>(cp) * (job.sequence_parallel ? t : 1);
+  tr.tokens_per_rank = std::max<int64_t>(1, tokens / split);
+
+  const double bytes_per_row =
+      static_cast<double>(job.hidden_size) * job.bytes_per_element;
+  const double routed = static_cast<double>(job.top_k) * tr.tokens_per_rank;
+  if (job.capacity_factor > 0) {
+    tr.capacity_tokens = static_cast<int64_t>(
+        std::ceil(routed * job.capacity_factor / job.num_experts));
+    tr.split_rows = tr.capacity_tokens;
+    tr.dispatch_bytes = static_cast<double>(job.num_experts) *
+                        tr.capacity_tokens * bytes_per_row;
+  } else {
+    const double imbalance =
+        job.imbalance_factor > 0 ? job.imbalance_factor : 1.0;
+    tr.capacity_tokens = 0;
+    tr.split_rows = static_cast<int64_t>(routed);
+    tr.dispatch_bytes = routed * bytes_per_row * imbalance;
+  }
+
+  tr.ep_group_size = e;
+  tr.tensor_parallel_size = t;
+  tr.gpus_per_node = shape.gpus_per_node;
+  tr.nodes = shape.nodes;
+  tr.ep_members_on_node = MinEpMembersOnNode(e, t, shape.gpus_per_node);
+  tr.local_share = 1.0 / e;
+  tr.intra_node_share = static_cast<double>(tr.ep_members_on_node - 1) / e;
+  tr.inter_node_share = static_cast<double>(e - tr.ep_members_on_node) / e;
+  return tr;
+}
+
+}  // namespace monta::model
