@@ -29,15 +29,30 @@ AgentRuntime::AgentRuntime(AgentOptions options) : options_(std::move(options)) 
   if (options_.instance_id.empty()) options_.instance_id = RandomInstanceId();
   std::random_device rd;
   rng_.seed((static_cast<uint64_t>(rd()) << 32) | rd());
+  Reconnect();
+}
+
+void AgentRuntime::Reconnect() {
   grpc::ChannelArguments args;
-  // Reconnect quickly after a planner restart; our own loop adds the jittered backoff.
+  // A channel of our own with a private subchannel pool: after a planner restart a
+  // fresh channel connects at once instead of waiting out gRPC's reconnect backoff
+  // on a shared subchannel. Our loop adds the jittered backoff.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  channel_ = grpc::CreateCustomChannel(options_.planner_address,
-                                       grpc::InsecureChannelCredentials(), args);
-  stub_ = monta::v1::AgentGateway::NewStub(channel_);
+  auto channel = grpc::CreateCustomChannel(options_.planner_address,
+                                           grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<monta::v1::AgentGateway::Stub> stub =
+      monta::v1::AgentGateway::NewStub(channel);
+  absl::MutexLock lock(&mu_);
+  stub_ = std::move(stub);
+}
+
+std::shared_ptr<monta::v1::AgentGateway::Stub> AgentRuntime::stub() {
+  absl::MutexLock lock(&mu_);
+  return stub_;
 }
 
 AgentRuntime::~AgentRuntime() { Stop(); }
@@ -62,7 +77,7 @@ void AgentRuntime::Stop() {
     request.set_instance_id(options_.instance_id);
     monta::v1::DeregisterReply reply;
     auto context = NewContext();
-    grpc::Status status = stub_->Deregister(context.get(), request, &reply);
+    grpc::Status status = stub()->Deregister(context.get(), request, &reply);
     Log(options_.node_name, status.ok() ? "deregistered"
                                         : absl::StrCat("deregister failed: ",
                                                        status.error_message()));
@@ -104,7 +119,7 @@ absl::Status AgentRuntime::RegisterOnce() {
   }
   monta::v1::RegisterReply reply;
   auto context = NewContext();
-  grpc::Status status = stub_->Register(context.get(), request, &reply);
+  grpc::Status status = stub()->Register(context.get(), request, &reply);
   if (!status.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                         status.error_message());
@@ -157,7 +172,7 @@ void AgentRuntime::LeaseLoop() {
     }
     monta::v1::HeartbeatReply reply;
     auto context = NewContext();
-    grpc::Status status = stub_->Heartbeat(context.get(), request, &reply);
+    grpc::Status status = stub()->Heartbeat(context.get(), request, &reply);
     if (status.ok()) {
       if (attempt > 0) Log(options_.node_name, "heartbeat ok again");
       attempt = 0;
@@ -178,6 +193,7 @@ void AgentRuntime::LeaseLoop() {
       ++attempt;
       Log(options_.node_name,
           absl::StrCat("heartbeat failed (", status.error_message(), "); retrying"));
+      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) Reconnect();
     }
   }
 }
@@ -198,7 +214,8 @@ void AgentRuntime::WatchLoop() {
     monta::v1::WatchTasksRequest request;
     request.set_node_name(options_.node_name);
     request.set_instance_id(options_.instance_id);
-    auto reader = stub_->WatchTasks(&context, request);
+    std::shared_ptr<monta::v1::AgentGateway::Stub> watch_stub = stub();
+    auto reader = watch_stub->WatchTasks(&context, request);
     monta::v1::BenchmarkTask task;
     bool got_any = false;
     while (reader->Read(&task)) {
@@ -206,7 +223,7 @@ void AgentRuntime::WatchLoop() {
       attempt = 0;
       Log(options_.node_name, absl::StrCat("task ", task.task_id(), " received"));
       if (options_.runner) {
-        options_.runner(task, stub_.get());
+        options_.runner(task, watch_stub.get());
       } else {
         monta::v1::ReportBenchmarkRequest report;
         report.set_task_id(task.task_id());
@@ -215,7 +232,7 @@ void AgentRuntime::WatchLoop() {
         report.set_error("this agent has no benchmark runner");
         monta::v1::ReportBenchmarkReply reply;
         auto report_context = NewContext();
-        (void)stub_->ReportBenchmark(report_context.get(), report, &reply);
+        (void)watch_stub->ReportBenchmark(report_context.get(), report, &reply);
       }
     }
     grpc::Status status = reader->Finish();

@@ -66,10 +66,11 @@ class AgentRuntime {
   absl::Status RegisterOnce();
   absl::Duration Backoff(int attempt);
   std::unique_ptr<grpc::ClientContext> NewContext() const;
+  // Replaces the channel (after the planner became unreachable).
+  void Reconnect();
+  std::shared_ptr<monta::v1::AgentGateway::Stub> stub();
 
   AgentOptions options_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<monta::v1::AgentGateway::Stub> stub_;
   absl::Notification stop_;
   std::atomic<bool> registered_{false};
   std::atomic<int> registrations_{0};
@@ -77,6 +78,7 @@ class AgentRuntime {
   std::thread watch_thread_;
 
   absl::Mutex mu_;
+  std::shared_ptr<monta::v1::AgentGateway::Stub> stub_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(5);
   absl::Time last_topology_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);

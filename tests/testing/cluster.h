@@ -1,0 +1,52 @@
+// A local Monta cluster for multi-process tests: the real monta-planner and
+// monta-agent binaries on free loopback ports, driven through the real montactl.
+#ifndef MONTA_TESTS_TESTING_CLUSTER_H_
+#define MONTA_TESTS_TESTING_CLUSTER_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/process.h"
+
+namespace monta::testing {
+
+class LocalCluster {
+ public:
+  LocalCluster();
+
+  // Starts the planner with `flags`; port 0 (default) picks a free gRPC port, a
+  // positive port reuses one (planner restart). Waits until it serves.
+  absl::Status StartPlanner(const std::vector<std::string>& flags = {}, int grpc_port = 0);
+  Process& planner() { return planner_; }
+  int grpc_port() const { return grpc_port_; }
+  int metrics_port() const { return metrics_port_; }
+  std::string planner_address() const;
+
+  // Starts an agent named `node` against the planner.
+  absl::Status StartAgent(const std::string& node, const std::vector<std::string>& flags = {});
+  Process& agent(const std::string& node) { return agents_.at(node); }
+
+  // montactl --planner <addr> <args...>
+  CommandResult Montactl(const std::vector<std::string>& args);
+  // `montactl --output json nodes [--all]`, parsed; a null json on failure.
+  nlohmann::json Nodes(bool include_gone = false);
+  // State of `node` ("NODE_STATE_ALIVE", ...) from montactl, or "" if absent.
+  std::string NodeState(const std::string& node, bool include_gone = false);
+
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  Process planner_;
+  int grpc_port_ = 0;
+  int metrics_port_ = 0;
+  int planner_starts_ = 0;
+  std::map<std::string, Process> agents_;
+};
+
+}  // namespace monta::testing
+
+#endif  // MONTA_TESTS_TESTING_CLUSTER_H_
