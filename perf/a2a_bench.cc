@@ -1,0 +1,471 @@
+// monta-a2a-bench: nccl-tests-style benchmark of Monta's MoE dispatch
+// schedules (flat, tp_dedup, tp_dedup_pipelined(K), hierarchical) and plain
+// collectives, on Gloo (CPUs over TCP) or NCCL (GPUs), with data checks.
+//
+//   monta-a2a-bench --backend=gloo --ranks=4 --strategy=flat
+//   monta-a2a-bench --mode=compare_gloo --min_bytes=65536 --max_bytes=16777216
+//   monta-a2a-bench --mode=pipeline_report --tp=2
+//
+// Exit status: 0 when every point's data check passed, 1 on wrong bytes,
+// 2 on errors (including "no GPU" for --backend=nccl on a machine without).
+#include <gloo/alltoall.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/hash_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "agent/bench/bandwidth_math.h"
+#include "agent/bench/moe_groups.h"
+#include "agent/bench/schedule.h"
+#include "agent/bench/sweep.h"
+#include "agent/comm/communicator.h"
+#include "agent/comm/gloo_communicator.h"
+#include "agent/comm/rendezvous_store.h"
+#ifdef MONTA_HAS_NCCL
+#include "agent/comm/nccl_communicator.h"
+#endif
+
+ABSL_FLAG(std::string, backend, "gloo", "gloo | nccl");
+ABSL_FLAG(int, ranks, 4,
+          "ranks on this machine (nccl: 0 = one per GPU; ranks are spread "
+          "over the GPUs round-robin)");
+ABSL_FLAG(std::string, launch, "threads",
+          "threads | processes: how the ranks of this machine run");
+ABSL_FLAG(std::string, mode, "sweep",
+          "sweep | compare_gloo (engine flat AllToAll vs direct "
+          "gloo::alltoall) | pipeline_report (tp_dedup_pipelined K=1,4,16 vs "
+          "tp_dedup)");
+ABSL_FLAG(std::string, strategy, "flat",
+          "flat | tp_dedup | tp_dedup_pipelined | hierarchical | alltoall | "
+          "allgather | copy");
+ABSL_FLAG(int, chunks, 1, "K for tp_dedup_pipelined");
+ABSL_FLAG(int, tp, 1, "tensor-parallel size t (world = t * e)");
+ABSL_FLAG(int, ranks_per_node, 0,
+          "ranks per (emulated) node for hierarchical; 0 = all on one node");
+ABSL_FLAG(uint64_t, min_bytes, 1024, "smallest size (bytes per rank)");
+ABSL_FLAG(uint64_t, max_bytes, 16 << 20, "largest size (bytes per rank)");
+ABSL_FLAG(int, step_factor, 2, "size multiplier between points");
+ABSL_FLAG(int, iters, 20, "timed iterations per size (median reported)");
+ABSL_FLAG(int, warmup, 5, "warm-up iterations per size");
+ABSL_FLAG(uint64_t, row_bytes, 1024,
+          "capacity-row bytes (hidden size x bytes per element)");
+ABSL_FLAG(bool, json, false, "print JSON instead of the table");
+ABSL_FLAG(std::string, hostname, "127.0.0.1", "Gloo listen address");
+ABSL_FLAG(int, timeout_s, 120, "rendezvous and per-operation timeout");
+
+namespace monta::perf {
+namespace {
+
+using bench::SweepPoint;
+
+struct RankResult {
+  std::string text;  // what rank 0 prints
+  bool wrong = false;
+};
+
+absl::StatusOr<std::unique_ptr<comm::Communicator>> MakeWorld(
+    std::shared_ptr<comm::RendezvousStore> store, int rank, int size) {
+  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  const absl::Time deadline = absl::Now() + timeout;
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (backend == "gloo") {
+    comm::GlooOptions options;
+    options.hostname = absl::GetFlag(FLAGS_hostname);
+    options.op_timeout = timeout;
+    auto c = comm::GlooCommunicator::Create(store, "bench/world", rank, size,
+                                            options, deadline);
+    if (!c.ok()) return c.status();
+    return std::unique_ptr<comm::Communicator>(std::move(*c));
+  }
+  if (backend == "nccl") {
+#ifdef MONTA_HAS_NCCL
+    absl::StatusOr<int> gpus = comm::CudaDeviceCount();
+    if (!gpus.ok()) return gpus.status();
+    comm::NcclOptions options;
+    options.device = rank % *gpus;
+    options.op_timeout = timeout;
+    auto c = comm::NcclCommunicator::Create(store, "bench/world", rank, size,
+                                            options, deadline);
+    if (!c.ok()) return c.status();
+    return std::unique_ptr<comm::Communicator>(std::move(*c));
+#else
+    return absl::FailedPreconditionError(
+        "no GPU: this binary was built without CUDA/NCCL");
+#endif
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown backend '", backend, "' (want gloo or nccl)"));
+}
+
+bench::SweepOptions SweepFlags() {
+  bench::SweepOptions o;
+  o.min_bytes = absl::GetFlag(FLAGS_min_bytes);
+  o.max_bytes = absl::GetFlag(FLAGS_max_bytes);
+  o.step_factor = absl::GetFlag(FLAGS_step_factor);
+  o.iterations = absl::GetFlag(FLAGS_iters);
+  o.warmup_iterations = absl::GetFlag(FLAGS_warmup);
+  o.row_bytes = absl::GetFlag(FLAGS_row_bytes);
+  return o;
+}
+
+std::string Table(const std::string& title,
+                  const std::vector<SweepPoint>& points, bool with_chunks) {
+  std::string out = absl::StrCat("# ", title, "\n");
+  absl::StrAppendFormat(&out, "#%14s %12s %7s %12s %12s %12s %8s%s\n", "size",
+                        "count", "type", "time(us)", "algbw(GB/s)",
+                        "busbw(GB/s)", "#wrong", with_chunks ? "  K_eff" : "");
+  for (const SweepPoint& p : points) {
+    absl::StrAppendFormat(&out, "%15d %12d %7s %12.2f %12.3f %12.3f %8d",
+                          p.bytes, p.count, p.type, p.time_us, p.algbw_gbps,
+                          p.busbw_gbps, p.wrong);
+    if (with_chunks) absl::StrAppendFormat(&out, " %6d", p.chunks_effective);
+    out += "\n";
+  }
+  return out;
+}
+
+std::string Json(const std::string& title,
+                 const std::vector<SweepPoint>& points) {
+  std::string out = absl::StrFormat(
+      "{\"benchmark\": \"%s\", \"backend\": \"%s\", \"points\": [", title,
+      absl::GetFlag(FLAGS_backend));
+  for (size_t i = 0; i < points.size(); ++i) {
+    const SweepPoint& p = points[i];
+    absl::StrAppendFormat(
+        &out,
+        "%s{\"size\": %d, \"count\": %d, \"type\": \"%s\", \"time_us\": %.3f, "
+        "\"algbw_gbps\": %.6f, \"busbw_gbps\": %.6f, \"wrong\": %d, "
+        "\"chunks_effective\": %d}",
+        i ? ", " : "", p.bytes, p.count, p.type, p.time_us, p.algbw_gbps,
+        p.busbw_gbps, p.wrong, p.chunks_effective);
+  }
+  return out + "]}\n";
+}
+
+bool AnyWrong(const std::vector<SweepPoint>& points) {
+  for (const SweepPoint& p : points) {
+    if (p.wrong != 0) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<RankResult> RunSweep(comm::Communicator& world) {
+  const std::string strategy = absl::GetFlag(FLAGS_strategy);
+  const bench::SweepOptions options = SweepFlags();
+  std::string title =
+      absl::StrFormat("monta-a2a-bench %s: backend %s, %d ranks, strategy %s",
+                      absl::GetFlag(FLAGS_launch), absl::GetFlag(FLAGS_backend),
+                      world.size(), strategy);
+  absl::StatusOr<std::vector<SweepPoint>> points;
+  bool with_chunks = false;
+  if (strategy == "alltoall" || strategy == "allgather" || strategy == "copy") {
+    const bench::Collective c =
+        strategy == "alltoall"    ? bench::Collective::kAllToAll
+        : strategy == "allgather" ? bench::Collective::kAllGather
+                                  : bench::Collective::kCopy;
+    points = bench::SweepCollective(world, c, options);
+  } else {
+    absl::StatusOr<bench::Strategy> s = bench::ParseStrategy(strategy);
+    if (!s.ok()) return s.status();
+    bench::MoeLayout layout{absl::GetFlag(FLAGS_tp),
+                            absl::GetFlag(FLAGS_ranks_per_node)};
+    absl::StatusOr<bench::MoeGroups> groups = bench::MakeMoeGroups(
+        world, layout,
+        absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
+    if (!groups.ok()) return groups.status();
+    absl::StrAppendFormat(&title, ", chunks %d, tp %d, ep %d, row_bytes %d",
+                          absl::GetFlag(FLAGS_chunks), layout.tp_size,
+                          groups->ep->size(), options.row_bytes);
+    with_chunks = *s == bench::Strategy::kTpDedupPipelined;
+    points =
+        bench::SweepStrategy(*groups, *s, absl::GetFlag(FLAGS_chunks), options);
+  }
+  if (!points.ok()) return points.status();
+  RankResult result;
+  result.wrong = AnyWrong(*points);
+  result.text = absl::GetFlag(FLAGS_json) ? Json(title, *points)
+                                          : Table(title, *points, with_chunks);
+  return result;
+}
+
+// Direct gloo::alltoall for comparison: one context per rank with its own TCP
+// pairs, called on the rank's thread, nothing of Monta in between.
+absl::StatusOr<RankResult> RunCompareGloo(comm::Communicator& world,
+                                          gloo::rendezvous::Store& gloo_store) {
+  if (absl::GetFlag(FLAGS_backend) != "gloo" ||
+      absl::GetFlag(FLAGS_launch) != "threads") {
+    return absl::InvalidArgumentError(
+        "compare_gloo needs --backend=gloo --launch=threads");
+  }
+  const int n = world.size(), me = world.rank();
+  // The direct side: plain Gloo, the way a Gloo user would write it.
+  gloo::transport::tcp::attr attr;
+  attr.hostname = absl::GetFlag(FLAGS_hostname);
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  auto context = std::make_shared<gloo::rendezvous::Context>(me, n);
+  context->setTimeout(std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s)));
+  gloo::rendezvous::PrefixStore prefixed("direct", gloo_store);
+  context->connectFullMesh(prefixed, device);
+
+  bench::MoeLayout layout{1, 0};
+  absl::StatusOr<bench::MoeGroups> groups = bench::MakeMoeGroups(
+      world, layout,
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
+  if (!groups.ok()) return groups.status();
+  bench::SweepOptions options = SweepFlags();
+  const std::vector<uint64_t> sizes = bench::SweepSizes(
+      options.min_bytes, options.max_bytes, options.step_factor);
+  std::string out = absl::StrFormat(
+      "# engine flat AllToAll (GlooCommunicator + schedule + data check "
+      "outside timing) vs direct gloo::alltoall, %d ranks, threads\n"
+      "#%14s %14s %14s %16s %16s %8s %8s\n",
+      n, "size", "engine(us)", "direct(us)", "engine busbw", "direct busbw",
+      "ratio", "#wrong");
+  bool wrong_any = false;
+  for (uint64_t size : sizes) {
+    bench::SweepOptions one = options;
+    one.min_bytes = one.max_bytes = size;
+    absl::StatusOr<std::vector<SweepPoint>> engine =
+        bench::SweepStrategy(*groups, bench::Strategy::kFlat, 1, one);
+    if (!engine.ok()) return engine.status();
+    const SweepPoint& e = engine->front();
+    wrong_any |= e.wrong != 0;
+    // Same bytes as the engine moved.
+    std::vector<uint8_t> in(e.bytes, static_cast<uint8_t>(me)),
+        out_buf(e.bytes);
+    std::vector<double> samples;
+    for (int i = 0; i < options.warmup_iterations + options.iterations; ++i) {
+      gloo::AlltoallOptions opts(context);
+      opts.setInput(in.data(), in.size());
+      opts.setOutput(out_buf.data(), out_buf.size());
+      opts.setTag(static_cast<uint32_t>(i));
+      const absl::Time start = absl::Now();
+      gloo::alltoall(opts);
+      if (i >= options.warmup_iterations) {
+        samples.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+      }
+    }
+    const double mine = bench::Median(samples);
+    // Agree on the slowest rank, like the engine's sweep does.
+    absl::StatusOr<std::pair<double, uint64_t>> agreed =
+        bench::AgreeAcrossRanks(world, mine, 0);
+    if (!agreed.ok()) return agreed.status();
+    const double direct_us = agreed->first;
+    const double direct_busbw =
+        bench::BusBwBytesPerSecond(bench::Collective::kAllToAll, e.bytes,
+                                   direct_us * 1e-6, n) /
+        1e9;
+    absl::StrAppendFormat(&out, "%15d %14.1f %14.1f %16.3f %16.3f %8.3f %8d\n",
+                          e.bytes, e.time_us, direct_us, e.busbw_gbps,
+                          direct_busbw, e.busbw_gbps / direct_busbw, e.wrong);
+  }
+  RankResult result;
+  result.text = out;
+  result.wrong = wrong_any;
+  return result;
+}
+
+absl::StatusOr<RankResult> RunPipelineReport(comm::Communicator& world) {
+  bench::MoeLayout layout{absl::GetFlag(FLAGS_tp),
+                          absl::GetFlag(FLAGS_ranks_per_node)};
+  absl::StatusOr<bench::MoeGroups> groups = bench::MakeMoeGroups(
+      world, layout,
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
+  if (!groups.ok()) return groups.status();
+  const bench::SweepOptions options = SweepFlags();
+  struct Column {
+    std::string name;
+    bench::Strategy strategy;
+    int chunks;
+  };
+  const std::vector<Column> columns = {
+      {"flat", bench::Strategy::kFlat, 1},
+      {"tp_dedup", bench::Strategy::kTpDedup, 1},
+      {"pipe K=1", bench::Strategy::kTpDedupPipelined, 1},
+      {"pipe K=4", bench::Strategy::kTpDedupPipelined, 4},
+      {"pipe K=16", bench::Strategy::kTpDedupPipelined, 16},
+  };
+  std::vector<std::vector<SweepPoint>> results;
+  bool wrong_any = false;
+  for (const Column& c : columns) {
+    absl::StatusOr<std::vector<SweepPoint>> points =
+        bench::SweepStrategy(*groups, c.strategy, c.chunks, options);
+    if (!points.ok()) return points.status();
+    wrong_any |= AnyWrong(*points);
+    results.push_back(std::move(*points));
+  }
+  std::string out = absl::StrFormat(
+      "# %s, %d ranks, tp %d, ep %d, row_bytes %d: median time (us) per "
+      "dispatch of D bytes per rank; speedup = tp_dedup time / time; "
+      "K_eff in ()\n#%14s",
+      absl::GetFlag(FLAGS_backend), world.size(), layout.tp_size,
+      groups->ep->size(), options.row_bytes, "D bytes");
+  for (const Column& c : columns) absl::StrAppendFormat(&out, " %12s", c.name);
+  out += "   speedup K=1/4/16  #wrong\n";
+  for (size_t i = 0; i < results[0].size(); ++i) {
+    absl::StrAppendFormat(&out, "%15d", results[0][i].bytes);
+    uint64_t wrong = 0;
+    for (size_t c = 0; c < columns.size(); ++c) {
+      const SweepPoint& p = results[c][i];
+      wrong += p.wrong;
+      if (columns[c].strategy == bench::Strategy::kTpDedupPipelined) {
+        absl::StrAppendFormat(&out, " %8.1f(%2d)", p.time_us,
+                              p.chunks_effective);
+      } else {
+        absl::StrAppendFormat(&out, " %12.1f", p.time_us);
+      }
+    }
+    const double s1 = results[1][i].time_us;
+    absl::StrAppendFormat(
+        &out, "   %5.2f/%5.2f/%5.2f  %6d\n", s1 / results[2][i].time_us,
+        s1 / results[3][i].time_us, s1 / results[4][i].time_us, wrong);
+  }
+  RankResult result;
+  result.text = out;
+  result.wrong = wrong_any;
+  return result;
+}
+
+// State the ranks of thread mode share.
+struct Shared {
+  gloo::rendezvous::HashStore gloo_store;  // for the direct Gloo side
+};
+
+// Runs one rank; returns its exit code. Rank 0 prints the result.
+int RunRank(std::shared_ptr<comm::RendezvousStore> store, Shared* shared,
+            int rank, int size) {
+  absl::StatusOr<std::unique_ptr<comm::Communicator>> world =
+      MakeWorld(store, rank, size);
+  absl::StatusOr<RankResult> result;
+  if (!world.ok()) {
+    result = world.status();
+  } else {
+    const std::string mode = absl::GetFlag(FLAGS_mode);
+    try {
+      if (mode == "sweep") {
+        result = RunSweep(**world);
+      } else if (mode == "compare_gloo") {
+        if (shared == nullptr) {
+          result =
+              absl::InvalidArgumentError("compare_gloo needs --launch=threads");
+        } else {
+          result = RunCompareGloo(**world, shared->gloo_store);
+        }
+      } else if (mode == "pipeline_report") {
+        result = RunPipelineReport(**world);
+      } else {
+        result = absl::InvalidArgumentError(
+            absl::StrCat("unknown mode '", mode, "'"));
+      }
+    } catch (const std::exception& e) {  // direct Gloo calls throw
+      result = absl::InternalError(e.what());
+    }
+  }
+  if (!result.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank,
+                 result.status().ToString().c_str());
+    return 2;
+  }
+  if (rank == 0) std::fputs(result->text.c_str(), stdout);
+  return result->wrong ? 1 : 0;
+}
+
+int Main() {
+  int ranks = absl::GetFlag(FLAGS_ranks);
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (backend == "nccl") {
+#ifdef MONTA_HAS_NCCL
+    absl::StatusOr<int> gpus = comm::CudaDeviceCount();
+    if (!gpus.ok()) {
+      std::fprintf(stderr, "%s\n",
+                   std::string(gpus.status().message()).c_str());
+      return 2;
+    }
+    if (ranks <= 0) ranks = *gpus;
+#else
+    std::fprintf(stderr, "no GPU: built without CUDA/NCCL\n");
+    return 2;
+#endif
+  }
+  if (ranks < 1) {
+    std::fprintf(stderr, "--ranks must be >= 1\n");
+    return 2;
+  }
+  const std::string launch = absl::GetFlag(FLAGS_launch);
+  if (launch == "threads") {
+    auto store = std::make_shared<comm::InMemoryStore>();
+    Shared shared;
+    std::vector<int> codes(ranks, 0);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r) {
+      threads.emplace_back(
+          [&, r] { codes[r] = RunRank(store, &shared, r, ranks); });
+    }
+    for (auto& t : threads) t.join();
+    return *std::max_element(codes.begin(), codes.end());
+  }
+  if (launch == "processes") {
+    // Fork before any thread exists; ranks meet through files.
+    char dir_template[] = "/tmp/monta-a2a-bench-XXXXXX";
+    if (mkdtemp(dir_template) == nullptr) {
+      std::perror("mkdtemp");
+      return 2;
+    }
+    std::vector<pid_t> children;
+    for (int r = 0; r < ranks; ++r) {
+      const pid_t pid = fork();
+      if (pid < 0) {
+        std::perror("fork");
+        return 2;
+      }
+      if (pid == 0) {
+        auto store = std::make_shared<comm::FileStore>(dir_template);
+        const int code = RunRank(store, nullptr, r, ranks);
+        // _exit skips stdio's flush at exit.
+        std::fflush(stdout);
+        std::fflush(stderr);
+        _exit(code);
+      }
+      children.push_back(pid);
+    }
+    int worst = 0;
+    for (pid_t pid : children) {
+      int status = 0;
+      waitpid(pid, &status, 0);
+      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 2;
+      worst = std::max(worst, code);
+    }
+    std::string cleanup = absl::StrCat("rm -rf '", dir_template, "'");
+    if (std::system(cleanup.c_str()) != 0) {
+      std::fprintf(stderr, "could not remove %s\n", dir_template);
+    }
+    return worst;
+  }
+  std::fprintf(stderr, "unknown --launch '%s'\n", launch.c_str());
+  return 2;
+}
+
+}  // namespace
+}  // namespace monta::perf
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return monta::perf::Main();
+}
