@@ -62,8 +62,10 @@ class CudaRuntimeGpuSource : public GpuSource {
         break;
       }
       const char* err = dlerror();
-      absl::StrAppend(&tried, tried.empty() ? "" : "; ", candidate, ": ",
-                      err != nullptr ? err : "not found");
+      // dlerror() already names the library.
+      absl::StrAppend(&tried, tried.empty() ? "" : "; ",
+                      err != nullptr ? std::string(err)
+                                     : absl::StrCat(candidate, ": not found"));
     }
     if (lib == nullptr) {
       return absl::UnavailableError(

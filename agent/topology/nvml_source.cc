@@ -126,9 +126,10 @@ class NvmlLibrarySource : public NvmlSource {
     void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) {
       const char* err = dlerror();
-      return absl::UnavailableError(
-          absl::StrCat("NVML not loadable (libnvidia-ml.so.1: ",
-                       err != nullptr ? err : "not found", ")"));
+      // dlerror() already names the library.
+      return absl::UnavailableError(absl::StrCat(
+          "NVML not loadable (",
+          err != nullptr ? err : "libnvidia-ml.so.1: not found", ")"));
     }
     auto sym = [&](const char* name) { return dlsym(lib, name); };
     auto init = reinterpret_cast<InitFn>(sym("nvmlInit_v2"));

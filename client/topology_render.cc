@@ -1,0 +1,185 @@
+#include "client/topology_render.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/table.h"
+
+namespace monta::client {
+namespace {
+
+using monta::v1::PathType;
+
+// nvidia-smi pads the self cell with spaces so "X" sits mid-column.
+constexpr char kSelfCell[] = " X ";
+
+std::string PathCell(PathType path, int nvlink_count) {
+  switch (path) {
+    case monta::v1::PATH_TYPE_SELF:
+      return kSelfCell;
+    case monta::v1::PATH_TYPE_NVLINK:
+      return absl::StrCat("NV", nvlink_count);
+    case monta::v1::PATH_TYPE_PIX:
+      return "PIX";
+    case monta::v1::PATH_TYPE_PXB:
+      return "PXB";
+    case monta::v1::PATH_TYPE_PHB:
+      return "PHB";
+    case monta::v1::PATH_TYPE_NODE:
+      return "NODE";
+    case monta::v1::PATH_TYPE_SYS:
+      return "SYS";
+    default:
+      return "N/A";
+  }
+}
+
+std::string NumaClass(int numa_a, int numa_b) {
+  return numa_a >= 0 && numa_a == numa_b ? "NODE" : "SYS";
+}
+
+// One column per NIC device (ports of one device share a column, as in
+// nvidia-smi), in the topology's (name, port) order.
+struct NicColumn {
+  std::string name;
+  int numa_node = -1;
+};
+
+std::vector<NicColumn> NicColumns(const monta::v1::NodeTopology& topology) {
+  std::vector<NicColumn> columns;
+  for (const monta::v1::Nic& nic : topology.nics()) {
+    if (!columns.empty() && columns.back().name == nic.name()) continue;
+    columns.push_back({nic.name(), nic.numa_node()});
+  }
+  return columns;
+}
+
+constexpr char kLegend[] =
+    "Legend:\n"
+    "\n"
+    "  X    = Self\n"
+    "  SYS  = Connection traversing PCIe as well as the SMP interconnect "
+    "between NUMA nodes (e.g., QPI/UPI)\n"
+    "  NODE = Connection traversing PCIe as well as the interconnect between "
+    "PCIe Host Bridges within a NUMA node\n"
+    "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge "
+    "(typically the CPU)\n"
+    "  PXB  = Connection traversing multiple PCIe bridges (without traversing "
+    "the PCIe Host Bridge)\n"
+    "  PIX  = Connection traversing at most a single PCIe bridge\n"
+    "  NV#  = Connection traversing a bonded set of # NVLinks\n";
+
+}  // namespace
+
+std::string RenderTopoMatrix(const monta::v1::NodeTopology& topology) {
+  std::vector<const monta::v1::Gpu*> gpus;
+  for (const monta::v1::Gpu& gpu : topology.gpus()) gpus.push_back(&gpu);
+  std::sort(gpus.begin(), gpus.end(),
+            [](const monta::v1::Gpu* a, const monta::v1::Gpu* b) {
+              return a->index() < b->index();
+            });
+  std::map<std::pair<int, int>, const monta::v1::GpuLink*> links;
+  for (const monta::v1::GpuLink& link : topology.gpu_links()) {
+    links[{link.gpu_a(), link.gpu_b()}] = &link;
+  }
+  std::map<int, std::string> cpus_of_numa;
+  for (const monta::v1::NumaNode& node : topology.numa_nodes()) {
+    cpus_of_numa[node.id()] = node.cpu_list();
+  }
+  const std::vector<NicColumn> nics = NicColumns(topology);
+
+  std::vector<std::string> header;
+  for (const monta::v1::Gpu* gpu : gpus) {
+    header.push_back(absl::StrCat("GPU", gpu->index()));
+  }
+  for (size_t k = 0; k < nics.size(); ++k) {
+    header.push_back(absl::StrCat("NIC", k));
+  }
+  std::string out = absl::StrCat("\t", absl::StrJoin(header, "\t"),
+                                 header.empty() ? "" : "\t",
+                                 "CPU Affinity\tNUMA Affinity\tGPU NUMA ID\n");
+
+  auto gpu_nic_cell = [](const monta::v1::Gpu& gpu, const NicColumn& nic) {
+    if (gpu.nearest_nic() == nic.name) {
+      return PathCell(gpu.nearest_nic_path(), 0);
+    }
+    return NumaClass(gpu.numa_node(), nic.numa_node);
+  };
+
+  for (const monta::v1::Gpu* gpu : gpus) {
+    std::vector<std::string> cells;
+    for (const monta::v1::Gpu* peer : gpus) {
+      if (peer == gpu) {
+        cells.push_back(kSelfCell);
+        continue;
+      }
+      auto it = links.find({std::min(gpu->index(), peer->index()),
+                            std::max(gpu->index(), peer->index())});
+      cells.push_back(it == links.end() ? "N/A"
+                                        : PathCell(it->second->path(),
+                                                   it->second->nvlink_count()));
+    }
+    for (const NicColumn& nic : nics) cells.push_back(gpu_nic_cell(*gpu, nic));
+    auto cpus = cpus_of_numa.find(gpu->numa_node());
+    const std::string cpu_affinity =
+        cpus != cpus_of_numa.end() && !cpus->second.empty() ? cpus->second
+                                                            : "N/A";
+    const std::string numa_affinity =
+        gpu->numa_node() >= 0 ? absl::StrCat(gpu->numa_node()) : "N/A";
+    // Two tabs before GPU NUMA ID: nvidia-smi aligns under its wide header.
+    absl::StrAppend(&out, "GPU", gpu->index(), "\t", absl::StrJoin(cells, "\t"),
+                    "\t", cpu_affinity, "\t", numa_affinity, "\t\tN/A\n");
+  }
+  for (size_t k = 0; k < nics.size(); ++k) {
+    std::vector<std::string> cells;
+    for (const monta::v1::Gpu* gpu : gpus) {
+      cells.push_back(gpu_nic_cell(*gpu, nics[k]));
+    }
+    for (size_t l = 0; l < nics.size(); ++l) {
+      cells.push_back(l == k ? kSelfCell
+                             : NumaClass(nics[k].numa_node, nics[l].numa_node));
+    }
+    absl::StrAppend(&out, "NIC", k, "\t", absl::StrJoin(cells, "\t"), "\n");
+  }
+  absl::StrAppend(&out, "\n", kLegend);
+  if (!nics.empty()) {
+    absl::StrAppend(&out, "\nNIC Legend:\n\n");
+    for (size_t k = 0; k < nics.size(); ++k) {
+      absl::StrAppend(&out, "  NIC", k, ": ", nics[k].name, "\n");
+    }
+  }
+  return out;
+}
+
+std::string RenderNicTable(const monta::v1::NodeTopology& topology) {
+  Table table({"NIC", "PORT", "LINK LAYER", "RATE (Gb/s)", "STATE",
+               "PHYS STATE", "PCI", "NUMA", "PROVENANCE"});
+  auto or_dash = [](const std::string& text) {
+    return text.empty() ? std::string("-") : text;
+  };
+  for (const monta::v1::Nic& nic : topology.nics()) {
+    std::ostringstream rate;
+    rate << nic.rate_gbps();
+    std::string provenance = "-";
+    if (nic.provenance() == monta::v1::PROVENANCE_DISCOVERED) {
+      provenance = "discovered";
+    } else if (nic.provenance() == monta::v1::PROVENANCE_DECLARED) {
+      provenance = "declared";
+    }
+    table.AddRow({nic.name(), absl::StrCat(nic.port()),
+                  or_dash(nic.link_layer()),
+                  nic.rate_gbps() > 0 ? rate.str() : "-", or_dash(nic.state()),
+                  or_dash(nic.phys_state()), or_dash(nic.pci_address()),
+                  nic.numa_node() >= 0 ? absl::StrCat(nic.numa_node()) : "-",
+                  provenance});
+  }
+  return table.Render();
+}
+
+}  // namespace monta::client
