@@ -399,6 +399,10 @@ int Main() {
       return 2;
     }
     if (ranks <= 0) ranks = *gpus;
+    // The pipelined schedules run NCCL kernels of two communicators (EP and
+    // TP) concurrently on one GPU; ordering their launches by host program
+    // order (the same on every rank) rules out cross-communicator deadlock.
+    setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", /*overwrite=*/0);
 #else
     std::fprintf(stderr, "no GPU: built without CUDA/NCCL\n");
     return 2;

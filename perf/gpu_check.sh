@@ -31,6 +31,9 @@ common=(--backend=nccl --ranks="${gpus}" --min_bytes=1024
 tp=1
 if (( gpus % 2 == 0 && gpus >= 2 )); then tp=2; fi
 
+# Two communicators (EP, TP) run kernels concurrently in the pipelined
+# schedules; keep their launches in host program order on every rank.
+export NCCL_LAUNCH_ORDER_IMPLICIT=1
 status=0
 run() {
   echo "== monta-a2a-bench $*"

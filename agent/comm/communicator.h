@@ -118,6 +118,7 @@ class Communicator {
   // calls it; members with the same `color` form a new communicator, ranked by
   // (`key`, old rank). The new communicator has the same number of streams.
   // Fails (naming the missing ranks) if a member does not join by `deadline`.
+  // Not thread-safe: members call Split in the same order, from one thread.
   virtual absl::StatusOr<std::unique_ptr<Communicator>> Split(
       int color, int key, absl::Time deadline) = 0;
 

@@ -436,49 +436,18 @@ absl::Status NcclCommunicator::CopyToHost(void* host_dst, const void* src,
 
 absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Split(
     int color, int key, absl::Time deadline) {
-  if (color < 0) {
-    return absl::InvalidArgumentError("Split: color must be >= 0");
-  }
   // Same protocol as GlooCommunicator::Split: colors through the store, then a
   // fresh ncclComm per color (its own unique id, so no ncclCommSplit state is
   // shared with the parent).
   const std::string split_scope = absl::StrCat(scope_, "/split", splits_++);
-  absl::Status set = store_->Set(absl::StrCat(split_scope, "/member/", rank_),
-                                 absl::StrCat(color, ",", key));
-  if (!set.ok()) return set;
-  std::vector<std::pair<int, int>> members;
-  std::vector<int> missing;
-  for (int peer = 0; peer < size_; ++peer) {
-    absl::StatusOr<std::string> v =
-        store_->Get(absl::StrCat(split_scope, "/member/", peer), deadline);
-    if (!v.ok()) {
-      if (!absl::IsDeadlineExceeded(v.status())) return v.status();
-      missing.push_back(peer);
-      continue;
-    }
-    std::pair<std::string, std::string> parts = absl::StrSplit(*v, ',');
-    int peer_color = 0, peer_key = 0;
-    if (!absl::SimpleAtoi(parts.first, &peer_color) ||
-        !absl::SimpleAtoi(parts.second, &peer_key)) {
-      return absl::InternalError(absl::StrCat("Split: bad entry '", *v, "'"));
-    }
-    if (peer_color == color) members.emplace_back(peer_key, peer);
-  }
-  if (!missing.empty()) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "Split of '", scope_, "': rank(s) ", absl::StrJoin(missing, ","),
-        " of ", size_, " never joined by ", absl::FormatTime(deadline)));
-  }
-  std::sort(members.begin(), members.end());
-  int new_rank = 0;
-  for (size_t i = 0; i < members.size(); ++i) {
-    if (members[i].second == rank_) new_rank = static_cast<int>(i);
-  }
+  absl::StatusOr<SplitPlacement> placement = ExchangeSplitColors(
+      *store_, split_scope, rank_, size_, color, key, deadline);
+  if (!placement.ok()) return placement.status();
   NcclOptions child_options = options_;
   child_options.num_streams = num_streams();
   absl::StatusOr<std::unique_ptr<NcclCommunicator>> child =
-      Create(store_, absl::StrCat(split_scope, "/color", color), new_rank,
-             static_cast<int>(members.size()), child_options, deadline);
+      Create(store_, absl::StrCat(split_scope, "/color", color),
+             placement->rank, placement->size, child_options, deadline);
   if (!child.ok()) return child.status();
   return std::unique_ptr<Communicator>(std::move(*child));
 }

@@ -1,14 +1,17 @@
 #include "agent/comm/rendezvous_store.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 
 namespace monta::comm {
 
@@ -112,6 +115,50 @@ absl::Status JoinAll(RendezvousStore& store, absl::string_view scope, int rank,
       absl::StrCat("rank(s) ", absl::StrJoin(missing, ","), " of ", size,
                    " never joined rendezvous '", scope, "' by ",
                    absl::FormatTime(deadline), " (seen from rank ", rank, ")"));
+}
+
+absl::StatusOr<SplitPlacement> ExchangeSplitColors(RendezvousStore& store,
+                                                   absl::string_view scope,
+                                                   int rank, int size,
+                                                   int color, int key,
+                                                   absl::Time deadline) {
+  if (color < 0) {
+    return absl::InvalidArgumentError("Split: color must be >= 0");
+  }
+  absl::Status set = store.Set(absl::StrCat(scope, "/member/", rank),
+                               absl::StrCat(color, ",", key));
+  if (!set.ok()) return set;
+  std::vector<std::pair<int, int>> members;  // (key, old rank) of our color
+  std::vector<int> missing;
+  for (int peer = 0; peer < size; ++peer) {
+    absl::StatusOr<std::string> v =
+        store.Get(absl::StrCat(scope, "/member/", peer), deadline);
+    if (!v.ok()) {
+      if (!absl::IsDeadlineExceeded(v.status())) return v.status();
+      missing.push_back(peer);
+      continue;
+    }
+    std::pair<std::string, std::string> parts = absl::StrSplit(*v, ',');
+    int peer_color = 0, peer_key = 0;
+    if (!absl::SimpleAtoi(parts.first, &peer_color) ||
+        !absl::SimpleAtoi(parts.second, &peer_key)) {
+      return absl::InternalError(
+          absl::StrCat("Split: bad member entry '", *v, "'"));
+    }
+    if (peer_color == color) members.emplace_back(peer_key, peer);
+  }
+  if (!missing.empty()) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "Split '", scope, "': rank(s) ", absl::StrJoin(missing, ","), " of ",
+        size, " never joined by ", absl::FormatTime(deadline)));
+  }
+  std::sort(members.begin(), members.end());
+  SplitPlacement placement;
+  placement.size = static_cast<int>(members.size());
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i].second == rank) placement.rank = static_cast<int>(i);
+  }
+  return placement;
 }
 
 }  // namespace monta::comm

@@ -81,6 +81,22 @@ class PrefixStore : public RendezvousStore {
 absl::Status JoinAll(RendezvousStore& store, absl::string_view scope, int rank,
                      int size, absl::Time deadline);
 
+// Where a rank lands after a split: its rank in, and the size of, the group of
+// its color.
+struct SplitPlacement {
+  int rank = 0;
+  int size = 0;
+};
+
+// The store half of Communicator::Split (MPI_Comm_split semantics): publishes
+// (color, key) under `scope`, reads every member's, and ranks the members of
+// `color` by (key, old rank). Names the members missing at `deadline`.
+absl::StatusOr<SplitPlacement> ExchangeSplitColors(RendezvousStore& store,
+                                                   absl::string_view scope,
+                                                   int rank, int size,
+                                                   int color, int key,
+                                                   absl::Time deadline);
+
 }  // namespace monta::comm
 
 #endif  // MONTA_AGENT_COMM_RENDEZVOUS_STORE_H_
