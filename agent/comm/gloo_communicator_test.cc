@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "agent/comm/rendezvous_store.h"
 #include "gtest/gtest.h"
@@ -149,6 +150,36 @@ TEST(GlooCommunicatorTest, MissingRankFailsRendezvousNamingIt) {
     EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
     EXPECT_TRUE(absl::StrContains(s.message(), "rank(s) 3 of 4")) << s;
   }
+}
+
+TEST(GlooCommunicatorTest, SilentPeerEndsInDeadlineExceededAndPoisons) {
+  auto store = std::make_shared<InMemoryStore>();
+  absl::Notification rank0_done;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      GlooOptions options;
+      options.op_timeout = absl::Milliseconds(300);
+      auto comm = GlooCommunicator::Create(store, "silent", r, 2, options,
+                                           absl::Now() + absl::Seconds(20));
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      if (r == 1) {
+        // Connected, but never takes part: rank 0 must not hang.
+        rank0_done.WaitForNotification();
+        return;
+      }
+      std::vector<uint8_t> send(64), recv(64);
+      absl::Status s =
+          (*comm)->AllToAll(send.data(), recv.data(), 32, {})->Wait();
+      EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+      // Later operations on the stream fail at once with the same error.
+      absl::Status later =
+          (*comm)->AllToAll(send.data(), recv.data(), 32, {})->Wait();
+      EXPECT_TRUE(absl::IsDeadlineExceeded(later)) << later;
+      rank0_done.Notify();
+    });
+  }
+  for (auto& t : threads) t.join();
 }
 
 TEST(GlooCommunicatorTest, AbortFailsQueuedOperations) {
