@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages Monta builds and tests with, only those missing.
+# Idempotent; needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap
+  g++
+  libgrpc++-dev
+  protobuf-compiler-grpc
+  libprotobuf-dev
+  protobuf-compiler
+  libabsl-dev
+  prometheus-cpp-dev
+  libgloo-dev
+  libsqlite3-dev
+  nlohmann-json3-dev
+  libyaml-cpp-dev
+  libgtest-dev
+  libgmock-dev
+  googletest
+  libbenchmark-dev
+  iproute2
+  curl
+  python3
+)
+# Extra packages for the consumer tests (real Prometheus server, promtool).
+if [[ "${MONTA_SETUP_EXTRAS:-1}" == "1" ]]; then
+  PACKAGES+=(prometheus)
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#PACKAGES[@]} Debian packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done"
