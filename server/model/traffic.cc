@@ -70,6 +70,12 @@ absl::StatusOr<Traffic> ComputeTraffic(const MoeJobShape& job,
   const double bytes_per_row =
       static_cast<double>(job.hidden_size) * job.bytes_per_element;
   const double routed = static_cast<double>(job.top_k) * tr.tokens_per_rank;
+  // Keeps the integer row counts below meaningful and far from overflow.
+  if (routed * std::max(1.0, job.capacity_factor) > 1e15) {
+    return absl::InvalidArgumentError(
+        "job: routed tokens per rank (top_k x tokens x capacity factor) "
+        "exceed 1e15");
+  }
   if (job.capacity_factor > 0) {
     tr.capacity_tokens = static_cast<int64_t>(
         std::ceil(routed * job.capacity_factor / job.num_experts));

@@ -1,0 +1,77 @@
+#include "server/planning/curve_conversion.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace monta::planning {
+
+using monta::model::Collective;
+
+absl::StatusOr<monta::model::BandwidthCurve> CurveFromProto(
+    const monta::v1::BandwidthCurve& curve) {
+  Collective collective;
+  switch (curve.collective()) {
+    case monta::v1::COLLECTIVE_ALLTOALL:
+      collective = Collective::kAllToAll;
+      break;
+    case monta::v1::COLLECTIVE_ALLGATHER:
+      collective = Collective::kAllGather;
+      break;
+    case monta::v1::COLLECTIVE_COPY:
+      collective = Collective::kCopy;
+      break;
+    default:
+      return absl::InvalidArgumentError("curve collective: unspecified");
+  }
+  const int nranks = curve.nranks();
+  const int n_nodes = curve.n_nodes() > 0 ? curve.n_nodes() : 1;
+  if (nranks < 1 || nranks % n_nodes != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("curve nranks: must be a positive multiple of n_nodes (",
+                     n_nodes, "), got ", nranks));
+  }
+  std::vector<monta::model::CurveSample> samples;
+  samples.reserve(curve.points_size());
+  for (int i = 0; i < curve.points_size(); ++i) {
+    const monta::v1::CurvePoint& p = curve.points(i);
+    if (p.wrong_bytes() > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("curve points[", i, "]: failed its data check (",
+                       p.wrong_bytes(), " wrong bytes)"));
+    }
+    double seconds = p.time_seconds();
+    if (seconds <= 0) {
+      seconds = monta::model::TimeFromBusBandwidthSeconds(
+          collective, nranks, static_cast<double>(p.message_bytes()),
+          p.busbw_bytes_per_second());
+    }
+    samples.push_back({static_cast<double>(p.message_bytes()), seconds});
+  }
+  return monta::model::BandwidthCurve::FromSamples(
+      collective, nranks, nranks / n_nodes, std::move(samples));
+}
+
+monta::v1::HardwareProfile ProfileToProto(
+    const monta::model::HardwareProfile& profile) {
+  monta::v1::HardwareProfile out;
+  out.set_name(profile.name);
+  out.set_version(profile.version);
+  out.set_description(profile.description);
+  out.set_gpus_per_node(profile.gpus_per_node);
+  out.set_nics_per_node(profile.nics_per_node);
+  out.set_nic_rate_gbps(profile.nic_rate_gbps);
+  out.set_nvlink_bytes_per_second(profile.nvlink_bytes_per_second);
+  for (const monta::model::ProfileConstant& c : profile.constants) {
+    monta::v1::ProfileConstant* pc = out.add_constants();
+    pc->set_name(c.name);
+    pc->set_value(c.value);
+    pc->set_unit(c.unit);
+    pc->set_source(c.source);
+  }
+  return out;
+}
+
+}  // namespace monta::planning

@@ -1,0 +1,197 @@
+// Every validation rule, checked through PlanStrategy so the tests hold for
+// whatever the gRPC handler passes in.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "proto/monta/v1/strategy.pb.h"
+#include "server/planning/strategy_planner.h"
+
+namespace monta::planning {
+namespace {
+
+v1::StrategyRequest PaperRequest() {
+  v1::StrategyRequest r;
+  v1::MoeJob* j = r.mutable_job();
+  j->set_hidden_size(8192);
+  j->set_num_experts(2);
+  j->set_top_k(1);
+  j->set_capacity_factor(1.0);
+  j->set_micro_batch_size(1);
+  j->set_sequence_length(8192);
+  j->set_bytes_per_element(2);
+  j->set_moe_layers(80);
+  j->set_world_size(16);
+  j->set_tensor_parallel_size(8);
+  j->set_expert_parallel_size(2);
+  j->set_pipeline_parallel_size(1);
+  j->set_data_parallel_size(2);
+  r.mutable_placement()->set_profile("a800-hgx");
+  r.mutable_placement()->set_nodes(2);
+  return r;
+}
+
+struct Case {
+  std::string name;
+  std::function<void(v1::StrategyRequest&)> mutate;
+  std::string expected_substring;
+  absl::StatusCode code = absl::StatusCode::kInvalidArgument;
+};
+
+class ValidationTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ValidationTest, RejectsWithFieldAndExpectation) {
+  v1::StrategyRequest r = PaperRequest();
+  GetParam().mutate(r);
+  auto reply = PlanStrategy(r, nullptr, absl::UnixEpoch());
+  ASSERT_FALSE(reply.ok()) << GetParam().name;
+  EXPECT_EQ(reply.status().code(), GetParam().code) << reply.status();
+  EXPECT_NE(reply.status().message().find(GetParam().expected_substring),
+            std::string::npos)
+      << reply.status();
+}
+
+std::vector<Case> Cases() {
+  using R = v1::StrategyRequest;
+  return {
+      {"no_job", [](R& r) { r.clear_job(); }, "job: required"},
+      {"zero_hidden", [](R& r) { r.mutable_job()->set_hidden_size(0); },
+       "job.hidden_size: must be in 1..1048576, got 0"},
+      {"negative_hidden", [](R& r) { r.mutable_job()->set_hidden_size(-5); },
+       "job.hidden_size"},
+      {"absurd_hidden",
+       [](R& r) { r.mutable_job()->set_hidden_size(2'000'000); },
+       "job.hidden_size"},
+      {"absurd_sequence",
+       [](R& r) { r.mutable_job()->set_sequence_length(17'000'000); },
+       "job.sequence_length: must be in 1..16777216"},
+      {"negative_micro_batch",
+       [](R& r) { r.mutable_job()->set_micro_batch_size(-1); },
+       "job.micro_batch_size"},
+      {"experts_not_divisible_by_ep",
+       [](R& r) { r.mutable_job()->set_num_experts(3); },
+       "job.num_experts: must be divisible by expert_parallel_size (2), got 3"},
+      {"top_k_above_experts", [](R& r) { r.mutable_job()->set_top_k(3); },
+       "job.top_k: must be in 1..num_experts (2), got 3"},
+      {"capacity_negative",
+       [](R& r) { r.mutable_job()->set_capacity_factor(-0.5); },
+       "job.capacity_factor"},
+      {"capacity_too_large",
+       [](R& r) { r.mutable_job()->set_capacity_factor(65); },
+       "job.capacity_factor: must be 0 (dropless) or in (0, 64]"},
+      {"bytes_per_element",
+       [](R& r) { r.mutable_job()->set_bytes_per_element(3); },
+       "job.bytes_per_element: must be 1 (fp8), 2 (bf16) or 4 (fp32), got 3"},
+      {"zero_layers", [](R& r) { r.mutable_job()->set_moe_layers(0); },
+       "job.moe_layers"},
+      {"parallel_product",
+       [](R& r) { r.mutable_job()->set_data_parallel_size(4); },
+       "job.world_size: must equal tensor x pipeline x data"},
+      {"zero_tensor",
+       [](R& r) { r.mutable_job()->set_tensor_parallel_size(0); },
+       "job.tensor_parallel_size"},
+      {"tp_larger_than_node",
+       [](R& r) {
+         r.mutable_job()->set_tensor_parallel_size(16);
+         r.mutable_job()->set_data_parallel_size(1);
+         r.mutable_job()->set_expert_parallel_size(1);
+         r.mutable_job()->set_num_experts(2);
+       },
+       "job.tensor_parallel_size: must divide gpus per node (8), got 16"},
+      {"world_not_nodes_times_gpus",
+       [](R& r) { r.mutable_placement()->set_nodes(4); },
+       "job.world_size: must equal placement nodes x gpus per node (4 x 8 = "
+       "32), got 16"},
+      {"ep_not_dividing_data",
+       [](R& r) { r.mutable_job()->set_expert_parallel_size(4); },
+       "job.expert_parallel_size: must divide data_parallel_size (2)"},
+      {"imbalance_below_one",
+       [](R& r) { r.mutable_job()->set_imbalance_factor(0.5); },
+       "job.imbalance_factor"},
+      {"share_above_one",
+       [](R& r) { r.mutable_job()->set_alltoall_share_ratio(1.5); },
+       "job.alltoall_share_ratio"},
+      {"negative_compute",
+       [](R& r) { r.mutable_job()->set_expert_compute_seconds(-1); },
+       "job.expert_compute_seconds"},
+      {"negative_step_time",
+       [](R& r) { r.mutable_job()->set_step_time_seconds(-1); },
+       "job.step_time_seconds"},
+      {"cp_not_dividing_sequence",
+       [](R& r) { r.mutable_job()->set_context_parallel_size(3); },
+       "job.context_parallel_size: must divide sequence_length"},
+      {"max_chunks_out_of_range",
+       [](R& r) { r.mutable_options()->set_max_chunks(2000); },
+       "options.max_chunks: must be in 0..1024, got 2000"},
+      {"max_chunks_negative",
+       [](R& r) { r.mutable_options()->set_max_chunks(-1); },
+       "options.max_chunks"},
+      {"contention_below_one",
+       [](R& r) { r.mutable_options()->set_contention_factor(0.5); },
+       "options.contention_factor"},
+      {"allowed_unspecified",
+       [](R& r) {
+         r.mutable_options()->add_allowed(v1::STRATEGY_KIND_UNSPECIFIED);
+       },
+       "options.allowed[0]"},
+      {"dispatch_above_64_gib",
+       [](R& r) {
+         // D = E C M b = 2 x (8 x 1M / 2 x 64... ) far beyond 64 GiB.
+         r.mutable_job()->set_micro_batch_size(64);
+         r.mutable_job()->set_capacity_factor(64);
+         r.mutable_job()->set_sequence_length(1 << 20);
+       },
+       "64 GiB"},
+      {"unknown_profile",
+       [](R& r) { r.mutable_placement()->set_profile("tpu-v5"); },
+       "placement.profile: unknown hardware profile \"tpu-v5\""},
+      {"zero_nodes", [](R& r) { r.mutable_placement()->set_nodes(0); },
+       "placement.nodes"},
+      {"no_placement", [](R& r) { r.clear_placement(); },
+       "placement: required"},
+      {"both_placements",
+       [](R& r) { r.mutable_placement()->add_node_names("a"); }, "not both"},
+      {"gpus_per_node_above_profile",
+       [](R& r) { r.mutable_placement()->set_gpus_per_node(16); },
+       "placement.gpus_per_node: must be in 0..8"},
+      {"node_names_without_registry",
+       [](R& r) {
+         r.mutable_placement()->clear_profile();
+         r.mutable_placement()->add_node_names("a");
+       },
+       "no node registry", absl::StatusCode::kFailedPrecondition},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(Rules, ValidationTest, ::testing::ValuesIn(Cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.name;
+                         });
+
+TEST(Validation, TheBaseRequestIsValid) {
+  auto reply = PlanStrategy(PaperRequest(), nullptr, absl::UnixEpoch());
+  EXPECT_TRUE(reply.ok()) << reply.status();
+}
+
+TEST(Validation, InfeasibleStrategyIsNotAnError) {
+  v1::StrategyRequest r = PaperRequest();
+  r.mutable_job()->set_sequence_length(8190);  // C = 4095: C mod 8 != 0
+  auto reply = PlanStrategy(r, nullptr, absl::UnixEpoch());
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  bool found = false;
+  for (const v1::Candidate& c : reply->candidates()) {
+    if (c.kind() == v1::STRATEGY_KIND_TP_DEDUP) {
+      found = true;
+      EXPECT_FALSE(c.feasible());
+      EXPECT_NE(c.infeasible_reason().find("C mod t"), std::string::npos);
+    }
+  }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(reply->chosen().kind(), v1::STRATEGY_KIND_FLAT);
+}
+
+}  // namespace
+}  // namespace monta::planning

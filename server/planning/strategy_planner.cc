@@ -1,0 +1,564 @@
+#include "server/planning/strategy_planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/model/cost_model.h"
+#include "server/model/hardware_profile.h"
+#include "server/model/profile_view.h"
+#include "server/model/strategy_search.h"
+#include "server/planning/curve_conversion.h"
+#include "server/planning/request_validation.h"
+
+namespace monta::planning {
+namespace {
+
+namespace v1 = ::monta::v1;
+namespace model = ::monta::model;
+
+// Where the job runs, once names and profiles are resolved.
+struct Resolved {
+  int nodes = 0;
+  int gpus_per_node = 0;
+  // Registered nodes in rank order; empty for a profile placement.
+  std::vector<NodeFacts> members;
+  // Profile of each member (or the one profile), same order as members.
+  std::vector<model::HardwareProfile> node_profiles;
+};
+
+absl::StatusOr<Resolved> ResolveProfilePlacement(const v1::Placement& p) {
+  absl::StatusOr<model::HardwareProfile> profile =
+      model::FindProfile(p.profile());
+  if (!profile.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("placement.profile: ", profile.status().message()));
+  }
+  if (p.nodes() < 1 || p.nodes() > 100000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "placement.nodes: must be in 1..100000 with a profile, got ",
+        p.nodes()));
+  }
+  if (p.gpus_per_node() < 0 || p.gpus_per_node() > profile->gpus_per_node) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "placement.gpus_per_node: must be in 0..", profile->gpus_per_node,
+        " (profile ", profile->name, "), got ", p.gpus_per_node()));
+  }
+  Resolved r;
+  r.nodes = p.nodes();
+  r.gpus_per_node =
+      p.gpus_per_node() > 0 ? p.gpus_per_node() : profile->gpus_per_node;
+  r.node_profiles.push_back(*std::move(profile));
+  return r;
+}
+
+absl::StatusOr<Resolved> ResolveNodePlacement(const v1::Placement& p,
+                                              const NodeLookup* lookup) {
+  if (lookup == nullptr) {
+    return absl::FailedPreconditionError(
+        "placement.node_names: no node registry to resolve names against");
+  }
+  if (p.nodes() != 0 && p.nodes() != p.node_names_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("placement.nodes: must be 0 or the number of node_names (",
+                     p.node_names_size(), "), got ", p.nodes()));
+  }
+  if (p.gpus_per_node() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "placement.gpus_per_node: must be >= 0, got ", p.gpus_per_node()));
+  }
+  Resolved r;
+  std::set<std::string> seen;
+  for (int i = 0; i < p.node_names_size(); ++i) {
+    const std::string& name = p.node_names(i);
+    const std::string field = absl::StrCat("placement.node_names[", i, "]");
+    if (name.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": empty name"));
+    }
+    if (!seen.insert(name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": node \"", name, "\" is listed twice"));
+    }
+    std::optional<NodeFacts> facts = lookup->Find(name);
+    if (!facts) {
+      return absl::NotFoundError(
+          absl::StrCat(field, ": node \"", name, "\" is not registered"));
+    }
+    std::string profile_name = facts->profile_name;
+    if (profile_name.empty()) {
+      if (facts->gpu_count > 0 && facts->gpu_name.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ": node \"", name, "\" reports ", facts->gpu_count,
+            " GPUs without a name; declare its profile_name"));
+      }
+      absl::StatusOr<std::string> inferred =
+          model::ProfileNameForGpu(facts->gpu_count > 0 ? facts->gpu_name : "");
+      if (!inferred.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ": node \"", name, "\": ", inferred.status().message()));
+      }
+      profile_name = *inferred;
+    }
+    absl::StatusOr<model::HardwareProfile> profile =
+        model::FindProfile(profile_name);
+    if (!profile.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": node \"", name, "\": ", profile.status().message()));
+    }
+    // Ranks this node runs: the request's, else its GPUs, else the CPU
+    // profile's rank count.
+    const int available =
+        facts->gpu_count > 0 ? facts->gpu_count : profile->gpus_per_node;
+    int ranks = available;
+    if (p.gpus_per_node() > 0) {
+      if (facts->gpu_count > 0 && p.gpus_per_node() > facts->gpu_count) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "placement.gpus_per_node: must be at most the GPUs of node \"",
+            name, "\" (", facts->gpu_count, "), got ", p.gpus_per_node()));
+      }
+      ranks = p.gpus_per_node();
+    }
+    if (r.gpus_per_node == 0) {
+      r.gpus_per_node = ranks;
+    } else if (ranks != r.gpus_per_node) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "placement.gpus_per_node: registered nodes differ (", r.gpus_per_node,
+          " ranks on \"", r.members.front().name, "\", ", ranks, " on \"", name,
+          "\"); set gpus_per_node to the ranks each node runs"));
+    }
+    r.members.push_back(*std::move(facts));
+    r.node_profiles.push_back(*std::move(profile));
+  }
+  r.nodes = static_cast<int>(r.members.size());
+  return r;
+}
+
+absl::StatusOr<Resolved> ResolvePlacement(const v1::Placement& p,
+                                          const NodeLookup* lookup) {
+  const bool by_name = p.node_names_size() > 0;
+  const bool by_profile = !p.profile().empty();
+  if (by_name && by_profile) {
+    return absl::InvalidArgumentError(
+        "placement: give node_names (registered nodes) or profile with "
+        "nodes, not both");
+  }
+  if (by_name) return ResolveNodePlacement(p, lookup);
+  if (by_profile) return ResolveProfilePlacement(p);
+  return absl::InvalidArgumentError(
+      "placement: required; give node_names (registered nodes) or profile "
+      "with nodes");
+}
+
+enum class Role { kAllToAllIntra, kAllToAllInter, kAllGatherIntra, kCopy };
+constexpr Role kRoles[] = {Role::kAllToAllIntra, Role::kAllToAllInter,
+                           Role::kAllGatherIntra, Role::kCopy};
+
+const char* RoleName(Role role) {
+  switch (role) {
+    case Role::kAllToAllIntra:
+      return "alltoall_intra";
+    case Role::kAllToAllInter:
+      return "alltoall_inter";
+    case Role::kAllGatherIntra:
+      return "allgather_intra";
+    case Role::kCopy:
+      return "copy";
+  }
+  return "unknown";
+}
+
+// Only plain collectives describe the fabric; a strategy schedule's curve
+// measures that schedule, not a link.
+bool Matches(const v1::BandwidthCurve& c, Role role) {
+  if (!c.strategy().empty() && c.strategy() != "flat") return false;
+  if (c.chunks() > 1) return false;
+  const bool inter = c.scope() == v1::SCOPE_INTER_NODE || (c.n_nodes() > 1);
+  switch (role) {
+    case Role::kAllToAllIntra:
+      return c.collective() == v1::COLLECTIVE_ALLTOALL && !inter;
+    case Role::kAllToAllInter:
+      return c.collective() == v1::COLLECTIVE_ALLTOALL && inter;
+    case Role::kAllGatherIntra:
+      return c.collective() == v1::COLLECTIVE_ALLGATHER && !inter;
+    case Role::kCopy:
+      return c.collective() == v1::COLLECTIVE_COPY && !inter;
+  }
+  return false;
+}
+
+absl::Time MeasuredAt(const v1::BandwidthCurve& c) {
+  return absl::FromUnixSeconds(c.measured_at().seconds()) +
+         absl::Nanoseconds(c.measured_at().nanos());
+}
+
+// One candidate curve for a role and where it came from.
+struct Option {
+  model::BandwidthCurve curve;
+  const v1::BandwidthCurve* measured = nullptr;  // null: profile
+  std::string profile;                           // profile name if not measured
+};
+
+// What the planner settled on for one role.
+struct RoleChoice {
+  Option bound;  // the slowest option: it bounds the answer
+  bool any_measured = false;
+  bool any_profile = false;
+  std::vector<std::string> notes;
+};
+
+const model::BandwidthCurve& ProfileCurve(const model::ClusterView& v,
+                                          Role role) {
+  switch (role) {
+    case Role::kAllToAllIntra:
+      return v.alltoall_intra;
+    case Role::kAllToAllInter:
+      return v.alltoall_inter;
+    case Role::kAllGatherIntra:
+      return v.allgather_intra;
+    case Role::kCopy:
+      return v.copy;
+  }
+  return v.copy;
+}
+
+model::BandwidthCurve& ViewCurve(model::ClusterView& v, Role role) {
+  switch (role) {
+    case Role::kAllToAllIntra:
+      return v.alltoall_intra;
+    case Role::kAllToAllInter:
+      return v.alltoall_inter;
+    case Role::kAllGatherIntra:
+      return v.allgather_intra;
+    case Role::kCopy:
+      return v.copy;
+  }
+  return v.copy;
+}
+
+// Seconds the role's operation would take at this job's sizes; the largest
+// marks the slowest node or pair.
+double Score(const model::BandwidthCurve& c, Role role,
+             const model::Traffic& tr) {
+  const double d = tr.dispatch_bytes;
+  const int t = tr.tensor_parallel_size;
+  const int e = std::max(1, tr.ep_group_size);
+  double message = d;
+  double link = d;
+  switch (role) {
+    case Role::kAllToAllIntra:
+    case Role::kAllToAllInter:
+      message = d * c.nranks() / e;
+      link = d;
+      break;
+    case Role::kAllGatherIntra:
+      message = d / t * c.nranks();
+      link = d * (t - 1) / t;
+      break;
+    case Role::kCopy:
+      break;
+  }
+  const double rate = c.LinkRateAt(std::max(1.0, message)).bytes_per_second;
+  return c.alpha_seconds() + (rate > 0 ? link / rate : 0);
+}
+
+RoleChoice ChooseRole(Role role, const Resolved& where,
+                      const std::vector<model::ClusterView>& profile_views,
+                      const model::Traffic& traffic,
+                      std::vector<std::string>* notes) {
+  std::vector<Option> options;
+  RoleChoice choice;
+  auto add_profile = [&](size_t i) {
+    const std::string& name = where.node_profiles[i].name;
+    for (const Option& o : options) {
+      if (o.measured == nullptr && o.profile == name) return;
+    }
+    options.push_back({ProfileCurve(profile_views[i], role), nullptr, name});
+    choice.any_profile = true;
+  };
+  auto convert = [&](const v1::BandwidthCurve& c) -> bool {
+    absl::StatusOr<model::BandwidthCurve> curve = CurveFromProto(c);
+    if (!curve.ok()) {
+      notes->push_back(absl::StrCat(RoleName(role), ": curve of task \"",
+                                    c.task_id(),
+                                    "\" ignored: ", curve.status().message()));
+      return false;
+    }
+    options.push_back({*std::move(curve), &c, ""});
+    choice.any_measured = true;
+    return true;
+  };
+
+  if (where.members.empty()) {
+    add_profile(0);
+  } else if (role == Role::kAllToAllInter) {
+    // Curves over a subset of the job's nodes, newest per node set; the
+    // profile stands in for nodes no measurement covered.
+    std::set<std::string> names;
+    for (const NodeFacts& n : where.members) names.insert(n.name);
+    std::map<std::vector<std::string>, const v1::BandwidthCurve*> newest;
+    for (const NodeFacts& n : where.members) {
+      for (const v1::BandwidthCurve& c : n.curves) {
+        if (!Matches(c, role) || c.nodes_size() < 2) continue;
+        std::vector<std::string> key(c.nodes().begin(), c.nodes().end());
+        std::sort(key.begin(), key.end());
+        if (!std::all_of(key.begin(), key.end(), [&](const std::string& s) {
+              return names.count(s) > 0;
+            })) {
+          continue;
+        }
+        auto [it, inserted] = newest.emplace(key, &c);
+        if (!inserted && MeasuredAt(c) > MeasuredAt(*it->second))
+          it->second = &c;
+      }
+    }
+    std::set<std::string> covered;
+    for (const auto& [key, c] : newest) {
+      if (convert(*c)) covered.insert(key.begin(), key.end());
+    }
+    if (covered.size() < names.size()) {
+      std::vector<std::string> missing;
+      for (size_t i = 0; i < where.members.size(); ++i) {
+        if (!covered.count(where.members[i].name)) {
+          missing.push_back(where.members[i].name);
+          add_profile(i);
+        }
+      }
+      if (choice.any_measured) {
+        notes->push_back(absl::StrCat(
+            RoleName(role), ": no inter-node measurement covers ",
+            absl::StrJoin(missing, ", "), "; their profile also bounds"));
+      }
+    }
+  } else {
+    // Per node: its newest measured curve, else its profile.
+    std::vector<std::string> unmeasured;
+    for (size_t i = 0; i < where.members.size(); ++i) {
+      const NodeFacts& n = where.members[i];
+      const v1::BandwidthCurve* best = nullptr;
+      for (const v1::BandwidthCurve& c : n.curves) {
+        if (!Matches(c, role)) continue;
+        if (c.nodes_size() > 0 && std::find(c.nodes().begin(), c.nodes().end(),
+                                            n.name) == c.nodes().end()) {
+          continue;
+        }
+        if (best == nullptr || MeasuredAt(c) > MeasuredAt(*best)) best = &c;
+      }
+      if (best == nullptr || !convert(*best)) {
+        unmeasured.push_back(n.name);
+        add_profile(i);
+      }
+    }
+    if (choice.any_measured && !unmeasured.empty()) {
+      notes->push_back(absl::StrCat(RoleName(role), ": ",
+                                    absl::StrJoin(unmeasured, ", "),
+                                    " not measured; profile used for them"));
+    }
+  }
+  // The slowest node or pair bounds every rank's collective.
+  size_t slowest = 0;
+  double worst = -1;
+  for (size_t i = 0; i < options.size(); ++i) {
+    const double s = Score(options[i].curve, role, traffic);
+    if (s > worst) {
+      worst = s;
+      slowest = i;
+    }
+  }
+  choice.bound = options[slowest];
+  return choice;
+}
+
+v1::StrategyKind ToProtoKind(model::StrategyKind k) {
+  switch (k) {
+    case model::StrategyKind::kFlat:
+      return v1::STRATEGY_KIND_FLAT;
+    case model::StrategyKind::kTpDedup:
+      return v1::STRATEGY_KIND_TP_DEDUP;
+    case model::StrategyKind::kTpDedupPipelined:
+      return v1::STRATEGY_KIND_TP_DEDUP_PIPELINED;
+    case model::StrategyKind::kHierarchical:
+      return v1::STRATEGY_KIND_HIERARCHICAL;
+    case model::StrategyKind::kExpertOverlap:
+      return v1::STRATEGY_KIND_EXPERT_OVERLAP;
+  }
+  return v1::STRATEGY_KIND_UNSPECIFIED;
+}
+
+uint64_t Bytes(double v) {
+  return v <= 0 ? 0 : static_cast<uint64_t>(std::llround(v));
+}
+
+void FillCandidate(const model::Candidate& c, v1::Candidate* out) {
+  out->set_kind(ToProtoKind(c.kind));
+  out->set_name(c.name);
+  out->set_chunks_requested(c.chunks_requested);
+  out->set_chunks_effective(c.chunks_effective);
+  out->set_feasible(c.feasible);
+  if (!c.feasible) {
+    out->set_infeasible_reason(c.infeasible_reason);
+    return;
+  }
+  out->set_forward_seconds_per_layer(c.forward_seconds_per_layer);
+  out->set_backward_seconds_per_layer(c.backward_seconds_per_layer);
+  out->set_total_seconds_per_layer(c.total_seconds_per_layer);
+  out->set_step_seconds(c.step_seconds);
+  out->set_intra_node_bytes_per_rank(Bytes(c.intra_node_bytes_per_rank));
+  out->set_inter_node_bytes_per_rank(Bytes(c.inter_node_bytes_per_rank));
+  out->set_bottleneck(c.bottleneck);
+  out->set_speedup_over_flat(c.speedup_over_flat);
+  out->set_speedup_over_tp_dedup(c.speedup_over_tp_dedup);
+  out->set_predicted_step_gain_ratio(c.predicted_step_gain_ratio);
+  out->set_rank(c.rank);
+}
+
+bool Extrapolated(const model::ExtrapolationFlags& f, Role role) {
+  switch (role) {
+    case Role::kAllToAllIntra:
+      return f.alltoall_intra;
+    case Role::kAllToAllInter:
+      return f.alltoall_inter;
+    case Role::kAllGatherIntra:
+      return f.allgather_intra;
+    case Role::kCopy:
+      return f.copy;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::StrategyReply> PlanStrategy(
+    const v1::StrategyRequest& request, const NodeLookup* lookup,
+    absl::Time now) {
+  const absl::Time started = absl::Now();
+  if (!request.has_job()) {
+    return absl::InvalidArgumentError("job: required");
+  }
+  const v1::MoeJob& job = request.job();
+  if (absl::Status s = ValidateJob(job); !s.ok()) return s;
+  if (absl::Status s = ValidateOptions(request.options()); !s.ok()) return s;
+  absl::StatusOr<Resolved> where =
+      ResolvePlacement(request.placement(), lookup);
+  if (!where.ok()) return where.status();
+  if (absl::Status s =
+          ValidateJobOnPlacement(job, where->nodes, where->gpus_per_node);
+      !s.ok()) {
+    return s;
+  }
+
+  const model::MoeJobShape shape = ToJobShape(job);
+  const model::NodeShape node_shape{where->nodes, where->gpus_per_node};
+  absl::StatusOr<model::Traffic> traffic =
+      model::ComputeTraffic(shape, node_shape);
+  if (!traffic.ok())
+    return absl::InvalidArgumentError(traffic.status().message());
+
+  // Profile views, one per resolved node (or the one profile).
+  std::vector<model::ClusterView> profile_views;
+  for (const model::HardwareProfile& p : where->node_profiles) {
+    absl::StatusOr<model::ClusterView> v =
+        model::ProfileClusterView(p, where->nodes, where->gpus_per_node);
+    if (!v.ok()) return absl::InternalError(v.status().message());
+    profile_views.push_back(*std::move(v));
+  }
+
+  std::vector<std::string> notes;
+  model::ClusterView view;
+  view.alltoall_per_peer_latency_seconds = 0;
+  for (const model::ClusterView& v : profile_views) {
+    view.alltoall_per_peer_latency_seconds =
+        std::max(view.alltoall_per_peer_latency_seconds,
+                 v.alltoall_per_peer_latency_seconds);
+  }
+  std::vector<std::pair<Role, RoleChoice>> choices;
+  for (Role role : kRoles) {
+    RoleChoice c = ChooseRole(role, *where, profile_views, *traffic, &notes);
+    ViewCurve(view, role) = c.bound.curve;
+    choices.emplace_back(role, std::move(c));
+  }
+
+  absl::StatusOr<model::Decision> decision = model::Decide(
+      shape, node_shape, view, ToSearchOptions(request.options()));
+  if (!decision.ok()) {
+    return absl::InvalidArgumentError(decision.status().message());
+  }
+
+  v1::StrategyReply reply;
+  v1::Traffic* t = reply.mutable_traffic();
+  t->set_capacity_tokens(decision->traffic.capacity_tokens);
+  t->set_dispatch_bytes(Bytes(decision->traffic.dispatch_bytes));
+  t->set_tokens_per_rank(decision->traffic.tokens_per_rank);
+  t->set_ep_members_on_node(decision->traffic.ep_members_on_node);
+  t->set_ep_group_size(decision->traffic.ep_group_size);
+  t->set_gpus_per_node(decision->traffic.gpus_per_node);
+  t->set_nodes(decision->traffic.nodes);
+  for (const model::Candidate& c : decision->candidates) {
+    FillCandidate(c, reply.add_candidates());
+  }
+  if (decision->chosen >= 0) {
+    *reply.mutable_chosen() = reply.candidates(decision->chosen);
+  }
+
+  v1::Evidence* ev = reply.mutable_evidence();
+  std::vector<std::string> profile_names;
+  std::vector<std::string> profile_versions;
+  for (const model::HardwareProfile& p : where->node_profiles) {
+    if (std::find(profile_names.begin(), profile_names.end(), p.name) ==
+        profile_names.end()) {
+      profile_names.push_back(p.name);
+      profile_versions.push_back(p.version);
+    }
+  }
+  ev->set_profile(absl::StrJoin(profile_names, ","));
+  ev->set_profile_version(absl::StrJoin(profile_versions, ","));
+  int measured_roles = 0;
+  int profile_roles = 0;
+  for (const auto& [role, choice] : choices) {
+    // A single node never crosses the network: that curve is not evidence.
+    if (role == Role::kAllToAllInter && where->nodes == 1) continue;
+    v1::CurveEvidence* ce = ev->add_curves();
+    ce->set_role(RoleName(role));
+    const v1::BandwidthCurve* m = choice.bound.measured;
+    if (m != nullptr) {
+      ce->set_source("measured");
+      for (const std::string& n : m->nodes()) ce->add_nodes(n);
+      ce->set_age_seconds(
+          std::max(0.0, absl::ToDoubleSeconds(now - MeasuredAt(*m))));
+      ce->set_min_bytes(Bytes(choice.bound.curve.min_bytes()));
+      ce->set_max_bytes(Bytes(choice.bound.curve.max_bytes()));
+      ce->set_task_id(m->task_id());
+      ce->set_extrapolated(Extrapolated(decision->extrapolated, role));
+    } else {
+      ce->set_source("profile");
+    }
+    if (choice.any_measured) ++measured_roles;
+    if (choice.any_profile) ++profile_roles;
+  }
+  ev->set_source(profile_roles == 0    ? "measured"
+                 : measured_roles == 0 ? "profile"
+                                       : "mixed");
+  for (const std::string& n : notes) ev->add_notes(n);
+  for (const std::string& n : decision->notes) ev->add_notes(n);
+  if (decision->extrapolated.any()) {
+    ev->add_notes(
+        "measured curves were extrapolated beyond their sizes (alpha-beta "
+        "fit); see curves[].extrapolated");
+  }
+  reply.set_decision_seconds(absl::ToDoubleSeconds(absl::Now() - started));
+  return reply;
+}
+
+std::vector<v1::HardwareProfile> ListProfiles() {
+  std::vector<v1::HardwareProfile> out;
+  for (const model::HardwareProfile& p : model::BuiltinProfiles()) {
+    out.push_back(ProfileToProto(p));
+  }
+  return out;
+}
+
+}  // namespace monta::planning

@@ -1,0 +1,57 @@
+// The edge between the wire contract and the model: validates a
+// StrategyRequest, resolves where the job runs, picks the curves that bound
+// it (measured ones win over profiles), runs the model and fills the reply
+// with its evidence. No I/O of its own; the node registry comes in through
+// NodeLookup.
+
+#ifndef MONTA_SERVER_PLANNING_STRATEGY_PLANNER_H_
+#define MONTA_SERVER_PLANNING_STRATEGY_PLANNER_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "proto/monta/v1/benchmark.pb.h"
+#include "proto/monta/v1/strategy.pb.h"
+
+namespace monta::planning {
+
+// What the registry knows about one registered node.
+struct NodeFacts {
+  std::string name;
+  int gpu_count = 0;         // 0 = no GPUs (CPU/Gloo node)
+  std::string profile_name;  // from topology; empty = infer from gpu_name
+  std::string gpu_name;
+  // Measured curves involving this node (may be empty). Inter-node curves
+  // may appear under each of their nodes; they are deduplicated.
+  std::vector<monta::v1::BandwidthCurve> curves;
+};
+
+class NodeLookup {
+ public:
+  virtual ~NodeLookup() = default;
+  // The node's facts, or nullopt when no such node is registered.
+  virtual std::optional<NodeFacts> Find(absl::string_view name) const = 0;
+};
+
+// Plans one request. Errors:
+// - INVALID_ARGUMENT naming the field and the expectation, e.g.
+//   "job.tensor_parallel_size: must divide gpus per node (8), got 16";
+// - NOT_FOUND for a node name the lookup does not know;
+// - FAILED_PRECONDITION for node names without a lookup.
+// A strategy that cannot run for the job is not an error: it is listed as an
+// infeasible candidate with its reason. `lookup` may be null when the
+// placement names a profile; `now` dates the measured curves' ages.
+absl::StatusOr<monta::v1::StrategyReply> PlanStrategy(
+    const monta::v1::StrategyRequest& request, const NodeLookup* lookup,
+    absl::Time now);
+
+// The built-in hardware profiles, each constant with its source.
+std::vector<monta::v1::HardwareProfile> ListProfiles();
+
+}  // namespace monta::planning
+
+#endif  // MONTA_SERVER_PLANNING_STRATEGY_PLANNER_H_

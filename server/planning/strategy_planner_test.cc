@@ -1,0 +1,332 @@
+#include "server/planning/strategy_planner.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "proto/monta/v1/benchmark.pb.h"
+#include "proto/monta/v1/strategy.pb.h"
+
+namespace monta::planning {
+namespace {
+
+const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
+
+class FakeLookup : public NodeLookup {
+ public:
+  void Add(NodeFacts facts) { nodes_[facts.name] = std::move(facts); }
+  NodeFacts& at(const std::string& name) { return nodes_.at(name); }
+  std::optional<NodeFacts> Find(absl::string_view name) const override {
+    auto it = nodes_.find(std::string(name));
+    if (it == nodes_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  std::map<std::string, NodeFacts> nodes_;
+};
+
+NodeFacts A800(const std::string& name) {
+  NodeFacts f;
+  f.name = name;
+  f.gpu_count = 8;
+  f.gpu_name = "NVIDIA A800-SXM4-80GB";
+  return f;
+}
+
+v1::StrategyRequest PaperJobOn(const std::vector<std::string>& nodes) {
+  v1::StrategyRequest r;
+  v1::MoeJob* j = r.mutable_job();
+  j->set_hidden_size(8192);
+  j->set_num_experts(2);
+  j->set_top_k(1);
+  j->set_capacity_factor(1.0);
+  j->set_micro_batch_size(1);
+  j->set_sequence_length(8192);
+  j->set_bytes_per_element(2);
+  j->set_moe_layers(80);
+  j->set_world_size(16);
+  j->set_tensor_parallel_size(8);
+  j->set_expert_parallel_size(2);
+  j->set_pipeline_parallel_size(1);
+  j->set_data_parallel_size(2);
+  for (const std::string& n : nodes) r.mutable_placement()->add_node_names(n);
+  return r;
+}
+
+// An nccl-tests-shaped curve: T = alpha + link_share * x / rate, over
+// [min_bytes, max_bytes] by factors of 4.
+v1::BandwidthCurve Curve(v1::Collective collective,
+                         const std::vector<std::string>& nodes, int nranks,
+                         double alpha_seconds, double link_bytes_per_second,
+                         double min_bytes, double max_bytes,
+                         absl::Time measured_at, const std::string& task) {
+  v1::BandwidthCurve c;
+  c.set_collective(collective);
+  const int n_nodes = static_cast<int>(nodes.size());
+  c.set_scope(n_nodes > 1 ? v1::SCOPE_INTER_NODE : v1::SCOPE_INTRA_NODE);
+  c.set_backend(v1::BACKEND_NCCL);
+  c.set_nranks(nranks);
+  c.set_n_nodes(n_nodes);
+  for (const std::string& n : nodes) c.add_nodes(n);
+  c.set_task_id(task);
+  c.mutable_measured_at()->set_seconds(absl::ToUnixSeconds(measured_at));
+  const double n = nranks;
+  const double share = collective == v1::COLLECTIVE_COPY ? 1.0
+                       : n_nodes > 1                     ? (n - n / n_nodes) / n
+                                                         : (n - 1) / n;
+  for (double x = min_bytes; x <= max_bytes; x *= 4) {
+    v1::CurvePoint* p = c.add_points();
+    p->set_message_bytes(static_cast<uint64_t>(x));
+    p->set_time_seconds(alpha_seconds + share * x / link_bytes_per_second);
+  }
+  return c;
+}
+
+const v1::CurveEvidence* Evidence(const v1::StrategyReply& r,
+                                  const std::string& role) {
+  for (const v1::CurveEvidence& c : r.evidence().curves()) {
+    if (c.role() == role) return &c;
+  }
+  return nullptr;
+}
+
+TEST(PlanStrategy, ProfilePlacementReproducesThePaper) {
+  v1::StrategyRequest r = PaperJobOn({});
+  r.mutable_placement()->set_profile("a800-hgx");
+  r.mutable_placement()->set_nodes(2);
+  r.mutable_job()->set_alltoall_share_ratio(0.3);
+  auto reply = PlanStrategy(r, nullptr, kNow);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->chosen().kind(), v1::STRATEGY_KIND_TP_DEDUP_PIPELINED);
+  EXPECT_GT(reply->chosen().chunks_effective(), 1);
+  EXPECT_GE(reply->chosen().speedup_over_flat(), 4.0);
+  EXPECT_GT(reply->chosen().predicted_step_gain_ratio(), 0.1);
+  EXPECT_EQ(reply->chosen().rank(), 1);
+  EXPECT_EQ(reply->evidence().source(), "profile");
+  EXPECT_EQ(reply->evidence().profile(), "a800-hgx");
+  EXPECT_FALSE(reply->evidence().profile_version().empty());
+  EXPECT_EQ(reply->traffic().nodes(), 2);
+  EXPECT_EQ(reply->traffic().ep_members_on_node(), 1);
+  EXPECT_EQ(reply->traffic().capacity_tokens(), 4096);
+  EXPECT_EQ(reply->traffic().dispatch_bytes(), 2ull * 4096 * 8192 * 2);
+  EXPECT_EQ(reply->candidates_size(), 5);
+  EXPECT_GE(reply->decision_seconds(), 0);
+}
+
+TEST(PlanStrategy, RegisteredNodesInferTheirProfile) {
+  FakeLookup lookup;
+  lookup.Add(A800("a"));
+  lookup.Add(A800("b"));
+  auto reply = PlanStrategy(PaperJobOn({"a", "b"}), &lookup, kNow);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->evidence().profile(), "a800-hgx");
+  EXPECT_EQ(reply->evidence().source(), "profile");
+  EXPECT_EQ(reply->chosen().kind(), v1::STRATEGY_KIND_TP_DEDUP_PIPELINED);
+}
+
+TEST(PlanStrategy, UnknownNodeIsNotFound) {
+  FakeLookup lookup;
+  lookup.Add(A800("a"));
+  auto reply = PlanStrategy(PaperJobOn({"a", "ghost"}), &lookup, kNow);
+  ASSERT_FALSE(reply.ok());
+  EXPECT_EQ(reply.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(reply.status().message().find("placement.node_names[1]"),
+            std::string::npos);
+  EXPECT_NE(reply.status().message().find("ghost"), std::string::npos);
+}
+
+TEST(PlanStrategy, NodeProblemsNameTheNode) {
+  FakeLookup lookup;
+  lookup.Add(A800("a"));
+  NodeFacts t4 = A800("b");
+  t4.gpu_name = "Tesla T4";
+  lookup.Add(t4);
+  auto reply = PlanStrategy(PaperJobOn({"a", "b"}), &lookup, kNow);
+  ASSERT_FALSE(reply.ok());
+  EXPECT_EQ(reply.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(reply.status().message().find("node_names[1]"), std::string::npos);
+
+  NodeFacts small = A800("c");
+  small.gpu_count = 4;
+  lookup.Add(small);
+  reply = PlanStrategy(PaperJobOn({"a", "c"}), &lookup, kNow);
+  ASSERT_FALSE(reply.ok());
+  EXPECT_NE(reply.status().message().find("placement.gpus_per_node"),
+            std::string::npos);
+
+  reply = PlanStrategy(PaperJobOn({"a", "a"}), &lookup, kNow);
+  ASSERT_FALSE(reply.ok());
+  EXPECT_NE(reply.status().message().find("listed twice"), std::string::npos);
+}
+
+TEST(PlanStrategy, MeasuredCurvesWinAndCarryTheirAge) {
+  FakeLookup lookup;
+  lookup.Add(A800("a"));
+  lookup.Add(A800("b"));
+  const absl::Time then = kNow - absl::Seconds(120);
+  // Both nodes measured inside; the inter-node pair measured too, with a
+  // network half as fast as the profile claims.
+  for (const char* n : {"a", "b"}) {
+    lookup.at(n).curves.push_back(Curve(v1::COLLECTIVE_ALLTOALL, {n}, 8, 15e-6,
+                                        150e9, 1024, 4e9, then, "t-intra"));
+    lookup.at(n).curves.push_back(Curve(v1::COLLECTIVE_ALLGATHER, {n}, 8, 12e-6,
+                                        150e9, 1024, 4e9, then, "t-ag"));
+    lookup.at(n).curves.push_back(Curve(v1::COLLECTIVE_COPY, {n}, 1, 5e-6,
+                                        700e9, 1024, 4e9, then, "t-copy"));
+    lookup.at(n).curves.push_back(Curve(v1::COLLECTIVE_ALLTOALL, {"a", "b"}, 16,
+                                        30e-6, 6e9, 1024, 4e9, then,
+                                        "t-inter"));
+  }
+  auto reply = PlanStrategy(PaperJobOn({"a", "b"}), &lookup, kNow);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->evidence().source(), "measured");
+  const v1::CurveEvidence* inter = Evidence(*reply, "alltoall_inter");
+  ASSERT_NE(inter, nullptr);
+  EXPECT_EQ(inter->source(), "measured");
+  EXPECT_EQ(inter->task_id(), "t-inter");
+  EXPECT_DOUBLE_EQ(inter->age_seconds(), 120);
+  EXPECT_EQ(inter->nodes_size(), 2);
+  EXPECT_FALSE(inter->extrapolated());
+  EXPECT_EQ(inter->min_bytes(), 1024u);
+
+  // The slower measured network makes flat slower than the profile predicts.
+  v1::StrategyRequest by_profile = PaperJobOn({});
+  by_profile.mutable_placement()->set_profile("a800-hgx");
+  by_profile.mutable_placement()->set_nodes(2);
+  auto profile_reply = PlanStrategy(by_profile, nullptr, kNow);
+  ASSERT_TRUE(profile_reply.ok());
+  auto flat_total = [](const v1::StrategyReply& r) {
+    for (const v1::Candidate& c : r.candidates()) {
+      if (c.kind() == v1::STRATEGY_KIND_FLAT)
+        return c.total_seconds_per_layer();
+    }
+    return 0.0;
+  };
+  EXPECT_GT(flat_total(*reply), 1.5 * flat_total(*profile_reply));
+}
+
+TEST(PlanStrategy, SlowestNodeBoundsAndMissingNodesMakeItMixed) {
+  FakeLookup lookup;
+  lookup.Add(A800("a"));
+  lookup.Add(A800("b"));
+  lookup.Add(A800("c"));
+  lookup.Add(A800("d"));
+  const absl::Time then = kNow - absl::Seconds(10);
+  lookup.at("a").curves.push_back(Curve(v1::COLLECTIVE_ALLTOALL, {"a"}, 8,
+                                        15e-6, 160e9, 1024, 4e9, then, "fast"));
+  lookup.at("b").curves.push_back(Curve(v1::COLLECTIVE_ALLTOALL, {"b"}, 8,
+                                        15e-6, 40e9, 1024, 4e9, then, "slow"));
+  // Four nodes, TP 2, EP 4: n_s = 4, so the AllToAll uses NVLink too.
+  v1::StrategyRequest r = PaperJobOn({"a", "b"});
+  r.mutable_job()->set_tensor_parallel_size(2);
+  r.mutable_job()->set_expert_parallel_size(4);
+  r.mutable_job()->set_num_experts(4);
+  r.mutable_job()->set_data_parallel_size(8);
+  auto reply = PlanStrategy(r, &lookup, kNow);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  const v1::CurveEvidence* intra = Evidence(*reply, "alltoall_intra");
+  ASSERT_NE(intra, nullptr);
+  EXPECT_EQ(intra->task_id(), "slow");
+  EXPECT_EQ(reply->evidence().source(), "mixed");
+
+  // With c and d unmeasured the profile (164 GB/s) is faster than b's 40
+  // GB/s, so b still bounds, and the notes say who fell back.
+  r.mutable_placement()->add_node_names("c");
+  r.mutable_placement()->add_node_names("d");
+  r.mutable_job()->set_world_size(32);
+  r.mutable_job()->set_data_parallel_size(16);
+  reply = PlanStrategy(r, &lookup, kNow);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(Evidence(*reply, "alltoall_intra")->task_id(), "slow");
+  bool noted = false;
+  for (const std::string& n : reply->evidence().notes()) {
+    if (n.find("c, d not measured") != std::string::npos) noted = true;
+  }
+  EXPECT_TRUE(noted);
+}
+
+TEST(PlanStrategy, ShortCurvesAreExtrapolatedAndSaySo) {
+  FakeLookup lookup;
+  lookup.Add(A800("a"));
+  lookup.Add(A800("b"));
+  // Measured only up to 1 MiB; the job needs tens of MiB.
+  lookup.at("a").curves.push_back(Curve(v1::COLLECTIVE_ALLTOALL, {"a", "b"}, 16,
+                                        30e-6, 11e9, 1024, 1 << 20,
+                                        kNow - absl::Hours(1), "short"));
+  auto reply = PlanStrategy(PaperJobOn({"a", "b"}), &lookup, kNow);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  const v1::CurveEvidence* inter = Evidence(*reply, "alltoall_inter");
+  ASSERT_NE(inter, nullptr);
+  EXPECT_EQ(inter->source(), "measured");
+  EXPECT_TRUE(inter->extrapolated());
+  EXPECT_EQ(reply->evidence().source(), "mixed");
+}
+
+TEST(PlanStrategy, BrokenCurvesAreIgnoredWithANote) {
+  FakeLookup lookup;
+  lookup.Add(A800("a"));
+  lookup.Add(A800("b"));
+  v1::BandwidthCurve bad = Curve(v1::COLLECTIVE_ALLTOALL, {"a"}, 8, 15e-6,
+                                 150e9, 1024, 4e9, kNow, "bad");
+  bad.mutable_points(1)->set_wrong_bytes(7);
+  lookup.at("a").curves.push_back(bad);
+  auto reply = PlanStrategy(PaperJobOn({"a", "b"}), &lookup, kNow);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(Evidence(*reply, "alltoall_intra")->source(), "profile");
+  bool noted = false;
+  for (const std::string& n : reply->evidence().notes()) {
+    if (n.find("\"bad\" ignored") != std::string::npos) noted = true;
+  }
+  EXPECT_TRUE(noted);
+}
+
+TEST(PlanStrategy, CpuNodesUseTheGlooProfile) {
+  FakeLookup lookup;
+  for (const char* n : {"dev-0", "dev-1"}) {
+    NodeFacts f;
+    f.name = n;
+    lookup.Add(f);
+  }
+  v1::StrategyRequest r;
+  v1::MoeJob* j = r.mutable_job();
+  j->set_hidden_size(256);
+  j->set_num_experts(4);
+  j->set_top_k(2);
+  j->set_capacity_factor(1);
+  j->set_micro_batch_size(1);
+  j->set_sequence_length(512);
+  j->set_bytes_per_element(4);
+  j->set_moe_layers(2);
+  j->set_world_size(4);
+  j->set_tensor_parallel_size(1);
+  j->set_expert_parallel_size(4);
+  j->set_pipeline_parallel_size(1);
+  j->set_data_parallel_size(4);
+  r.mutable_placement()->add_node_names("dev-0");
+  r.mutable_placement()->add_node_names("dev-1");
+  auto reply = PlanStrategy(r, &lookup, kNow);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->evidence().profile(), "cpu-gloo");
+  EXPECT_EQ(reply->traffic().gpus_per_node(), 2);
+}
+
+TEST(ListProfiles, EveryConstantCarriesItsSource) {
+  const std::vector<v1::HardwareProfile> profiles = ListProfiles();
+  ASSERT_GE(profiles.size(), 7u);
+  for (const v1::HardwareProfile& p : profiles) {
+    EXPECT_FALSE(p.name().empty());
+    EXPECT_FALSE(p.version().empty());
+    EXPECT_GT(p.nvlink_bytes_per_second(), 0) << p.name();
+    EXPECT_GT(p.constants_size(), 0) << p.name();
+    for (const v1::ProfileConstant& c : p.constants()) {
+      EXPECT_FALSE(c.source().empty()) << p.name() << "." << c.name();
+      EXPECT_FALSE(c.unit().empty()) << p.name() << "." << c.name();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace monta::planning
