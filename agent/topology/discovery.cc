@@ -70,7 +70,7 @@ absl::StatusOr<std::map<std::string, std::string>> ReadLabelsFile(
 // Closest NIC to a GPU by PCI path (PIX < PXB < PHB < NODE < SYS; PathType's
 // numbering follows that order). Ties go to the first NIC by (name, port).
 void AssignNearestNic(
-    const SysfsTree& sysfs, const PciLocation& gpu_location,
+    const PciLocation& gpu_location,
     const std::vector<std::pair<std::string, PciLocation>>& nics, Gpu& gpu) {
   monta::v1::PathType best = monta::v1::PATH_TYPE_UNSPECIFIED;
   for (const auto& [name, location] : nics) {
@@ -316,7 +316,7 @@ absl::StatusOr<NodeTopology> DiscoverTopology(const DiscoveryOptions& options) {
     }
     if (location.has_value()) {
       gpu.set_numa_node(location->numa_node);
-      AssignNearestNic(sysfs, *location, nic_locations, gpu);
+      AssignNearestNic(*location, nic_locations, gpu);
     }
     gpu_locations.push_back(std::move(location));
   }
