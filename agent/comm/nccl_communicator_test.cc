@@ -71,5 +71,18 @@ TEST(NcclCommunicatorTest, MissingPeerFailsInitWithinDeadline) {
   EXPECT_TRUE(absl::IsDeadlineExceeded(comm.status())) << comm.status();
 }
 
+TEST(NcclCommunicatorTest, PeerThatNeverInitsEndsInAbortNotHang) {
+  absl::StatusOr<int> gpus = CudaDeviceCount();
+  if (!gpus.ok()) GTEST_SKIP() << gpus.status().message();
+  auto store = std::make_shared<InMemoryStore>();
+  // Rank 0 publishes the id and starts a non-blocking init of a 2-rank comm;
+  // rank 1 never comes, so init must be aborted at the deadline (or fail
+  // earlier in NCCL's bootstrap) instead of hanging.
+  absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm =
+      NcclCommunicator::Create(store, "half", 0, 2, {},
+                               absl::Now() + absl::Seconds(3));
+  EXPECT_FALSE(comm.ok());
+}
+
 }  // namespace
 }  // namespace monta::comm
