@@ -28,9 +28,17 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(PlannerOptio
     std::vector<int> ports = s->exposer_->GetListeningPorts();
     s->metrics_port_ = ports.empty() ? 0 : ports.front();
   }
+  s->planner_metrics_ = std::make_unique<metrics::PlannerMetrics>(*s->metrics_);
   s->registry_ = std::make_unique<registry::Registry>(s->options_.registry);
+  s->cluster_collector_ = std::make_shared<metrics::ClusterCollector>(s->registry_.get());
+  if (s->exposer_ != nullptr) s->exposer_->RegisterCollectable(s->cluster_collector_);
   s->coordinator_ =
       std::make_unique<bench::Coordinator>(s->registry_.get(), s->options_.coordinator);
+  metrics::PlannerMetrics* planner_metrics = s->planner_metrics_.get();
+  s->coordinator_->SetTaskFinishedCallback(
+      [planner_metrics](const monta::v1::BenchmarkTaskStatus& status) {
+        planner_metrics->RecordBenchmarkTask(status);
+      });
   PlannerServer* self = s.get();
   api::AgentGatewayService::RegisteredCallback on_registered = nullptr;
   if (s->options_.bench_on_register) {
@@ -44,7 +52,8 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(PlannerOptio
   }
   s->gateway_ = std::make_unique<api::AgentGatewayService>(
       s->registry_.get(), s->coordinator_.get(), std::move(on_registered));
-  s->planner_ = std::make_unique<api::PlannerService>(s->registry_.get(), s->coordinator_.get());
+  s->planner_ = std::make_unique<api::PlannerService>(s->registry_.get(), s->coordinator_.get(),
+                                                       s->planner_metrics_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -17,6 +17,7 @@
 #include "server/api/agent_gateway_service.h"
 #include "server/api/planner_service.h"
 #include "server/bench/coordinator.h"
+#include "server/metrics/planner_metrics.h"
 #include "server/registry/registry.h"
 
 namespace monta {
@@ -43,6 +44,7 @@ class PlannerServer {
   registry::Registry& registry() { return *registry_; }
   bench::Coordinator& coordinator() { return *coordinator_; }
   prometheus::Registry& metrics() { return *metrics_; }
+  metrics::PlannerMetrics& planner_metrics() { return *planner_metrics_; }
 
   // Stops accepting calls, ends streams, waits up to `grace` for calls in flight.
   void Shutdown(absl::Duration grace = absl::Seconds(5));
@@ -54,7 +56,9 @@ class PlannerServer {
   const PlannerOptions options_;
   std::shared_ptr<prometheus::Registry> metrics_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<metrics::PlannerMetrics> planner_metrics_;
   std::unique_ptr<registry::Registry> registry_;
+  std::shared_ptr<metrics::ClusterCollector> cluster_collector_;
   std::unique_ptr<bench::Coordinator> coordinator_;
   std::unique_ptr<api::AgentGatewayService> gateway_;
   std::unique_ptr<api::PlannerService> planner_;

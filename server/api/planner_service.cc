@@ -7,13 +7,46 @@
 
 namespace monta::api {
 
-PlannerService::PlannerService(registry::Registry* registry, bench::Coordinator* coordinator)
-    : registry_(registry), coordinator_(coordinator) {}
+std::optional<planning::NodeFacts> RegistryNodeLookup::Find(absl::string_view name) const {
+  absl::StatusOr<monta::v1::NodeInfo> node = registry_->Get(name, now_);
+  if (!node.ok() || node->state() == monta::v1::NODE_STATE_GONE) return std::nullopt;
+  planning::NodeFacts facts;
+  facts.name = node->name();
+  facts.gpu_count = node->topology().gpus_size();
+  facts.gpu_name = node->topology().gpus().empty() ? "" : node->topology().gpus(0).name();
+  facts.profile_name = node->topology().profile_name();
+  facts.curves.assign(node->curves().begin(), node->curves().end());
+  return facts;
+}
+
+absl::StatusOr<monta::v1::StrategyReply> DecideStrategy(const monta::v1::StrategyRequest& request,
+                                                        const registry::Registry* registry,
+                                                        metrics::PlannerMetrics* metrics) {
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Time now = absl::Now();
+  RegistryNodeLookup lookup(registry, now);
+  absl::StatusOr<monta::v1::StrategyReply> reply = planning::PlanStrategy(request, &lookup, now);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (reply.ok()) reply->set_decision_seconds(seconds);
+  if (metrics != nullptr) {
+    metrics->RecordDecision(reply.status(), reply.ok() ? &*reply : nullptr, seconds);
+  }
+  return reply;
+}
+
+PlannerService::PlannerService(registry::Registry* registry, bench::Coordinator* coordinator,
+                               metrics::PlannerMetrics* metrics)
+    : registry_(registry), coordinator_(coordinator), metrics_(metrics) {}
 
 grpc::Status PlannerService::GetStrategy(grpc::ServerContext* context,
                                          const monta::v1::StrategyRequest* request,
                                          monta::v1::StrategyReply* reply) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "GetStrategy is not implemented yet");
+  absl::StatusOr<monta::v1::StrategyReply> decided =
+      DecideStrategy(*request, registry_, metrics_);
+  if (!decided.ok()) return ToGrpc(decided.status());
+  *reply = *std::move(decided);
+  return grpc::Status::OK;
 }
 
 grpc::Status PlannerService::ListNodes(grpc::ServerContext* context,
@@ -40,7 +73,8 @@ grpc::Status PlannerService::GetNode(grpc::ServerContext* context,
 grpc::Status PlannerService::ListProfiles(grpc::ServerContext* context,
                                           const monta::v1::ListProfilesRequest* request,
                                           monta::v1::ListProfilesReply* reply) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "ListProfiles is not implemented yet");
+  for (auto& profile : planning::ListProfiles()) *reply->add_profiles() = std::move(profile);
+  return grpc::Status::OK;
 }
 
 grpc::Status PlannerService::RunBenchmark(grpc::ServerContext* context,

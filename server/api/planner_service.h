@@ -5,14 +5,17 @@
 
 #include "proto/monta/v1/planner.grpc.pb.h"
 #include "server/bench/coordinator.h"
+#include "server/metrics/planner_metrics.h"
+#include "server/planning/strategy_planner.h"
 #include "server/registry/registry.h"
 
 namespace monta::api {
 
 class PlannerService final : public monta::v1::Planner::Service {
  public:
-  // Pointers are not owned and must outlive the service.
-  PlannerService(registry::Registry* registry, bench::Coordinator* coordinator);
+  // Pointers are not owned and must outlive the service; `metrics` may be null.
+  PlannerService(registry::Registry* registry, bench::Coordinator* coordinator,
+                 metrics::PlannerMetrics* metrics);
 
   grpc::Status GetStrategy(grpc::ServerContext* context,
                            const monta::v1::StrategyRequest* request,
@@ -31,7 +34,27 @@ class PlannerService final : public monta::v1::Planner::Service {
  private:
   registry::Registry* const registry_;
   bench::Coordinator* const coordinator_;
+  metrics::PlannerMetrics* const metrics_;
 };
+
+// Resolves node names for the strategy planner from the registry (gone nodes are
+// unknown).
+class RegistryNodeLookup : public planning::NodeLookup {
+ public:
+  RegistryNodeLookup(const registry::Registry* registry, absl::Time now)
+      : registry_(registry), now_(now) {}
+  std::optional<planning::NodeFacts> Find(absl::string_view name) const override;
+
+ private:
+  const registry::Registry* registry_;
+  absl::Time now_;
+};
+
+// Plans one request against the registry and records the decision metrics; shared
+// by GetStrategy and the admission webhook.
+absl::StatusOr<monta::v1::StrategyReply> DecideStrategy(const monta::v1::StrategyRequest& request,
+                                                        const registry::Registry* registry,
+                                                        metrics::PlannerMetrics* metrics);
 
 }  // namespace monta::api
 

@@ -1,0 +1,237 @@
+// GetStrategy, ListProfiles and node lookups through a real in-process gRPC server,
+// as a training launcher would call them.
+#include <memory>
+
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "proto/monta/v1/agent.grpc.pb.h"
+#include "proto/monta/v1/planner.grpc.pb.h"
+#include "server/planner_server.h"
+
+namespace monta {
+namespace {
+
+monta::v1::StrategyRequest PaperRequest() {
+  // The MoNTA paper's setting: 2 A800 nodes x 8, TP=8, 8K sequence, 70B-class experts.
+  monta::v1::StrategyRequest r;
+  auto* job = r.mutable_job();
+  job->set_name("paper");
+  job->set_hidden_size(8192);
+  job->set_num_experts(2);
+  job->set_top_k(1);
+  job->set_capacity_factor(1.0);
+  job->set_micro_batch_size(1);
+  job->set_sequence_length(8192);
+  job->set_bytes_per_element(2);
+  job->set_moe_layers(80);
+  job->set_microbatches_per_step(1);
+  job->set_world_size(16);
+  job->set_tensor_parallel_size(8);
+  job->set_expert_parallel_size(2);
+  job->set_pipeline_parallel_size(1);
+  job->set_data_parallel_size(2);
+  job->set_experts_tensor_parallel(true);
+  r.mutable_placement()->set_profile("a800-hgx");
+  r.mutable_placement()->set_nodes(2);
+  return r;
+}
+
+class PlannerServiceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    PlannerOptions options;
+    options.grpc_address = "127.0.0.1:0";
+    options.metrics_address = "";  // exposer teardown is slow; metrics tested elsewhere
+    auto started = PlannerServer::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = started->release();
+    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->grpc_port()),
+                                       grpc::InsecureChannelCredentials());
+    planner_ = monta::v1::Planner::NewStub(channel).release();
+    gateway_ = monta::v1::AgentGateway::NewStub(channel).release();
+  }
+  static void TearDownTestSuite() {
+    delete planner_;
+    delete gateway_;
+    delete server_;
+  }
+
+  grpc::Status Plan(const monta::v1::StrategyRequest& request, monta::v1::StrategyReply* reply) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return planner_->GetStrategy(&context, request, reply);
+  }
+
+  // Expects INVALID_ARGUMENT naming `field`.
+  void ExpectInvalid(const monta::v1::StrategyRequest& request, const std::string& field) {
+    monta::v1::StrategyReply reply;
+    grpc::Status status = Plan(request, &reply);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << field << ": " << status.error_message();
+    EXPECT_NE(status.error_message().find(field), std::string::npos)
+        << "message should name " << field << ": " << status.error_message();
+  }
+
+  static PlannerServer* server_;
+  static monta::v1::Planner::Stub* planner_;
+  static monta::v1::AgentGateway::Stub* gateway_;
+};
+
+PlannerServer* PlannerServiceTest::server_ = nullptr;
+monta::v1::Planner::Stub* PlannerServiceTest::planner_ = nullptr;
+monta::v1::AgentGateway::Stub* PlannerServiceTest::gateway_ = nullptr;
+
+TEST_F(PlannerServiceTest, PaperSettingPicksPipelinedDedupWithLargeSpeedup) {
+  monta::v1::StrategyReply reply;
+  grpc::Status status = Plan(PaperRequest(), &reply);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reply.chosen().kind(), monta::v1::STRATEGY_KIND_TP_DEDUP_PIPELINED);
+  EXPECT_GT(reply.chosen().chunks_effective(), 1);
+  EXPECT_GE(reply.chosen().speedup_over_flat(), 4.0);
+  EXPECT_EQ(reply.evidence().source(), "profile");
+  EXPECT_EQ(reply.evidence().profile(), "a800-hgx");
+  ASSERT_GT(reply.candidates_size(), 2);
+  for (const auto& c : reply.candidates()) {
+    if (!c.feasible()) continue;
+    EXPECT_NEAR(c.forward_seconds_per_layer() + c.backward_seconds_per_layer(),
+                c.total_seconds_per_layer(), 1e-12);
+  }
+}
+
+TEST_F(PlannerServiceTest, ZeroAndNegativeSizesNameTheField) {
+  auto r = PaperRequest();
+  r.mutable_job()->set_hidden_size(0);
+  ExpectInvalid(r, "job.hidden_size");
+  r = PaperRequest();
+  r.mutable_job()->set_sequence_length(-5);
+  ExpectInvalid(r, "job.sequence_length");
+  r = PaperRequest();
+  r.mutable_job()->set_num_experts(0);
+  ExpectInvalid(r, "job.num_experts");
+  r = PaperRequest();
+  r.mutable_placement()->set_nodes(0);
+  ExpectInvalid(r, "placement.nodes");
+}
+
+TEST_F(PlannerServiceTest, TensorParallelLargerThanNodeIsRefused) {
+  auto r = PaperRequest();
+  r.mutable_job()->set_tensor_parallel_size(16);
+  r.mutable_job()->set_data_parallel_size(1);
+  r.mutable_job()->set_expert_parallel_size(1);
+  ExpectInvalid(r, "job.tensor_parallel_size");
+}
+
+TEST_F(PlannerServiceTest, ParallelSizesMustMultiplyToWorld) {
+  auto r = PaperRequest();
+  r.mutable_job()->set_data_parallel_size(3);
+  ExpectInvalid(r, "job.world_size");
+  r = PaperRequest();
+  r.mutable_placement()->set_nodes(3);  // 24 GPUs for a 16-rank job
+  ExpectInvalid(r, "world_size");
+}
+
+TEST_F(PlannerServiceTest, UnknownProfileAndNodeAreNamed) {
+  auto r = PaperRequest();
+  r.mutable_placement()->set_profile("tpu-v5");
+  monta::v1::StrategyReply reply;
+  grpc::Status status = Plan(r, &reply);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("tpu-v5"), std::string::npos);
+  EXPECT_NE(status.error_message().find("a800-hgx"), std::string::npos)
+      << "should list the known profiles: " << status.error_message();
+
+  r = PaperRequest();
+  r.mutable_placement()->clear_profile();
+  r.mutable_placement()->set_nodes(0);
+  r.mutable_placement()->add_node_names("no-such-node");
+  status = Plan(r, &reply);
+  EXPECT_TRUE(status.error_code() == grpc::StatusCode::NOT_FOUND ||
+              status.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
+      << status.error_message();
+  EXPECT_NE(status.error_message().find("no-such-node"), std::string::npos);
+}
+
+TEST_F(PlannerServiceTest, AbsurdSizesAreRefused) {
+  auto r = PaperRequest();
+  r.mutable_job()->set_hidden_size(int64_t{1} << 40);
+  ExpectInvalid(r, "job.hidden_size");
+  r = PaperRequest();
+  r.mutable_job()->set_sequence_length(int64_t{1} << 40);
+  ExpectInvalid(r, "job.sequence_length");
+  r = PaperRequest();
+  r.mutable_job()->set_top_k(5);
+  ExpectInvalid(r, "job.top_k");
+  r = PaperRequest();
+  r.mutable_job()->set_bytes_per_element(3);
+  ExpectInvalid(r, "job.bytes_per_element");
+  r = PaperRequest();
+  r.mutable_job()->set_capacity_factor(-1);
+  ExpectInvalid(r, "job.capacity_factor");
+  r = PaperRequest();
+  r.mutable_options()->set_max_chunks(100000);
+  ExpectInvalid(r, "options.max_chunks");
+}
+
+TEST_F(PlannerServiceTest, InfeasibleStrategyIsListedNotAnError) {
+  // C = ceil(k*S*cf/E) = 8191*1/2 rounds to 4096: make C odd so C mod t != 0.
+  auto r = PaperRequest();
+  r.mutable_job()->set_sequence_length(8190);  // C = 4095
+  monta::v1::StrategyReply reply;
+  grpc::Status status = Plan(r, &reply);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  bool saw_infeasible = false;
+  for (const auto& c : reply.candidates()) {
+    if (c.kind() == monta::v1::STRATEGY_KIND_TP_DEDUP && !c.feasible()) {
+      saw_infeasible = true;
+      EXPECT_FALSE(c.infeasible_reason().empty());
+    }
+  }
+  EXPECT_TRUE(saw_infeasible);
+  EXPECT_TRUE(reply.chosen().feasible());
+}
+
+TEST_F(PlannerServiceTest, RegisteredNodesWithoutCurvesFallBackToTheirProfile) {
+  for (const char* name : {"cpu-a", "cpu-b"}) {
+    monta::v1::RegisterRequest reg;
+    reg.set_node_name(name);
+    reg.set_instance_id("x");
+    monta::v1::RegisterReply reg_reply;
+    grpc::ClientContext context;
+    ASSERT_TRUE(gateway_->Register(&context, reg, &reg_reply).ok());
+  }
+  // Two CPU nodes with 2 ranks each (Gloo development cluster).
+  monta::v1::StrategyRequest r = PaperRequest();
+  r.mutable_job()->set_world_size(4);
+  r.mutable_job()->set_tensor_parallel_size(2);
+  r.mutable_job()->set_data_parallel_size(2);
+  r.mutable_job()->set_expert_parallel_size(2);
+  r.mutable_placement()->clear_profile();
+  r.mutable_placement()->set_nodes(0);
+  r.mutable_placement()->add_node_names("cpu-a");
+  r.mutable_placement()->add_node_names("cpu-b");
+  r.mutable_placement()->set_gpus_per_node(2);
+  monta::v1::StrategyReply reply;
+  grpc::Status status = Plan(r, &reply);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reply.evidence().source(), "profile");
+  EXPECT_EQ(reply.evidence().profile(), "cpu-gloo");
+}
+
+TEST_F(PlannerServiceTest, ListProfilesGivesSourcedConstants) {
+  monta::v1::ListProfilesReply reply;
+  grpc::ClientContext context;
+  ASSERT_TRUE(planner_->ListProfiles(&context, {}, &reply).ok());
+  std::set<std::string> names;
+  for (const auto& p : reply.profiles()) {
+    names.insert(p.name());
+    EXPECT_FALSE(p.version().empty());
+    ASSERT_FALSE(p.constants().empty()) << p.name();
+    for (const auto& c : p.constants()) EXPECT_FALSE(c.source().empty()) << c.name();
+  }
+  for (const char* want : {"a800-hgx", "a100-hgx", "h800-hgx", "h100-hgx", "h200-hgx", "cpu-gloo"}) {
+    EXPECT_EQ(names.count(want), 1u) << want;
+  }
+}
+
+}  // namespace
+}  // namespace monta

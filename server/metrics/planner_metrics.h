@@ -1,0 +1,80 @@
+// The planner's Prometheus metrics (names and labels in ARCHITECTURE.md's
+// conventions): cluster state and measured bandwidth read from the registry at
+// scrape time, plus counters and histograms of decisions, benchmark tasks and
+// admission reviews.
+#ifndef MONTA_SERVER_METRICS_PLANNER_METRICS_H_
+#define MONTA_SERVER_METRICS_PLANNER_METRICS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "proto/monta/v1/benchmark.pb.h"
+#include "proto/monta/v1/strategy.pb.h"
+#include "server/registry/registry.h"
+
+namespace monta::metrics {
+
+// Bucket label for a message size, powers of 4 from 64 KiB to 1 GiB
+// ("<64KiB", "64-256KiB", ..., "256MiB-1GiB", ">=1GiB"): bounded cardinality.
+std::string MessageSizeBucket(uint64_t bytes);
+
+// Line rate (bytes per second per rank, one direction) of the link that bounds a
+// curve of `scope` on this node: NVLink (or loopback) inside a node, the node's NIC
+// share per rank across nodes. 0 when unknown.
+double BottleneckLineRate(const monta::v1::NodeTopology& topology, monta::v1::Scope scope,
+                          int ranks_per_node);
+
+// Exposes the registry's view at scrape time:
+//   monta_node_state{node,state}, monta_node_lease_age_seconds{node},
+//   monta_collective_busbw_bytes_per_second{node,scope,collective,nranks,n_nodes,message_size},
+//   monta_alltoall_efficiency_ratio{node,scope,nranks,message_size},
+//   monta_curve_age_seconds{node,scope,collective}.
+class ClusterCollector : public prometheus::Collectable {
+ public:
+  // `registry` is not owned and must outlive the collector.
+  explicit ClusterCollector(const registry::Registry* registry);
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  const registry::Registry* registry_;
+};
+
+// Event metrics the planner records as it works.
+class PlannerMetrics {
+ public:
+  explicit PlannerMetrics(prometheus::Registry& registry);
+
+  // One GetStrategy (or admission) decision: the chosen strategy and its predicted
+  // speedup, or the error class.
+  void RecordDecision(const absl::Status& status, const monta::v1::StrategyReply* reply,
+                      double seconds);
+  // A finished task; scope follows its node count.
+  void RecordBenchmarkTask(const monta::v1::BenchmarkTaskStatus& status);
+  // operation: "mutate" | "validate"; result: patched|allowed|denied|skipped|error.
+  void RecordAdmission(const std::string& operation, const std::string& result,
+                       double seconds);
+
+ private:
+  prometheus::Family<prometheus::Counter>& decisions_;
+  prometheus::Family<prometheus::Histogram>& decision_duration_;
+  prometheus::Family<prometheus::Histogram>& predicted_speedup_;
+  prometheus::Family<prometheus::Counter>& tasks_;
+  prometheus::Family<prometheus::Counter>& admissions_;
+  prometheus::Family<prometheus::Histogram>& admission_duration_;
+};
+
+// "flat", "tp_dedup", ... for a StrategyKind; "none" for unspecified.
+std::string StrategyLabel(monta::v1::StrategyKind kind);
+
+}  // namespace monta::metrics
+
+#endif  // MONTA_SERVER_METRICS_PLANNER_METRICS_H_

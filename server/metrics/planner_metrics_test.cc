@@ -1,0 +1,90 @@
+#include "server/metrics/planner_metrics.h"
+
+#include "gtest/gtest.h"
+#include "prometheus/text_serializer.h"
+
+namespace monta::metrics {
+namespace {
+
+TEST(PlannerMetricsTest, MessageSizeBucketsAreBounded) {
+  EXPECT_EQ(MessageSizeBucket(1024), "<64KiB");
+  EXPECT_EQ(MessageSizeBucket(64 << 10), "64-256KiB");
+  EXPECT_EQ(MessageSizeBucket(300 << 10), "256KiB-1MiB");
+  EXPECT_EQ(MessageSizeBucket(1 << 20), "1-4MiB");
+  EXPECT_EQ(MessageSizeBucket(uint64_t{300} << 20), "256MiB-1GiB");
+  EXPECT_EQ(MessageSizeBucket(uint64_t{8} << 30), ">=1GiB");
+}
+
+TEST(PlannerMetricsTest, LineRateFromNicsOrProfile) {
+  monta::v1::NodeTopology t;
+  t.add_gpus()->set_name("NVIDIA H100 80GB HBM3");
+  for (int i = 0; i < 8; ++i) {
+    auto* nic = t.add_nics();
+    nic->set_rate_gbps(400);
+    nic->set_state("ACTIVE");
+  }
+  // 8 x 400 Gb/s shared by 8 ranks: 50 GB/s per rank.
+  EXPECT_DOUBLE_EQ(BottleneckLineRate(t, monta::v1::SCOPE_INTER_NODE, 8), 50e9);
+  // A NIC that went down no longer counts.
+  t.mutable_nics(0)->set_state("DOWN");
+  EXPECT_DOUBLE_EQ(BottleneckLineRate(t, monta::v1::SCOPE_INTER_NODE, 8), 7 * 50e9 / 8);
+  // Intra-node: the H100 profile's NVLink line rate per direction.
+  EXPECT_GT(BottleneckLineRate(t, monta::v1::SCOPE_INTRA_NODE, 8), 100e9);
+}
+
+TEST(PlannerMetricsTest, CollectorExposesStatesCurvesAndEfficiency) {
+  registry::Registry registry{registry::RegistryOptions{}};
+  monta::v1::RegisterRequest r;
+  r.set_node_name("a");
+  r.set_instance_id("i");
+  ASSERT_TRUE(registry.Register(r, absl::Now()).ok());
+  monta::v1::BandwidthCurve c;
+  c.set_collective(monta::v1::COLLECTIVE_ALLTOALL);
+  c.set_scope(monta::v1::SCOPE_INTRA_NODE);
+  c.set_nranks(2);
+  c.set_n_nodes(1);
+  c.add_nodes("a");
+  for (uint64_t bytes : {uint64_t{1} << 20, uint64_t{4} << 20}) {
+    auto* p = c.add_points();
+    p->set_message_bytes(bytes);
+    p->set_busbw_bytes_per_second(1e9);
+  }
+  ASSERT_TRUE(registry.AddCurve(c).ok());
+  auto collector = std::make_shared<ClusterCollector>(&registry);
+  const std::string text = prometheus::TextSerializer().Serialize(collector->Collect());
+  EXPECT_NE(text.find("monta_node_state{node=\"a\",state=\"alive\"} 1"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("monta_node_state{node=\"a\",state=\"stale\"} 0"), std::string::npos);
+  EXPECT_NE(text.find("monta_collective_busbw_bytes_per_second{node=\"a\",scope=\"intra\","
+                      "collective=\"alltoall\",nranks=\"2\",n_nodes=\"1\",message_size=\"1-4MiB\"}"),
+            std::string::npos)
+      << text;
+  // No topology: the cpu-gloo profile gives the loopback line rate.
+  EXPECT_NE(text.find("monta_alltoall_efficiency_ratio{node=\"a\",scope=\"intra\""),
+            std::string::npos)
+      << text;
+}
+
+TEST(PlannerMetricsTest, DecisionsCountedByStrategyAndResult) {
+  prometheus::Registry registry;
+  PlannerMetrics metrics(registry);
+  monta::v1::StrategyReply reply;
+  reply.mutable_chosen()->set_kind(monta::v1::STRATEGY_KIND_TP_DEDUP_PIPELINED);
+  reply.mutable_chosen()->set_speedup_over_flat(5.5);
+  metrics.RecordDecision(absl::OkStatus(), &reply, 0.0002);
+  metrics.RecordDecision(absl::InvalidArgumentError("x"), nullptr, 0.0001);
+  const std::string text = prometheus::TextSerializer().Serialize(registry.Collect());
+  EXPECT_NE(text.find("monta_strategy_decisions_total{result=\"ok\",strategy=\"tp_dedup_"
+                      "pipelined\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("monta_strategy_decisions_total{result=\"invalid\",strategy=\"none\"} 1"),
+            std::string::npos);
+  EXPECT_NE(text.find("monta_strategy_predicted_speedup_ratio_bucket{strategy=\"tp_dedup_"
+                      "pipelined\",le=\"6\"} 1"),
+            std::string::npos)
+      << text;
+}
+
+}  // namespace
+}  // namespace monta::metrics
