@@ -392,17 +392,21 @@ int Main() {
   const std::string backend = absl::GetFlag(FLAGS_backend);
   if (backend == "nccl") {
 #ifdef MONTA_HAS_NCCL
-    absl::StatusOr<int> gpus = comm::CudaDeviceCount();
-    if (!gpus.ok()) {
-      std::fprintf(stderr, "%s\n",
-                   std::string(gpus.status().message()).c_str());
-      return 2;
-    }
-    if (ranks <= 0) ranks = *gpus;
     // The pipelined schedules run NCCL kernels of two communicators (EP and
     // TP) concurrently on one GPU; ordering their launches by host program
     // order (the same on every rank) rules out cross-communicator deadlock.
     setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", /*overwrite=*/0);
+    // CUDA must not be initialized before fork(), so only thread mode asks
+    // for the device count here (in process mode each rank fails by itself).
+    if (absl::GetFlag(FLAGS_launch) != "processes") {
+      absl::StatusOr<int> gpus = comm::CudaDeviceCount();
+      if (!gpus.ok()) {
+        std::fprintf(stderr, "%s\n",
+                     std::string(gpus.status().message()).c_str());
+        return 2;
+      }
+      if (ranks <= 0) ranks = *gpus;
+    }
 #else
     std::fprintf(stderr, "no GPU: built without CUDA/NCCL\n");
     return 2;
