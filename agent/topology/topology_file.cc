@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -128,6 +129,25 @@ class Reader {
   absl::Status status_;
 };
 
+// Declared PCI ids must look like what sysfs, CUDA and NVML print, or they
+// will never match a discovered device.
+bool CheckPciAddress(Reader& r, const std::string& field,
+                     const std::string& text) {
+  const std::string id = NormalizePciBusId(text);
+  bool ok = id.size() == 12 && id[4] == ':' && id[7] == ':' && id[10] == '.';
+  for (size_t i = 0; ok && i < id.size(); ++i) {
+    if (i != 4 && i != 7 && i != 10) {
+      ok = absl::ascii_isxdigit(static_cast<unsigned char>(id[i]));
+    }
+  }
+  if (!ok) {
+    r.Fail(field, absl::StrCat("expected domain:bus:device.function like "
+                               "\"0000:18:00.0\", got \"",
+                               text, "\""));
+  }
+  return ok;
+}
+
 const std::set<std::string> kTopKeys = {"profile_name",  "labels", "gpus",
                                         "all_gpu_pairs", "links",  "nics"};
 const std::set<std::string> kGpuKeys = {
@@ -187,6 +207,7 @@ void ReadDocument(const YAML::Node& root, Reader& r, NodeTopology& topo) {
       if (r.String(node, field, "name", &text)) gpu.set_name(text);
       if (r.String(node, field, "uuid", &text)) gpu.set_uuid(text);
       if (r.String(node, field, "pci_bus_id", &text)) {
+        if (!CheckPciAddress(r, field + ".pci_bus_id", text)) return;
         gpu.set_pci_bus_id(NormalizePciBusId(text));
       }
       uint64_t memory_bytes = 0;
@@ -365,6 +386,7 @@ void ReadDocument(const YAML::Node& root, Reader& r, NodeTopology& topo) {
       if (r.String(node, field, "state", &text)) nic.set_state(text);
       if (r.String(node, field, "phys_state", &text)) nic.set_phys_state(text);
       if (r.String(node, field, "pci_address", &text)) {
+        if (!CheckPciAddress(r, field + ".pci_address", text)) return;
         nic.set_pci_address(NormalizePciBusId(text));
       }
       int numa = -1;

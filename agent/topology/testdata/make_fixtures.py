@@ -89,6 +89,8 @@ def dgx_h100():
     # vllm-project/vllm#13855): CPU affinity 0-55,112-167 / 56-111,168-223.
     # GPU bus ids are the DGX H100 ones (18, 2a, 3a, 5d, 9a, ab, ba, db); the
     # bridge bus numbers between root port and device are illustrative.
+    # memory_bytes is 81559 MiB, the total nvidia-smi shows for an H100 80GB
+    # HBM3 (A800 80GB: 81920 MiB).
     t = Tree(os.path.join(HERE, "dgx_h100/sysfs"))
     t.cpus(["0-55,112-167", "56-111,168-223"], 1056545156, "0-223",
            {0: 0, 56: 1, 112: 0, 168: 1})
