@@ -195,9 +195,7 @@ absl::StatusOr<std::vector<SweepPoint>> SweepCollective(
       // block; copy: my own block 0.
       const int src =
           collective == Collective::kCopy ? me : static_cast<int>(k);
-      const int dst = collective == Collective::kAllToAll    ? me
-                      : collective == Collective::kAllGather ? 0
-                                                             : 0;
+      const int dst = collective == Collective::kAllToAll ? me : 0;
       wrong += CountWrongInRow(&got[k * out_block], src, dst, 0, out_block);
     }
     absl::StatusOr<double> time_us = MedianTimeUs(options, run);
