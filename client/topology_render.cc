@@ -49,13 +49,22 @@ std::string NumaClass(int numa_a, int numa_b) {
 struct NicColumn {
   std::string name;
   int numa_node = -1;
+  // "0000:1a:00" without the function: ports of a multi-function HCA (e.g. a
+  // dual-port CX-7 as mlx5_1/mlx5_2) share one PCI device and so one place.
+  std::string pci_device;
 };
+
+std::string PciDevice(const std::string& pci_address) {
+  const size_t dot = pci_address.rfind('.');
+  return dot == std::string::npos ? pci_address : pci_address.substr(0, dot);
+}
 
 std::vector<NicColumn> NicColumns(const monta::v1::NodeTopology& topology) {
   std::vector<NicColumn> columns;
   for (const monta::v1::Nic& nic : topology.nics()) {
     if (!columns.empty() && columns.back().name == nic.name()) continue;
-    columns.push_back({nic.name(), nic.numa_node()});
+    columns.push_back(
+        {nic.name(), nic.numa_node(), PciDevice(nic.pci_address())});
   }
   return columns;
 }
@@ -105,8 +114,16 @@ std::string RenderTopoMatrix(const monta::v1::NodeTopology& topology) {
                                  header.empty() ? "" : "\t",
                                  "CPU Affinity\tNUMA Affinity\tGPU NUMA ID\n");
 
-  auto gpu_nic_cell = [](const monta::v1::Gpu& gpu, const NicColumn& nic) {
-    if (gpu.nearest_nic() == nic.name) {
+  std::map<std::string, std::string> pci_device_of_nic;
+  for (const NicColumn& nic : nics)
+    pci_device_of_nic[nic.name] = nic.pci_device;
+  auto same_device = [&](const std::string& nic_name, const NicColumn& nic) {
+    auto it = pci_device_of_nic.find(nic_name);
+    return it != pci_device_of_nic.end() && !nic.pci_device.empty() &&
+           it->second == nic.pci_device;
+  };
+  auto gpu_nic_cell = [&](const monta::v1::Gpu& gpu, const NicColumn& nic) {
+    if (gpu.nearest_nic() == nic.name || same_device(gpu.nearest_nic(), nic)) {
       return PathCell(gpu.nearest_nic_path(), 0);
     }
     return NumaClass(gpu.numa_node(), nic.numa_node);
@@ -142,8 +159,13 @@ std::string RenderTopoMatrix(const monta::v1::NodeTopology& topology) {
       cells.push_back(gpu_nic_cell(*gpu, nics[k]));
     }
     for (size_t l = 0; l < nics.size(); ++l) {
-      cells.push_back(l == k ? kSelfCell
-                             : NumaClass(nics[k].numa_node, nics[l].numa_node));
+      if (l == k) {
+        cells.push_back(kSelfCell);
+      } else if (same_device(nics[k].name, nics[l])) {
+        cells.push_back("PIX");
+      } else {
+        cells.push_back(NumaClass(nics[k].numa_node, nics[l].numa_node));
+      }
     }
     absl::StrAppend(&out, "NIC", k, "\t", absl::StrJoin(cells, "\t"), "\n");
   }

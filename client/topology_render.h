@@ -17,8 +17,10 @@ namespace monta::client {
 // Legend ("NIC0: mlx5_0").
 //
 // NodeTopology stores only each GPU's nearest NIC, so other GPU-NIC and NIC-NIC
-// cells are derived the way they come out on HGX systems: NODE when both sit on
-// the same NUMA node, else SYS. Unknown paths print as N/A.
+// cells are derived the way they come out on HGX systems: functions of one PCI
+// device (ports of a multi-port HCA) share their path (PIX between each other),
+// otherwise NODE when both sit on the same NUMA node, else SYS. Unknown paths
+// print as N/A.
 std::string RenderTopoMatrix(const monta::v1::NodeTopology& topology);
 
 // One row per NIC port: NIC, PORT, LINK LAYER, RATE (Gb/s), STATE, PHYS STATE,

@@ -98,6 +98,25 @@ TEST(RenderTopoMatrix, DegradedNvLinkAndUnknownsShowUp) {
   EXPECT_THAT(matrix, HasSubstr("\tN/A\tN/A\t\tN/A\nGPU2"));
 }
 
+TEST(RenderTopoMatrix, PortsOfOneHcaShareTheirPath) {
+  monta::v1::NodeTopology topology = DiscoveredH100();
+  // A dual-port storage HCA next to GPU0's NIC: functions .0/.1 of one device.
+  topology.mutable_nics(0)->set_pci_address("0000:19:00.0");
+  monta::v1::Nic* second = topology.add_nics();
+  *second = topology.nics(0);
+  second->set_name("mlx5_0b");
+  second->set_pci_address("0000:19:00.1");
+  const std::string matrix = RenderTopoMatrix(topology);
+  // GPU0: PXB to both ports; the two ports are PIX to each other.
+  EXPECT_THAT(matrix,
+              HasSubstr("\tPXB\tNODE\tNODE\tNODE\tSYS\tSYS\tSYS\tSYS\tPXB\t"
+                        "0-55,112-167"));
+  EXPECT_THAT(matrix,
+              HasSubstr("NIC0\tPXB\tNODE\tNODE\tNODE\tSYS\tSYS\tSYS\tSYS\t"
+                        " X \tNODE\tNODE\tNODE\tSYS\tSYS\tSYS\tSYS\tPIX\n"));
+  EXPECT_THAT(matrix, HasSubstr("  NIC8: mlx5_0b\n"));
+}
+
 TEST(RenderTopoMatrix, EmptyTopologyHasHeaderAndLegendOnly) {
   const std::string matrix = RenderTopoMatrix(monta::v1::NodeTopology());
   EXPECT_THAT(matrix,
