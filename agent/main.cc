@@ -9,7 +9,9 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_split.h"
 #include "agent/runtime/agent_runtime.h"
+#include "agent/topology/discovery.h"
 #include "common/signals.h"
 
 ABSL_FLAG(std::string, planner, "127.0.0.1:7400", "planner gRPC address");
@@ -18,6 +20,16 @@ ABSL_FLAG(std::string, node_name, "",
 ABSL_FLAG(std::string, instance_id, "", "agent instance id; default: random per process");
 ABSL_FLAG(std::string, bench_address, "127.0.0.1",
           "address other agents use to reach this node for benchmark traffic");
+ABSL_FLAG(std::string, sysfs_root, "/sys", "root of the sysfs tree to discover NICs and NUMA from");
+ABSL_FLAG(std::string, topology_file, "",
+          "YAML topology for nodes where discovery is impossible (declared facts)");
+ABSL_FLAG(std::string, labels, "",
+          "topology labels, comma-separated key=value (e.g. "
+          "network.topology.nvidia.com/leaf=leaf-07)");
+ABSL_FLAG(std::string, labels_file, "",
+          "file of key=value topology labels (Kubernetes downward API format)");
+ABSL_FLAG(double, topology_refresh_seconds, 30,
+          "rediscover the topology this often and report changes with the heartbeat");
 
 namespace {
 
@@ -33,16 +45,6 @@ std::string DefaultNodeName() {
   return absl::AsciiStrToLower(Hostname());
 }
 
-absl::StatusOr<monta::v1::NodeTopology> BasicTopology() {
-  monta::v1::NodeTopology topology;
-  topology.set_hostname(Hostname());
-  const char* env = std::getenv("NODE_NAME");
-  if (env != nullptr) topology.set_kubernetes_node_name(env);
-  topology.set_cpu_logical_count(static_cast<int>(std::thread::hardware_concurrency()));
-  topology.set_cuda_status("GPU discovery not built into this agent");
-  return topology;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -56,7 +58,33 @@ int main(int argc, char** argv) {
   if (options.node_name.empty()) options.node_name = DefaultNodeName();
   options.instance_id = absl::GetFlag(FLAGS_instance_id);
   options.bench_address = absl::GetFlag(FLAGS_bench_address);
-  options.discover = BasicTopology;
+  monta::topology::DiscoveryOptions discovery;
+  discovery.sysfs_root = absl::GetFlag(FLAGS_sysfs_root);
+  discovery.topology_file = absl::GetFlag(FLAGS_topology_file);
+  discovery.labels_file = absl::GetFlag(FLAGS_labels_file);
+  if (const char* env = std::getenv("NODE_NAME"); env != nullptr) {
+    discovery.kubernetes_node_name = env;
+  }
+  for (absl::string_view item :
+       absl::StrSplit(absl::GetFlag(FLAGS_labels), ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    if (kv.first.empty() || kv.second.empty()) {
+      std::cerr << "monta-agent: --labels: expected key=value, got \"" << item << "\"\n";
+      return 2;
+    }
+    discovery.labels[kv.first] = kv.second;
+  }
+  // Fail at start, not in the background, when the declared inputs are broken.
+  absl::StatusOr<monta::v1::NodeTopology> first = monta::topology::DiscoverTopology(discovery);
+  if (!first.ok()) {
+    std::cerr << "monta-agent: topology: " << first.status().message() << "\n";
+    return 2;
+  }
+  std::cerr << "monta-agent: discovered " << first->gpus_size() << " GPU(s), "
+            << first->nics_size() << " NIC port(s); CUDA: " << first->cuda_status()
+            << "; NVML: " << first->nvml_status() << std::endl;
+  options.discover = [discovery] { return monta::topology::DiscoverTopology(discovery); };
+  options.topology_refresh = absl::Seconds(absl::GetFlag(FLAGS_topology_refresh_seconds));
 
   monta::agent::AgentRuntime runtime(options);
   runtime.Start();

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "agent/topology/topology_diff.h"
 #include "common/rpc_metrics.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -29,7 +30,18 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(PlannerOptio
     s->metrics_port_ = ports.empty() ? 0 : ports.front();
   }
   s->planner_metrics_ = std::make_unique<metrics::PlannerMetrics>(*s->metrics_);
-  s->registry_ = std::make_unique<registry::Registry>(s->options_.registry);
+  s->registry_ = std::make_unique<registry::Registry>(
+      s->options_.registry,
+      [](const monta::v1::NodeTopology& before, const monta::v1::NodeTopology& after) {
+        std::vector<monta::v1::TopologyEvent> events;
+        for (const auto& change : topology::DiffTopology(before, after)) {
+          monta::v1::TopologyEvent event;
+          event.set_kind(change.kind);
+          event.set_message(change.message);
+          events.push_back(std::move(event));
+        }
+        return events;
+      });
   s->cluster_collector_ = std::make_shared<metrics::ClusterCollector>(s->registry_.get());
   if (s->exposer_ != nullptr) s->exposer_->RegisterCollectable(s->cluster_collector_);
   s->coordinator_ =
