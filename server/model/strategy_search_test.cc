@@ -328,6 +328,18 @@ TEST(StrategySearch, MeasuredCurveOutsideItsRangeIsReported) {
   EXPECT_FALSE(d.extrapolated.copy);  // profile curves never extrapolate
 }
 
+TEST(StrategySearch, NoExpertParallelismMeansNoAllToAll) {
+  MoeJobShape job = PaperJob();
+  job.expert_parallel_size = 1;
+  const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
+  const Candidate& c = Chosen(d);
+  EXPECT_EQ(c.kind, StrategyKind::kFlat);
+  EXPECT_EQ(c.total_seconds_per_layer, 0);
+  EXPECT_EQ(c.bottleneck, "none");
+  EXPECT_FALSE(Find(d, StrategyKind::kTpDedup).feasible);
+  ASSERT_FALSE(d.notes.empty());
+}
+
 TEST(StrategySearch, SameInputSameAnswer) {
   const Decision a = DecideOrDie(PaperJob(), {2, 8}, View("a800-hgx", 2));
   const Decision b = DecideOrDie(PaperJob(), {2, 8}, View("a800-hgx", 2));

@@ -8,24 +8,29 @@
 
 namespace monta::model {
 
-int MinEpMembersOnNode(int ep_group_size, int stride_ranks, int gpus_per_node) {
-  if (ep_group_size <= 0 || stride_ranks <= 0 || gpus_per_node <= 0) return 0;
-  // Walk the group in rank order; members are contiguous per node because
-  // ranks only grow. Every EP group is a shifted copy of the first one when t
-  // divides G, so the first group stands for all.
-  int min_count = ep_group_size;
-  int count = 0;
-  int64_t current_node = -1;
-  for (int j = 0; j < ep_group_size; ++j) {
-    const int64_t node = static_cast<int64_t>(j) * stride_ranks / gpus_per_node;
-    if (node != current_node) {
-      if (count > 0) min_count = std::min(min_count, count);
-      current_node = node;
-      count = 0;
-    }
-    ++count;
+int MinEpMembersOnNode(int ep_group_size, int stride_ranks, int gpus_per_node,
+                       int64_t world_ranks) {
+  const int e = ep_group_size;
+  const int t = stride_ranks;
+  const int g = gpus_per_node;
+  if (e <= 0 || t <= 0 || g <= 0 || g % t != 0) return 0;
+  // Groups start every t*e ranks (TP innermost, EP next); a member sits in
+  // one of the G/t slots of its node. Only the start offset within a node
+  // matters, and offsets repeat after at most G/t groups.
+  const int64_t slots = g / t;
+  const int64_t span = static_cast<int64_t>(t) * e;
+  const int64_t groups = std::max<int64_t>(1, world_ranks / span);
+  int64_t result = e;
+  for (int64_t k = 0; k < std::min<int64_t>(groups, slots); ++k) {
+    const int64_t slot = (k * span % g) / t;
+    const int64_t first = std::min<int64_t>(e, slots - slot);
+    int64_t m = first;
+    const int64_t rest = e - first;
+    if (rest >= slots) m = std::min(m, slots);
+    if (rest % slots != 0) m = std::min(m, rest % slots);
+    result = std::min(result, m);
   }
-  return std::min(min_count, count);
+  return static_cast<int>(result);
 }
 
 absl::StatusOr<Traffic> ComputeTraffic(const MoeJobShape& job,
@@ -94,7 +99,7 @@ absl::StatusOr<Traffic> ComputeTraffic(const MoeJobShape& job,
   tr.tensor_parallel_size = t;
   tr.gpus_per_node = shape.gpus_per_node;
   tr.nodes = shape.nodes;
-  tr.ep_members_on_node = MinEpMembersOnNode(e, t, shape.gpus_per_node);
+  tr.ep_members_on_node = MinEpMembersOnNode(e, t, shape.gpus_per_node, world);
   tr.local_share = 1.0 / e;
   tr.intra_node_share = static_cast<double>(tr.ep_members_on_node - 1) / e;
   tr.inter_node_share = static_cast<double>(e - tr.ep_members_on_node) / e;

@@ -72,9 +72,11 @@ struct Traffic {
 absl::StatusOr<Traffic> ComputeTraffic(const MoeJobShape& job,
                                        const NodeShape& shape);
 
-// Members of an EP group (ranks first + j*stride, j < e) on each node they
-// touch, minimum over those nodes. Exposed for tests.
-int MinEpMembersOnNode(int ep_group_size, int stride_ranks, int gpus_per_node);
+// n_s: members of an EP group (ranks start + j*stride, j < e, groups starting
+// every stride*e ranks) on one node, minimum over every node and group of a
+// world of `world_ranks`. Needs stride dividing gpus_per_node (else 0).
+int MinEpMembersOnNode(int ep_group_size, int stride_ranks, int gpus_per_node,
+                       int64_t world_ranks);
 
 }  // namespace monta::model
 

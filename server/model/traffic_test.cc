@@ -1,5 +1,8 @@
 #include "server/model/traffic.h"
 
+#include <algorithm>
+#include <map>
+
 #include "gtest/gtest.h"
 
 namespace monta::model {
@@ -62,12 +65,34 @@ TEST(Traffic, ContextAndSequenceParallelSplitTokens) {
 
 TEST(Traffic, EpPlacementTpInnermost) {
   // t = G: every EP peer is on another node.
-  EXPECT_EQ(MinEpMembersOnNode(2, 8, 8), 1);
+  EXPECT_EQ(MinEpMembersOnNode(2, 8, 8, 16), 1);
   // t = 2 on 8 GPUs: four EP members share a node.
-  EXPECT_EQ(MinEpMembersOnNode(4, 2, 8), 4);
-  EXPECT_EQ(MinEpMembersOnNode(8, 2, 8), 4);
-  // Uneven: 12 members on 8-GPU nodes, the second node holds 4.
-  EXPECT_EQ(MinEpMembersOnNode(12, 1, 8), 4);
+  EXPECT_EQ(MinEpMembersOnNode(4, 2, 8, 16), 4);
+  EXPECT_EQ(MinEpMembersOnNode(8, 2, 8, 16), 4);
+  // EP group inside one node.
+  EXPECT_EQ(MinEpMembersOnNode(4, 1, 8, 16), 4);
+  // Uneven: 12 members on 8-GPU nodes; every group has a node with 4.
+  EXPECT_EQ(MinEpMembersOnNode(12, 1, 8, 48), 4);
+  // Groups of 6 start at ranks 0, 6, 12, ...: the one at 6 has only ranks 6
+  // and 7 on its first node.
+  EXPECT_EQ(MinEpMembersOnNode(6, 1, 8, 48), 2);
+  // Same answer as walking every rank of every group.
+  for (int e : {1, 2, 3, 5, 6, 7, 12, 16, 24}) {
+    for (int t : {1, 2, 4}) {
+      const int world = 8 * 24;
+      if (world % (e * t) != 0) continue;
+      int expected = e;
+      for (int start = 0; start < world; start += e * t) {
+        std::map<int, int> per_node;
+        for (int j = 0; j < e; ++j) ++per_node[(start + j * t) / 8];
+        for (const auto& [node, count] : per_node) {
+          expected = std::min(expected, count);
+        }
+      }
+      EXPECT_EQ(MinEpMembersOnNode(e, t, 8, world), expected)
+          << "e=" << e << " t=" << t;
+    }
+  }
 }
 
 TEST(Traffic, SharesAddUpToOne) {
