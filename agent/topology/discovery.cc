@@ -283,8 +283,10 @@ absl::StatusOr<NodeTopology> DiscoverTopology(const DiscoveryOptions& options) {
       for (const NvmlGpuRecord& record : nvml->gpus) {
         Gpu* gpu = topo.add_gpus();
         gpu->set_index(record.index);
+        gpu->set_name(record.name);
         gpu->set_uuid(record.uuid);
         gpu->set_pci_bus_id(record.pci_bus_id);
+        gpu->set_memory_bytes(record.memory_bytes);
         gpu->set_provenance(monta::v1::PROVENANCE_DISCOVERED);
         nvml_of.push_back(record.index);
       }

@@ -42,9 +42,9 @@ struct DiscoveryOptions {
 //
 // Merge rules, per fact, never mixing fields of one entity across provenances:
 // - GPUs come from CUDA (ordinal, name, memory, SMs, PCI id); NVML adds the
-// UUID
-//   by matching PCI bus ids; sysfs adds NUMA node and the nearest NIC. Without
-//   CUDA, GPUs come from NVML in NVML order.
+//   UUID by matching PCI bus ids; sysfs adds NUMA node and the nearest NIC.
+//   Without CUDA, GPUs come from NVML in NVML order (name and memory from
+//   NVML; no SM count or peer access, which only CUDA can say).
 // - GPU pairs: NVLINK when NVML reports an active NVLink, else NVML's common
 //   ancestor class, else the class of the two PCI paths in sysfs.
 // - Declared GPUs (by index), links (by pair) and NICs (by name and port) fill

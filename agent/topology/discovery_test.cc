@@ -117,6 +117,25 @@ TEST_F(DgxH100, WithoutNvmlPairsFallBackToPciClasses) {
   EXPECT_EQ(topo->gpu_links(3).path(), monta::v1::PATH_TYPE_SYS);
 }
 
+// An agent image without libcudart on a GPU node: NVML alone still names the
+// GPUs and their NVLinks.
+TEST_F(DgxH100, WithoutCudaGpusComeFromNvml) {
+  Absent absent;
+  options_.gpu_source = absent.cuda.get();
+  absl::StatusOr<monta::v1::NodeTopology> topo = DiscoverTopology(options_);
+  ASSERT_TRUE(topo.ok()) << topo.status();
+  EXPECT_EQ(topo->cuda_status(), "no CUDA device (cudaGetDeviceCount: 35)");
+  ASSERT_EQ(topo->gpus_size(), 8);
+  EXPECT_EQ(topo->gpus(5).name(), "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(topo->gpus(5).memory_bytes(), 85520809984u);
+  EXPECT_EQ(topo->gpus(5).pci_bus_id(), "0000:ab:00.0");
+  EXPECT_EQ(topo->gpus(5).nearest_nic(), "mlx5_5");
+  EXPECT_EQ(topo->gpus(5).sm_count(), 0);
+  ASSERT_EQ(topo->gpu_links_size(), 28);
+  EXPECT_EQ(topo->gpu_links(0).nvlink_count(), 18);
+  EXPECT_FALSE(topo->gpu_links(0).peer_access());
+}
+
 TEST_F(DgxH100, NicRenegotiationAndNvLinkDownShowUpInTheDiff) {
   absl::StatusOr<monta::v1::NodeTopology> before = DiscoverTopology(options_);
   ASSERT_TRUE(before.ok()) << before.status();

@@ -96,6 +96,14 @@ struct NvmlPciInfo {
   char bus_id[32];  // NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE
 };
 
+// nvmlMemory_t: total, free, used bytes.
+struct NvmlMemory {
+  unsigned long long total;  // NOLINT(runtime/int): NVML's declared type
+  unsigned long long free;   // NOLINT(runtime/int)
+  unsigned long long used;   // NOLINT(runtime/int)
+};
+constexpr unsigned int kNvmlDeviceNameV2BufferSize = 96;
+
 using InitFn = nvmlReturn_t (*)();
 using ShutdownFn = nvmlReturn_t (*)();
 using GetCountFn = nvmlReturn_t (*)(unsigned int*);
@@ -107,6 +115,8 @@ using GetLinkStateFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int, int*);
 using GetRemotePciFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int,
                                         NvmlPciInfo*);
 using ErrorStringFn = const char* (*)(nvmlReturn_t);
+using GetNameFn = nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned int);
+using GetMemoryFn = nvmlReturn_t (*)(nvmlDevice_t, NvmlMemory*);
 
 std::string PciInfoBusId(const NvmlPciInfo& info) {
   std::string id(info.bus_id, strnlen(info.bus_id, sizeof(info.bus_id)));
@@ -146,6 +156,9 @@ class NvmlLibrarySource : public NvmlSource {
     auto get_remote_pci = reinterpret_cast<GetRemotePciFn>(
         sym("nvmlDeviceGetNvLinkRemotePciInfo_v2"));
     auto error_string = reinterpret_cast<ErrorStringFn>(sym("nvmlErrorString"));
+    // Optional: only used when CUDA is absent.
+    get_name_ = reinterpret_cast<GetNameFn>(sym("nvmlDeviceGetName"));
+    get_memory_ = reinterpret_cast<GetMemoryFn>(sym("nvmlDeviceGetMemoryInfo"));
     if (init == nullptr || shutdown == nullptr || get_count == nullptr ||
         get_handle == nullptr || get_uuid == nullptr || get_pci == nullptr ||
         get_ancestor == nullptr) {
@@ -207,6 +220,16 @@ class NvmlLibrarySource : public NvmlSource {
       if (get_pci(handles[i], &pci) == kNvmlSuccess) {
         gpu.pci_bus_id = PciInfoBusId(pci);
       }
+      char name[kNvmlDeviceNameV2BufferSize] = {0};
+      if (get_name_ != nullptr &&
+          get_name_(handles[i], name, sizeof(name)) == kNvmlSuccess) {
+        gpu.name = name;
+      }
+      NvmlMemory memory = {0, 0, 0};
+      if (get_memory_ != nullptr &&
+          get_memory_(handles[i], &memory) == kNvmlSuccess) {
+        gpu.memory_bytes = memory.total;
+      }
       snapshot.gpus.push_back(std::move(gpu));
     }
     for (unsigned int a = 0; a < count; ++a) {
@@ -247,6 +270,9 @@ class NvmlLibrarySource : public NvmlSource {
     }
     return snapshot;
   }
+
+  GetNameFn get_name_ = nullptr;  // optional symbols, set by Read()
+  GetMemoryFn get_memory_ = nullptr;
 };
 
 }  // namespace

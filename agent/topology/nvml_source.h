@@ -3,6 +3,7 @@
 #ifndef MONTA_AGENT_TOPOLOGY_NVML_SOURCE_H_
 #define MONTA_AGENT_TOPOLOGY_NVML_SOURCE_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,10 @@ struct NvmlGpuRecord {
   int index = 0;           // NVML index (PCI order; may differ from CUDA's)
   std::string uuid;        // "GPU-..."
   std::string pci_bus_id;  // normalised "dddd:bb:dd.f"
+  // Used only when CUDA is absent (e.g. an agent image without libcudart on a
+  // GPU node: the container runtime mounts libnvidia-ml but not the toolkit).
+  std::string name;           // nvmlDeviceGetName; empty if unavailable
+  uint64_t memory_bytes = 0;  // nvmlDeviceGetMemoryInfo total; 0 if unknown
 };
 
 // One unordered pair of NVML indices (gpu_a < gpu_b).

@@ -132,6 +132,8 @@ absl::StatusOr<std::unique_ptr<NvmlSource>> LoadRecordedNvmlSource(
           NvmlGpuRecord gpu;
           gpu.index = node["index"].as<int>();
           gpu.uuid = node["uuid"].as<std::string>("");
+          gpu.name = node["name"].as<std::string>("");
+          gpu.memory_bytes = node["memory_bytes"].as<uint64_t>(0);
           gpu.pci_bus_id =
               NormalizePciBusId(node["pci_bus_id"].as<std::string>(""));
           snapshot.gpus.push_back(std::move(gpu));

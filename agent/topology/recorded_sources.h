@@ -12,8 +12,8 @@
 //
 // Recorded NVML file:
 //   origin, error                      # as above
-//   gpus: [{index: 0, uuid: GPU-..., pci_bus_id: ...}]
-//   nvlinks:                           #
+//   gpus: [{index: 0, uuid: GPU-..., pci_bus_id: ..., name: ..., memory_bytes:
+//   N}] nvlinks:                           #
 //   nvmlDeviceGetNvLinkState/RemotePciInfo,
 //     - {gpu: 0, first_link: 0, count: 18, active: true, remote_pci_bus_id:
 //     ...}

@@ -116,7 +116,8 @@ def dgx_h100():
                     'memory_bytes: 85520809984, pci_bus_id: "%s", sm_count: 132}'
                     % (i, gpu))
         nvml_gpus.append('  - {index: %d, uuid: "GPU-4b6f7e2a-0000-4000-8000-00000000000%d", '
-                         'pci_bus_id: "0000%s"}' % (i, i, gpu))
+                         'pci_bus_id: "0000%s", name: "NVIDIA H100 80GB HBM3", '
+                         'memory_bytes: 85520809984}' % (i, i, gpu))
         # 5 + 4 + 4 + 5 links to the four NVSwitches.
         first = 0
         for sw, count in zip(switches, [5, 4, 4, 5]):
