@@ -208,7 +208,6 @@ struct RoleChoice {
   Option bound;  // the slowest option: it bounds the answer
   bool any_measured = false;
   bool any_profile = false;
-  std::vector<std::string> notes;
 };
 
 const model::BandwidthCurve& ProfileCurve(const model::ClusterView& v,
@@ -524,6 +523,15 @@ absl::StatusOr<v1::StrategyReply> PlanStrategy(
     v1::CurveEvidence* ce = ev->add_curves();
     ce->set_role(RoleName(role));
     const v1::BandwidthCurve* m = choice.bound.measured;
+    if (m != nullptr && role == Role::kAllToAllInter &&
+        choice.bound.curve.ranks_per_node() != where->gpus_per_node) {
+      // The NICs are shared by the ranks of a node; a curve measured with
+      // fewer ranks per node can overstate what each of the job's ranks gets.
+      notes.push_back(absl::StrCat(
+          "alltoall_inter: measured with ", choice.bound.curve.ranks_per_node(),
+          " ranks per node, the job runs ", where->gpus_per_node,
+          "; link rate per rank taken as measured"));
+    }
     if (m != nullptr) {
       ce->set_source("measured");
       for (const std::string& n : m->nodes()) ce->add_nodes(n);
