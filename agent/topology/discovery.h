@@ -47,11 +47,10 @@ struct DiscoveryOptions {
 //   NVML; no SM count or peer access, which only CUDA can say).
 // - GPU pairs: NVLINK when NVML reports an active NVLink, else NVML's common
 //   ancestor class, else the class of the two PCI paths in sysfs.
-// - Declared GPUs (by index), links (by pair) and NICs (by name and port) fill
-// in
-//   only what discovery did not find; a discovered entity always wins over a
-//   declared one, and each entity keeps its own provenance. The statuses list
-//   what the file supplied and what it declared but discovery overrode.
+// - Declared GPUs (by index), links (by pair) and NICs (by name and port)
+//   fill in only what discovery did not find; a discovered entity always wins
+//   over a declared one, and each entity keeps its own provenance. The
+//   statuses list what the file supplied and what discovery overrode.
 // - Labels: topology file < labels file < options.labels. profile_name comes
 //   from the topology file.
 absl::StatusOr<monta::v1::NodeTopology> DiscoverTopology(

@@ -3,22 +3,22 @@
 // capture taken on a real node for offline debugging) and fixed in-memory
 // snapshots.
 //
-// Recorded CUDA file:
-//   origin: "recorded on ..."          # optional
-//   error: "no CUDA device (...)"      # optional: Read() fails with this text
-//   gpus: [{index: 0, name: ..., memory_bytes: N, pci_bus_id: ..., sm_count:
-//   N}] peer_access: all | none            # or a list of "i->j" strings that
-//   are true
+// Recorded CUDA file (YAML):
+//   origin: "recorded on ..."      # optional
+//   error: "no CUDA device (...)"  # optional: Read() fails with this text
+//   gpus:                          # CUDA ordinals 0, 1, 2, ... in order
+//     - {index: 0, name: ..., memory_bytes: N, pci_bus_id: ..., sm_count: N}
+//   peer_access: all               # or none, or a list of "i->j" that are true
 //
-// Recorded NVML file:
-//   origin, error                      # as above
-//   gpus: [{index: 0, uuid: GPU-..., pci_bus_id: ..., name: ..., memory_bytes:
-//   N}] nvlinks:                           #
-//   nvmlDeviceGetNvLinkState/RemotePciInfo,
-//     - {gpu: 0, first_link: 0, count: 18, active: true, remote_pci_bus_id:
-//     ...}
-//   common_ancestor_default: 50        # nvmlGpuTopologyLevel_t for unlisted
-//   pairs common_ancestor: [{gpus: [0, 1], level: 40}]
+// Recorded NVML file (YAML):
+//   origin, error                  # as above
+//   gpus:
+//     - {index: 0, uuid: GPU-..., pci_bus_id: ..., name: ..., memory_bytes: N}
+//   nvlinks:                       # nvmlDeviceGetNvLinkState + RemotePciInfo
+//     - {gpu: 0, first_link: 0, count: 18, active: true,
+//        remote_pci_bus_id: ...}
+//   common_ancestor_default: 50    # nvmlGpuTopologyLevel_t of unlisted pairs
+//   common_ancestor: [{gpus: [0, 1], level: 40}]
 #ifndef MONTA_AGENT_TOPOLOGY_RECORDED_SOURCES_H_
 #define MONTA_AGENT_TOPOLOGY_RECORDED_SOURCES_H_
 
