@@ -36,11 +36,8 @@
 #include "agent/bench/schedule.h"
 #include "agent/bench/sweep.h"
 #include "agent/comm/communicator.h"
-#include "agent/comm/gloo_communicator.h"
+#include "agent/comm/communicator_factory.h"
 #include "agent/comm/rendezvous_store.h"
-#ifdef MONTA_HAS_NCCL
-#include "agent/comm/nccl_communicator.h"
-#endif
 
 ABSL_FLAG(std::string, backend, "gloo", "gloo | nccl");
 ABSL_FLAG(int, ranks, 4,
@@ -82,36 +79,15 @@ struct RankResult {
 
 absl::StatusOr<std::unique_ptr<comm::Communicator>> MakeWorld(
     std::shared_ptr<comm::RendezvousStore> store, int rank, int size) {
-  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
-  const absl::Time deadline = absl::Now() + timeout;
-  const std::string backend = absl::GetFlag(FLAGS_backend);
-  if (backend == "gloo") {
-    comm::GlooOptions options;
-    options.hostname = absl::GetFlag(FLAGS_hostname);
-    options.op_timeout = timeout;
-    auto c = comm::GlooCommunicator::Create(store, "bench/world", rank, size,
-                                            options, deadline);
-    if (!c.ok()) return c.status();
-    return std::unique_ptr<comm::Communicator>(std::move(*c));
-  }
-  if (backend == "nccl") {
-#ifdef MONTA_HAS_NCCL
-    absl::StatusOr<int> gpus = comm::CudaDeviceCount();
-    if (!gpus.ok()) return gpus.status();
-    comm::NcclOptions options;
-    options.device = rank % *gpus;
-    options.op_timeout = timeout;
-    auto c = comm::NcclCommunicator::Create(store, "bench/world", rank, size,
-                                            options, deadline);
-    if (!c.ok()) return c.status();
-    return std::unique_ptr<comm::Communicator>(std::move(*c));
-#else
-    return absl::FailedPreconditionError(
-        "no GPU: this binary was built without CUDA/NCCL");
-#endif
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown backend '", backend, "' (want gloo or nccl)"));
+  absl::StatusOr<comm::Backend> backend =
+      comm::ParseBackend(absl::GetFlag(FLAGS_backend));
+  if (!backend.ok()) return backend.status();
+  comm::CommunicatorOptions options;
+  options.hostname = absl::GetFlag(FLAGS_hostname);
+  options.op_timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  return comm::CreateCommunicator(*backend, std::move(store), "bench/world",
+                                  rank, size, options,
+                                  absl::Now() + options.op_timeout);
 }
 
 bench::SweepOptions SweepFlags() {
@@ -391,15 +367,14 @@ int Main() {
   int ranks = absl::GetFlag(FLAGS_ranks);
   const std::string backend = absl::GetFlag(FLAGS_backend);
   if (backend == "nccl") {
-#ifdef MONTA_HAS_NCCL
     // The pipelined schedules run NCCL kernels of two communicators (EP and
     // TP) concurrently on one GPU; ordering their launches by host program
     // order (the same on every rank) rules out cross-communicator deadlock.
     setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", /*overwrite=*/0);
     // CUDA must not be initialized before fork(), so only thread mode asks
     // for the device count here (in process mode each rank fails by itself).
-    if (absl::GetFlag(FLAGS_launch) != "processes") {
-      absl::StatusOr<int> gpus = comm::CudaDeviceCount();
+    if (absl::GetFlag(FLAGS_launch) != "processes" || !comm::NcclBuilt()) {
+      absl::StatusOr<int> gpus = comm::GpuCount();
       if (!gpus.ok()) {
         std::fprintf(stderr, "%s\n",
                      std::string(gpus.status().message()).c_str());
@@ -407,10 +382,6 @@ int Main() {
       }
       if (ranks <= 0) ranks = *gpus;
     }
-#else
-    std::fprintf(stderr, "no GPU: built without CUDA/NCCL\n");
-    return 2;
-#endif
   }
   if (ranks < 1) {
     std::fprintf(stderr, "--ranks must be >= 1\n");
