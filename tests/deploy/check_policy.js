@@ -1,0 +1,206 @@
+// Checks the rendered manifests against Monta's deployment contract (what the schemas
+// cannot say): webhook conventions, cross-object references, least privilege, the
+// agent's node identity and host access, and the GPU overlay's choices.
+// usage: node check_policy.js base|gpu|dev RENDERED.yaml   (NODE_PATH = tests/deploy/node_modules)
+"use strict";
+const fs = require("fs");
+const yaml = require("js-yaml");
+
+const [variant, file] = process.argv.slice(2);
+const objs = yaml.loadAll(fs.readFileSync(file, "utf8")).filter((d) => d != null);
+const failures = [];
+let checks = 0;
+function check(cond, msg) {
+  checks++;
+  if (!cond) failures.push(msg);
+}
+function one(kind, name) {
+  const found = objs.filter((o) => o.kind === kind && (!name || o.metadata.name === name));
+  check(found.length === 1, `exactly one ${kind}${name ? " " + name : ""} (found ${found.length})`);
+  return found[0] || {};
+}
+const NS = "monta-system";
+const clusterScoped = new Set(["Namespace", "ClusterRole", "ClusterRoleBinding",
+  "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]);
+const matches = (selector, labels) =>
+  Object.entries(selector || {}).every(([k, v]) => (labels || {})[k] === v);
+const podSpec = (o) => ((o.spec || {}).template || {}).spec || {};
+const container = (o, name) => (podSpec(o).containers || []).find((c) => c.name === name) || {};
+const portByName = (c, name) => (c.ports || []).find((p) => p.name === name);
+
+// --- namespaces -----------------------------------------------------------------------
+for (const o of objs) {
+  const id = `${o.kind} ${o.metadata.name}`;
+  if (clusterScoped.has(o.kind)) check(!o.metadata.namespace, `${id}: cluster-scoped, no namespace`);
+  else check(o.metadata.namespace === NS, `${id}: in namespace ${NS}`);
+}
+one("Namespace", NS);
+
+// --- planner ----------------------------------------------------------------------------
+const planner = one("Deployment", "monta-planner");
+const pc = container(planner, "planner");
+const pspec = podSpec(planner);
+check(planner.spec.replicas === 1, "planner: one replica (state lives in the process)");
+check(pspec.serviceAccountName === "monta-planner", "planner: own ServiceAccount");
+check(pspec.securityContext.runAsNonRoot === true, "planner: runAsNonRoot");
+check(pc.securityContext.readOnlyRootFilesystem === true, "planner: read-only root fs");
+check(pc.securityContext.allowPrivilegeEscalation === false, "planner: no privilege escalation");
+check(JSON.stringify(pc.securityContext.capabilities) === JSON.stringify({ drop: ["ALL"] }),
+  "planner: drops ALL capabilities, adds none");
+for (const p of ["startupProbe", "readinessProbe", "livenessProbe"]) {
+  check(pc[p] && pc[p].grpc && pc[p].grpc.port === 7400, `planner: ${p} is a grpc probe on 7400`);
+}
+check(pc.resources && pc.resources.requests && pc.resources.requests.cpu && pc.resources.requests.memory &&
+  pc.resources.limits && pc.resources.limits.memory, "planner: cpu/memory requests and a memory limit");
+for (const [name, port] of [["grpc", 7400], ["metrics", 7401], ["webhook", 8443]]) {
+  check((portByName(pc, name) || {}).containerPort === port, `planner: container port ${name}=${port}`);
+}
+const args = pc.args || [];
+for (const want of ["--listen=0.0.0.0:7400", "--metrics_listen=0.0.0.0:7401"]) {
+  check(args.includes(want), `planner: arg ${want}`);
+}
+const flag = (name) => (args.find((a) => a.startsWith(`--${name}=`)) || "").split("=")[1];
+const svc = one("Service", "monta-planner");
+check(matches(svc.spec.selector, planner.spec.template.metadata.labels), "Service selects the planner pods");
+const svcPorts = Object.fromEntries((svc.spec.ports || []).map((p) => [p.name, p]));
+for (const [name, port] of [["grpc", 7400], ["metrics", 7401], ["webhook", 443]]) {
+  check(svcPorts[name] && svcPorts[name].port === port, `Service port ${name}=${port}`);
+  const target = svcPorts[name] && svcPorts[name].targetPort;
+  check(portByName(pc, target) || (pc.ports || []).some((p) => p.containerPort === target),
+    `Service port ${name} targets a planner container port`);
+}
+check(portByName(pc, svcPorts.webhook && svcPorts.webhook.targetPort).containerPort === 8443,
+  "Service 443 -> planner 8443");
+const pdb = one("PodDisruptionBudget", "monta-planner");
+check(matches(pdb.spec.selector.matchLabels, planner.spec.template.metadata.labels), "PDB selects the planner");
+check(pdb.spec.maxUnavailable === 1 && pdb.spec.minAvailable === undefined,
+  "PDB: one replica may be evicted (a drain never blocks)");
+
+// --- webhook TLS (cert-manager) ---------------------------------------------------------
+const cert = one("Certificate", "monta-planner-webhook");
+const issuer = one("Issuer", cert.spec && cert.spec.issuerRef && cert.spec.issuerRef.name);
+check(issuer.spec && issuer.spec.selfSigned !== undefined, "Issuer is self-signed");
+check((cert.spec.issuerRef || {}).kind === "Issuer", "Certificate uses the namespaced Issuer");
+check((cert.spec.dnsNames || []).includes(`${svc.metadata.name}.${NS}.svc`), "Certificate covers the Service DNS name");
+const tlsVol = (pspec.volumes || []).find((v) => v.secret && v.secret.secretName === cert.spec.secretName);
+check(tlsVol, "planner mounts the Certificate's secret");
+const tlsMount = tlsVol && (pc.volumeMounts || []).find((m) => m.name === tlsVol.name);
+check(tlsMount && tlsMount.readOnly === true, "TLS secret mounted read-only");
+check(tlsMount && flag("tls_cert") === `${tlsMount.mountPath}/tls.crt` && flag("tls_key") === `${tlsMount.mountPath}/tls.key`,
+  "--tls_cert/--tls_key point into the mounted secret");
+
+// --- admission webhooks -----------------------------------------------------------------
+const expectedRules = JSON.stringify([
+  { apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"], scope: "Namespaced" },
+  { apiGroups: ["batch"], apiVersions: ["v1"], operations: ["CREATE"], resources: ["jobs"], scope: "Namespaced" },
+].map((r) => Object.keys(r).sort().reduce((a, k) => ((a[k] = r[k]), a), {})));
+const sortKeys = (r) => Object.keys(r).sort().reduce((a, k) => ((a[k] = r[k]), a), {});
+for (const [kind, path, policy] of [["MutatingWebhookConfiguration", "/mutate", "Ignore"],
+  ["ValidatingWebhookConfiguration", "/validate", "Ignore"]]) {
+  const cfg = one(kind, "monta-planner");
+  check((cfg.metadata.annotations || {})["cert-manager.io/inject-ca-from"] === `${NS}/${cert.metadata.name}`,
+    `${kind}: cert-manager.io/inject-ca-from names the Certificate`);
+  check((cfg.webhooks || []).length === 1, `${kind}: one webhook`);
+  for (const w of cfg.webhooks || []) {
+    const id = `${kind} ${w.name}`;
+    check(JSON.stringify(w.admissionReviewVersions) === '["v1"]', `${id}: admissionReviewVersions [v1]`);
+    check(w.sideEffects === "None", `${id}: sideEffects None`);
+    check(w.timeoutSeconds === 5, `${id}: timeoutSeconds 5`);
+    check(w.failurePolicy === policy, `${id}: failurePolicy ${policy}`);
+    check(w.matchPolicy === "Equivalent", `${id}: matchPolicy Equivalent`);
+    const s = (w.clientConfig || {}).service || {};
+    check(s.name === svc.metadata.name && s.namespace === NS && s.port === 443 && s.path === path,
+      `${id}: calls ${svc.metadata.name}.${NS}.svc:443${path}`);
+    check(!(w.clientConfig || {}).caBundle, `${id}: caBundle left to cert-manager's injector`);
+    check(JSON.stringify((w.rules || []).map(sortKeys)) === expectedRules, `${id}: CREATE pods and batch/v1 jobs only`);
+    const exprs = (w.namespaceSelector || {}).matchExpressions || [];
+    check(exprs.some((e) => e.key === "monta.io/admission" && e.operator === "In"),
+      `${id}: only opted-in namespaces (monta.io/admission)`);
+    check(exprs.some((e) => e.key === "kubernetes.io/metadata.name" && e.operator === "NotIn" &&
+      e.values.includes(NS) && e.values.includes("kube-system")), `${id}: never kube-system or ${NS}`);
+  }
+}
+
+// --- RBAC: least privilege ----------------------------------------------------------------
+const roles = objs.filter((o) => o.kind === "Role" || o.kind === "ClusterRole");
+check(roles.length === 1, "one role in all (the planner's node reader)");
+const cr = one("ClusterRole", "monta-planner-node-reader");
+check(JSON.stringify(cr.rules) === JSON.stringify([{ apiGroups: [""], resources: ["nodes"], verbs: ["get", "list", "watch"] }]),
+  "planner ClusterRole: read nodes only");
+for (const b of objs.filter((o) => o.kind === "RoleBinding" || o.kind === "ClusterRoleBinding")) {
+  check(JSON.stringify(b.subjects) === JSON.stringify([{ kind: "ServiceAccount", name: "monta-planner", namespace: NS }]),
+    `${b.kind} ${b.metadata.name}: bound to the planner only`);
+}
+for (const o of objs) {
+  if (o.kind === "ClusterRole" || o.kind === "Role") {
+    for (const r of o.rules || []) {
+      check(!(r.verbs || []).includes("*") && !(r.resources || []).includes("*"), `${o.kind} ${o.metadata.name}: no wildcards`);
+      check(!(r.resources || []).includes("secrets"), `${o.kind} ${o.metadata.name}: no secrets`);
+    }
+  }
+}
+
+// --- agent ------------------------------------------------------------------------------
+const agent = one("DaemonSet", "monta-agent");
+const aspec = podSpec(agent);
+const ac = container(agent, "agent");
+const agentSa = one("ServiceAccount", "monta-agent");
+check(aspec.serviceAccountName === "monta-agent", "agent: own ServiceAccount");
+check(agentSa.automountServiceAccountToken === false && aspec.automountServiceAccountToken === false,
+  "agent: no API token mounted");
+check(aspec.hostNetwork === true, "agent: hostNetwork (benchmark traffic on the node's NICs)");
+check(aspec.dnsPolicy === "ClusterFirstWithHostNet", "agent: dnsPolicy ClusterFirstWithHostNet");
+const env = Object.fromEntries((ac.env || []).map((e) => [e.name, e]));
+check(env.NODE_NAME && env.NODE_NAME.valueFrom.fieldRef.fieldPath === "spec.nodeName", "agent: NODE_NAME from spec.nodeName");
+check(env.POD_IP && env.POD_IP.valueFrom.fieldRef.fieldPath === "status.podIP", "agent: POD_IP from status.podIP");
+const aargs = ac.args || [];
+for (const want of ["--node_name=$(NODE_NAME)", "--bench_address=$(POD_IP)", "--planner=monta-planner.monta-system.svc:7400",
+  "--metrics_listen=0.0.0.0:7402"]) {
+  check(aargs.includes(want), `agent: arg ${want}`);
+}
+const sysfs = (aargs.find((a) => a.startsWith("--sysfs_root=")) || "").split("=")[1];
+const sysVol = (aspec.volumes || []).find((v) => v.hostPath && v.hostPath.path === "/sys");
+const sysMount = sysVol && (ac.volumeMounts || []).find((m) => m.name === sysVol.name);
+check(sysMount && sysMount.readOnly === true && sysMount.mountPath === sysfs, "agent: host /sys read-only at --sysfs_root");
+const hostPaths = (aspec.volumes || []).filter((v) => v.hostPath).map((v) => v.hostPath.path);
+check(JSON.stringify(hostPaths) === '["/sys"]', "agent: /sys is the only hostPath");
+check((portByName(ac, "metrics") || {}).containerPort === 7402, "agent: metrics port 7402");
+check(ac.securityContext.privileged !== true && ac.securityContext.allowPrivilegeEscalation === false,
+  "agent: not privileged, no privilege escalation");
+check(ac.securityContext.readOnlyRootFilesystem === true, "agent: read-only root fs");
+const caps = ac.securityContext.capabilities || {};
+check(JSON.stringify(caps.drop) === '["ALL"]', "agent: drops ALL capabilities");
+const resources = JSON.stringify(ac.resources || {});
+check(!resources.includes("nvidia.com/gpu"), "agent: requests no nvidia.com/gpu (measures idle nodes)");
+check(ac.resources && ac.resources.limits && ac.resources.limits.memory, "agent: memory limit");
+check((aspec.nodeSelector || {})["monta.io/agent"] === "true", "agent: nodes opt in with monta.io/agent=true");
+if (variant === "gpu") {
+  check(JSON.stringify(caps.add) === '["IPC_LOCK"]', "gpu agent: adds IPC_LOCK only");
+  check((aspec.nodeSelector || {})["nvidia.com/gpu.present"] === "true", "gpu agent: GPU nodes only");
+  check((aspec.tolerations || []).some((t) => t.key === "nvidia.com/gpu" && t.operator === "Exists"),
+    "gpu agent: tolerates nvidia.com/gpu");
+  check(env.NVIDIA_VISIBLE_DEVICES && env.NVIDIA_VISIBLE_DEVICES.value === "all", "gpu agent: sees all GPUs");
+} else {
+  check(caps.add === undefined, `${variant} agent: adds no capability`);
+  check(aspec.securityContext.runAsNonRoot === true && ac.securityContext.runAsUser === undefined,
+    `${variant} agent: non-root`);
+}
+
+// --- monitoring ---------------------------------------------------------------------------
+const sm = one("ServiceMonitor", "monta-planner");
+check(matches(sm.spec.selector.matchLabels, svc.metadata.labels), "ServiceMonitor selects the planner Service");
+check((sm.spec.endpoints || []).some((e) => e.port === "metrics"), "ServiceMonitor scrapes the metrics port");
+check(sm.spec.jobLabel && svc.metadata.labels[sm.spec.jobLabel] === "monta-planner",
+  'ServiceMonitor job label becomes "monta-planner" (MontaPlannerDown)');
+const pm = one("PodMonitor", "monta-agent");
+check(matches(pm.spec.selector.matchLabels, agent.spec.template.metadata.labels), "PodMonitor selects the agent pods");
+check((pm.spec.podMetricsEndpoints || []).some((e) => e.port === "metrics"), "PodMonitor scrapes the agent metrics port");
+const rule = one("PrometheusRule", "monta");
+check(((rule.spec || {}).groups || []).length > 0, "PrometheusRule has groups");
+
+if (failures.length) {
+  for (const f of failures) console.error("FAIL " + f);
+  console.error(`${variant}: ${failures.length} of ${checks} checks failed`);
+  process.exit(1);
+}
+console.log(`${variant}: ${checks} policy checks ok (${objs.length} objects)`);
