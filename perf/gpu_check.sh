@@ -21,8 +21,10 @@ fi
 echo "== ${gpus} GPU(s)"
 nvidia-smi -L
 
-bazel build -c opt //perf:monta-a2a-bench //agent/comm:nccl_communicator_test
-bazel test -c opt --test_output=errors //agent/comm:nccl_communicator_test
+gpu_tests=(//agent/comm:nccl_communicator_test //agent/comm:communicator_factory_test
+           //agent/bench:schedule_gpu_test)
+bazel build -c opt //perf:monta-a2a-bench "${gpu_tests[@]}"
+bazel test -c opt --test_output=errors "${gpu_tests[@]}"
 bin="$(bazel info -c opt bazel-bin)/perf/monta-a2a-bench"
 
 common=(--backend=nccl --ranks="${gpus}" --min_bytes=1024
