@@ -209,48 +209,65 @@ absl::StatusOr<RankResult> RunCompareGloo(comm::Communicator& world,
   const std::vector<uint64_t> sizes = bench::SweepSizes(
       options.min_bytes, options.max_bytes, options.step_factor);
   std::string out = absl::StrFormat(
-      "# engine flat AllToAll (GlooCommunicator + schedule + data check "
-      "outside timing) vs direct gloo::alltoall, %d ranks, threads\n"
+      "# engine flat AllToAll (GlooCommunicator + schedule; data check "
+      "outside timing) vs direct gloo::alltoall, interleaved, %d ranks, "
+      "threads; busbw in GB/s, ratio = engine/direct\n"
       "#%14s %14s %14s %16s %16s %8s %8s\n",
       n, "size", "engine(us)", "direct(us)", "engine busbw", "direct busbw",
       "ratio", "#wrong");
   bool wrong_any = false;
   for (uint64_t size : sizes) {
-    bench::SweepOptions one = options;
-    one.min_bytes = one.max_bytes = size;
-    absl::StatusOr<std::vector<SweepPoint>> engine =
-        bench::SweepStrategy(*groups, bench::Strategy::kFlat, 1, one);
-    if (!engine.ok()) return engine.status();
-    const SweepPoint& e = engine->front();
-    wrong_any |= e.wrong != 0;
-    // Same bytes as the engine moved.
-    std::vector<uint8_t> in(e.bytes, static_cast<uint8_t>(me)),
-        out_buf(e.bytes);
-    std::vector<double> samples;
+    absl::StatusOr<std::unique_ptr<bench::DispatchSchedule>> schedule =
+        bench::DispatchSchedule::Create(
+            *groups, bench::Strategy::kFlat, 1,
+            bench::ShapeForBytes(size, n, options.row_bytes));
+    if (!schedule.ok()) return schedule.status();
+    bench::DispatchSchedule& engine = **schedule;
+    absl::Status s = engine.PoisonOutput();
+    if (s.ok()) s = engine.Run();
+    if (!s.ok()) return s;
+    absl::StatusOr<uint64_t> wrong = engine.CountWrongBytes();
+    if (!wrong.ok()) return wrong.status();
+    // Same bytes as the engine moves.
+    const uint64_t bytes = engine.bytes_per_rank();
+    std::vector<uint8_t> in(bytes, static_cast<uint8_t>(me)), out_buf(bytes);
+    // Engine and direct alternate iteration by iteration, so drift in the
+    // machine's load (other work on a shared host) hits both alike.
+    std::vector<double> engine_us, direct_us;
     for (int i = 0; i < options.warmup_iterations + options.iterations; ++i) {
+      const absl::Time t0 = absl::Now();
+      s = engine.Run();
+      if (!s.ok()) return s;
+      const absl::Time t1 = absl::Now();
       gloo::AlltoallOptions opts(context);
       opts.setInput(in.data(), in.size());
       opts.setOutput(out_buf.data(), out_buf.size());
       opts.setTag(static_cast<uint32_t>(i));
-      const absl::Time start = absl::Now();
       gloo::alltoall(opts);
+      const absl::Time t2 = absl::Now();
       if (i >= options.warmup_iterations) {
-        samples.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+        engine_us.push_back(absl::ToDoubleMicroseconds(t1 - t0));
+        direct_us.push_back(absl::ToDoubleMicroseconds(t2 - t1));
       }
     }
-    const double mine = bench::Median(samples);
-    // Agree on the slowest rank, like the engine's sweep does.
-    absl::StatusOr<std::pair<double, uint64_t>> agreed =
-        bench::AgreeAcrossRanks(world, mine, 0);
-    if (!agreed.ok()) return agreed.status();
-    const double direct_us = agreed->first;
-    const double direct_busbw =
-        bench::BusBwBytesPerSecond(bench::Collective::kAllToAll, e.bytes,
-                                   direct_us * 1e-6, n) /
-        1e9;
+    // Both sides reported like the sweeps: the slowest rank's median.
+    absl::StatusOr<std::pair<double, uint64_t>> e_agreed =
+        bench::AgreeAcrossRanks(world, bench::Median(engine_us), *wrong);
+    if (!e_agreed.ok()) return e_agreed.status();
+    absl::StatusOr<std::pair<double, uint64_t>> d_agreed =
+        bench::AgreeAcrossRanks(world, bench::Median(direct_us), 0);
+    if (!d_agreed.ok()) return d_agreed.status();
+    const auto busbw_gbps = [&](double us) {
+      return bench::BusBwBytesPerSecond(bench::Collective::kAllToAll, bytes,
+                                        us * 1e-6, n) /
+             1e9;
+    };
+    const double e_bus = busbw_gbps(e_agreed->first);
+    const double d_bus = busbw_gbps(d_agreed->first);
+    wrong_any |= e_agreed->second != 0;
     absl::StrAppendFormat(&out, "%15d %14.1f %14.1f %16.3f %16.3f %8.3f %8d\n",
-                          e.bytes, e.time_us, direct_us, e.busbw_gbps,
-                          direct_busbw, e.busbw_gbps / direct_busbw, e.wrong);
+                          bytes, e_agreed->first, d_agreed->first, e_bus, d_bus,
+                          e_bus / d_bus, e_agreed->second);
   }
   RankResult result;
   result.text = out;
