@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "agent/runtime/agent_runtime.h"
+#include "agent/runtime/bench_runner.h"
 #include "agent/topology/discovery.h"
 #include "common/signals.h"
 
@@ -85,6 +86,11 @@ int main(int argc, char** argv) {
             << "; NVML: " << first->nvml_status() << std::endl;
   options.discover = [discovery] { return monta::topology::DiscoverTopology(discovery); };
   options.topology_refresh = absl::Seconds(absl::GetFlag(FLAGS_topology_refresh_seconds));
+
+  monta::agent::BenchRunnerOptions bench;
+  bench.node_name = options.node_name;
+  bench.bench_address = options.bench_address;
+  options.runner = monta::agent::MakeBenchRunner(bench);
 
   monta::agent::AgentRuntime runtime(options);
   runtime.Start();

@@ -1,0 +1,210 @@
+#include "agent/runtime/bench_runner.h"
+
+#include <algorithm>
+#include <iostream>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "agent/bench/curve.h"
+#include "agent/bench/sweep.h"
+#include "agent/comm/communicator_factory.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace monta::agent {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+// The planner fails tasks at their deadline; a rank stops a little earlier so its
+// own error (e.g. "rank 3 never joined") reaches the planner first.
+absl::Time RankDeadline(const monta::v1::BenchmarkTask& task) {
+  using google::protobuf::util::TimeUtil;
+  if (!task.has_deadline()) return absl::Now() + absl::Seconds(120);
+  const absl::Time deadline =
+      absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(task.deadline()));
+  return deadline - absl::Seconds(1);
+}
+
+bench::Collective ToCollective(monta::v1::Collective c) {
+  switch (c) {
+    case monta::v1::COLLECTIVE_ALLGATHER:
+      return bench::Collective::kAllGather;
+    case monta::v1::COLLECTIVE_COPY:
+      return bench::Collective::kCopy;
+    default:
+      return bench::Collective::kAllToAll;
+  }
+}
+
+struct RankResult {
+  absl::Status status;
+  std::vector<monta::v1::BandwidthCurve> curves;
+};
+
+// One rank of the task: join, build the communicator, sweep every collective.
+RankResult RunRank(const monta::v1::BenchmarkTask& task, int rank,
+                   std::shared_ptr<comm::RendezvousStore> store,
+                   const BenchRunnerOptions& options) {
+  RankResult result;
+  const int size = task.nodes_size() * task.ranks_per_node();
+  const absl::Time deadline = RankDeadline(task);
+  // Tells the planner this rank showed up, so a missing one can be named.
+  result.status = store->Set(absl::StrCat("join/", rank), options.node_name);
+  if (!result.status.ok()) return result;
+
+  comm::Backend backend = comm::Backend::kGloo;
+  if (task.backend() == monta::v1::BACKEND_NCCL) {
+    if (!comm::NcclBuilt()) {
+      result.status = absl::FailedPreconditionError(
+          "task asks for NCCL but this agent was built without CUDA/NCCL");
+      return result;
+    }
+    backend = comm::Backend::kNccl;
+  }
+  comm::CommunicatorOptions comm_options;
+  comm_options.hostname = options.bench_address;
+  comm_options.op_timeout = std::max(absl::Seconds(1), deadline - absl::Now());
+  comm_options.device = rank % std::max(1, task.ranks_per_node());
+  absl::StatusOr<std::unique_ptr<comm::Communicator>> comm = comm::CreateCommunicator(
+      backend, store, absl::StrCat(task.task_id(), "/world"), rank, size, comm_options, deadline);
+  if (!comm.ok()) {
+    result.status = comm.status();
+    return result;
+  }
+  bench::SweepOptions sweep;
+  sweep.min_bytes = task.min_bytes();
+  sweep.max_bytes = task.max_bytes();
+  sweep.step_factor = std::max(2, task.step_factor());
+  sweep.warmup_iterations = std::max(0, task.warmup_iterations());
+  sweep.iterations = std::max(1, task.iterations());
+  for (int c : task.collectives()) {
+    const auto collective = static_cast<monta::v1::Collective>(c);
+    absl::StatusOr<std::vector<bench::SweepPoint>> points =
+        bench::SweepCollective(**comm, ToCollective(collective), sweep);
+    if (!points.ok()) {
+      result.status = points.status();
+      (*comm)->Abort();
+      return result;
+    }
+    for (const auto& p : *points) {
+      if (p.wrong > 0) {
+        result.status = absl::DataLossError(absl::StrCat(
+            bench::CollectiveName(ToCollective(collective)), " at ", p.bytes, " bytes: ",
+            p.wrong, " wrong bytes"));
+        return result;
+      }
+    }
+    if (rank != 0) continue;  // every rank agrees on the points; rank 0 reports
+    bench::CurveInfo info;
+    info.collective = ToCollective(collective);
+    info.scope = task.scope();
+    info.backend = backend == comm::Backend::kNccl ? monta::v1::BACKEND_NCCL
+                                                   : monta::v1::BACKEND_GLOO;
+    info.nranks = size;
+    info.n_nodes = task.nodes_size();
+    info.nodes.assign(task.nodes().begin(), task.nodes().end());
+    info.task_id = task.task_id();
+    info.measured_at = absl::Now();
+    result.curves.push_back(bench::ToBandwidthCurve(*points, info));
+  }
+  return result;
+}
+
+}  // namespace
+
+RpcRendezvousStore::RpcRendezvousStore(monta::v1::AgentGateway::StubInterface* stub,
+                                       std::string task_id)
+    : stub_(stub), task_id_(std::move(task_id)) {}
+
+absl::Status RpcRendezvousStore::Set(absl::string_view key, absl::string_view value) {
+  monta::v1::RendezvousSetRequest request;
+  request.set_task_id(task_id_);
+  request.set_key(std::string(key));
+  request.set_value(std::string(value));
+  monta::v1::RendezvousSetReply reply;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  return FromGrpc(stub_->RendezvousSet(&context, request, &reply));
+}
+
+absl::StatusOr<std::string> RpcRendezvousStore::Get(absl::string_view key,
+                                                    absl::Time deadline) {
+  while (true) {
+    // Slices keep every RPC short-lived, so a planner restart costs one slice.
+    const absl::Duration wait =
+        std::clamp(deadline - absl::Now(), absl::ZeroDuration(), absl::Seconds(5));
+    monta::v1::RendezvousGetRequest request;
+    request.set_task_id(task_id_);
+    request.set_key(std::string(key));
+    request.set_wait_seconds(absl::ToDoubleSeconds(wait));
+    monta::v1::RendezvousGetReply reply;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + wait + absl::Seconds(5)));
+    grpc::Status status = stub_->RendezvousGet(&context, request, &reply);
+    if (status.ok()) return reply.value();
+    if (status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED &&
+        status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+      return FromGrpc(status);
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("rendezvous key \"", key, "\" of task ", task_id_, " not set in time"));
+    }
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+  }
+}
+
+TaskRunner MakeBenchRunner(BenchRunnerOptions options) {
+  return [options](const monta::v1::BenchmarkTask& task,
+                   monta::v1::AgentGateway::StubInterface* stub) {
+    const auto& nodes = task.nodes();
+    const int node_index = static_cast<int>(
+        std::find(nodes.begin(), nodes.end(), options.node_name) - nodes.begin());
+    monta::v1::ReportBenchmarkRequest report;
+    report.set_task_id(task.task_id());
+    report.set_node_name(options.node_name);
+    report.set_ok(true);
+    if (node_index >= nodes.size() || task.ranks_per_node() < 1) {
+      report.set_ok(false);
+      report.set_error(absl::StrCat("task does not place node ", options.node_name));
+    } else {
+      const int first_rank = node_index * task.ranks_per_node();
+      report.set_rank(first_rank);
+      auto store = std::make_shared<RpcRendezvousStore>(stub, task.task_id());
+      std::vector<RankResult> results(task.ranks_per_node());
+      std::vector<std::thread> threads;
+      for (int i = 0; i < task.ranks_per_node(); ++i) {
+        threads.emplace_back([&, i] {
+          results[i] = RunRank(task, first_rank + i, store, options);
+        });
+      }
+      for (auto& t : threads) t.join();
+      for (int i = 0; i < task.ranks_per_node(); ++i) {
+        if (!results[i].status.ok() && report.ok()) {
+          report.set_ok(false);
+          report.set_rank(first_rank + i);
+          report.set_error(results[i].status.ToString());
+        }
+        for (auto& c : results[i].curves) *report.add_curves() = std::move(c);
+      }
+    }
+    if (!report.ok()) report.clear_curves();
+    std::cerr << "monta-agent[" << options.node_name << "]: task " << task.task_id() << " "
+              << (report.ok() ? "done" : "failed: " + report.error()) << std::endl;
+    monta::v1::ReportBenchmarkReply reply;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    (void)stub->ReportBenchmark(&context, report, &reply);
+    if (options.on_finished) options.on_finished(report.ok() ? "succeeded" : "failed");
+  };
+}
+
+}  // namespace monta::agent

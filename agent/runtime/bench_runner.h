@@ -1,0 +1,44 @@
+// Runs the planner's benchmark tasks on this node: one thread per local rank, a
+// communicator over the task's rendezvous store (the planner's RendezvousSet/Get),
+// nccl-tests-style sweeps, and one report per node.
+#ifndef MONTA_AGENT_RUNTIME_BENCH_RUNNER_H_
+#define MONTA_AGENT_RUNTIME_BENCH_RUNNER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/time/time.h"
+#include "agent/comm/rendezvous_store.h"
+#include "agent/runtime/agent_runtime.h"
+#include "proto/monta/v1/agent.grpc.pb.h"
+
+namespace monta::agent {
+
+// A RendezvousStore over the planner's per-task key-value RPCs. Get waits in
+// bounded slices; ABORTED (the task failed) ends the wait at once.
+class RpcRendezvousStore : public comm::RendezvousStore {
+ public:
+  // `stub` must outlive the store.
+  RpcRendezvousStore(monta::v1::AgentGateway::StubInterface* stub, std::string task_id);
+  absl::Status Set(absl::string_view key, absl::string_view value) override;
+  absl::StatusOr<std::string> Get(absl::string_view key, absl::Time deadline) override;
+
+ private:
+  monta::v1::AgentGateway::StubInterface* const stub_;
+  const std::string task_id_;
+};
+
+struct BenchRunnerOptions {
+  std::string node_name;
+  // Address this node's ranks listen on for Gloo traffic.
+  std::string bench_address = "127.0.0.1";
+  // Called after every task with its outcome ("succeeded" / "failed").
+  std::function<void(const std::string& result)> on_finished;
+};
+
+// A TaskRunner for AgentOptions::runner.
+TaskRunner MakeBenchRunner(BenchRunnerOptions options);
+
+}  // namespace monta::agent
+
+#endif  // MONTA_AGENT_RUNTIME_BENCH_RUNNER_H_
