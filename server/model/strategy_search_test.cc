@@ -340,6 +340,40 @@ TEST(StrategySearch, NoExpertParallelismMeansNoAllToAll) {
   ASSERT_FALSE(d.notes.empty());
 }
 
+// A curve "measured" on a profile's own alpha-beta line, 1 KiB .. 16 GiB.
+BandwidthCurve Sampled(const BandwidthCurve& profile_curve) {
+  std::vector<CurveSample> samples;
+  for (double x = 1024; x <= 16.0 * (1ull << 30); x *= 2) {
+    samples.push_back({x, profile_curve.TimeSeconds(x).seconds});
+  }
+  auto c = BandwidthCurve::FromSamples(profile_curve.collective(),
+                                       profile_curve.nranks(),
+                                       profile_curve.ranks_per_node(), samples);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *c;
+}
+
+TEST(StrategySearch, MeasuredCurvesOfTheProfileGiveTheProfilesAnswer) {
+  const ClusterView profile = View("a800-hgx", 2);
+  ClusterView measured = profile;
+  measured.alltoall_intra = Sampled(profile.alltoall_intra);
+  measured.alltoall_inter = Sampled(profile.alltoall_inter);
+  measured.allgather_intra = Sampled(profile.allgather_intra);
+  measured.copy = Sampled(profile.copy);
+  for (int64_t hidden : {256, 2048, 8192, 32768}) {
+    MoeJobShape job = PaperJob();
+    job.hidden_size = hidden;
+    const Decision a = DecideOrDie(job, {2, 8}, profile);
+    const Decision b = DecideOrDie(job, {2, 8}, measured);
+    EXPECT_FALSE(b.extrapolated.any());
+    EXPECT_EQ(Chosen(a).kind, Chosen(b).kind) << "hidden " << hidden;
+    EXPECT_NEAR(Chosen(b).total_seconds_per_layer,
+                Chosen(a).total_seconds_per_layer,
+                0.03 * Chosen(a).total_seconds_per_layer)
+        << "hidden " << hidden;
+  }
+}
+
 TEST(StrategySearch, SameInputSameAnswer) {
   const Decision a = DecideOrDie(PaperJob(), {2, 8}, View("a800-hgx", 2));
   const Decision b = DecideOrDie(PaperJob(), {2, 8}, View("a800-hgx", 2));
