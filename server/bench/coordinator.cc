@@ -221,10 +221,16 @@ absl::Status Coordinator::Report(const monta::v1::ReportBenchmarkRequest& reques
   }
   if (IsFinished(task.status)) return absl::OkStatus();  // late report after a failure
   if (!request.ok()) {
-    Finish(task, monta::v1::TASK_STATE_FAILED,
-           absl::StrCat("node ", request.node_name(), " rank ", request.rank(), ": ",
-                        request.error().empty() ? "failed without a reason" : request.error()),
-           now);
+    // The reporter's error is often a symptom (a peer's connection reset); the ranks
+    // that never reported are the likely cause, so name them too.
+    task.reported_nodes.insert(request.node_name());
+    std::string reason =
+        absl::StrCat("node ", request.node_name(), " rank ", request.rank(), ": ",
+                     request.error().empty() ? "failed without a reason" : request.error());
+    if (task.reported_nodes.size() < static_cast<size_t>(nodes.size())) {
+      absl::StrAppend(&reason, "; ", MissingRanks(task));
+    }
+    Finish(task, monta::v1::TASK_STATE_FAILED, reason, now);
     return absl::OkStatus();
   }
   task.reported_nodes.insert(request.node_name());
@@ -308,12 +314,15 @@ std::string Coordinator::MissingRanks(const Task& task) const {
         never_joined.push_back(absl::StrCat("rank ", r, " (node ", node, ")"));
       }
     }
-    if (task.reported_nodes.count(node) == 0) not_reported.push_back(node);
+    if (task.reported_nodes.count(node) == 0) {
+      not_reported.push_back(absl::StrCat("rank(s) ", n * rpn, "-", (n + 1) * rpn - 1,
+                                          " (node ", node, ")"));
+    }
   }
   if (!never_joined.empty()) {
     return absl::StrCat("never joined: ", absl::StrJoin(never_joined, ", "));
   }
-  return absl::StrCat("no result from node(s) ", absl::StrJoin(not_reported, ", "));
+  return absl::StrCat("no result from ", absl::StrJoin(not_reported, ", "));
 }
 
 void Coordinator::Finish(Task& task, monta::v1::TaskState state, const std::string& reason,

@@ -117,6 +117,8 @@ TEST_F(CoordinatorTest, FailureReportFailsTaskWithReason) {
   auto s = coordinator_.Status(status->task_id());
   EXPECT_EQ(s->state(), monta::v1::TASK_STATE_FAILED);
   EXPECT_NE(s->reason().find("node b rank 2: connection reset"), std::string::npos);
+  // Node a never reported: its ranks are named as the likely cause.
+  EXPECT_NE(s->reason().find("rank 0 (node a)"), std::string::npos) << s->reason();
 }
 
 TEST_F(CoordinatorTest, ScheduleValidatesNodesAndSizes) {
