@@ -30,10 +30,13 @@ for name in planner agent; do
   grep -qE 'ldd .*not found' "$f" || fail "$name: no ldd guard for missing runtime libraries"
   pkgs="$(sed -n 's/^ARG RUNTIME_PACKAGES="\(.*\)"$/\1/p' "$f")"
   [[ -n "$pkgs" ]] || fail "$name: no ARG RUNTIME_PACKAGES"
+  known=""
+  # shellcheck disable=SC2086
+  if ((apt_ok)); then known="$(apt-cache show --no-all-versions $pkgs 2>/dev/null | sed -n 's/^Package: //p')"; fi
   for p in $pkgs; do
     [[ "$p" != *-dev ]] || fail "$name: runtime package $p is a -dev package"
     if ((apt_ok)); then
-      apt-cache show "$p" >/dev/null 2>&1 || fail "$name: Debian has no package '$p'"
+      grep -qxF "$p" <<<"$known" || fail "$name: Debian has no package '$p'"
     fi
   done
   # The runtime must not carry the build toolchain.

@@ -41,8 +41,8 @@ fi
 
 # --- Node packages ---------------------------------------------------------------------
 if ! command -v npm >/dev/null 2>&1; then
-  echo "install.sh: npm not found (Node.js >= 18 with npm is needed for the schema test)" >&2
-  exit 1
+  echo "install.sh: npm not found: the Node-based deploy tests will skip (they need Node.js >= 18 and npm)" >&2
+  exit 0
 fi
 stamp="$here/node_modules/.monta-lock.sha256"
 want="$(sha256sum "$here/package-lock.json" | cut -d' ' -f1)"
