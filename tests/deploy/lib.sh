@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # Shared by the sh_tests in tests/deploy/ (sourced, not run).
 #   DEPLOY      the deploy/ tree, copied (symlinks resolved) into a scratch directory:
 #               kustomize refuses files that are symlinks out of the kustomization root,
