@@ -35,11 +35,14 @@ struct ExtrapolationFlags {
   }
 };
 
-// How backward runs. DeepSpeed's autograd (deepspeed/moe/mappings.py): the
-// backward of the TP gather is a local slice, but the backward of the drop is
-// an AllGather, so each backward op is AllToAll(D/t) + AllGather, like the
-// forward, and the pipelined schedule's chunks run one after another.
-// kSliceOnly is MODEL.md's reading (backward = AllToAll(D/t) only).
+// How backward runs. kSliceOnly (the default) is MODEL.md's reading: forward
+// charges an AllGather to each of its two ops, backward runs AllToAll(D/t)
+// only. Per layer that is 4 AllToAlls and 2 AllGathers, exactly what
+// DeepSpeed's MoE layer issues (deepspeed/moe/sharded_moe.py: forward runs
+// drop -> AllToAll and AllToAll -> gather; autograd runs slice -> AllToAll and
+// AllToAll -> AllGather), only attributed to forward rather than split.
+// kAutograd charges an AllGather to every backward op as well (4 per layer);
+// it over-counts DeepSpeed's backward and is kept for comparison.
 enum class BackwardSchedule { kAutograd, kSliceOnly };
 
 // Busy time per resource; used for the pipeline's steady state and to name

@@ -31,7 +31,7 @@ struct SearchOptions {
   int max_chunks = 64;
   // gamma >= 1 for the pipelined steady state.
   double contention_factor = 1.0;
-  BackwardSchedule backward = BackwardSchedule::kAutograd;
+  BackwardSchedule backward = BackwardSchedule::kSliceOnly;
 };
 
 struct Candidate {
