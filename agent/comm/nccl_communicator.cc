@@ -15,6 +15,8 @@ namespace monta::comm {
 
 struct NcclCommunicator::State {
   int device = 0;
+  // Set once by Init before the state is shared; after AbortComm the handle
+  // is freed, so every later use goes through QueryAsync (under mu).
   ncclComm_t comm = nullptr;
   std::vector<cudaStream_t> streams;
   absl::Mutex mu;
@@ -29,6 +31,16 @@ struct NcclCommunicator::State {
   void Fail(absl::Status status) {
     absl::MutexLock lock(&mu);
     if (error.ok()) error = std::move(status);
+  }
+  // ncclCommGetAsyncError, unless the communicator was aborted (then the
+  // recorded error). ncclInProgress and ncclSuccess come back as OK.
+  absl::Status QueryAsync(ncclResult_t* result) {
+    absl::MutexLock lock(&mu);
+    if (aborted) return error;
+    *result = ncclSuccess;
+    ncclResult_t q = ncclCommGetAsyncError(comm, result);
+    if (q != ncclSuccess) *result = q;
+    return absl::OkStatus();
   }
   // ncclCommAbort once; safe from any thread.
   void AbortComm(absl::Status why) {
@@ -71,9 +83,8 @@ absl::Status Settle(NcclCommunicator::State& state, ncclResult_t r,
       return timeout;
     }
     absl::SleepFor(kPollInterval);
-    ncclResult_t async = ncclSuccess;
-    ncclResult_t q = ncclCommGetAsyncError(state.comm, &async);
-    r = q != ncclSuccess ? q : async;
+    absl::Status aborted = state.QueryAsync(&r);
+    if (!aborted.ok()) return aborted;
   }
   if (r != ncclSuccess) {
     absl::Status err = NcclError(r, state.comm, what);
@@ -120,7 +131,8 @@ class NcclWork : public Work {
       absl::Status failed = state_->Error();
       if (!failed.ok()) return failed;
       ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(state_->comm, &async);
+      failed = state_->QueryAsync(&async);
+      if (!failed.ok()) return failed;
       if (async != ncclSuccess && async != ncclInProgress) {
         absl::Status err = NcclError(async, state_->comm, name_);
         state_->AbortComm(err);
