@@ -86,14 +86,17 @@ class GlooStoreAdapter : public gloo::rendezvous::Store {
   const absl::Time deadline_;
 };
 
-// Completion of one operation run by a stream's worker thread.
+class StreamCore;
+
+// Completion of one operation. Its waiter may run the operation itself (see
+// StreamCore::TryRunInline).
 class HostWork : public Work {
  public:
-  absl::Status Wait() override {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(&done_));
-    return status_;
-  }
+  HostWork() = default;
+  explicit HostWork(std::weak_ptr<StreamCore> core) : core_(std::move(core)) {}
+
+  absl::Status Wait() override;
+
   void Complete(absl::Status status) {
     absl::MutexLock lock(&mu_);
     status_ = std::move(status);
@@ -101,6 +104,8 @@ class HostWork : public Work {
   }
 
  private:
+  // Stream that runs this operation; empty for handles born failed.
+  const std::weak_ptr<StreamCore> core_;
   absl::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
@@ -137,38 +142,72 @@ void CopyRows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
   }
 }
 
-}  // namespace
+using Op = std::function<absl::Status(
+    const std::shared_ptr<gloo::Context>& context, uint32_t tag)>;
 
-// One stream: a Gloo context (absent for a single-rank group) and the worker
-// thread that runs its operations in issue order.
-class GlooCommunicator::Stream {
+// The operations of one stream, in issue order, and the Gloo context (absent
+// for a single-rank group) they run on. Shared by the stream's worker thread
+// and its handles: a thread that waits on the operation at the head of an
+// idle stream runs it itself, which saves the two thread hand-offs (issue ->
+// worker -> waiter) that otherwise dominate small operations on busy hosts.
+// Either way exactly one thread runs the stream's operations at a time.
+class StreamCore : public std::enable_shared_from_this<StreamCore> {
  public:
-  using Op = std::function<absl::Status(
-      const std::shared_ptr<gloo::Context>& context, uint32_t tag)>;
-
-  Stream(std::shared_ptr<gloo::Context> context, absl::Duration op_timeout)
-      : context_(std::move(context)), op_timeout_(op_timeout) {
-    worker_ = std::thread([this] { Loop(); });
-  }
-
-  ~Stream() {
-    {
-      absl::MutexLock lock(&mu_);
-      stopping_ = true;
-    }
-    worker_.join();
-  }
+  StreamCore(std::shared_ptr<gloo::Context> context, absl::Duration op_timeout)
+      : context_(std::move(context)), op_timeout_(op_timeout) {}
 
   WorkPtr Enqueue(std::string name, std::vector<WorkPtr> after, Op op) {
-    auto work = std::make_shared<HostWork>();
+    auto work = std::make_shared<HostWork>(weak_from_this());
     absl::MutexLock lock(&mu_);
     if (!error_.ok()) {
       work->Complete(error_);
       return work;
     }
-    queue_.push_back(
-        Task{std::move(name), std::move(after), std::move(op), work});
+    queue_.push_back(Task{std::move(name), std::move(after), std::move(op),
+                          next_tag_++, work});
     return work;
+  }
+
+  // Runs the head operation now, on this thread, if it is `work`'s and no
+  // other operation of the stream is running.
+  void TryRunInline(const HostWork* work) {
+    Task task;
+    absl::Status poisoned;
+    {
+      absl::MutexLock lock(&mu_);
+      if (running_ || queue_.empty() || queue_.front().work.get() != work) {
+        return;
+      }
+      poisoned = PopLocked(task);
+    }
+    Execute(task, poisoned);
+  }
+
+  // The worker thread's loop; returns once stopping and drained.
+  void Loop() {
+    while (true) {
+      Task task;
+      absl::Status poisoned;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return (!running_ && !queue_.empty()) ||
+                 (stopping_ && queue_.empty());
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (queue_.empty()) return;
+        if (stopping_ && error_.ok()) {
+          error_ = absl::CancelledError("communicator destroyed");
+        }
+        poisoned = PopLocked(task);
+      }
+      Execute(task, poisoned);
+    }
+  }
+
+  void Stop() {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
   }
 
   void Abort() {
@@ -183,63 +222,90 @@ class GlooCommunicator::Stream {
     std::string name;
     std::vector<WorkPtr> after;
     Op op;
+    uint32_t tag = 0;
     std::shared_ptr<HostWork> work;
   };
 
-  void Loop() {
-    while (true) {
-      Task task;
-      absl::Status poisoned;
-      {
-        absl::MutexLock lock(&mu_);
-        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return stopping_ || !queue_.empty();
-        };
-        mu_.Await(absl::Condition(&ready));
-        if (queue_.empty()) return;
-        task = std::move(queue_.front());
-        queue_.pop_front();
-        if (stopping_ && error_.ok()) {
-          error_ = absl::CancelledError("communicator destroyed");
-        }
-        poisoned = error_;
+  // Takes the head task and marks the stream busy; returns the stream's
+  // error so far (the task fails with it instead of running).
+  absl::Status PopLocked(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    task = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+    return error_;
+  }
+
+  void Execute(Task& task, absl::Status status) {
+    for (const WorkPtr& dep : task.after) {
+      if (!status.ok()) break;
+      absl::Status dep_status = dep->Wait();
+      if (!dep_status.ok()) {
+        status = absl::Status(dep_status.code(),
+                              absl::StrCat(task.name, ": a dependency failed: ",
+                                           dep_status.message()));
       }
-      absl::Status status = poisoned;
-      for (const WorkPtr& dep : task.after) {
-        if (!status.ok()) break;
-        absl::Status dep_status = dep->Wait();
-        if (!dep_status.ok()) {
-          status = absl::Status(
-              dep_status.code(),
-              absl::StrCat(task.name,
-                           ": a dependency failed: ", dep_status.message()));
-        }
-      }
-      if (status.ok()) {
-        try {
-          status = task.op(context_, next_tag_++);
-        } catch (const std::exception& e) {
-          status = FromGlooException(e, task.name);
-        }
-      }
-      if (!status.ok()) {
-        // Peers now disagree with us about this stream's sequence of
-        // collectives; everything after would mismatch, so fail fast.
-        absl::MutexLock lock(&mu_);
-        if (error_.ok()) error_ = status;
-      }
-      task.work->Complete(std::move(status));
     }
+    if (status.ok()) {
+      try {
+        status = task.op(context_, task.tag);
+      } catch (const std::exception& e) {
+        status = FromGlooException(e, task.name);
+      }
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      // Peers now disagree with us about this stream's sequence of
+      // collectives; everything after would mismatch, so fail fast.
+      if (!status.ok() && error_.ok()) error_ = status;
+      running_ = false;
+    }
+    task.work->Complete(std::move(status));
   }
 
   const std::shared_ptr<gloo::Context> context_;
   const absl::Duration op_timeout_;
-  uint32_t next_tag_ = 0;  // worker thread only
   absl::Mutex mu_;
   std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
+  uint32_t next_tag_ ABSL_GUARDED_BY(mu_) = 0;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;  // an operation is executing
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // First failure; every later operation fails with it.
   absl::Status error_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::Status HostWork::Wait() {
+  if (std::shared_ptr<StreamCore> core = core_.lock()) {
+    core->TryRunInline(this);
+  }
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&done_));
+  return status_;
+}
+
+}  // namespace
+
+// One stream: its operations and the worker thread that runs those nobody
+// waits for yet.
+class GlooCommunicator::Stream {
+ public:
+  Stream(std::shared_ptr<gloo::Context> context, absl::Duration op_timeout)
+      : core_(std::make_shared<StreamCore>(std::move(context), op_timeout)) {
+    worker_ = std::thread([core = core_] { core->Loop(); });
+  }
+
+  ~Stream() {
+    core_->Stop();
+    worker_.join();
+  }
+
+  WorkPtr Enqueue(std::string name, std::vector<WorkPtr> after, Op op) {
+    return core_->Enqueue(std::move(name), std::move(after), std::move(op));
+  }
+  void Abort() { core_->Abort(); }
+  std::chrono::milliseconds timeout() const { return core_->timeout(); }
+
+ private:
+  const std::shared_ptr<StreamCore> core_;
   std::thread worker_;
 };
 
