@@ -110,6 +110,15 @@ TEST(ScheduleTest, EveryStrategyMatchesReferenceOnTwoEmulatedNodes) {
   });
 }
 
+TEST(ScheduleTest, EveryStrategyMatchesReferenceWithTp2OnTwoNodes) {
+  // t = G = 2: one EP member per node, so the intra-node step is a copy.
+  RunRanks("tp_nodes", {2, 2}, [](MoeGroups& groups) {
+    EXPECT_EQ(groups.ep_per_node, 1);
+    EXPECT_EQ(groups.nodes, 2);
+    CheckEverything(groups);
+  });
+}
+
 TEST(ScheduleTest, EffectiveChunksAreReported) {
   RunRanks("keff", {2, 0}, [](MoeGroups& groups) {
     // 11 rows over t=2: 6 per TP rank; K=4 -> chunks of 2 -> 3 chunks.

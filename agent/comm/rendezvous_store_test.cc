@@ -58,5 +58,27 @@ TEST(JoinAllTest, NamesEveryMissingRank) {
   EXPECT_TRUE(absl::StrContains(s.message(), "rank(s) 2,3 of 4")) << s;
 }
 
+TEST(ExchangeSplitColorsTest, RanksByKeyThenOldRank) {
+  InMemoryStore store;
+  // Members 0..3 with colors 0,1,0,1 and keys 5,0,5,0.
+  ASSERT_TRUE(store.Set("s/member/1", "1,0").ok());
+  ASSERT_TRUE(store.Set("s/member/2", "0,5").ok());
+  ASSERT_TRUE(store.Set("s/member/3", "1,0").ok());
+  absl::StatusOr<SplitPlacement> p =
+      ExchangeSplitColors(store, "s", 0, 4, 0, 5, absl::Now());
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->rank, 0);  // ties on key go to the lower old rank
+  EXPECT_EQ(p->size, 2);
+}
+
+TEST(ExchangeSplitColorsTest, NamesMissingMembers) {
+  InMemoryStore store;
+  absl::StatusOr<SplitPlacement> p = ExchangeSplitColors(
+      store, "s", 0, 3, 0, 0, absl::Now() + absl::Milliseconds(20));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(p.status())) << p.status();
+  EXPECT_TRUE(absl::StrContains(p.status().message(), "rank(s) 1,2 of 3"))
+      << p.status();
+}
+
 }  // namespace
 }  // namespace monta::comm
