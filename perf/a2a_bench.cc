@@ -28,6 +28,7 @@
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -52,7 +53,8 @@ ABSL_FLAG(std::string, mode, "sweep",
 ABSL_FLAG(std::string, strategy, "flat",
           "flat | tp_dedup | tp_dedup_pipelined | hierarchical | alltoall | "
           "allgather | copy");
-ABSL_FLAG(int, chunks, 1, "K for tp_dedup_pipelined");
+ABSL_FLAG(std::vector<std::string>, chunks, {"1"},
+          "K values for tp_dedup_pipelined, comma-separated (one table each)");
 ABSL_FLAG(int, tp, 1, "tensor-parallel size t (world = t * e)");
 ABSL_FLAG(int, ranks_per_node, 0,
           "ranks per (emulated) node for hierarchical; 0 = all on one node");
@@ -142,42 +144,67 @@ bool AnyWrong(const std::vector<SweepPoint>& points) {
   return false;
 }
 
+absl::StatusOr<std::vector<int>> ChunkFlags() {
+  std::vector<int> chunks;
+  for (const std::string& k : absl::GetFlag(FLAGS_chunks)) {
+    int value = 0;
+    if (!absl::SimpleAtoi(k, &value) || value < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--chunks: '", k, "' is not a positive integer"));
+    }
+    chunks.push_back(value);
+  }
+  if (chunks.empty()) chunks.push_back(1);
+  return chunks;
+}
+
 absl::StatusOr<RankResult> RunSweep(comm::Communicator& world) {
   const std::string strategy = absl::GetFlag(FLAGS_strategy);
   const bench::SweepOptions options = SweepFlags();
-  std::string title =
+  const std::string title =
       absl::StrFormat("monta-a2a-bench %s: backend %s, %d ranks, strategy %s",
                       absl::GetFlag(FLAGS_launch), absl::GetFlag(FLAGS_backend),
                       world.size(), strategy);
-  absl::StatusOr<std::vector<SweepPoint>> points;
-  bool with_chunks = false;
+  RankResult result;
+  const auto emit = [&](const std::string& heading,
+                        const std::vector<SweepPoint>& points,
+                        bool with_chunks) {
+    result.wrong |= AnyWrong(points);
+    result.text += absl::GetFlag(FLAGS_json)
+                       ? Json(heading, points)
+                       : Table(heading, points, with_chunks);
+  };
   if (strategy == "alltoall" || strategy == "allgather" || strategy == "copy") {
     const bench::Collective c =
         strategy == "alltoall"    ? bench::Collective::kAllToAll
         : strategy == "allgather" ? bench::Collective::kAllGather
                                   : bench::Collective::kCopy;
-    points = bench::SweepCollective(world, c, options);
-  } else {
-    absl::StatusOr<bench::Strategy> s = bench::ParseStrategy(strategy);
-    if (!s.ok()) return s.status();
-    bench::MoeLayout layout{absl::GetFlag(FLAGS_tp),
-                            absl::GetFlag(FLAGS_ranks_per_node)};
-    absl::StatusOr<bench::MoeGroups> groups = bench::MakeMoeGroups(
-        world, layout,
-        absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
-    if (!groups.ok()) return groups.status();
-    absl::StrAppendFormat(&title, ", chunks %d, tp %d, ep %d, row_bytes %d",
-                          absl::GetFlag(FLAGS_chunks), layout.tp_size,
-                          groups->ep->size(), options.row_bytes);
-    with_chunks = *s == bench::Strategy::kTpDedupPipelined;
-    points =
-        bench::SweepStrategy(*groups, *s, absl::GetFlag(FLAGS_chunks), options);
+    absl::StatusOr<std::vector<SweepPoint>> points =
+        bench::SweepCollective(world, c, options);
+    if (!points.ok()) return points.status();
+    emit(title, *points, false);
+    return result;
   }
-  if (!points.ok()) return points.status();
-  RankResult result;
-  result.wrong = AnyWrong(*points);
-  result.text = absl::GetFlag(FLAGS_json) ? Json(title, *points)
-                                          : Table(title, *points, with_chunks);
+  absl::StatusOr<bench::Strategy> s = bench::ParseStrategy(strategy);
+  if (!s.ok()) return s.status();
+  absl::StatusOr<std::vector<int>> chunks = ChunkFlags();
+  if (!chunks.ok()) return chunks.status();
+  if (*s != bench::Strategy::kTpDedupPipelined) *chunks = {1};
+  bench::MoeLayout layout{absl::GetFlag(FLAGS_tp),
+                          absl::GetFlag(FLAGS_ranks_per_node)};
+  absl::StatusOr<bench::MoeGroups> groups = bench::MakeMoeGroups(
+      world, layout,
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
+  if (!groups.ok()) return groups.status();
+  absl::StatusOr<std::vector<bench::ChunkCurve>> curves =
+      bench::SweepChunks(*groups, *s, *chunks, options);
+  if (!curves.ok()) return curves.status();
+  for (const bench::ChunkCurve& curve : *curves) {
+    emit(absl::StrFormat("%s, chunks %d, tp %d, ep %d, row_bytes %d", title,
+                         curve.chunks, layout.tp_size, groups->ep->size(),
+                         options.row_bytes),
+         curve.points, *s == bench::Strategy::kTpDedupPipelined);
+  }
   return result;
 }
 

@@ -46,7 +46,7 @@ run --strategy=allgather
 run --strategy=copy
 run --strategy=flat
 run --strategy=tp_dedup --tp="${tp}"
-run --strategy=tp_dedup_pipelined --tp="${tp}" --chunks=4
+run --strategy=tp_dedup_pipelined --tp="${tp}" --chunks=1,4,16
 run --strategy=hierarchical --ranks_per_node=$(( gpus > 1 ? gpus / 2 : 1 ))
 run --mode=pipeline_report --tp="${tp}" --min_bytes=$((1 << 20))
 exit "${status}"

@@ -128,6 +128,19 @@ absl::StatusOr<std::vector<SweepPoint>> SweepStrategy(
   return points;
 }
 
+absl::StatusOr<std::vector<ChunkCurve>> SweepChunks(
+    MoeGroups& groups, Strategy strategy, const std::vector<int>& chunks,
+    const SweepOptions& options) {
+  std::vector<ChunkCurve> curves;
+  for (int k : chunks) {
+    absl::StatusOr<std::vector<SweepPoint>> points =
+        SweepStrategy(groups, strategy, k, options);
+    if (!points.ok()) return points.status();
+    curves.push_back(ChunkCurve{k, std::move(*points)});
+  }
+  return curves;
+}
+
 absl::StatusOr<std::vector<SweepPoint>> SweepCollective(
     comm::Communicator& comm, Collective collective,
     const SweepOptions& options) {

@@ -55,6 +55,16 @@ absl::StatusOr<std::vector<SweepPoint>> SweepStrategy(
     MoeGroups& groups, Strategy strategy, int chunks,
     const SweepOptions& options);
 
+// One curve per K of `chunks` (MODEL.md §4 searches K; the agent measures the
+// same K values), in the order given.
+struct ChunkCurve {
+  int chunks = 1;
+  std::vector<SweepPoint> points;
+};
+absl::StatusOr<std::vector<ChunkCurve>> SweepChunks(
+    MoeGroups& groups, Strategy strategy, const std::vector<int>& chunks,
+    const SweepOptions& options);
+
 // A plain collective over `comm` (collective over it), on stream 0. Sizes as
 // nccl-tests: AllToAll = bytes each rank sends, AllGather = gathered output,
 // copy = bytes copied.

@@ -87,6 +87,26 @@ TEST(SweepTest, StrategySweepIsCorrectAndAgreedByAllRanks) {
   });
 }
 
+TEST(SweepTest, ChunkSweepGivesOneCurvePerK) {
+  RunRanks("chunks", [](comm::Communicator& world) {
+    absl::StatusOr<MoeGroups> groups =
+        MakeMoeGroups(world, {2, 0}, absl::Now() + absl::Seconds(20));
+    ASSERT_TRUE(groups.ok()) << groups.status();
+    SweepOptions o = SmallSweep();
+    o.min_bytes = o.max_bytes = 16 * 1024;  // 2 x 128 rows of 64 bytes
+    absl::StatusOr<std::vector<ChunkCurve>> curves =
+        SweepChunks(*groups, Strategy::kTpDedupPipelined, {1, 2, 3, 8}, o);
+    ASSERT_TRUE(curves.ok()) << curves.status();
+    ASSERT_EQ(curves->size(), 4u);
+    const int k_eff[] = {1, 2, 3, 8};  // 64 rows per TP rank
+    for (size_t i = 0; i < curves->size(); ++i) {
+      ASSERT_EQ((*curves)[i].points.size(), 1u);
+      EXPECT_EQ((*curves)[i].points[0].chunks_effective, k_eff[i]);
+      EXPECT_EQ((*curves)[i].points[0].wrong, 0u);
+    }
+  });
+}
+
 TEST(SweepTest, CollectiveSweepsAreCorrect) {
   RunRanks("collectives", [](comm::Communicator& world) {
     for (Collective c :
