@@ -363,8 +363,11 @@ absl::Status GlooCommunicator::Connect(absl::Time deadline) {
     if (size_ > 1) {
       auto rendezvous =
           std::make_shared<gloo::rendezvous::Context>(rank_, size_);
-      // Bounds the TCP connects as well as the store waits.
-      rendezvous->setTimeout(ToChrono(deadline - absl::Now()));
+      // Bounds the TCP connects (the store waits are bounded by the adapter).
+      // Gloo's tcp::Pair waits timeout * 5 for the initial connect, so a fifth
+      // of what is left keeps a peer that died mid-connect inside `deadline`.
+      rendezvous->setTimeout(
+          ToChrono(std::max(absl::Milliseconds(200), (deadline - absl::Now()) / 5)));
       GlooStoreAdapter adapter(*store_, absl::StrCat(scope_, "/stream", s),
                                deadline);
       try {

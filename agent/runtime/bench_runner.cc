@@ -69,10 +69,23 @@ RankResult RunRank(const monta::v1::BenchmarkTask& task, int rank,
   }
   comm::CommunicatorOptions comm_options;
   comm_options.hostname = options.bench_address;
-  comm_options.op_timeout = std::max(absl::Seconds(1), deadline - absl::Now());
+  // Gloo cannot interrupt a running collective: a peer that dies mid-operation is
+  // noticed at this timeout, so keep it short (loopback and datacenter sweeps take
+  // well under a second per operation) and inside the task's deadline.
+  comm_options.op_timeout =
+      std::clamp(deadline - absl::Now(), absl::Seconds(1), absl::Seconds(10));
   comm_options.device = rank % std::max(1, task.ranks_per_node());
-  absl::StatusOr<std::unique_ptr<comm::Communicator>> comm = comm::CreateCommunicator(
-      backend, store, absl::StrCat(task.task_id(), "/world"), rank, size, comm_options, deadline);
+  // Meet first through the planner's store, which ends the wait at once when the
+  // task fails (a peer's node lost its lease). Only then connect: a TCP connect to
+  // a peer that died meanwhile retries until its deadline and cannot be
+  // interrupted, so that phase gets a short one.
+  result.status =
+      comm::JoinAll(*store, absl::StrCat(task.task_id(), "/all"), rank, size, deadline);
+  if (!result.status.ok()) return result;
+  const absl::Time connect_deadline = std::min(deadline, absl::Now() + absl::Seconds(15));
+  absl::StatusOr<std::unique_ptr<comm::Communicator>> comm =
+      comm::CreateCommunicator(backend, store, absl::StrCat(task.task_id(), "/world"), rank,
+                               size, comm_options, connect_deadline);
   if (!comm.ok()) {
     result.status = comm.status();
     return result;
