@@ -2,6 +2,9 @@
 // its lease, and runs the benchmarks the planner asks for.
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -10,10 +13,13 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
+#include "agent/runtime/agent_metrics.h"
 #include "agent/runtime/agent_runtime.h"
 #include "agent/runtime/bench_runner.h"
 #include "agent/topology/discovery.h"
 #include "common/signals.h"
+#include "prometheus/exposer.h"
+#include "prometheus/registry.h"
 
 ABSL_FLAG(std::string, planner, "127.0.0.1:7400", "planner gRPC address");
 ABSL_FLAG(std::string, node_name, "",
@@ -29,6 +35,10 @@ ABSL_FLAG(std::string, labels, "",
           "network.topology.nvidia.com/leaf=leaf-07)");
 ABSL_FLAG(std::string, labels_file, "",
           "file of key=value topology labels (Kubernetes downward API format)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "Prometheus /metrics listen address (host:port; port 0 picks one); empty disables");
+ABSL_FLAG(std::string, port_file, "",
+          "write the bound metrics port as JSON {\"metrics\":M} to this file (for tests)");
 ABSL_FLAG(double, topology_refresh_seconds, 30,
           "rediscover the topology this often and report changes with the heartbeat");
 
@@ -87,15 +97,53 @@ int main(int argc, char** argv) {
   options.discover = [discovery] { return monta::topology::DiscoverTopology(discovery); };
   options.topology_refresh = absl::Seconds(absl::GetFlag(FLAGS_topology_refresh_seconds));
 
+  // Two NCCL communicators run kernels concurrently in the pipelined schedules;
+  // implicit launch order keeps their order consistent across ranks.
+  setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", /*overwrite=*/0);
+
+  auto metrics_registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<prometheus::Exposer> exposer;
+  // Read by the exposer's threads at scrape time.
+  std::atomic<monta::agent::AgentRuntime*> runtime_ptr{nullptr};
+  monta::agent::AgentMetrics metrics(*metrics_registry, options.node_name, [&runtime_ptr] {
+    monta::agent::AgentRuntime* runtime = runtime_ptr.load();
+    return runtime != nullptr && runtime->registered();
+  });
+  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  int metrics_port = 0;
+  if (!metrics_listen.empty()) {
+    try {
+      exposer = std::make_unique<prometheus::Exposer>(metrics_listen);
+    } catch (const std::exception& e) {
+      std::cerr << "monta-agent: --metrics_listen " << metrics_listen << ": " << e.what() << "\n";
+      return 1;
+    }
+    exposer->RegisterCollectable(metrics_registry);
+    exposer->RegisterCollectable(metrics.collectable());
+    const std::vector<int> ports = exposer->GetListeningPorts();
+    metrics_port = ports.empty() ? 0 : ports.front();
+  }
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    const std::string tmp = port_file + ".tmp";
+    std::ofstream(tmp) << "{\"metrics\": " << metrics_port << "}\n";
+    std::rename(tmp.c_str(), port_file.c_str());
+  }
+
   monta::agent::BenchRunnerOptions bench;
   bench.node_name = options.node_name;
   bench.bench_address = options.bench_address;
+  bench.on_finished = [&metrics](const std::string& result) {
+    metrics.RecordBenchmarkRun(result);
+  };
   options.runner = monta::agent::MakeBenchRunner(bench);
 
   monta::agent::AgentRuntime runtime(options);
+  runtime_ptr = &runtime;
   runtime.Start();
   const int sig = monta::WaitForTerminationSignal();
   std::cerr << "monta-agent: signal " << sig << ", shutting down" << std::endl;
   runtime.Stop();
+  runtime_ptr = nullptr;
   return 0;
 }

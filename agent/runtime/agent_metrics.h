@@ -1,0 +1,37 @@
+// The agent's Prometheus metrics: whether it holds a lease, and its benchmark runs.
+#ifndef MONTA_AGENT_RUNTIME_AGENT_METRICS_H_
+#define MONTA_AGENT_RUNTIME_AGENT_METRICS_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/registry.h"
+
+namespace monta::agent {
+
+class AgentMetrics {
+ public:
+  // `registered` is read at scrape time (monta_agent_registered{node}).
+  AgentMetrics(prometheus::Registry& registry, std::string node,
+               std::function<bool()> registered);
+
+  // monta_agent_benchmark_runs_total{node,result}; result: succeeded|failed.
+  void RecordBenchmarkRun(const std::string& result);
+
+  // The scrape-time gauges; register it with the exposer next to `registry`.
+  std::shared_ptr<prometheus::Collectable> collectable() const { return gauges_; }
+
+ private:
+  const std::string node_;
+  prometheus::Family<prometheus::Counter>& runs_;
+  std::shared_ptr<prometheus::Collectable> gauges_;
+};
+
+}  // namespace monta::agent
+
+#endif  // MONTA_AGENT_RUNTIME_AGENT_METRICS_H_
