@@ -29,6 +29,16 @@ if [[ "${MONTA_SETUP_EXTRAS:-1}" == "1" ]]; then
   PACKAGES+=(prometheus)
 fi
 
+# Tools of the deploy/ checks (tests/deploy/): Debian's kubectl 1.20 (kubernetes-client) and
+# the npm packages of tests/deploy/package-lock.json. Best effort: without them those tests
+# report SKIPPED. Runs before the early exit below, since it has its own idempotence checks.
+install_deploy_tools() {
+  if [[ "${MONTA_SETUP_EXTRAS:-1}" == "1" ]]; then
+    "$(dirname "$0")/../tests/deploy/install.sh" ||
+      echo "setup: deploy test tools not installed; //tests/deploy tests will skip" >&2
+  fi
+}
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -38,6 +48,7 @@ done
 
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#PACKAGES[@]} Debian packages present"
+  install_deploy_tools
   exit 0
 fi
 
@@ -47,4 +58,5 @@ if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+install_deploy_tools
 echo "setup: done"
