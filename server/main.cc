@@ -18,6 +18,9 @@ ABSL_FLAG(double, heartbeat_seconds, 5, "heartbeat interval the agents are told 
 ABSL_FLAG(bool, bench_on_register, true,
           "measure a node (intra-node sweep) when it registers without curves");
 ABSL_FLAG(double, bench_timeout_seconds, 120, "default deadline of a benchmark task");
+ABSL_FLAG(std::string, db, "",
+          "SQLite file for nodes and measured curves (created if missing); empty keeps state "
+          "in memory only");
 ABSL_FLAG(std::string, port_file, "",
           "write the bound ports as JSON {\"grpc\":N,\"metrics\":M} to this file (for tests)");
 
@@ -38,6 +41,7 @@ int main(int argc, char** argv) {
   options.registry.lease = absl::Seconds(lease);
   options.registry.heartbeat_interval = absl::Seconds(heartbeat);
   options.bench_on_register = absl::GetFlag(FLAGS_bench_on_register);
+  options.db_path = absl::GetFlag(FLAGS_db);
   options.coordinator.default_timeout = absl::Seconds(absl::GetFlag(FLAGS_bench_timeout_seconds));
 
   auto server = monta::PlannerServer::Start(options);

@@ -42,6 +42,17 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(PlannerOptio
         }
         return events;
       });
+  if (!s->options_.db_path.empty()) {
+    absl::StatusOr<std::unique_ptr<store::SqliteStore>> store =
+        store::SqliteStore::Open(s->options_.db_path);
+    if (!store.ok()) return store.status();
+    s->store_ = *std::move(store);
+    if (absl::Status loaded = s->store_->LoadInto(*s->registry_); !loaded.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("--db ", s->options_.db_path, ": ", loaded.message()));
+    }
+    s->registry_->SetObserver(s->store_.get());
+  }
   s->cluster_collector_ = std::make_shared<metrics::ClusterCollector>(s->registry_.get());
   if (s->exposer_ != nullptr) s->exposer_->RegisterCollectable(s->cluster_collector_);
   s->coordinator_ =

@@ -19,6 +19,7 @@
 #include "server/bench/coordinator.h"
 #include "server/metrics/planner_metrics.h"
 #include "server/registry/registry.h"
+#include "server/store/sqlite_store.h"
 
 namespace monta {
 
@@ -31,6 +32,8 @@ struct PlannerOptions {
   bench::CoordinatorOptions coordinator;
   // Schedule an intra-node sweep when a node registers without measured curves.
   bool bench_on_register = false;
+  // SQLite file for nodes and curve history; empty keeps state in memory only.
+  std::string db_path;
 };
 
 class PlannerServer {
@@ -58,6 +61,9 @@ class PlannerServer {
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::unique_ptr<metrics::PlannerMetrics> planner_metrics_;
   std::unique_ptr<registry::Registry> registry_;
+  // The registry's observer; members are destroyed in reverse, so the gRPC server
+  // (declared below) is gone before the store, and the store before the registry.
+  std::unique_ptr<store::SqliteStore> store_;
   std::shared_ptr<metrics::ClusterCollector> cluster_collector_;
   std::unique_ptr<bench::Coordinator> coordinator_;
   std::unique_ptr<api::AgentGatewayService> gateway_;

@@ -291,9 +291,14 @@ void Coordinator::FailTasksOfNode(const std::string& node_name, const std::strin
   for (auto& [id, task] : tasks_) {
     if (IsFinished(task.status)) continue;
     const auto& nodes = task.spec.nodes();
-    if (std::find(nodes.begin(), nodes.end(), node_name) == nodes.end()) continue;
+    const auto it = std::find(nodes.begin(), nodes.end(), node_name);
+    if (it == nodes.end()) continue;
+    const int index = static_cast<int>(it - nodes.begin());
+    const int rpn = task.spec.ranks_per_node();
     Finish(task, monta::v1::TASK_STATE_FAILED,
-           absl::StrCat("node ", node_name, " ", why, "; ", MissingRanks(task)), now);
+           absl::StrCat("node ", node_name, " ", why, ": its rank(s) ", index * rpn, "-",
+                        (index + 1) * rpn - 1, " never reported"),
+           now);
   }
 }
 

@@ -1,0 +1,202 @@
+#include "server/store/sqlite_store.h"
+
+#include <sqlite3.h>
+
+#include <iostream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace monta::store {
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS nodes (
+  name TEXT PRIMARY KEY,
+  info BLOB NOT NULL,            -- monta.v1.NodeInfo without curves
+  updated_unix_seconds REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS curves (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  task_id TEXT NOT NULL,
+  nodes TEXT NOT NULL,           -- comma-separated, sorted
+  collective INTEGER NOT NULL,
+  scope INTEGER NOT NULL,
+  strategy TEXT NOT NULL,
+  measured_unix_seconds REAL NOT NULL,
+  curve BLOB NOT NULL            -- monta.v1.BandwidthCurve
+);
+CREATE INDEX IF NOT EXISTS curves_by_nodes ON curves (nodes, collective, scope);
+)sql";
+
+// Finalizes a statement on every path.
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) {
+    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK) stmt_ = nullptr;
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  sqlite3_stmt* get() const { return stmt_; }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+absl::Status SqliteError(sqlite3* db, const std::string& what) {
+  return absl::InternalError(absl::StrCat("sqlite: ", what, ": ", sqlite3_errmsg(db)));
+}
+
+double NowSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
+      SQLITE_OK) {
+    std::string message = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return absl::UnavailableError(absl::StrCat("--db ", path, ": cannot open: ", message));
+  }
+  std::unique_ptr<SqliteStore> store(new SqliteStore(db));
+  absl::MutexLock lock(&store->mu_);
+  // WAL: readers never block the writer; NORMAL sync is durable across process
+  // crashes (the planner's failure mode), only a power loss can drop the last commit.
+  for (const char* sql : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=NORMAL;",
+                          "PRAGMA busy_timeout=2000;", kSchema}) {
+    if (absl::Status s = store->Exec(sql); !s.ok()) {
+      return absl::UnavailableError(absl::StrCat("--db ", path, ": ", s.message()));
+    }
+  }
+  return store;
+}
+
+SqliteStore::SqliteStore(sqlite3* db) : db_(db) {}
+
+SqliteStore::~SqliteStore() {
+  absl::MutexLock lock(&mu_);
+  sqlite3_close(db_);
+}
+
+absl::Status SqliteStore::Exec(const char* sql) {
+  char* error = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &error) != SQLITE_OK) {
+    std::string message = error != nullptr ? error : "unknown error";
+    sqlite3_free(error);
+    return absl::InternalError(absl::StrCat("sqlite: ", message));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStore::LoadInto(registry::Registry& registry) {
+  std::vector<monta::v1::NodeInfo> nodes;
+  std::vector<monta::v1::BandwidthCurve> curves;
+  {
+    absl::MutexLock lock(&mu_);
+    Statement node_rows(db_, "SELECT name, info FROM nodes ORDER BY name");
+    if (node_rows.get() == nullptr) return SqliteError(db_, "reading nodes");
+    while (sqlite3_step(node_rows.get()) == SQLITE_ROW) {
+      monta::v1::NodeInfo node;
+      const void* blob = sqlite3_column_blob(node_rows.get(), 1);
+      const int size = sqlite3_column_bytes(node_rows.get(), 1);
+      if (!node.ParseFromArray(blob, size)) {
+        return absl::DataLossError(absl::StrCat(
+            "sqlite: node \"", reinterpret_cast<const char*>(sqlite3_column_text(node_rows.get(), 0)),
+            "\" does not parse as monta.v1.NodeInfo"));
+      }
+      nodes.push_back(std::move(node));
+    }
+    Statement curve_rows(db_, "SELECT id, curve FROM curves ORDER BY id");
+    if (curve_rows.get() == nullptr) return SqliteError(db_, "reading curves");
+    while (sqlite3_step(curve_rows.get()) == SQLITE_ROW) {
+      monta::v1::BandwidthCurve curve;
+      if (!curve.ParseFromArray(sqlite3_column_blob(curve_rows.get(), 1),
+                                sqlite3_column_bytes(curve_rows.get(), 1))) {
+        return absl::DataLossError(absl::StrCat("sqlite: curve row ",
+                                                sqlite3_column_int64(curve_rows.get(), 0),
+                                                " does not parse as monta.v1.BandwidthCurve"));
+      }
+      curves.push_back(std::move(curve));
+    }
+  }
+  for (const auto& node : nodes) registry.Restore(node);
+  for (const auto& curve : curves) {
+    // A curve naming a node that is no longer stored is history only.
+    (void)registry.AddCurve(curve);
+  }
+  return absl::OkStatus();
+}
+
+void SqliteStore::NodeChanged(const monta::v1::NodeInfo& node) {
+  monta::v1::NodeInfo copy = node;
+  copy.clear_curves();  // kept in their own table
+  const std::string blob = copy.SerializeAsString();
+  absl::MutexLock lock(&mu_);
+  Statement stmt(db_,
+                 "INSERT INTO nodes (name, info, updated_unix_seconds) VALUES (?1, ?2, ?3) "
+                 "ON CONFLICT(name) DO UPDATE SET info = excluded.info, "
+                 "updated_unix_seconds = excluded.updated_unix_seconds");
+  if (stmt.get() == nullptr) {
+    ++write_errors_;
+    std::cerr << "monta-planner: " << SqliteError(db_, "preparing node upsert") << std::endl;
+    return;
+  }
+  sqlite3_bind_text(stmt.get(), 1, node.name().data(), node.name().size(), SQLITE_TRANSIENT);
+  sqlite3_bind_blob(stmt.get(), 2, blob.data(), blob.size(), SQLITE_TRANSIENT);
+  sqlite3_bind_double(stmt.get(), 3, NowSeconds());
+  if (sqlite3_step(stmt.get()) != SQLITE_DONE) {
+    ++write_errors_;
+    std::cerr << "monta-planner: " << SqliteError(db_, "writing node " + node.name())
+              << std::endl;
+  }
+}
+
+void SqliteStore::CurveAdded(const monta::v1::BandwidthCurve& curve) {
+  using google::protobuf::util::TimeUtil;
+  const std::string blob = curve.SerializeAsString();
+  const std::string nodes = absl::StrJoin(curve.nodes(), ",");
+  const double measured =
+      curve.has_measured_at() ? TimeUtil::TimestampToNanoseconds(curve.measured_at()) / 1e9
+                              : NowSeconds();
+  absl::MutexLock lock(&mu_);
+  Statement stmt(db_,
+                 "INSERT INTO curves (task_id, nodes, collective, scope, strategy, "
+                 "measured_unix_seconds, curve) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+  if (stmt.get() == nullptr) {
+    ++write_errors_;
+    std::cerr << "monta-planner: " << SqliteError(db_, "preparing curve insert") << std::endl;
+    return;
+  }
+  sqlite3_bind_text(stmt.get(), 1, curve.task_id().data(), curve.task_id().size(),
+                    SQLITE_TRANSIENT);
+  sqlite3_bind_text(stmt.get(), 2, nodes.data(), nodes.size(), SQLITE_TRANSIENT);
+  sqlite3_bind_int(stmt.get(), 3, curve.collective());
+  sqlite3_bind_int(stmt.get(), 4, curve.scope());
+  sqlite3_bind_text(stmt.get(), 5, curve.strategy().data(), curve.strategy().size(),
+                    SQLITE_TRANSIENT);
+  sqlite3_bind_double(stmt.get(), 6, measured);
+  sqlite3_bind_blob(stmt.get(), 7, blob.data(), blob.size(), SQLITE_TRANSIENT);
+  if (sqlite3_step(stmt.get()) != SQLITE_DONE) {
+    ++write_errors_;
+    std::cerr << "monta-planner: " << SqliteError(db_, "writing curve of task " + curve.task_id())
+              << std::endl;
+  }
+}
+
+absl::StatusOr<int64_t> SqliteStore::CurveCount() {
+  absl::MutexLock lock(&mu_);
+  Statement stmt(db_, "SELECT COUNT(*) FROM curves");
+  if (stmt.get() == nullptr || sqlite3_step(stmt.get()) != SQLITE_ROW) {
+    return SqliteError(db_, "counting curves");
+  }
+  return sqlite3_column_int64(stmt.get(), 0);
+}
+
+int64_t SqliteStore::write_errors() const {
+  absl::MutexLock lock(&mu_);
+  return write_errors_;
+}
+
+}  // namespace monta::store

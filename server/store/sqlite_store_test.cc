@@ -1,0 +1,82 @@
+#include "server/store/sqlite_store.h"
+
+#include <cstdlib>
+#include <fstream>
+
+#include "gtest/gtest.h"
+
+namespace monta::store {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+}
+
+monta::v1::BandwidthCurve Curve(const std::string& task, uint64_t bytes) {
+  monta::v1::BandwidthCurve c;
+  c.set_collective(monta::v1::COLLECTIVE_ALLTOALL);
+  c.set_scope(monta::v1::SCOPE_INTER_NODE);
+  c.set_nranks(4);
+  c.set_n_nodes(2);
+  c.add_nodes("a");
+  c.add_nodes("b");
+  c.set_task_id(task);
+  c.add_points()->set_message_bytes(bytes);
+  return c;
+}
+
+TEST(SqliteStoreTest, NodesAndLatestCurvesSurviveARestart) {
+  const std::string path = TempPath("restart.db");
+  const absl::Time t0 = absl::Now();
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    registry::Registry registry{registry::RegistryOptions{}};
+    registry.SetObserver(store->get());
+    for (const char* name : {"a", "b"}) {
+      monta::v1::RegisterRequest r;
+      r.set_node_name(name);
+      r.set_instance_id(std::string("i-") + name);
+      r.mutable_topology()->set_hostname(name);
+      ASSERT_TRUE(registry.Register(r, t0).ok());
+    }
+    ASSERT_TRUE(registry.AddCurve(Curve("t1", 1024)).ok());
+    ASSERT_TRUE(registry.AddCurve(Curve("t2", 4096)).ok());
+    EXPECT_EQ(*(*store)->CurveCount(), 2);  // the history keeps both
+    EXPECT_EQ((*store)->write_errors(), 0);
+  }
+  auto store = SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok());
+  registry::Registry registry{registry::RegistryOptions{}};
+  ASSERT_TRUE((*store)->LoadInto(registry).ok());
+  registry.SetObserver(store->get());
+  auto a = registry.Get("a", t0 + absl::Seconds(1));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->instance_id(), "i-a");
+  EXPECT_EQ(a->topology().hostname(), "a");
+  ASSERT_EQ(a->curves_size(), 1);
+  EXPECT_EQ(a->curves(0).task_id(), "t2");  // the latest measurement wins
+  EXPECT_EQ(*(*store)->CurveCount(), 2);     // loading wrote nothing
+  // The same agent instance resumes with a heartbeat, no re-registration needed.
+  monta::v1::HeartbeatRequest hb;
+  hb.set_node_name("a");
+  hb.set_instance_id("i-a");
+  EXPECT_TRUE(registry.Heartbeat(hb, t0 + absl::Seconds(2)).ok());
+}
+
+TEST(SqliteStoreTest, UnopenablePathIsAClearError) {
+  auto store = SqliteStore::Open("/nonexistent-dir/x/planner.db");
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.status().message().find("/nonexistent-dir/x/planner.db"), std::string::npos);
+}
+
+TEST(SqliteStoreTest, GarbageFileIsRefused) {
+  const std::string path = TempPath("garbage.db");
+  std::ofstream(path) << "this is not a database, just text that is long enough to matter\n";
+  auto store = SqliteStore::Open(path);
+  EXPECT_FALSE(store.ok());
+}
+
+}  // namespace
+}  // namespace monta::store
