@@ -1,0 +1,527 @@
+// A real Prometheus (Debian's /usr/bin/prometheus) scrapes a real planner and
+// two real agents on loopback; the test then asks Prometheus' HTTP API, not the
+// exposers, whether the series a dashboard relies on arrive with the right
+// labels: intra- and inter-node bandwidth, efficiency, node state, decisions,
+// agent registration and `up` for every target. It also bounds the series count
+// per node.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/cluster.h"
+
+namespace monta::testing {
+namespace {
+
+constexpr char kPrometheus[] = "/usr/bin/prometheus";
+constexpr char kPromtool[] = "/usr/bin/promtool";
+constexpr char kAlive[] = "NODE_STATE_ALIVE";
+const std::vector<std::string> kNodes = {"node-a", "node-b"};
+
+// A free loopback TCP port: bind port 0, read it back, close. Another process
+// may take it before Prometheus binds it; StartPrometheus retries on that.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  int port = 0;
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+struct HttpResponse {
+  int status = 0;
+  std::string body;
+};
+
+// GET http://127.0.0.1:<port><target> over HTTP/1.0 (no chunking, the server
+// closes the connection after the body). 5 s socket timeouts.
+absl::StatusOr<HttpResponse> HttpGet(int port, const std::string& target) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0)
+    return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  timeval tv{};
+  tv.tv_sec = 5;
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const std::string error = std::strerror(errno);
+    close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("connect 127.0.0.1:", port, ": ", error));
+  }
+  const std::string request = absl::StrCat(
+      "GET ", target, " HTTP/1.0\r\nHost: 127.0.0.1:", port, "\r\n\r\n");
+  size_t sent = 0;
+  while (sent < request.size()) {
+    const ssize_t n =
+        send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) {
+      close(fd);
+      return absl::UnavailableError("send failed");
+    }
+    sent += static_cast<size_t>(n);
+  }
+  std::string raw;
+  char buf[16384];
+  while (true) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n < 0) {
+      close(fd);
+      return absl::UnavailableError(
+          absl::StrCat("recv: ", std::strerror(errno)));
+    }
+    if (n == 0) break;
+    raw.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  // "HTTP/1.0 200 OK\r\n...\r\n\r\nbody"
+  const size_t space = raw.find(' ');
+  const size_t header_end = raw.find("\r\n\r\n");
+  HttpResponse response;
+  if (raw.rfind("HTTP/", 0) != 0 || space == std::string::npos ||
+      header_end == std::string::npos ||
+      !absl::SimpleAtoi(raw.substr(space + 1, 3), &response.status)) {
+    return absl::DataLossError(
+        absl::StrCat("not an HTTP response: ", raw.substr(0, 200)));
+  }
+  response.body = raw.substr(header_end + 4);
+  return response;
+}
+
+std::string UrlEncode(const std::string& s) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+// One instant-vector sample of a query result.
+struct Sample {
+  std::map<std::string, std::string> labels;
+  double value = 0;
+};
+
+class PrometheusTest : public ::testing::Test {
+ protected:
+  // Starts Prometheus with `config` on a free port; retries with another port
+  // when it exits early (the port was taken in between). Sets prometheus_port_.
+  absl::Status StartPrometheus(const std::string& config) {
+    std::string last_log;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      const int port = FreePort();
+      if (port == 0) return absl::InternalError("no free port");
+      const std::string storage =
+          absl::StrCat(cluster_.dir(), "/tsdb-", attempt);
+      const std::string log =
+          absl::StrCat(cluster_.dir(), "/prometheus-", attempt, ".log");
+      absl::StatusOr<Process> p = Process::Start(
+          {kPrometheus, "--config.file=" + config,
+           "--storage.tsdb.path=" + storage,
+           absl::StrCat("--web.listen-address=127.0.0.1:", port)},
+          log);
+      if (!p.ok()) return p.status();
+      prometheus_ = *std::move(p);
+      prometheus_port_ = port;
+      // Ready (TSDB open, web up) within a few seconds; an early exit means the
+      // port was lost or the configuration was refused.
+      const bool ready = WaitFor(
+          [&] {
+            if (!absl::IsDeadlineExceeded(
+                    prometheus_.Wait(absl::ZeroDuration()).status())) {
+              return true;  // exited; checked below
+            }
+            absl::StatusOr<HttpResponse> r = HttpGet(port, "/-/ready");
+            return r.ok() && r->status == 200;
+          },
+          absl::Seconds(20));
+      if (ready && prometheus_.running()) return absl::OkStatus();
+      last_log = ReadFile(log);
+    }
+    return absl::UnavailableError(
+        absl::StrCat("prometheus did not become ready; log:\n", last_log));
+  }
+
+  // An instant query; the result vector, or an error with Prometheus' answer.
+  absl::StatusOr<std::vector<Sample>> Query(const std::string& promql) {
+    absl::StatusOr<HttpResponse> r =
+        HttpGet(prometheus_port_, "/api/v1/query?query=" + UrlEncode(promql));
+    if (!r.ok()) return r.status();
+    nlohmann::json j = nlohmann::json::parse(r->body, nullptr, false);
+    if (r->status != 200 || j.is_discarded() ||
+        j.value("status", "") != "success" ||
+        j["data"].value("resultType", "") != "vector") {
+      return absl::InternalError(
+          absl::StrCat(promql, ": HTTP ", r->status, ": ", r->body));
+    }
+    std::vector<Sample> samples;
+    for (const auto& item : j["data"]["result"]) {
+      Sample s;
+      for (const auto& [k, v] : item["metric"].items())
+        s.labels[k] = v.get<std::string>();
+      const std::string value = item["value"][1].get<std::string>();
+      if (!absl::SimpleAtod(value, &s.value)) {
+        return absl::InternalError(absl::StrCat(promql, ": bad value ", value));
+      }
+      samples.push_back(std::move(s));
+    }
+    return samples;
+  }
+
+  LocalCluster cluster_;
+  // Declared after the cluster: destroyed (SIGKILL) first.
+  Process prometheus_;
+  int prometheus_port_ = 0;
+};
+
+std::string Label(const Sample& s, const std::string& name) {
+  auto it = s.labels.find(name);
+  return it == s.labels.end() ? "" : it->second;
+}
+
+std::string Describe(const std::vector<Sample>& samples) {
+  std::vector<std::string> parts;
+  for (const auto& s : samples) {
+    std::vector<std::string> labels;
+    for (const auto& [k, v] : s.labels)
+      labels.push_back(absl::StrCat(k, "=\"", v, "\""));
+    parts.push_back(
+        absl::StrCat("{", absl::StrJoin(labels, ","), "} ", s.value));
+  }
+  return parts.empty() ? "(no series)" : absl::StrJoin(parts, "\n  ");
+}
+
+// A condition on one query's result: "" when satisfied, else what is missing.
+struct Check {
+  std::string query;
+  std::function<std::string(const std::vector<Sample>&)> verify;
+  std::string last;  // the last failure, for the report
+  bool passed = false;
+};
+
+TEST_F(PrometheusTest, ScrapesPlannerAndAgentsWithDashboardLabels) {
+  if (access(kPrometheus, X_OK) != 0) {
+    GTEST_SKIP() << kPrometheus
+                 << " is not installed (Debian package `prometheus`; "
+                    "scripts/setup.sh installs "
+                    "it): skipping the real-Prometheus scrape test";
+  }
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + absl::Seconds(55);
+  auto remaining = [&] {
+    return std::max(absl::ZeroDuration(), deadline - absl::Now());
+  };
+
+  // Planner with --bench_on_register (default true): each agent measures
+  // itself.
+  ASSERT_TRUE(cluster_.StartPlanner().ok());
+  std::map<std::string, std::string> port_files;
+  for (const auto& node : kNodes) {
+    port_files[node] = absl::StrCat(cluster_.dir(), "/", node, "-ports.json");
+    ASSERT_TRUE(cluster_
+                    .StartAgent(node, {"--metrics_listen=127.0.0.1:0",
+                                       "--port_file=" + port_files[node]})
+                    .ok());
+  }
+  std::map<std::string, int> agent_ports;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const auto& node : kNodes) {
+          nlohmann::json j =
+              nlohmann::json::parse(ReadFile(port_files[node]), nullptr, false);
+          if (j.is_discarded() || !j.contains("metrics")) return false;
+          agent_ports[node] = j["metrics"].get<int>();
+        }
+        return true;
+      },
+      absl::Seconds(20)))
+      << ReadFile(cluster_.agent("node-a").log_path());
+  for (const auto& node : kNodes) ASSERT_GT(agent_ports[node], 0) << node;
+
+  const std::string config = cluster_.dir() + "/prometheus.yml";
+  {
+    std::ofstream out(config);
+    out << "global:\n"
+           "  scrape_interval: 1s\n"
+           "  scrape_timeout: 1s\n"
+           "  evaluation_interval: 1s\n"
+           "scrape_configs:\n"
+           "  - job_name: monta-planner\n"
+           "    static_configs:\n"
+           "      - targets: ['127.0.0.1:"
+        << cluster_.metrics_port()
+        << "']\n"
+           "  - job_name: monta-agent\n"
+           "    static_configs:\n"
+           "      - targets: ['127.0.0.1:"
+        << agent_ports["node-a"] << "', '127.0.0.1:" << agent_ports["node-b"]
+        << "']\n";
+  }
+  if (access(kPromtool, X_OK) == 0) {
+    CommandResult check =
+        monta::testing::Run({kPromtool, "check", "config", config});
+    ASSERT_EQ(check.exit_code, 0) << check.out << check.err;
+  }
+  // Prometheus starts while the agents measure themselves; its first scrape
+  // comes ~5 s after start (the scrape manager's reload throttle).
+  const absl::Status started = StartPrometheus(config);
+  ASSERT_TRUE(started.ok()) << started;
+  std::cout << "prometheus ready on port " << prometheus_port_ << " after "
+            << absl::FormatDuration(absl::Now() - start) << std::endl;
+
+  // Both nodes alive with their three intra-node curves, then an inter-node
+  // bench and one GetStrategy decision.
+  for (const auto& node : kNodes) {
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          if (cluster_.NodeState(node) != kAlive) return false;
+          CommandResult r = cluster_.Montactl({"--output=json", "node", node});
+          nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+          if (j.is_discarded()) return false;
+          int intra = 0;
+          for (const auto& c : j["curves"])
+            intra += c["scope"] == "SCOPE_INTRA_NODE";
+          return intra >= 3;
+        },
+        remaining()))
+        << node << " did not measure itself; agent log:\n"
+        << ReadFile(cluster_.agent(node).log_path());
+  }
+  CommandResult bench = cluster_.Montactl(
+      {"--output=json", "bench", "--nodes=node-a,node-b", "--ranks_per_node=2",
+       absl::StrCat(
+           "--bench_timeout_seconds=",
+           std::max<int64_t>(5, absl::ToInt64Seconds(remaining()) - 15))});
+  ASSERT_EQ(bench.exit_code, 0) << bench.out << bench.err;
+  nlohmann::json bench_json = nlohmann::json::parse(bench.out, nullptr, false);
+  ASSERT_FALSE(bench_json.is_discarded()) << bench.out;
+  ASSERT_EQ(bench_json["status"]["state"], "TASK_STATE_SUCCEEDED")
+      << bench_json.dump(1);
+
+  const std::string job = cluster_.dir() + "/job.yaml";
+  {
+    std::ofstream out(job);
+    out << "job:\n  hidden_size: 1024\n  num_experts: 8\n  top_k: 2\n  "
+           "capacity_factor: 1.0\n"
+           "  micro_batch_size: 1\n  sequence_length: 2048\n  "
+           "bytes_per_element: 2\n"
+           "  moe_layers: 4\n  world_size: 4\n  tensor_parallel_size: 2\n"
+           "  expert_parallel_size: 2\n  pipeline_parallel_size: 1\n  "
+           "data_parallel_size: 2\n"
+           "  experts_tensor_parallel: true\n";
+  }
+  CommandResult plan =
+      cluster_.Montactl({"--output=json", "plan", "--job=" + job,
+                         "--node_names=node-a,node-b", "--gpus_per_node=2"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.out << plan.err;
+  std::cout << "bench and plan done after "
+            << absl::FormatDuration(absl::Now() - start) << std::endl;
+
+  // Per-node predicates over query results.
+  auto by_node = [](const std::vector<Sample>& samples) {
+    std::map<std::string, std::vector<const Sample*>> m;
+    for (const auto& s : samples) m[Label(s, "node")].push_back(&s);
+    return m;
+  };
+  auto nodes_equal_one = [&](const std::string& job_name) {
+    return [&, job_name](const std::vector<Sample>& samples) -> std::string {
+      std::set<std::string> seen;
+      for (const auto& s : samples) {
+        if (Label(s, "job") == job_name && s.value == 1)
+          seen.insert(Label(s, "node"));
+      }
+      for (const auto& node : kNodes) {
+        if (seen.count(node) == 0) return node + " missing";
+      }
+      return "";
+    };
+  };
+  std::vector<Check> checks;
+  // Intra-node busbw: the three curves each agent measured on registration.
+  checks.push_back(
+      {R"(monta_collective_busbw_bytes_per_second{job="monta-planner",scope="intra"})",
+       [&](const std::vector<Sample>& samples) -> std::string {
+         auto m = by_node(samples);
+         for (const auto& node : kNodes) {
+           std::set<std::string> collectives;
+           for (const Sample* s : m[node]) {
+             if (Label(*s, "n_nodes") == "1" && Label(*s, "nranks") == "2" &&
+                 !Label(*s, "message_size").empty() && s->value > 0) {
+               collectives.insert(Label(*s, "collective"));
+             }
+           }
+           if (collectives !=
+               std::set<std::string>{"allgather", "alltoall", "copy"}) {
+             return absl::StrCat(node, ": intra collectives {",
+                                 absl::StrJoin(collectives, ","), "}");
+           }
+         }
+         return "";
+       }});
+  // Inter-node busbw: the 2x2-rank AllToAll sweep, stored under both nodes.
+  checks.push_back(
+      {R"(monta_collective_busbw_bytes_per_second{job="monta-planner",scope="inter"})",
+       [&](const std::vector<Sample>& samples) -> std::string {
+         auto m = by_node(samples);
+         for (const auto& node : kNodes) {
+           int ok = 0;
+           for (const Sample* s : m[node]) {
+             ok += Label(*s, "collective") == "alltoall" &&
+                   Label(*s, "nranks") == "4" && Label(*s, "n_nodes") == "2" &&
+                   s->value > 0;
+           }
+           if (ok < 3)
+             return absl::StrCat(node, ": ", ok, " inter alltoall buckets");
+         }
+         return "";
+       }});
+  // Efficiency for both scopes on both nodes.
+  checks.push_back({R"(monta_alltoall_efficiency_ratio{job="monta-planner"})",
+                    [&](const std::vector<Sample>& samples) -> std::string {
+                      auto m = by_node(samples);
+                      for (const auto& node : kNodes) {
+                        std::set<std::string> scopes;
+                        for (const Sample* s : m[node]) {
+                          if (s->value > 0 && !Label(*s, "nranks").empty() &&
+                              !Label(*s, "message_size").empty()) {
+                            scopes.insert(Label(*s, "scope"));
+                          }
+                        }
+                        if (scopes != std::set<std::string>{"inter", "intra"}) {
+                          return absl::StrCat(node, ": efficiency scopes {",
+                                              absl::StrJoin(scopes, ","), "}");
+                        }
+                      }
+                      return "";
+                    }});
+  checks.push_back({R"(monta_node_state{state="alive"} == 1)",
+                    nodes_equal_one("monta-planner")});
+  checks.push_back(
+      {R"(monta_strategy_decisions_total{job="monta-planner",result="ok"})",
+       [](const std::vector<Sample>& samples) -> std::string {
+         double total = 0;
+         for (const auto& s : samples) {
+           if (!Label(s, "strategy").empty() && Label(s, "strategy") != "none")
+             total += s.value;
+         }
+         return total >= 1 ? "" : "no ok decision with a strategy label";
+       }});
+  checks.push_back(
+      {R"(monta_benchmark_tasks_total{job="monta-planner",scope="inter",result="succeeded"})",
+       [](const std::vector<Sample>& samples) -> std::string {
+         return !samples.empty() && samples[0].value >= 1
+                    ? ""
+                    : "no succeeded inter task";
+       }});
+  checks.push_back(
+      {R"(monta_agent_registered == 1)", nodes_equal_one("monta-agent")});
+  checks.push_back(
+      {R"(up == 1)", [&](const std::vector<Sample>& samples) -> std::string {
+         std::set<std::string> want = {
+             absl::StrCat("monta-planner/127.0.0.1:", cluster_.metrics_port())};
+         for (const auto& node : kNodes) {
+           want.insert(
+               absl::StrCat("monta-agent/127.0.0.1:", agent_ports[node]));
+         }
+         std::set<std::string> seen;
+         for (const auto& s : samples) {
+           seen.insert(
+               absl::StrCat(Label(s, "job"), "/", Label(s, "instance")));
+         }
+         return seen == want ? ""
+                             : absl::StrCat("up targets {",
+                                            absl::StrJoin(seen, ","), "}");
+       }});
+
+  const absl::Time polling = absl::Now();
+  WaitFor(
+      [&] {
+        bool all = true;
+        for (auto& check : checks) {
+          if (check.passed) continue;
+          absl::StatusOr<std::vector<Sample>> samples = Query(check.query);
+          check.last = samples.ok() ? check.verify(*samples)
+                                    : samples.status().ToString();
+          check.passed = check.last.empty();
+          if (!check.passed) {
+            check.last += samples.ok() ? "\n  " + Describe(*samples) : "";
+            all = false;
+          }
+        }
+        return all;
+      },
+      remaining());
+  std::cout << "prometheus had every series "
+            << absl::FormatDuration(absl::Now() - polling)
+            << " after bench and plan ("
+            << absl::FormatDuration(absl::Now() - start) << " since start)"
+            << std::endl;
+  for (const auto& check : checks) {
+    EXPECT_TRUE(check.passed) << check.query << ": " << check.last;
+  }
+
+  // Cardinality: series per node stay bounded (message sizes are bucketed).
+  absl::StatusOr<std::vector<Sample>> per_node =
+      Query(R"(count by (node) ({__name__=~"monta_.+",node!=""}))");
+  ASSERT_TRUE(per_node.ok()) << per_node.status();
+  absl::StatusOr<std::vector<Sample>> per_job =
+      Query(R"(count by (job) ({__name__=~"monta_.+"}))");
+  ASSERT_TRUE(per_job.ok()) << per_job.status();
+  std::map<std::string, double> node_counts;
+  for (const auto& s : *per_node) node_counts[Label(s, "node")] = s.value;
+  for (const auto& node : kNodes) {
+    std::cout << "monta_* series with node=\"" << node
+              << "\": " << node_counts[node] << std::endl;
+    EXPECT_GT(node_counts[node], 0) << node;
+    EXPECT_LT(node_counts[node], 200) << node;
+  }
+  for (const auto& s : *per_job) {
+    std::cout << "monta_* series of job " << Label(s, "job") << ": " << s.value
+              << std::endl;
+  }
+}
+
+}  // namespace
+}  // namespace monta::testing
