@@ -331,11 +331,13 @@ int Plan(const Context& ctx, const std::vector<std::string>& args) {
       std::cerr << "montactl: --nodes: expected a positive node count with --profile\n";
       return 2;
     }
-    placement->Clear();
+    placement->clear_node_names();
     placement->set_profile(profile);
     placement->set_nodes(nodes);
   } else if (!node_names.empty()) {
-    placement->Clear();
+    placement->clear_profile();
+    placement->clear_nodes();
+    placement->clear_node_names();
     for (const auto& n : SplitList(node_names)) placement->add_node_names(n);
   }
   if (absl::GetFlag(FLAGS_gpus_per_node) > 0) {

@@ -29,12 +29,15 @@ trap cleanup EXIT
 trap 'exit 0' INT TERM
 
 "$RUN_DIR/monta-planner" --listen="$PLANNER_ADDR" --metrics_listen="$METRICS_ADDR" \
-  >"$RUN_DIR/planner.log" 2>&1 &
+  --db="$RUN_DIR/planner.db" >"$RUN_DIR/planner.log" 2>&1 &
 pids+=($!)
+agent_metrics_port=7402
 for node in "${NODES[@]}"; do
   "$RUN_DIR/monta-agent" --planner="$PLANNER_ADDR" --node_name="$node" \
-    --bench_address=127.0.0.1 >"$RUN_DIR/agent-$node.log" 2>&1 &
+    --bench_address=127.0.0.1 --metrics_listen="127.0.0.1:$agent_metrics_port" \
+    >"$RUN_DIR/agent-$node.log" 2>&1 &
   pids+=($!)
+  agent_metrics_port=$((agent_metrics_port + 1))
 done
 
 MONTACTL=("$RUN_DIR/montactl" --planner="$PLANNER_ADDR")
@@ -54,6 +57,14 @@ if [[ "${alive:-0}" -lt ${#NODES[@]} ]]; then
   exit 1
 fi
 
+# Each agent measures its node when it registers (an intra-node sweep over Gloo).
+echo "waiting for the nodes to measure themselves..."
+for _ in $(seq 1 150); do
+  measured=$("${MONTACTL[@]}" nodes 2>/dev/null | grep -c "3 intra" || true)
+  if [[ "$measured" -ge ${#NODES[@]} ]]; then break; fi
+  sleep 0.2
+done
+
 echo
 "${MONTACTL[@]}" nodes
 cat <<EOT
@@ -62,8 +73,11 @@ Monta is running: planner on $PLANNER_ADDR, metrics on http://$METRICS_ADDR/metr
 logs in $RUN_DIR. Try, in another terminal:
 
   $RUN_DIR/montactl --planner=$PLANNER_ADDR nodes
-  $RUN_DIR/montactl --planner=$PLANNER_ADDR --output=json node node-a
-  $RUN_DIR/montactl --planner=$PLANNER_ADDR health
+  $RUN_DIR/montactl --planner=$PLANNER_ADDR topology node-a
+  $RUN_DIR/montactl --planner=$PLANNER_ADDR bench --nodes node-a,node-b
+  $RUN_DIR/montactl --planner=$PLANNER_ADDR plan --job examples/cpu-dev.yaml --node_names node-a,node-b
+  $RUN_DIR/montactl --planner=$PLANNER_ADDR plan --job examples/monta-paper-2x70b.yaml --profile a800-hgx --nodes 2
+  $RUN_DIR/montactl --planner=$PLANNER_ADDR profiles
   curl -s http://$METRICS_ADDR/metrics | grep monta_
 
 Press Ctrl-C to stop.

@@ -149,5 +149,29 @@ TEST_F(BenchClusterTest, KilledAgentFailsTaskNamingItsRanksAndSurvivorCarriesOn)
       << next.dump(1) << ReadFile(cluster_.agent("node-a").log_path());
 }
 
+TEST_F(BenchClusterTest, MeasurementsSurvivePlannerRestartWithDb) {
+  const std::string db = cluster_.dir() + "/planner.db";
+  StartTwoNodes({"--db=" + db});  // agents measure themselves on registration
+  std::string task_id;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        nlohmann::json node = Json(cluster_.Montactl({"--output=json", "node", "node-a"}));
+        if (node["curves"].size() < 3) return false;
+        task_id = node["curves"][0]["task_id"];
+        return true;
+      },
+      absl::Seconds(60)));
+  const int port = cluster_.grpc_port();
+  cluster_.planner().Signal(SIGKILL);
+  ASSERT_TRUE(cluster_.planner().Wait(absl::Seconds(5)).ok());
+  // Restarted without bench-on-register: whatever curves it shows came from the file.
+  ASSERT_TRUE(cluster_.StartPlanner({"--db=" + db, "--bench_on_register=false"}, port).ok());
+  nlohmann::json node = Json(cluster_.Montactl({"--output=json", "node", "node-a"}));
+  ASSERT_EQ(node["curves"].size(), 3u) << node.dump(1);
+  EXPECT_EQ(node["curves"][0]["task_id"], task_id);
+  // And the agents carry on with the same instance, no duplicate-name refusal.
+  EXPECT_TRUE(WaitFor([&] { return cluster_.NodeState("node-a") == kAlive; }, absl::Seconds(10)));
+}
+
 }  // namespace
 }  // namespace monta::testing
