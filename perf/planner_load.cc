@@ -1,0 +1,403 @@
+// Closed-loop load on the planner: GetStrategy against the emptiest RPC the
+// same server answers (gRPC health Check), so that the model's share of a
+// decision's cost shows next to the RPC stack's.
+//
+//   bazel run -c opt //perf:planner_load -- --clients=4 --seconds=5 [--json]
+//   bazel run -c opt //perf:planner_load -- --planner=127.0.0.1:7400 --job=FILE
+//
+// Phases, each --seconds long, every client thread issuing one call at a time
+// on its own channel (its own TCP connection): A = health Check, B =
+// GetStrategy (the MoNTA paper's job by default: a800-hgx profile, 2 nodes), A
+// again (drift: the second A should match the first). The report gives
+// requests/s and latency percentiles per phase, and GetStrategy rps over health
+// rps (the bar is 0.8). Without --planner the planner runs in this process
+// (metrics exposer off), so server and clients share the machine's cores: the
+// CPU column is the whole process's (server + clients) CPU time per request.
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
+#include "client/table.h"
+#include "grpcpp/grpcpp.h"
+#include "nlohmann/json.hpp"
+#include "prometheus/metric_family.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "proto/monta/v1/planner.grpc.pb.h"
+#include "server/planner_server.h"
+#include "server/planning/job_file.h"
+
+ABSL_FLAG(std::string, planner, "",
+          "planner gRPC address; empty: start a planner in this process on "
+          "127.0.0.1:0");
+ABSL_FLAG(int, clients, 4,
+          "client threads, each with its own channel and connection");
+ABSL_FLAG(double, seconds, 5, "length of each measured phase");
+ABSL_FLAG(double, warmup_seconds, 1,
+          "unmeasured warm-up (both RPCs) before the first phase");
+ABSL_FLAG(std::string, job, "examples/monta-paper-2x70b.yaml",
+          "job file for GetStrategy (YAML or JSON; see examples/); relative "
+          "paths are read "
+          "from the runfiles under `bazel run`, then from the workspace");
+ABSL_FLAG(double, rpc_timeout_seconds, 5, "deadline of each call");
+ABSL_FLAG(bool, json, false, "print the report as JSON instead of a table");
+
+namespace monta::perf {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+enum class Rpc { kHealth, kGetStrategy };
+
+struct PhaseResult {
+  std::string name;
+  Rpc rpc = Rpc::kHealth;
+  double seconds = 0;
+  int64_t ok = 0;
+  int64_t errors = 0;
+  std::string first_error;
+  double rps = 0;
+  double p50_us = 0, p90_us = 0, p99_us = 0, mean_us = 0, max_us = 0;
+  double cpu_us_per_request =
+      0;  // this process (server + clients when in-process)
+  double decision_mean_us =
+      -1;  // server-side model time per decision (in-process only)
+};
+
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
+         (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+// Sum and count of the planner's monta_strategy_decision_duration_seconds.
+std::pair<double, double> DecisionSeconds(PlannerServer* server) {
+  if (server == nullptr) return {0, 0};
+  double sum = 0, count = 0;
+  for (const auto& family : server->metrics().Collect()) {
+    if (family.name != "monta_strategy_decision_duration_seconds") continue;
+    for (const auto& m : family.metric) {
+      sum += m.histogram.sample_sum;
+      count += static_cast<double>(m.histogram.sample_count);
+    }
+  }
+  return {sum, count};
+}
+
+double Percentile(std::vector<int64_t>& sorted_ns, double q) {
+  if (sorted_ns.empty()) return 0;
+  const size_t i =
+      std::min(sorted_ns.size() - 1, static_cast<size_t>(q * sorted_ns.size()));
+  return sorted_ns[i] / 1e3;
+}
+
+class Client {
+ public:
+  Client(const std::string& target, int index) {
+    grpc::ChannelArguments args;
+    // A distinct argument per client: channels with different arguments never
+    // share a subchannel, so each client has its own connection (and HTTP/2
+    // stream limit).
+    args.SetInt("monta.planner_load.client", index);
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    channel_ = grpc::CreateCustomChannel(
+        target, grpc::InsecureChannelCredentials(), args);
+    health_ = grpc::health::v1::Health::NewStub(channel_);
+    planner_ = monta::v1::Planner::NewStub(channel_);
+  }
+
+  bool Connect(absl::Duration timeout) {
+    return channel_->WaitForConnected(
+        absl::ToChronoTime(absl::Now() + timeout));
+  }
+
+  grpc::Status Call(Rpc rpc, const monta::v1::StrategyRequest& job,
+                    double timeout_seconds) {
+    grpc::ClientContext context;
+    context.set_deadline(
+        std::chrono::system_clock::now() +
+        std::chrono::microseconds(static_cast<int64_t>(timeout_seconds * 1e6)));
+    if (rpc == Rpc::kHealth) {
+      grpc::health::v1::HealthCheckRequest request;
+      grpc::health::v1::HealthCheckResponse reply;
+      grpc::Status s = health_->Check(&context, request, &reply);
+      if (s.ok() &&
+          reply.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "not SERVING");
+      }
+      return s;
+    }
+    monta::v1::StrategyReply reply;
+    return planner_->GetStrategy(&context, job, &reply);
+  }
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+  std::unique_ptr<monta::v1::Planner::Stub> planner_;
+};
+
+// Every client calls `rpc` back to back for `seconds`.
+PhaseResult RunPhase(const std::string& name, Rpc rpc, double seconds,
+                     std::vector<std::unique_ptr<Client>>& clients,
+                     const monta::v1::StrategyRequest& job,
+                     PlannerServer* server) {
+  const double timeout = absl::GetFlag(FLAGS_rpc_timeout_seconds);
+  struct PerThread {
+    std::vector<int64_t> latencies_ns;
+    int64_t errors = 0;
+    std::string first_error;
+  };
+  std::vector<PerThread> per_thread(clients.size());
+  absl::Notification go;
+  Clock::time_point end;
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < clients.size(); ++i) {
+    threads.emplace_back([&, i] {
+      PerThread& mine = per_thread[i];
+      mine.latencies_ns.reserve(1 << 16);
+      go.WaitForNotification();
+      while (true) {
+        const Clock::time_point t0 = Clock::now();
+        if (t0 >= end) break;
+        grpc::Status s = clients[i]->Call(rpc, job, timeout);
+        const Clock::time_point t1 = Clock::now();
+        if (s.ok()) {
+          mine.latencies_ns.push_back(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0)
+                  .count());
+        } else if (mine.errors++ == 0) {
+          mine.first_error =
+              absl::StrCat(s.error_code(), ": ", s.error_message());
+        }
+      }
+    });
+  }
+  const auto [decision_sum0, decision_count0] = DecisionSeconds(server);
+  const double cpu0 = CpuSeconds();
+  const Clock::time_point start = Clock::now();
+  end = start + std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
+  go.Notify();
+  for (auto& t : threads) t.join();
+  const Clock::time_point stop = Clock::now();
+  const double cpu = CpuSeconds() - cpu0;
+  const auto [decision_sum1, decision_count1] = DecisionSeconds(server);
+
+  PhaseResult r;
+  r.name = name;
+  r.rpc = rpc;
+  r.seconds = std::chrono::duration<double>(stop - start).count();
+  std::vector<int64_t> all;
+  for (auto& t : per_thread) {
+    all.insert(all.end(), t.latencies_ns.begin(), t.latencies_ns.end());
+    r.errors += t.errors;
+    if (r.first_error.empty()) r.first_error = t.first_error;
+  }
+  std::sort(all.begin(), all.end());
+  r.ok = static_cast<int64_t>(all.size());
+  r.rps = r.ok / r.seconds;
+  r.p50_us = Percentile(all, 0.50);
+  r.p90_us = Percentile(all, 0.90);
+  r.p99_us = Percentile(all, 0.99);
+  r.max_us = all.empty() ? 0 : all.back() / 1e3;
+  double sum = 0;
+  for (int64_t v : all) sum += static_cast<double>(v);
+  r.mean_us = all.empty() ? 0 : sum / static_cast<double>(all.size()) / 1e3;
+  r.cpu_us_per_request =
+      r.ok + r.errors > 0 ? cpu * 1e6 / (r.ok + r.errors) : 0;
+  if (server != nullptr && decision_count1 > decision_count0) {
+    r.decision_mean_us = (decision_sum1 - decision_sum0) /
+                         (decision_count1 - decision_count0) * 1e6;
+  }
+  return r;
+}
+
+absl::StatusOr<monta::v1::StrategyRequest> LoadJob(const std::string& path) {
+  absl::StatusOr<monta::v1::StrategyRequest> job = planning::LoadJobFile(path);
+  if (job.ok() || path.empty() || path[0] == '/' ||
+      !absl::IsNotFound(job.status()))
+    return job;
+  // `bazel run` starts in the runfiles tree; a path given by hand is more
+  // likely relative to the directory bazel was run from, or the workspace.
+  for (const char* env :
+       {"BUILD_WORKING_DIRECTORY", "BUILD_WORKSPACE_DIRECTORY"}) {
+    const char* dir = std::getenv(env);
+    if (dir == nullptr) continue;
+    absl::StatusOr<monta::v1::StrategyRequest> other =
+        planning::LoadJobFile(absl::StrCat(dir, "/", path));
+    if (other.ok() || !absl::IsNotFound(other.status())) return other;
+  }
+  return job;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "planner_load [--planner ADDR] [--clients N] [--seconds S] [--job FILE] "
+      "[--json]: "
+      "GetStrategy throughput and latency against gRPC health Check");
+  absl::ParseCommandLine(argc, argv);
+  const int n_clients = absl::GetFlag(FLAGS_clients);
+  const double seconds = absl::GetFlag(FLAGS_seconds);
+  if (n_clients < 1 || seconds <= 0) {
+    std::cerr << "planner_load: --clients must be >= 1 and --seconds > 0\n";
+    return 2;
+  }
+  absl::StatusOr<monta::v1::StrategyRequest> job =
+      LoadJob(absl::GetFlag(FLAGS_job));
+  if (!job.ok()) {
+    std::cerr << "planner_load: --job: " << job.status() << "\n";
+    return 2;
+  }
+
+  std::unique_ptr<PlannerServer> server;
+  std::string target = absl::GetFlag(FLAGS_planner);
+  if (target.empty()) {
+    PlannerOptions options;
+    options.grpc_address = "127.0.0.1:0";
+    options.metrics_address = "";
+    absl::StatusOr<std::unique_ptr<PlannerServer>> started =
+        PlannerServer::Start(options);
+    if (!started.ok()) {
+      std::cerr << "planner_load: starting the planner: " << started.status()
+                << "\n";
+      return 1;
+    }
+    server = *std::move(started);
+    target = absl::StrCat("127.0.0.1:", server->grpc_port());
+  }
+
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < n_clients; ++i) {
+    clients.push_back(std::make_unique<Client>(target, i));
+    if (!clients.back()->Connect(absl::Seconds(10))) {
+      std::cerr << "planner_load: cannot connect to " << target << "\n";
+      return 1;
+    }
+  }
+  // One decision up front: the job must be valid for this planner.
+  {
+    grpc::Status s = clients[0]->Call(Rpc::kGetStrategy, *job, 10);
+    if (!s.ok()) {
+      std::cerr << "planner_load: GetStrategy(" << absl::GetFlag(FLAGS_job)
+                << "): " << s.error_code() << ": " << s.error_message() << "\n";
+      return 1;
+    }
+  }
+  const double warmup = absl::GetFlag(FLAGS_warmup_seconds);
+  if (warmup > 0) {
+    RunPhase("warmup", Rpc::kHealth, warmup / 2, clients, *job, server.get());
+    RunPhase("warmup", Rpc::kGetStrategy, warmup / 2, clients, *job,
+             server.get());
+  }
+
+  std::vector<PhaseResult> phases;
+  phases.push_back(RunPhase("A health.Check", Rpc::kHealth, seconds, clients,
+                            *job, server.get()));
+  phases.push_back(RunPhase("B GetStrategy", Rpc::kGetStrategy, seconds,
+                            clients, *job, server.get()));
+  phases.push_back(RunPhase("A' health.Check", Rpc::kHealth, seconds, clients,
+                            *job, server.get()));
+
+  const double health_mean = (phases[0].rps + phases[2].rps) / 2;
+  const double ratio = health_mean > 0 ? phases[1].rps / health_mean : 0;
+  const double ratio_vs_best_health =
+      phases[1].rps / std::max({phases[0].rps, phases[2].rps, 1e-9});
+  const double drift = phases[0].rps > 0 ? phases[2].rps / phases[0].rps : 0;
+  constexpr double kBar = 0.8;
+  const unsigned cores = std::thread::hardware_concurrency();
+  int64_t errors = 0;
+  for (const auto& p : phases) errors += p.errors;
+
+  if (absl::GetFlag(FLAGS_json)) {
+    nlohmann::json out;
+    out["target"] = target;
+    out["in_process"] = server != nullptr;
+    out["clients"] = n_clients;
+    out["seconds_per_phase"] = seconds;
+    out["cores"] = cores;
+    out["job"] = absl::GetFlag(FLAGS_job);
+    for (const auto& p : phases) {
+      nlohmann::json j = {
+          {"name", p.name},
+          {"rpc", p.rpc == Rpc::kHealth ? "health.Check" : "GetStrategy"},
+          {"seconds", p.seconds},
+          {"requests", p.ok},
+          {"errors", p.errors},
+          {"rps", p.rps},
+          {"p50_us", p.p50_us},
+          {"p90_us", p.p90_us},
+          {"p99_us", p.p99_us},
+          {"mean_us", p.mean_us},
+          {"max_us", p.max_us},
+          {"cpu_us_per_request", p.cpu_us_per_request}};
+      if (!p.first_error.empty()) j["first_error"] = p.first_error;
+      if (p.decision_mean_us >= 0) j["decision_mean_us"] = p.decision_mean_us;
+      out["phases"].push_back(j);
+    }
+    out["ratio_getstrategy_over_health"] = ratio;
+    out["ratio_getstrategy_over_best_health"] = ratio_vs_best_health;
+    out["health_drift_ratio"] = drift;
+    out["bar"] = kBar;
+    out["bar_met"] = ratio >= kBar;
+    std::cout << out.dump(2) << std::endl;
+  } else {
+    std::cout << absl::StrFormat(
+        "planner %s (%s), %d clients x %.1fs per phase, %u cores shared by "
+        "server and "
+        "clients%s\njob %s\n\n",
+        target, server != nullptr ? "in-process" : "remote", n_clients, seconds,
+        cores, server != nullptr ? "" : " (clients only here)",
+        absl::GetFlag(FLAGS_job));
+    client::Table table({"PHASE", "REQUESTS", "ERRORS", "RPS", "P50_US",
+                         "P90_US", "P99_US", "MAX_US", "CPU_US/REQ",
+                         "MODEL_US"});
+    for (const auto& p : phases) {
+      table.AddRow(
+          {p.name, absl::StrCat(p.ok), absl::StrCat(p.errors),
+           absl::StrFormat("%.0f", p.rps), absl::StrFormat("%.0f", p.p50_us),
+           absl::StrFormat("%.0f", p.p90_us), absl::StrFormat("%.0f", p.p99_us),
+           absl::StrFormat("%.0f", p.max_us),
+           absl::StrFormat("%.1f", p.cpu_us_per_request),
+           p.decision_mean_us >= 0 ? absl::StrFormat("%.1f", p.decision_mean_us)
+                                   : "-"});
+    }
+    std::cout << table.Render();
+    std::cout << absl::StrFormat(
+        "\nGetStrategy rps / health rps: %.3f (mean of A and A'; %.3f vs the "
+        "faster) -> "
+        "bar %.2f %s\nhealth drift A'/A: %.3f\n",
+        ratio, ratio_vs_best_health, kBar, ratio >= kBar ? "met" : "NOT met",
+        drift);
+    for (const auto& p : phases) {
+      if (!p.first_error.empty()) {
+        std::cout << p.name << ": first error: " << p.first_error << "\n";
+      }
+    }
+  }
+  clients.clear();
+  if (server != nullptr) server->Shutdown(absl::Seconds(1));
+  return errors > 0 ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace monta::perf
+
+int main(int argc, char** argv) { return monta::perf::Main(argc, argv); }
