@@ -18,6 +18,9 @@ ABSL_FLAG(double, heartbeat_seconds, 5, "heartbeat interval the agents are told 
 ABSL_FLAG(bool, bench_on_register, true,
           "measure a node (intra-node sweep) when it registers without curves");
 ABSL_FLAG(double, bench_timeout_seconds, 120, "default deadline of a benchmark task");
+ABSL_FLAG(double, bench_interval_seconds, 3600,
+          "re-measure idle nodes (intra-node) and neighbouring pairs (inter-node) this often; "
+          "0 disables");
 ABSL_FLAG(std::string, db, "",
           "SQLite file for nodes and measured curves (created if missing); empty keeps state "
           "in memory only");
@@ -42,6 +45,11 @@ int main(int argc, char** argv) {
   options.registry.heartbeat_interval = absl::Seconds(heartbeat);
   options.bench_on_register = absl::GetFlag(FLAGS_bench_on_register);
   options.db_path = absl::GetFlag(FLAGS_db);
+  if (absl::GetFlag(FLAGS_bench_interval_seconds) < 0) {
+    std::cerr << "monta-planner: --bench_interval_seconds must be >= 0\n";
+    return 2;
+  }
+  options.bench_interval = absl::Seconds(absl::GetFlag(FLAGS_bench_interval_seconds));
   options.coordinator.default_timeout = absl::Seconds(absl::GetFlag(FLAGS_bench_timeout_seconds));
 
   auto server = monta::PlannerServer::Start(options);

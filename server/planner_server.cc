@@ -101,14 +101,42 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(PlannerOptio
 void PlannerServer::Maintain() {
   // Once a second: fail benchmark tasks past their deadline, and the tasks of nodes
   // whose lease expired (their agent died mid-run).
+  absl::Time last_periodic = absl::Now();
   while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) {
     const absl::Time now = absl::Now();
     coordinator_->ExpireOverdue(now);
+    if (options_.bench_interval > absl::ZeroDuration() &&
+        now - last_periodic >= options_.bench_interval) {
+      last_periodic = now;
+      SchedulePeriodicBenchmarks(now);
+    }
     for (const auto& node : registry_->List(now, /*include_gone=*/false)) {
       if (node.state() == monta::v1::NODE_STATE_STALE) {
         coordinator_->FailTasksOfNode(node.name(), "lost its lease", now);
       }
     }
+  }
+}
+
+void PlannerServer::SchedulePeriodicBenchmarks(absl::Time now) {
+  std::vector<std::string> idle;
+  for (const auto& node : registry_->List(now, /*include_gone=*/false)) {
+    if (node.state() == monta::v1::NODE_STATE_ALIVE && !coordinator_->Busy(node.name())) {
+      idle.push_back(node.name());
+    }
+  }
+  // Pairs first: they bound most decisions (the slowest pair of a job), and a larger
+  // group is measured on request (RunBenchmark with its nodes).
+  for (size_t i = 0; i + 1 < idle.size(); i += 2) {
+    monta::v1::RunBenchmarkRequest pair;
+    pair.add_nodes(idle[i]);
+    pair.add_nodes(idle[i + 1]);
+    (void)coordinator_->Schedule(pair, now);
+  }
+  for (const std::string& node : idle) {
+    monta::v1::RunBenchmarkRequest single;
+    single.add_nodes(node);
+    (void)coordinator_->Schedule(single, now);
   }
 }
 

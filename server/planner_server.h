@@ -32,6 +32,10 @@ struct PlannerOptions {
   bench::CoordinatorOptions coordinator;
   // Schedule an intra-node sweep when a node registers without measured curves.
   bool bench_on_register = false;
+  // Re-measure periodically: every interval, each alive idle node gets an
+  // intra-node sweep and each pair of neighbouring nodes (by name, so nodes of one
+  // rack or leaf with rack-ordered names pair up) an inter-node sweep. Zero disables.
+  absl::Duration bench_interval = absl::ZeroDuration();
   // SQLite file for nodes and curve history; empty keeps state in memory only.
   std::string db_path;
 };
@@ -55,6 +59,8 @@ class PlannerServer {
  private:
   explicit PlannerServer(PlannerOptions options);
   void Maintain();
+  // Schedules the periodic sweeps (see PlannerOptions::bench_interval).
+  void SchedulePeriodicBenchmarks(absl::Time now);
 
   const PlannerOptions options_;
   std::shared_ptr<prometheus::Registry> metrics_;

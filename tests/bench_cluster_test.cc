@@ -149,6 +149,21 @@ TEST_F(BenchClusterTest, KilledAgentFailsTaskNamingItsRanksAndSurvivorCarriesOn)
       << next.dump(1) << ReadFile(cluster_.agent("node-a").log_path());
 }
 
+TEST_F(BenchClusterTest, PeriodicSweepsMeasurePairsAndNodes) {
+  StartTwoNodes({"--bench_on_register=false", "--bench_interval_seconds=2"});
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        nlohmann::json node = Json(cluster_.Montactl({"--output=json", "node", "node-b"}));
+        int intra = 0;
+        int inter = 0;
+        for (const auto& c : node["curves"]) {
+          (c["scope"] == "SCOPE_INTER_NODE" ? inter : intra)++;
+        }
+        return inter >= 1 && intra >= 3;
+      },
+      absl::Seconds(60)));
+}
+
 TEST_F(BenchClusterTest, MeasurementsSurvivePlannerRestartWithDb) {
   const std::string db = cluster_.dir() + "/planner.db";
   StartTwoNodes({"--db=" + db});  // agents measure themselves on registration

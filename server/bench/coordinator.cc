@@ -302,6 +302,16 @@ void Coordinator::FailTasksOfNode(const std::string& node_name, const std::strin
   }
 }
 
+bool Coordinator::Busy(const std::string& node_name) const {
+  absl::ReaderMutexLock lock(&mu_);
+  for (const auto& [id, task] : tasks_) {
+    if (IsFinished(task.status)) continue;
+    const auto& nodes = task.spec.nodes();
+    if (std::find(nodes.begin(), nodes.end(), node_name) != nodes.end()) return true;
+  }
+  return false;
+}
+
 void Coordinator::Shutdown() {
   absl::MutexLock lock(&mu_);
   shutdown_ = true;

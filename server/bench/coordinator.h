@@ -81,6 +81,9 @@ class Coordinator {
   // Fails the unfinished tasks of a node whose agent went away (stale or gone).
   void FailTasksOfNode(const std::string& node_name, const std::string& why, absl::Time now);
 
+  // True while a task that involves `node_name` is pending or running.
+  bool Busy(const std::string& node_name) const;
+
   // Wakes every waiter; later waits return at once.
   void Shutdown();
 

@@ -61,6 +61,16 @@ TEST_F(CoordinatorTest, TaskGoesToEveryNodeAndSucceedsWithCurves) {
   EXPECT_EQ(node->curves(0).task_id(), ta->task_id());
 }
 
+TEST_F(CoordinatorTest, BusyWhileATaskIsUnfinished) {
+  EXPECT_FALSE(coordinator_.Busy("a"));
+  auto status = coordinator_.Schedule(Pair(), now_);
+  ASSERT_TRUE(status.ok());
+  EXPECT_TRUE(coordinator_.Busy("a"));
+  EXPECT_TRUE(coordinator_.Busy("b"));
+  coordinator_.ExpireOverdue(now_ + absl::Hours(1));
+  EXPECT_FALSE(coordinator_.Busy("a"));
+}
+
 TEST_F(CoordinatorTest, RendezvousGetWaitsForSet) {
   auto status = coordinator_.Schedule(Pair(), now_);
   ASSERT_TRUE(status.ok());
