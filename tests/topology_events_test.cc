@@ -2,6 +2,7 @@
 // rediscovers, the planner records the change as an event visible through GetNode
 // (montactl node) and montactl topology.
 #include <fstream>
+#include <iostream>
 
 #include "agent/topology/sysfs_fixture.h"
 #include "gtest/gtest.h"
@@ -64,6 +65,49 @@ TEST(TopologyEventsTest, NicRateChangeBecomesAnEvent) {
   EXPECT_EQ(topo.exit_code, 0) << topo.err;
   EXPECT_NE(topo.out.find("nic_rate_changed"), std::string::npos) << topo.out;
   EXPECT_NE(topo.out.find("mlx5_3"), std::string::npos) << topo.out;
+}
+
+// A DGX H100 whose drivers the agent cannot read, described by a topology file:
+// montactl topology prints it as `nvidia-smi topo -m` does, and the planner plans
+// for it with the node's declared profile.
+TEST(TopologyEventsTest, DeclaredH100RendersAsTopoMatrix) {
+  absl::StatusOr<std::string> root = topology::MaterializeTestdataSysfs("dgx_h100/sysfs");
+  ASSERT_TRUE(root.ok()) << root.status();
+  LocalCluster cluster;
+  ASSERT_TRUE(cluster.StartPlanner({"--bench_on_register=false"}).ok());
+  ASSERT_TRUE(cluster
+                  .StartAgent("dgx-02",
+                              {"--sysfs_root=" + *root,
+                               "--topology_file=" +
+                                   Runfile("agent/topology/testdata/declared_h100.yaml")})
+                  .ok());
+  ASSERT_TRUE(WaitFor([&] { return cluster.NodeState("dgx-02") == "NODE_STATE_ALIVE"; },
+                      absl::Seconds(20)))
+      << ReadFile(cluster.agent("dgx-02").log_path());
+  CommandResult topo = cluster.Montactl({"topology", "dgx-02"});
+  ASSERT_EQ(topo.exit_code, 0) << topo.err;
+  std::cout << topo.out << std::endl;
+  // The header and GPU0's row as on a DGX H100: NV18 to every GPU, PXB to its own NIC.
+  EXPECT_NE(topo.out.find("\tGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\tNIC0"),
+            std::string::npos)
+      << topo.out;
+  EXPECT_NE(topo.out.find("GPU0\t X \tNV18\tNV18\tNV18\tNV18\tNV18\tNV18\tNV18\tPXB"),
+            std::string::npos)
+      << topo.out;
+  EXPECT_NE(topo.out.find("NIC0: mlx5_0"), std::string::npos);
+  EXPECT_NE(topo.out.find("Legend:"), std::string::npos);
+
+  // Planning on the node itself uses its declared profile (one node, 8 GPUs).
+  CommandResult plan = cluster.Montactl(
+      {"--output=json", "plan", "--job=" + Runfile("examples/mixtral-8x7b.yaml"),
+       "--node_names=dgx-02"});
+  nlohmann::json reply = nlohmann::json::parse(plan.out, nullptr, false);
+  if (plan.exit_code == 0 && !reply.is_discarded()) {
+    EXPECT_EQ(reply["evidence"]["profile"], "h100-hgx") << reply["evidence"].dump(1);
+  } else {
+    // The example may not fit one node; the refusal must still name the field.
+    EXPECT_NE(plan.err.find("world_size"), std::string::npos) << plan.err;
+  }
 }
 
 }  // namespace
