@@ -16,6 +16,9 @@ PACKAGES=(
   libsqlite3-dev
   nlohmann-json3-dev
   libyaml-cpp-dev
+  libcpp-httplib-dev
+  libssl-dev
+  openssl
   libgtest-dev
   libgmock-dev
   googletest
