@@ -98,16 +98,20 @@ TEST(TopologyEventsTest, DeclaredH100RendersAsTopoMatrix) {
   EXPECT_NE(topo.out.find("Legend:"), std::string::npos);
 
   // Planning on the node itself uses its declared profile (one node, 8 GPUs).
-  CommandResult plan = cluster.Montactl(
-      {"--output=json", "plan", "--job=" + Runfile("examples/mixtral-8x7b.yaml"),
-       "--node_names=dgx-02"});
+  const std::string job = cluster.dir() + "/one-node.yaml";
+  std::ofstream(job) << "job:\n  hidden_size: 4096\n  num_experts: 8\n  top_k: 2\n"
+                        "  capacity_factor: 1.0\n  micro_batch_size: 1\n"
+                        "  sequence_length: 4096\n  bytes_per_element: 2\n  moe_layers: 32\n"
+                        "  world_size: 8\n  tensor_parallel_size: 2\n"
+                        "  expert_parallel_size: 4\n  pipeline_parallel_size: 1\n"
+                        "  data_parallel_size: 4\n  experts_tensor_parallel: true\n";
+  CommandResult plan =
+      cluster.Montactl({"--output=json", "plan", "--job=" + job, "--node_names=dgx-02"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
   nlohmann::json reply = nlohmann::json::parse(plan.out, nullptr, false);
-  if (plan.exit_code == 0 && !reply.is_discarded()) {
-    EXPECT_EQ(reply["evidence"]["profile"], "h100-hgx") << reply["evidence"].dump(1);
-  } else {
-    // The example may not fit one node; the refusal must still name the field.
-    EXPECT_NE(plan.err.find("world_size"), std::string::npos) << plan.err;
-  }
+  ASSERT_FALSE(reply.is_discarded());
+  EXPECT_EQ(reply["evidence"]["profile"], "h100-hgx") << reply["evidence"].dump(1);
+  EXPECT_EQ(reply["traffic"]["gpus_per_node"], 8);
 }
 
 }  // namespace
