@@ -24,8 +24,15 @@ ABSL_FLAG(double, bench_interval_seconds, 3600,
 ABSL_FLAG(std::string, db, "",
           "SQLite file for nodes and measured curves (created if missing); empty keeps state "
           "in memory only");
+ABSL_FLAG(std::string, webhook_listen, "",
+          "Kubernetes admission webhook HTTPS listen address (POST /mutate, /validate; GET "
+          "/healthz), e.g. 0.0.0.0:8443; empty disables; needs --tls_cert and --tls_key");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of the webhook (re-read when the file changes)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of the webhook");
 ABSL_FLAG(std::string, port_file, "",
-          "write the bound ports as JSON {\"grpc\":N,\"metrics\":M} to this file (for tests)");
+          "write the bound ports as JSON {\"grpc\":N,\"metrics\":M,\"webhook\":W} to this "
+          "file (for tests)");
 
 int main(int argc, char** argv) {
   monta::BlockTerminationSignals();
@@ -51,6 +58,14 @@ int main(int argc, char** argv) {
   }
   options.bench_interval = absl::Seconds(absl::GetFlag(FLAGS_bench_interval_seconds));
   options.coordinator.default_timeout = absl::Seconds(absl::GetFlag(FLAGS_bench_timeout_seconds));
+  options.webhook_address = absl::GetFlag(FLAGS_webhook_listen);
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  if (!options.webhook_address.empty() &&
+      (options.tls_cert_file.empty() || options.tls_key_file.empty())) {
+    std::cerr << "monta-planner: --webhook_listen needs --tls_cert and --tls_key\n";
+    return 2;
+  }
 
   auto server = monta::PlannerServer::Start(options);
   if (!server.ok()) {
@@ -58,13 +73,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::cerr << "monta-planner: serving gRPC on port " << (*server)->grpc_port()
-            << ", metrics on port " << (*server)->metrics_port() << std::endl;
+            << ", metrics on port " << (*server)->metrics_port();
+  if ((*server)->webhook_port() != 0) {
+    std::cerr << ", admission webhook (HTTPS) on port " << (*server)->webhook_port();
+  }
+  std::cerr << std::endl;
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     // Write then rename, so a reader never sees a half-written file.
     const std::string tmp = port_file + ".tmp";
     std::ofstream(tmp) << "{\"grpc\": " << (*server)->grpc_port()
-                       << ", \"metrics\": " << (*server)->metrics_port() << "}\n";
+                       << ", \"metrics\": " << (*server)->metrics_port()
+                       << ", \"webhook\": " << (*server)->webhook_port() << "}\n";
     std::rename(tmp.c_str(), port_file.c_str());
   }
   const int sig = monta::WaitForTerminationSignal();

@@ -1,5 +1,6 @@
 #include "server/planner_server.h"
 
+#include <iostream>
 #include <utility>
 #include <vector>
 
@@ -94,6 +95,24 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(PlannerOptio
     return absl::UnavailableError(
         absl::StrCat("grpc address ", s->options_.grpc_address, ": cannot listen"));
   }
+  if (!s->options_.webhook_address.empty()) {
+    admission::AdmissionOptions admission_options;
+    if (s->options_.webhook_log_decisions) {
+      admission_options.log = [](const std::string& line) {
+        std::cerr << "monta-planner: " << line << std::endl;
+      };
+    }
+    s->admission_ = std::make_unique<admission::AdmissionHandler>(
+        admission::RegistryDecider(s->registry_.get(), s->planner_metrics_.get()),
+        s->planner_metrics_.get(), std::move(admission_options));
+    admission::WebhookOptions webhook_options;
+    webhook_options.address = s->options_.webhook_address;
+    webhook_options.tls_cert_file = s->options_.tls_cert_file;
+    webhook_options.tls_key_file = s->options_.tls_key_file;
+    auto webhook = admission::WebhookServer::Start(webhook_options, s->admission_.get());
+    if (!webhook.ok()) return webhook.status();
+    s->webhook_ = *std::move(webhook);
+  }
   s->maintenance_ = std::thread([self] { self->Maintain(); });
   return s;
 }
@@ -144,6 +163,7 @@ void PlannerServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
   stop_.Notify();
+  if (webhook_ != nullptr) webhook_->Shutdown();
   coordinator_->Shutdown();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   server_->Wait();

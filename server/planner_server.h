@@ -14,6 +14,8 @@
 #include "grpcpp/server.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
+#include "server/admission/admission_handler.h"
+#include "server/admission/webhook_server.h"
 #include "server/api/agent_gateway_service.h"
 #include "server/api/planner_service.h"
 #include "server/bench/coordinator.h"
@@ -38,6 +40,14 @@ struct PlannerOptions {
   absl::Duration bench_interval = absl::ZeroDuration();
   // SQLite file for nodes and curve history; empty keeps state in memory only.
   std::string db_path;
+  // Kubernetes admission webhook (HTTPS, /mutate /validate /healthz, see
+  // server/admission/): listen address, empty = off; port 0 picks one.
+  std::string webhook_address;
+  // PEM certificate chain and key of the webhook (re-read when they change).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // Log one line per admission decision (namespace/name, decision id, strategy).
+  bool webhook_log_decisions = true;
 };
 
 class PlannerServer {
@@ -48,6 +58,8 @@ class PlannerServer {
 
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const { return metrics_port_; }
+  // 0 when the webhook is off.
+  int webhook_port() const { return webhook_ != nullptr ? webhook_->port() : 0; }
   registry::Registry& registry() { return *registry_; }
   bench::Coordinator& coordinator() { return *coordinator_; }
   prometheus::Registry& metrics() { return *metrics_; }
@@ -75,6 +87,8 @@ class PlannerServer {
   std::unique_ptr<api::AgentGatewayService> gateway_;
   std::unique_ptr<api::PlannerService> planner_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<admission::AdmissionHandler> admission_;
+  std::unique_ptr<admission::WebhookServer> webhook_;
   int grpc_port_ = 0;
   int metrics_port_ = 0;
   absl::Notification stop_;

@@ -1,0 +1,295 @@
+// The webhook over real HTTPS: an in-process planner with the webhook on
+// 127.0.0.1:0 and a throwaway self-signed certificate; an httplib SSL client
+// that trusts only that certificate.
+#include "server/admission/webhook_server.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+#include "server/admission/test_certs.h"
+#include "server/planner_server.h"
+
+namespace monta::admission {
+namespace {
+
+using json = nlohmann::json;
+
+std::string TempDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir != nullptr ? dir : "/tmp";
+}
+
+json Review(const json& annotations) {
+  json pod = {
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata", {{"name", "trainer-0"}, {"namespace", "team-moe"}}},
+      {"spec",
+       {{"containers", {{{"name", "trainer"}, {"image", "trainer:1"}}}}}}};
+  if (!annotations.is_null()) pod["metadata"]["annotations"] = annotations;
+  return {{"apiVersion", "admission.k8s.io/v1"},
+          {"kind", "AdmissionReview"},
+          {"request",
+           {{"uid", "uid-1"},
+            {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
+            {"operation", "CREATE"},
+            {"namespace", "team-moe"},
+            {"object", pod}}}};
+}
+
+json PaperSpec() {
+  return json::parse(R"({
+    "job": {"name": "paper", "hidden_size": 8192, "num_experts": 2, "top_k": 1,
+            "capacity_factor": 1.0, "micro_batch_size": 1, "sequence_length": 8192,
+            "bytes_per_element": 2, "moe_layers": 80, "world_size": 16,
+            "tensor_parallel_size": 8, "expert_parallel_size": 2,
+            "pipeline_parallel_size": 1, "data_parallel_size": 2,
+            "experts_tensor_parallel": true},
+    "placement": {"profile": "a800-hgx", "nodes": 2}})");
+}
+
+class WebhookServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto certs = WriteSelfSignedCert(TempDir(), "suite");
+    ASSERT_TRUE(certs.ok()) << certs.status();
+    certs_ = new TestCertFiles(*certs);
+    PlannerOptions options;
+    options.grpc_address = "127.0.0.1:0";
+    options.metrics_address = "";
+    options.webhook_address = "127.0.0.1:0";
+    options.tls_cert_file = certs->cert_file;
+    options.tls_key_file = certs->key_file;
+    options.webhook_log_decisions = false;
+    auto started = PlannerServer::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    planner_ = started->release();
+    ASSERT_GT(planner_->webhook_port(), 0);
+  }
+  static void TearDownTestSuite() {
+    delete planner_;
+    delete certs_;
+  }
+
+  static std::unique_ptr<httplib::SSLClient> Client(
+      const std::string& ca_file) {
+    auto client = std::make_unique<httplib::SSLClient>(
+        "127.0.0.1", planner_->webhook_port());
+    client->set_ca_cert_path(ca_file);
+    client->enable_server_certificate_verification(true);
+    client->set_connection_timeout(10);
+    client->set_read_timeout(10);
+    client->set_write_timeout(10);
+    client->set_tcp_nodelay(true);
+    return client;
+  }
+
+  static httplib::Result Post(const std::string& path,
+                              const std::string& body) {
+    return Client(certs_->cert_file)
+        ->Post(path.c_str(), body, "application/json");
+  }
+
+  static PlannerServer* planner_;
+  static TestCertFiles* certs_;
+};
+
+PlannerServer* WebhookServerTest::planner_ = nullptr;
+TestCertFiles* WebhookServerTest::certs_ = nullptr;
+
+double Counter(prometheus::Registry& registry, const std::string& operation,
+               const std::string& result) {
+  for (const auto& family : registry.Collect()) {
+    if (family.name != "monta_admission_reviews_total") continue;
+    for (const auto& metric : family.metric) {
+      std::string op, res;
+      for (const auto& label : metric.label) {
+        if (label.name == "operation") op = label.value;
+        if (label.name == "result") res = label.value;
+      }
+      if (op == operation && res == result) return metric.counter.value;
+    }
+  }
+  return 0;
+}
+
+TEST_F(WebhookServerTest, Healthz) {
+  auto res = Client(certs_->cert_file)->Get("/healthz");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, "ok\n");
+}
+
+TEST_F(WebhookServerTest, MutateReturnsPatchThatApplies) {
+  const double before = Counter(planner_->metrics(), "mutate", "patched");
+  const json review = Review({{"monta.io/moe", PaperSpec().dump()}});
+  auto res = Post("/mutate", review.dump());
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json response = json::parse(res->body)["response"];
+  EXPECT_EQ(response["uid"], "uid-1");
+  EXPECT_EQ(response["allowed"], true);
+  ASSERT_EQ(response["patchType"], "JSONPatch");
+  std::string patch;
+  ASSERT_TRUE(
+      absl::Base64Unescape(response["patch"].get<std::string>(), &patch));
+  const json patched = review["request"]["object"].patch(json::parse(patch));
+  bool found = false;
+  for (const json& e : patched["spec"]["containers"][0]["env"]) {
+    if (e["name"] == "MONTA_STRATEGY") {
+      EXPECT_EQ(e["value"], "tp_dedup_pipelined");
+      found = true;
+    }
+  }
+  EXPECT_TRUE(found) << patched.dump();
+  EXPECT_EQ(patched["metadata"]["annotations"]["monta.io/strategy"],
+            "tp_dedup_pipelined");
+  EXPECT_EQ(Counter(planner_->metrics(), "mutate", "patched"), before + 1);
+}
+
+TEST_F(WebhookServerTest, ValidateDeniesImpossibleSpec) {
+  json spec = PaperSpec();
+  spec["placement"] = {{"node_names", {"no-such-node"}}};
+  auto res = Post("/validate", Review({{"monta.io/moe", spec.dump()}}).dump());
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  ASSERT_EQ(res->status, 200);
+  const json response = json::parse(res->body)["response"];
+  EXPECT_EQ(response["allowed"], false);
+  EXPECT_EQ(response["status"]["code"], 422);
+  EXPECT_TRUE(absl::StrContains(
+      response["status"]["message"].get<std::string>(), "no-such-node"))
+      << res->body;
+}
+
+TEST_F(WebhookServerTest, WithoutAnnotationAllowedUntouched) {
+  auto res = Post("/mutate", Review(nullptr).dump());
+  ASSERT_TRUE(res);
+  const json response = json::parse(res->body)["response"];
+  EXPECT_EQ(response["allowed"], true);
+  EXPECT_FALSE(response.contains("patch"));
+}
+
+TEST_F(WebhookServerTest, MalformedReviewIs400AndOversizedBodyIs413) {
+  auto res = Post("/mutate", "{\"kind\": \"AdmissionReview\"}");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  const double refused = Counter(planner_->metrics(), "validate", "error");
+  std::string huge(2 << 20, ' ');
+  res = Post("/validate", huge);
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 413);
+  EXPECT_EQ(Counter(planner_->metrics(), "validate", "error"), refused + 1);
+  res = Client(certs_->cert_file)->Get("/nothing");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 404);
+}
+
+TEST_F(WebhookServerTest, ClientThatDoesNotTrustTheCertificateFails) {
+  auto other = WriteSelfSignedCert(TempDir(), "untrusted");
+  ASSERT_TRUE(other.ok());
+  auto res = Client(other->cert_file)->Get("/healthz");
+  EXPECT_FALSE(res);
+}
+
+TEST_F(WebhookServerTest, ConcurrentClientsAllAnswered) {
+  const std::string body =
+      Review({{"monta.io/moe", PaperSpec().dump()}}).dump();
+  constexpr int kClients = 8;
+  constexpr int kRequests = 10;
+  std::vector<int> ok(kClients, 0);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      auto client = Client(certs_->cert_file);
+      client->set_keep_alive(true);
+      for (int i = 0; i < kRequests; ++i) {
+        auto res = client->Post("/mutate", body, "application/json");
+        if (res && res->status == 200 &&
+            json::parse(res->body)["response"].contains("patch")) {
+          ++ok[c];
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int c = 0; c < kClients; ++c)
+    EXPECT_EQ(ok[c], kRequests) << "client " << c;
+}
+
+TEST(WebhookServerStandaloneTest, RenewedCertificateIsServedWithoutRestart) {
+  const std::string dir = TempDir();
+  auto first = WriteSelfSignedCert(dir, "first");
+  auto second = WriteSelfSignedCert(dir, "second");
+  ASSERT_TRUE(first.ok() && second.ok());
+  AdmissionHandler handler(
+      [](const monta::v1::StrategyRequest&,
+         bool) -> absl::StatusOr<monta::v1::StrategyReply> {
+        return absl::UnavailableError("unused");
+      },
+      nullptr);
+  WebhookOptions options;
+  options.address = "127.0.0.1:0";
+  options.tls_cert_file = first->cert_file;
+  options.tls_key_file = first->key_file;
+  options.cert_check_interval = absl::ZeroDuration();
+  options.keep_alive_seconds = 1;
+  auto server = WebhookServer::Start(options, &handler);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto get = [&](const std::string& ca) {
+    httplib::SSLClient client("127.0.0.1", (*server)->port());
+    client.set_ca_cert_path(ca);
+    client.enable_server_certificate_verification(true);
+    auto res = client.Get("/healthz");
+    return res && res->status == 200;
+  };
+  EXPECT_TRUE(get(first->cert_file));
+  EXPECT_FALSE(get(second->cert_file));
+  // cert-manager's renewal: the files are replaced (atomically, as a secret
+  // volume).
+  ASSERT_EQ(std::rename(second->cert_file.c_str(), first->cert_file.c_str()),
+            0);
+  ASSERT_EQ(std::rename(second->key_file.c_str(), first->key_file.c_str()), 0);
+  EXPECT_TRUE(get(first->cert_file));  // now holds the second certificate
+  (*server)->Shutdown();
+}
+
+TEST(WebhookServerStandaloneTest, BadTlsFilesAndAddressesAreRefused) {
+  AdmissionHandler handler(nullptr, nullptr);
+  WebhookOptions options;
+  options.address = "127.0.0.1:0";
+  options.tls_cert_file = TempDir() + "/missing.crt";
+  options.tls_key_file = TempDir() + "/missing.key";
+  auto server = WebhookServer::Start(options, &handler);
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument)
+      << server.status();
+
+  auto a = WriteSelfSignedCert(TempDir(), "a");
+  auto b = WriteSelfSignedCert(TempDir(), "b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  options.tls_cert_file = a->cert_file;
+  options.tls_key_file = b->key_file;  // does not match
+  server = WebhookServer::Start(options, &handler);
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(server.status().message(), "does not match"));
+
+  std::string host;
+  int port = 0;
+  EXPECT_TRUE(SplitHostPort("[::]:8443", &host, &port).ok());
+  EXPECT_EQ(host, "::");
+  EXPECT_EQ(port, 8443);
+  EXPECT_FALSE(SplitHostPort("8443", &host, &port).ok());
+  EXPECT_FALSE(SplitHostPort("h:99999", &host, &port).ok());
+}
+
+}  // namespace
+}  // namespace monta::admission
