@@ -11,32 +11,38 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/time/time.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "client/table.h"
 #include "client/topology_render.h"
-#include "server/planning/job_file.h"
 #include "common/proto_json.h"
+#include "common/proto_names.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/monta/v1/planner.grpc.pb.h"
+#include "server/planning/job_file.h"
 
 ABSL_FLAG(std::string, planner, "127.0.0.1:7400", "planner gRPC address");
 ABSL_FLAG(std::string, output, "table", "output format: table or json");
 ABSL_FLAG(double, timeout_seconds, 10, "RPC deadline");
 ABSL_FLAG(bool, all, false, "nodes: include gone (deregistered) nodes");
 ABSL_FLAG(std::string, job, "", "plan: job file (YAML or JSON; see examples/)");
-ABSL_FLAG(std::string, profile, "", "plan: hardware profile of the placement (see `profiles`)");
-ABSL_FLAG(std::string, nodes, "",
-          "plan: number of nodes of --profile; bench: comma-separated node names");
-ABSL_FLAG(std::string, node_names, "", "plan: registered nodes in rank order, comma-separated");
-ABSL_FLAG(int, gpus_per_node, 0, "plan: ranks per node (0 = the profile's or the nodes')");
-ABSL_FLAG(int, ranks_per_node, 0, "bench: ranks per node (0 = GPUs, or 2 on CPU nodes)");
+ABSL_FLAG(std::string, profile, "",
+          "plan: hardware profile of the placement (see `profiles`)");
+ABSL_FLAG(
+    std::string, nodes, "",
+    "plan: number of nodes of --profile; bench: comma-separated node names");
+ABSL_FLAG(std::string, node_names, "",
+          "plan: registered nodes in rank order, comma-separated");
+ABSL_FLAG(int, gpus_per_node, 0,
+          "plan: ranks per node (0 = the profile's or the nodes')");
+ABSL_FLAG(int, ranks_per_node, 0,
+          "bench: ranks per node (0 = GPUs, or 2 on CPU nodes)");
 ABSL_FLAG(bool, wait, true, "bench: wait for the result");
 ABSL_FLAG(double, bench_timeout_seconds, 120, "bench: task deadline");
 
@@ -52,14 +58,14 @@ struct Context {
 
 std::unique_ptr<grpc::ClientContext> RpcContext() {
   auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(
-      absl::ToChronoTime(absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_seconds))));
+  context->set_deadline(absl::ToChronoTime(
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_seconds))));
   return context;
 }
 
 int Fail(const std::string& what, const grpc::Status& status) {
-  std::cerr << "montactl: " << what << ": " << status.error_message() << " (code "
-            << status.error_code() << ")\n";
+  std::cerr << "montactl: " << what << ": " << status.error_message()
+            << " (code " << status.error_code() << ")\n";
   return 1;
 }
 
@@ -82,22 +88,11 @@ int Health(const Context& ctx, const std::vector<std::string>& args) {
   grpc::Status status = stub->Check(context.get(), request, &reply);
   if (!status.ok()) return Fail("health check", status);
   if (ctx.json) return PrintJson(reply);
-  std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(reply.status())
+  std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
+                   reply.status())
             << "\n";
-  return reply.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
-}
-
-std::string StateName(monta::v1::NodeState state) {
-  switch (state) {
-    case monta::v1::NODE_STATE_ALIVE:
-      return "alive";
-    case monta::v1::NODE_STATE_STALE:
-      return "stale";
-    case monta::v1::NODE_STATE_GONE:
-      return "gone";
-    default:
-      return "unknown";
-  }
+  return reply.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0
+                                                                          : 1;
 }
 
 std::string NicSummary(const monta::v1::NodeTopology& topology) {
@@ -135,16 +130,27 @@ int Nodes(const Context& ctx, const std::vector<std::string>& args) {
   grpc::Status status = stub->ListNodes(context.get(), request, &reply);
   if (!status.ok()) return Fail("list nodes", status);
   if (ctx.json) return PrintJson(reply);
-  Table table({"NAME", "STATE", "LEASE AGE", "GPUS", "NICS", "CPUS", "CURVES", "VERSION"});
+  Table table({"NAME", "STATE", "LEASE AGE", "GPUS", "NICS", "CPUS", "CURVES",
+               "VERSION"});
   for (const auto& node : reply.nodes()) {
-    table.AddRow({node.name(), StateName(node.state()), ShortDuration(node.lease_age_seconds()),
+    table.AddRow({node.name(), monta::NodeStateName(node.state()),
+                  ShortDuration(node.lease_age_seconds()),
                   GpuSummary(node.topology()), NicSummary(node.topology()),
-                  absl::StrCat(node.topology().cpu_logical_count()), CurveSummary(node),
-                  node.agent_version()});
+                  absl::StrCat(node.topology().cpu_logical_count()),
+                  CurveSummary(node), node.agent_version()});
   }
   std::cout << table.Render();
   if (reply.nodes().empty()) std::cout << "(no nodes registered)\n";
   return 0;
+}
+
+grpc::Status GetNode(const Context& ctx, const std::string& name,
+                     monta::v1::NodeInfo* node) {
+  auto stub = monta::v1::Planner::NewStub(ctx.channel);
+  monta::v1::GetNodeRequest request;
+  request.set_name(name);
+  auto context = RpcContext();
+  return stub->GetNode(context.get(), request, node);
 }
 
 int Node(const Context& ctx, const std::vector<std::string>& args) {
@@ -152,17 +158,12 @@ int Node(const Context& ctx, const std::vector<std::string>& args) {
     std::cerr << "montactl: usage: montactl node NAME\n";
     return 2;
   }
-  auto stub = monta::v1::Planner::NewStub(ctx.channel);
-  monta::v1::GetNodeRequest request;
-  request.set_name(args[0]);
   monta::v1::NodeInfo reply;
-  auto context = RpcContext();
-  grpc::Status status = stub->GetNode(context.get(), request, &reply);
+  grpc::Status status = GetNode(ctx, args[0], &reply);
   if (!status.ok()) return Fail("get node", status);
   // A node is a nested document: JSON is the readable form for both outputs.
   return PrintJson(reply);
 }
-
 
 std::string Seconds(double s) {
   if (s <= 0) return "-";
@@ -176,16 +177,13 @@ int Topology(const Context& ctx, const std::vector<std::string>& args) {
     std::cerr << "montactl: usage: montactl topology NODE\n";
     return 2;
   }
-  auto stub = monta::v1::Planner::NewStub(ctx.channel);
-  monta::v1::GetNodeRequest request;
-  request.set_name(args[0]);
   monta::v1::NodeInfo node;
-  auto context = RpcContext();
-  grpc::Status status = stub->GetNode(context.get(), request, &node);
+  grpc::Status status = GetNode(ctx, args[0], &node);
   if (!status.ok()) return Fail("get node", status);
   if (ctx.json) return PrintJson(node.topology());
   const auto& t = node.topology();
-  std::cout << "Node " << node.name() << " (" << StateName(node.state()) << ")";
+  std::cout << "Node " << node.name() << " ("
+            << monta::NodeStateName(node.state()) << ")";
   if (!t.profile_name().empty()) std::cout << ", profile " << t.profile_name();
   std::cout << "\n\n";
   if (t.gpus().empty() && t.nics().empty()) {
@@ -194,8 +192,10 @@ int Topology(const Context& ctx, const std::vector<std::string>& args) {
     std::cout << monta::client::RenderTopoMatrix(t) << "\n";
   }
   if (!t.nics().empty()) std::cout << monta::client::RenderNicTable(t) << "\n";
-  if (!t.cuda_status().empty()) std::cout << "CUDA: " << t.cuda_status() << "\n";
-  if (!t.nvml_status().empty()) std::cout << "NVML: " << t.nvml_status() << "\n";
+  if (!t.cuda_status().empty())
+    std::cout << "CUDA: " << t.cuda_status() << "\n";
+  if (!t.nvml_status().empty())
+    std::cout << "NVML: " << t.nvml_status() << "\n";
   if (!t.nic_status().empty()) std::cout << "NICs: " << t.nic_status() << "\n";
   if (!node.events().empty()) {
     std::cout << "\nEvents:\n";
@@ -218,13 +218,15 @@ int Profiles(const Context& ctx, const std::vector<std::string>& args) {
   grpc::Status status = stub->ListProfiles(context.get(), {}, &reply);
   if (!status.ok()) return Fail("list profiles", status);
   if (ctx.json) return PrintJson(reply);
-  Table summary({"PROFILE", "VERSION", "GPUS/NODE", "NICS/NODE", "NIC RATE", "NVLINK/DIR",
-                 "DESCRIPTION"});
+  Table summary({"PROFILE", "VERSION", "GPUS/NODE", "NICS/NODE", "NIC RATE",
+                 "NVLINK/DIR", "DESCRIPTION"});
   for (const auto& p : reply.profiles()) {
-    summary.AddRow({p.name(), p.version(), absl::StrCat(p.gpus_per_node()),
-                    absl::StrCat(p.nics_per_node()), absl::StrFormat("%g Gb/s", p.nic_rate_gbps()),
-                    absl::StrFormat("%g GB/s", p.nvlink_bytes_per_second() / 1e9),
-                    p.description()});
+    summary.AddRow(
+        {p.name(), p.version(), absl::StrCat(p.gpus_per_node()),
+         absl::StrCat(p.nics_per_node()),
+         absl::StrFormat("%g Gb/s", p.nic_rate_gbps()),
+         absl::StrFormat("%g GB/s", p.nvlink_bytes_per_second() / 1e9),
+         p.description()});
   }
   std::cout << summary.Render();
   for (const auto& p : reply.profiles()) {
@@ -232,7 +234,8 @@ int Profiles(const Context& ctx, const std::vector<std::string>& args) {
     std::cout << "\n" << p.name() << " " << p.version() << "\n";
     Table constants({"  CONSTANT", "VALUE", "UNIT", "SOURCE"});
     for (const auto& c : p.constants()) {
-      constants.AddRow({"  " + c.name(), absl::StrFormat("%g", c.value()), c.unit(), c.source()});
+      constants.AddRow({"  " + c.name(), absl::StrFormat("%g", c.value()),
+                        c.unit(), c.source()});
     }
     std::cout << constants.Render();
   }
@@ -246,40 +249,50 @@ std::vector<std::string> SplitList(const std::string& text) {
 void PrintPlan(const monta::v1::StrategyReply& reply) {
   const auto& t = reply.traffic();
   std::cout << absl::StrFormat(
-      "Traffic per rank and AllToAll: dispatch %s (capacity %d tokens, %d tokens/rank), EP group "
+      "Traffic per rank and AllToAll: dispatch %s (capacity %d tokens, %d "
+      "tokens/rank), EP group "
       "%d with %d on the rank's node; %d nodes x %d ranks\n\n",
-      monta::client::HumanBytes(t.dispatch_bytes()), t.capacity_tokens(), t.tokens_per_rank(),
-      t.ep_group_size(), t.ep_members_on_node(), t.nodes(), t.gpus_per_node());
-  Table table({"", "RANK", "STRATEGY", "CHUNKS", "FWD/LAYER", "BWD/LAYER", "TOTAL/LAYER",
-               "PER STEP", "INTER BYTES/RANK", "VS FLAT", "BOTTLENECK"});
+      monta::client::HumanBytes(t.dispatch_bytes()), t.capacity_tokens(),
+      t.tokens_per_rank(), t.ep_group_size(), t.ep_members_on_node(), t.nodes(),
+      t.gpus_per_node());
+  Table table({"", "RANK", "STRATEGY", "CHUNKS", "FWD/LAYER", "BWD/LAYER",
+               "TOTAL/LAYER", "PER STEP", "INTER BYTES/RANK", "VS FLAT",
+               "BOTTLENECK"});
   std::vector<const monta::v1::Candidate*> infeasible;
   for (const auto& c : reply.candidates()) {
     if (!c.feasible()) {
       infeasible.push_back(&c);
       continue;
     }
-    const bool chosen = c.kind() == reply.chosen().kind() &&
-                        c.chunks_requested() == reply.chosen().chunks_requested() &&
-                        c.rank() == reply.chosen().rank();
+    const bool chosen =
+        c.kind() == reply.chosen().kind() &&
+        c.chunks_requested() == reply.chosen().chunks_requested() &&
+        c.rank() == reply.chosen().rank();
     std::string chunks = absl::StrCat(c.chunks_effective());
     if (c.chunks_requested() != c.chunks_effective()) {
-      chunks = absl::StrCat(c.chunks_effective(), " (asked ", c.chunks_requested(), ")");
+      chunks = absl::StrCat(c.chunks_effective(), " (asked ",
+                            c.chunks_requested(), ")");
     }
     table.AddRow({chosen ? "*" : "", absl::StrCat(c.rank()), c.name(), chunks,
-                  Seconds(c.forward_seconds_per_layer()), Seconds(c.backward_seconds_per_layer()),
-                  Seconds(c.total_seconds_per_layer()), Seconds(c.step_seconds()),
+                  Seconds(c.forward_seconds_per_layer()),
+                  Seconds(c.backward_seconds_per_layer()),
+                  Seconds(c.total_seconds_per_layer()),
+                  Seconds(c.step_seconds()),
                   monta::client::HumanBytes(c.inter_node_bytes_per_rank()),
-                  c.speedup_over_flat() > 0 ? absl::StrFormat("%.2fx", c.speedup_over_flat())
-                                            : "-",
+                  c.speedup_over_flat() > 0
+                      ? absl::StrFormat("%.2fx", c.speedup_over_flat())
+                      : "-",
                   c.bottleneck()});
   }
   std::cout << table.Render();
   for (const auto* c : infeasible) {
-    std::cout << "  infeasible: " << c->name() << ": " << c->infeasible_reason() << "\n";
+    std::cout << "  infeasible: " << c->name() << ": " << c->infeasible_reason()
+              << "\n";
   }
   const auto& chosen = reply.chosen();
-  std::cout << "\nChosen: " << chosen.name() << " with " << chosen.chunks_effective()
-            << " chunk(s), " << absl::StrFormat("%.2fx", chosen.speedup_over_flat())
+  std::cout << "\nChosen: " << chosen.name() << " with "
+            << chosen.chunks_effective() << " chunk(s), "
+            << absl::StrFormat("%.2fx", chosen.speedup_over_flat())
             << " faster AllToAll than flat";
   if (chosen.predicted_step_gain_ratio() > 0) {
     std::cout << absl::StrFormat(", predicted step time -%.1f%%",
@@ -300,35 +313,42 @@ void PrintPlan(const monta::v1::StrategyReply& reply) {
                 << monta::client::HumanBytes(curve.max_bytes());
       if (!curve.task_id().empty()) std::cout << ", task " << curve.task_id();
     }
-    if (curve.extrapolated()) std::cout << " (extrapolated beyond the measured sizes)";
+    if (curve.extrapolated())
+      std::cout << " (extrapolated beyond the measured sizes)";
     std::cout << "\n";
   }
-  for (const auto& note : reply.evidence().notes()) std::cout << "  note: " << note << "\n";
+  for (const auto& note : reply.evidence().notes())
+    std::cout << "  note: " << note << "\n";
 }
 
 int Plan(const Context& ctx, const std::vector<std::string>& args) {
   const std::string job_path = absl::GetFlag(FLAGS_job);
   if (job_path.empty()) {
-    std::cerr << "montactl: usage: montactl plan --job FILE (--profile NAME --nodes N | "
+    std::cerr << "montactl: usage: montactl plan --job FILE (--profile NAME "
+                 "--nodes N | "
                  "--node_names a,b,...) [--gpus_per_node G]\n";
     return 2;
   }
-  absl::StatusOr<monta::v1::StrategyRequest> request = monta::planning::LoadJobFile(job_path);
+  absl::StatusOr<monta::v1::StrategyRequest> request =
+      monta::planning::LoadJobFile(job_path);
   if (!request.ok()) {
-    std::cerr << "montactl: " << job_path << ": " << request.status().message() << "\n";
+    std::cerr << "montactl: " << job_path << ": " << request.status().message()
+              << "\n";
     return 2;
   }
   const std::string profile = absl::GetFlag(FLAGS_profile);
   const std::string node_names = absl::GetFlag(FLAGS_node_names);
   if (!profile.empty() && !node_names.empty()) {
-    std::cerr << "montactl: give either --profile with --nodes, or --node_names\n";
+    std::cerr
+        << "montactl: give either --profile with --nodes, or --node_names\n";
     return 2;
   }
   auto* placement = request->mutable_placement();
   if (!profile.empty()) {
     int nodes = 0;
     if (!absl::SimpleAtoi(absl::GetFlag(FLAGS_nodes), &nodes) || nodes <= 0) {
-      std::cerr << "montactl: --nodes: expected a positive node count with --profile\n";
+      std::cerr << "montactl: --nodes: expected a positive node count with "
+                   "--profile\n";
       return 2;
     }
     placement->clear_node_names();
@@ -357,7 +377,8 @@ int Bench(const Context& ctx, const std::vector<std::string>& args) {
   std::vector<std::string> nodes = SplitList(absl::GetFlag(FLAGS_nodes));
   for (const auto& a : args) nodes.push_back(a);
   if (nodes.empty()) {
-    std::cerr << "montactl: usage: montactl bench --nodes a,b [--ranks_per_node N]\n";
+    std::cerr
+        << "montactl: usage: montactl bench --nodes a,b [--ranks_per_node N]\n";
     return 2;
   }
   monta::v1::RunBenchmarkRequest request;
@@ -369,41 +390,47 @@ int Bench(const Context& ctx, const std::vector<std::string>& args) {
   monta::v1::RunBenchmarkReply reply;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(
-      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_bench_timeout_seconds) + 15)));
+      absl::Now() +
+      absl::Seconds(absl::GetFlag(FLAGS_bench_timeout_seconds) + 15)));
   grpc::Status status = stub->RunBenchmark(&context, request, &reply);
   if (!status.ok()) return Fail("bench", status);
   if (ctx.json) return PrintJson(reply);
   const auto& s = reply.status();
-  std::cout << "task " << s.task_id() << " on " << absl::StrJoin(s.nodes(), ",") << ": "
-            << monta::v1::TaskState_Name(s.state());
+  std::cout << "task " << s.task_id() << " on " << absl::StrJoin(s.nodes(), ",")
+            << ": " << monta::v1::TaskState_Name(s.state());
   if (!s.reason().empty()) std::cout << " (" << s.reason() << ")";
   std::cout << "\n";
   if (s.state() == monta::v1::TASK_STATE_SUCCEEDED) {
-    // Show what was measured: the inter-node (or intra-node) AllToAll of the first node.
-    monta::v1::GetNodeRequest get;
-    get.set_name(s.nodes(0));
+    // Show what was measured: the inter-node (or intra-node) AllToAll of the
+    // first node.
     monta::v1::NodeInfo node;
-    auto node_context = RpcContext();
-    if (stub->GetNode(node_context.get(), get, &node).ok()) {
+    if (GetNode(ctx, s.nodes(0), &node).ok()) {
       for (const auto& curve : node.curves()) {
         if (curve.task_id() != s.task_id()) continue;
-        std::cout << "\n" << curve.strategy() << " "
-                  << (curve.collective() == monta::v1::COLLECTIVE_ALLTOALL    ? "alltoall"
-                      : curve.collective() == monta::v1::COLLECTIVE_ALLGATHER ? "allgather"
-                                                                              : "copy")
-                  << ", " << curve.nranks() << " ranks on " << curve.n_nodes() << " node(s):\n";
+        std::cout << "\n"
+                  << curve.strategy() << " "
+                  << (curve.collective() == monta::v1::COLLECTIVE_ALLTOALL
+                          ? "alltoall"
+                      : curve.collective() == monta::v1::COLLECTIVE_ALLGATHER
+                          ? "allgather"
+                          : "copy")
+                  << ", " << curve.nranks() << " ranks on " << curve.n_nodes()
+                  << " node(s):\n";
         Table t({"SIZE", "TIME", "ALGBW", "BUSBW", "WRONG"});
         for (const auto& p : curve.points()) {
-          t.AddRow({monta::client::HumanBytes(p.message_bytes()), Seconds(p.time_seconds()),
-                    absl::StrFormat("%.3f GB/s", p.algbw_bytes_per_second() / 1e9),
-                    absl::StrFormat("%.3f GB/s", p.busbw_bytes_per_second() / 1e9),
-                    absl::StrCat(p.wrong_bytes())});
+          t.AddRow(
+              {monta::client::HumanBytes(p.message_bytes()),
+               Seconds(p.time_seconds()),
+               absl::StrFormat("%.3f GB/s", p.algbw_bytes_per_second() / 1e9),
+               absl::StrFormat("%.3f GB/s", p.busbw_bytes_per_second() / 1e9),
+               absl::StrCat(p.wrong_bytes())});
         }
         std::cout << t.Render();
       }
     }
   }
-  return s.state() == monta::v1::TASK_STATE_SUCCEEDED || !request.wait() ? 0 : 1;
+  return s.state() == monta::v1::TASK_STATE_SUCCEEDED || !request.wait() ? 0
+                                                                         : 1;
 }
 
 }  // namespace
@@ -415,17 +442,21 @@ int main(int argc, char** argv) {
       "  health            planner health (gRPC health checking)\n"
       "  nodes [--all]     registered nodes\n"
       "  node NAME         one node in full (topology, events, curves)\n"
-      "  topology NODE     GPU/NIC matrix as `nvidia-smi topo -m`, NIC table, events\n"
+      "  topology NODE     GPU/NIC matrix as `nvidia-smi topo -m`, NIC table, "
+      "events\n"
       "  profiles [NAME]   hardware profiles and their sourced constants\n"
       "  plan --job FILE (--profile NAME --nodes N | --node_names a,b,...)\n"
-      "                    ranked AllToAll strategies for a job, with evidence\n"
-      "  bench --nodes a,b measure nodes (one node: intra-node; several: inter-node)\n");
+      "                    ranked AllToAll strategies for a job, with "
+      "evidence\n"
+      "  bench --nodes a,b measure nodes (one node: intra-node; several: "
+      "inter-node)\n");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   std::vector<std::string> args(rest.begin() + 1, rest.end());
   Context ctx;
   const std::string output = absl::GetFlag(FLAGS_output);
   if (output != "table" && output != "json") {
-    std::cerr << "montactl: --output: expected table or json, got \"" << output << "\"\n";
+    std::cerr << "montactl: --output: expected table or json, got \"" << output
+              << "\"\n";
     return 2;
   }
   ctx.json = output == "json";
@@ -439,12 +470,8 @@ int main(int argc, char** argv) {
   args.erase(args.begin());
   using Handler = int (*)(const Context&, const std::vector<std::string>&);
   const std::map<std::string, Handler> commands = {
-      {"health", Health},
-      {"nodes", Nodes},
-      {"node", Node},
-      {"topology", Topology},
-      {"profiles", Profiles},
-      {"plan", Plan},
+      {"health", Health},     {"nodes", Nodes},       {"node", Node},
+      {"topology", Topology}, {"profiles", Profiles}, {"plan", Plan},
       {"bench", Bench},
   };
   auto it = commands.find(command);

@@ -210,22 +210,9 @@ struct RoleChoice {
   bool any_profile = false;
 };
 
-const model::BandwidthCurve& ProfileCurve(const model::ClusterView& v,
-                                          Role role) {
-  switch (role) {
-    case Role::kAllToAllIntra:
-      return v.alltoall_intra;
-    case Role::kAllToAllInter:
-      return v.alltoall_inter;
-    case Role::kAllGatherIntra:
-      return v.allgather_intra;
-    case Role::kCopy:
-      return v.copy;
-  }
-  return v.copy;
-}
-
-model::BandwidthCurve& ViewCurve(model::ClusterView& v, Role role) {
+// The view's curve for a role; const or not, as the view is.
+template <typename View>
+auto& CurveOf(View& v, Role role) {
   switch (role) {
     case Role::kAllToAllIntra:
       return v.alltoall_intra;
@@ -276,7 +263,7 @@ RoleChoice ChooseRole(Role role, const Resolved& where,
     for (const Option& o : options) {
       if (o.measured == nullptr && o.profile == name) return;
     }
-    options.push_back({ProfileCurve(profile_views[i], role), nullptr, name});
+    options.push_back({CurveOf(profile_views[i], role), nullptr, name});
     choice.any_profile = true;
   };
   auto convert = [&](const v1::BandwidthCurve& c) -> bool {
@@ -477,7 +464,7 @@ absl::StatusOr<v1::StrategyReply> PlanStrategy(
   std::vector<std::pair<Role, RoleChoice>> choices;
   for (Role role : kRoles) {
     RoleChoice c = ChooseRole(role, *where, profile_views, *traffic, &notes);
-    ViewCurve(view, role) = c.bound.curve;
+    CurveOf(view, role) = c.bound.curve;
     choices.emplace_back(role, std::move(c));
   }
 

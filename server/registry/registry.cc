@@ -18,18 +18,23 @@ google::protobuf::Timestamp ToProto(absl::Time t) {
   return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(t));
 }
 
-// Kubernetes node names are DNS subdomains (RFC 1123): lower-case alphanumerics,
-// '-' and '.', starting and ending with an alphanumeric, at most 253 characters.
+// Kubernetes node names are DNS subdomains (RFC 1123): lower-case
+// alphanumerics,
+// '-' and '.', starting and ending with an alphanumeric, at most 253
+// characters.
 absl::Status ValidateNodeName(absl::string_view name) {
   if (name.empty() || name.size() > 253) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("node_name: expected 1..253 characters, got ", name.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node_name: expected 1..253 characters, got ", name.size()));
   }
-  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  auto alnum = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+  };
   for (char c : name) {
     if (!alnum(c) && c != '-' && c != '.') {
       return absl::InvalidArgumentError(absl::StrCat(
-          "node_name: expected a DNS subdomain ([a-z0-9.-]), got \"", name, "\""));
+          "node_name: expected a DNS subdomain ([a-z0-9.-]), got \"", name,
+          "\""));
     }
   }
   if (!alnum(name.front()) || !alnum(name.back())) {
@@ -41,31 +46,20 @@ absl::Status ValidateNodeName(absl::string_view name) {
 
 absl::Status ValidateInstanceId(absl::string_view id) {
   if (id.empty() || id.size() > 128) {
-    return absl::InvalidArgumentError("instance_id: expected 1..128 characters");
+    return absl::InvalidArgumentError(
+        "instance_id: expected 1..128 characters");
   }
   return absl::OkStatus();
 }
 
 // Curves that describe the same measurement replace each other.
 std::string CurveKey(const BandwidthCurve& c) {
-  return absl::StrCat(c.collective(), "|", c.scope(), "|", c.backend(), "|", c.strategy(),
-                      "|", c.chunks(), "|", c.nranks(), "|", absl::StrJoin(c.nodes(), ","));
+  return absl::StrCat(c.collective(), "|", c.scope(), "|", c.backend(), "|",
+                      c.strategy(), "|", c.chunks(), "|", c.nranks(), "|",
+                      absl::StrJoin(c.nodes(), ","));
 }
 
 }  // namespace
-
-std::string NodeStateName(monta::v1::NodeState state) {
-  switch (state) {
-    case monta::v1::NODE_STATE_ALIVE:
-      return "alive";
-    case monta::v1::NODE_STATE_STALE:
-      return "stale";
-    case monta::v1::NODE_STATE_GONE:
-      return "gone";
-    default:
-      return "unknown";
-  }
-}
 
 Registry::Registry(RegistryOptions options, TopologyDiffer differ)
     : options_(options), differ_(std::move(differ)) {}
@@ -75,17 +69,21 @@ void Registry::SetObserver(RegistryObserver* observer) {
   observer_ = observer;
 }
 
-absl::Status Registry::Register(const monta::v1::RegisterRequest& request, absl::Time now) {
+absl::Status Registry::Register(const monta::v1::RegisterRequest& request,
+                                absl::Time now) {
   if (absl::Status s = ValidateNodeName(request.node_name()); !s.ok()) return s;
-  if (absl::Status s = ValidateInstanceId(request.instance_id()); !s.ok()) return s;
+  if (absl::Status s = ValidateInstanceId(request.instance_id()); !s.ok())
+    return s;
   if (request.agent_version().size() > 128) {
-    return absl::InvalidArgumentError("agent_version: expected at most 128 characters");
+    return absl::InvalidArgumentError(
+        "agent_version: expected at most 128 characters");
   }
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(request.node_name());
   if (it != nodes_.end()) {
     Entry& entry = it->second;
-    const bool live = !entry.gone && now - entry.last_heartbeat < options_.lease;
+    const bool live =
+        !entry.gone && now - entry.last_heartbeat < options_.lease;
     if (live && entry.info.instance_id() != request.instance_id()) {
       return absl::AlreadyExistsError(absl::StrCat(
           "node_name \"", request.node_name(), "\" is held by agent instance ",
@@ -113,18 +111,20 @@ absl::Status Registry::Register(const monta::v1::RegisterRequest& request, absl:
   return absl::OkStatus();
 }
 
-absl::Status Registry::Heartbeat(const monta::v1::HeartbeatRequest& request, absl::Time now) {
+absl::Status Registry::Heartbeat(const monta::v1::HeartbeatRequest& request,
+                                 absl::Time now) {
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(request.node_name());
   if (it == nodes_.end() || it->second.gone) {
     return absl::NotFoundError(
-        absl::StrCat("node \"", request.node_name(), "\" is not registered; register again"));
+        absl::StrCat("node \"", request.node_name(),
+                     "\" is not registered; register again"));
   }
   Entry& entry = it->second;
   if (entry.info.instance_id() != request.instance_id()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("node \"", request.node_name(), "\" is held by instance ",
-                     entry.info.instance_id(), ", not ", request.instance_id()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node \"", request.node_name(), "\" is held by instance ",
+        entry.info.instance_id(), ", not ", request.instance_id()));
   }
   entry.last_heartbeat = now;
   if (request.has_topology()) {
@@ -136,25 +136,28 @@ absl::Status Registry::Heartbeat(const monta::v1::HeartbeatRequest& request, abs
   return absl::OkStatus();
 }
 
-absl::Status Registry::Deregister(absl::string_view node_name, absl::string_view instance_id,
+absl::Status Registry::Deregister(absl::string_view node_name,
+                                  absl::string_view instance_id,
                                   absl::Time now) {
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(node_name);
   if (it == nodes_.end()) {
-    return absl::NotFoundError(absl::StrCat("node \"", node_name, "\" is not registered"));
+    return absl::NotFoundError(
+        absl::StrCat("node \"", node_name, "\" is not registered"));
   }
   Entry& entry = it->second;
   if (entry.info.instance_id() != instance_id) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "node \"", node_name, "\" is held by instance ", entry.info.instance_id()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("node \"", node_name, "\" is held by instance ",
+                     entry.info.instance_id()));
   }
   entry.gone = true;
   Notify(entry, now);
   return absl::OkStatus();
 }
 
-bool Registry::IsAlive(absl::string_view node_name, absl::string_view instance_id,
-                       absl::Time now) const {
+bool Registry::IsAlive(absl::string_view node_name,
+                       absl::string_view instance_id, absl::Time now) const {
   absl::ReaderMutexLock lock(&mu_);
   auto it = nodes_.find(node_name);
   if (it == nodes_.end()) return false;
@@ -174,34 +177,40 @@ std::vector<NodeInfo> Registry::List(absl::Time now, bool include_gone) const {
   return out;
 }
 
-absl::StatusOr<NodeInfo> Registry::Get(absl::string_view node_name, absl::Time now) const {
+absl::StatusOr<NodeInfo> Registry::Get(absl::string_view node_name,
+                                       absl::Time now) const {
   absl::ReaderMutexLock lock(&mu_);
   auto it = nodes_.find(node_name);
   if (it == nodes_.end()) {
-    return absl::NotFoundError(absl::StrCat("node \"", node_name, "\" is not registered"));
+    return absl::NotFoundError(
+        absl::StrCat("node \"", node_name, "\" is not registered"));
   }
   return Snapshot(it->second, now);
 }
 
 absl::Status Registry::AddCurve(const BandwidthCurve& curve) {
   if (curve.nodes().empty()) {
-    return absl::InvalidArgumentError("curve.nodes: expected at least one node");
+    return absl::InvalidArgumentError(
+        "curve.nodes: expected at least one node");
   }
   if (curve.points().empty()) {
-    return absl::InvalidArgumentError("curve.points: expected at least one point");
+    return absl::InvalidArgumentError(
+        "curve.points: expected at least one point");
   }
   const std::string key = CurveKey(curve);
   absl::MutexLock lock(&mu_);
   for (const std::string& node : curve.nodes()) {
     auto it = nodes_.find(node);
     if (it == nodes_.end()) {
-      return absl::NotFoundError(absl::StrCat("curve.nodes: node \"", node, "\" is not registered"));
+      return absl::NotFoundError(
+          absl::StrCat("curve.nodes: node \"", node, "\" is not registered"));
     }
   }
   for (const std::string& node : curve.nodes()) {
     auto* curves = nodes_.find(node)->second.info.mutable_curves();
-    auto same = std::find_if(curves->begin(), curves->end(),
-                             [&](const BandwidthCurve& c) { return CurveKey(c) == key; });
+    auto same = std::find_if(
+        curves->begin(), curves->end(),
+        [&](const BandwidthCurve& c) { return CurveKey(c) == key; });
     if (same != curves->end()) {
       *same = curve;
     } else {
@@ -216,9 +225,10 @@ void Registry::Restore(const NodeInfo& node) {
   absl::MutexLock lock(&mu_);
   Entry& entry = nodes_[node.name()];
   entry.info = node;
-  entry.registered_at = absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(node.registered_at()));
-  entry.last_heartbeat =
-      absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(node.last_heartbeat()));
+  entry.registered_at = absl::FromUnixNanos(
+      TimeUtil::TimestampToNanoseconds(node.registered_at()));
+  entry.last_heartbeat = absl::FromUnixNanos(
+      TimeUtil::TimestampToNanoseconds(node.last_heartbeat()));
   entry.gone = node.state() == monta::v1::NODE_STATE_GONE;
 }
 
@@ -239,10 +249,12 @@ NodeInfo Registry::Snapshot(const Entry& entry, absl::Time now) const {
   return info;
 }
 
-void Registry::RecordTopology(Entry& entry, const monta::v1::NodeTopology& topology,
+void Registry::RecordTopology(Entry& entry,
+                              const monta::v1::NodeTopology& topology,
                               absl::Time now) {
   if (differ_ != nullptr) {
-    for (monta::v1::TopologyEvent& event : differ_(entry.info.topology(), topology)) {
+    for (monta::v1::TopologyEvent& event :
+         differ_(entry.info.topology(), topology)) {
       *event.mutable_time() = ToProto(now);
       *entry.info.add_events() = std::move(event);
     }

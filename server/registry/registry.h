@@ -1,5 +1,5 @@
-// Cluster state: which nodes exist, whether their agents are alive, and what they
-// reported (topology, measured curves, topology change events).
+// Cluster state: which nodes exist, whether their agents are alive, and what
+// they reported (topology, measured curves, topology change events).
 #ifndef MONTA_SERVER_REGISTRY_REGISTRY_H_
 #define MONTA_SERVER_REGISTRY_REGISTRY_H_
 
@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/proto_names.h"
 #include "proto/monta/v1/agent.pb.h"
 #include "proto/monta/v1/benchmark.pb.h"
 #include "proto/monta/v1/planner.pb.h"
@@ -32,9 +33,11 @@ struct RegistryOptions {
 };
 
 // Computes the events between two topologies of the same node (e.g. a NIC that
-// renegotiated its rate). Injected so the registry does not depend on the agent.
+// renegotiated its rate). Injected so the registry does not depend on the
+// agent.
 using TopologyDiffer = std::function<std::vector<monta::v1::TopologyEvent>(
-    const monta::v1::NodeTopology& before, const monta::v1::NodeTopology& after)>;
+    const monta::v1::NodeTopology& before,
+    const monta::v1::NodeTopology& after)>;
 
 // Called after every state change that should be persisted.
 class RegistryObserver {
@@ -52,31 +55,35 @@ class Registry {
   // Sets the observer (not owned; must outlive the registry). Call before use.
   void SetObserver(RegistryObserver* observer);
 
-  // Registers or re-registers `node_name`. Refused with ALREADY_EXISTS when another
-  // instance id holds a live lease on the name; a stale or gone holder is replaced.
-  absl::Status Register(const monta::v1::RegisterRequest& request, absl::Time now);
+  // Registers or re-registers `node_name`. Refused with ALREADY_EXISTS when
+  // another instance id holds a live lease on the name; a stale or gone holder
+  // is replaced.
+  absl::Status Register(const monta::v1::RegisterRequest& request,
+                        absl::Time now);
 
-  // Renews the lease. NOT_FOUND for an unknown node (the agent must register again),
-  // FAILED_PRECONDITION when the instance id does not hold the name.
-  absl::Status Heartbeat(const monta::v1::HeartbeatRequest& request, absl::Time now);
+  // Renews the lease. NOT_FOUND for an unknown node (the agent must register
+  // again), FAILED_PRECONDITION when the instance id does not hold the name.
+  absl::Status Heartbeat(const monta::v1::HeartbeatRequest& request,
+                         absl::Time now);
 
   // Marks the node gone. Same errors as Heartbeat.
-  absl::Status Deregister(absl::string_view node_name, absl::string_view instance_id,
-                          absl::Time now);
+  absl::Status Deregister(absl::string_view node_name,
+                          absl::string_view instance_id, absl::Time now);
 
   // True when `instance_id` holds a live lease on `node_name`.
   bool IsAlive(absl::string_view node_name, absl::string_view instance_id,
                absl::Time now) const;
 
   // Snapshot of every node (gone ones only when asked), sorted by name.
-  std::vector<monta::v1::NodeInfo> List(absl::Time now, bool include_gone) const;
+  std::vector<monta::v1::NodeInfo> List(absl::Time now,
+                                        bool include_gone) const;
 
   // One node, NOT_FOUND when unknown.
   absl::StatusOr<monta::v1::NodeInfo> Get(absl::string_view node_name,
                                           absl::Time now) const;
 
-  // Stores a measured curve under every node it names, replacing an older curve of
-  // the same (collective, scope, strategy, chunks, node set, nranks).
+  // Stores a measured curve under every node it names, replacing an older curve
+  // of the same (collective, scope, strategy, chunks, node set, nranks).
   absl::Status AddCurve(const monta::v1::BandwidthCurve& curve);
 
   // Restores a node read back from the store (no lease: it starts stale).
@@ -96,7 +103,8 @@ class Registry {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void RecordTopology(Entry& entry, const monta::v1::NodeTopology& topology,
                       absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Notify(const Entry& entry, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Notify(const Entry& entry, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RegistryOptions options_;
   const TopologyDiffer differ_;
@@ -106,8 +114,7 @@ class Registry {
   std::map<std::string, Entry, std::less<>> nodes_ ABSL_GUARDED_BY(mu_);
 };
 
-// Human-readable state name ("alive", "stale", "gone").
-std::string NodeStateName(monta::v1::NodeState state);
+using ::monta::NodeStateName;
 
 }  // namespace monta::registry
 
