@@ -186,6 +186,10 @@ TEST_F(BenchClusterTest, MeasurementsSurvivePlannerRestartWithDb) {
   EXPECT_EQ(node["curves"][0]["task_id"], task_id);
   // And the agents carry on with the same instance, no duplicate-name refusal.
   EXPECT_TRUE(WaitFor([&] { return cluster_.NodeState("node-a") == kAlive; }, absl::Seconds(10)));
+  // Their task streams were re-established: a new benchmark reaches both.
+  nlohmann::json bench = Json(cluster_.Montactl({"--output=json", "bench", "--nodes=node-a,node-b",
+                                                 "--bench_timeout_seconds=20"}));
+  EXPECT_EQ(bench["status"]["state"], "TASK_STATE_SUCCEEDED") << bench.dump(1);
 }
 
 }  // namespace
