@@ -436,11 +436,13 @@ int Main(int argc, char** argv) {
       if (p.decision_mean_us >= 0) j["decision_mean_us"] = p.decision_mean_us;
       out["phases"].push_back(j);
     }
-    out["ratio_getstrategy_over_health"] = ratio;
-    out["ratio_getstrategy_over_best_health"] = ratio_vs_best_health;
-    out["health_drift_ratio"] = drift;
+    if (a > 0 && b > 0) {
+      out["ratio_getstrategy_over_health"] = ratio;
+      out["ratio_getstrategy_over_best_health"] = ratio_vs_best_health;
+      out["bar_met"] = ratio >= kBar;
+    }
+    if (a > 1) out["health_drift_ratio"] = drift;
     out["bar"] = kBar;
-    out["bar_met"] = ratio >= kBar;
     std::cout << out.dump(2) << std::endl;
   } else {
     std::cout << absl::StrFormat(
@@ -469,12 +471,16 @@ int Main(int argc, char** argv) {
                                    : "-"});
     }
     std::cout << table.Render();
-    std::cout << absl::StrFormat(
-        "\nGetStrategy rps / health rps: %.3f (means over the phases; %.3f vs "
-        "the fastest A) -> bar %.2f %s\nhealth drift, last A / first A: "
-        "%.3f\n",
-        ratio, ratio_vs_best_health, kBar, ratio >= kBar ? "met" : "NOT met",
-        drift);
+    if (a > 0 && b > 0) {
+      std::cout << absl::StrFormat(
+          "\nGetStrategy rps / health rps: %.3f (means over the phases; %.3f "
+          "vs the fastest A) -> bar %.2f %s\n",
+          ratio, ratio_vs_best_health, kBar, ratio >= kBar ? "met" : "NOT met");
+    }
+    if (a > 1) {
+      std::cout << absl::StrFormat("health drift, last A / first A: %.3f\n",
+                                   drift);
+    }
     for (const auto& p : phases) {
       if (!p.first_error.empty()) {
         std::cout << p.name << ": first error: " << p.first_error << "\n";
