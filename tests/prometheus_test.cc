@@ -521,6 +521,13 @@ TEST_F(PrometheusTest, ScrapesPlannerAndAgentsWithDashboardLabels) {
     std::cout << "monta_* series of job " << Label(s, "job") << ": " << s.value
               << std::endl;
   }
+  // Where the series come from, largest first (for the cardinality budget).
+  absl::StatusOr<std::vector<Sample>> per_name =
+      Query(R"(sort_desc(count by (__name__) ({__name__=~"monta_.+"})))");
+  ASSERT_TRUE(per_name.ok()) << per_name.status();
+  for (const auto& s : *per_name) {
+    std::cout << "  " << Label(s, "__name__") << ": " << s.value << std::endl;
+  }
 }
 
 }  // namespace
