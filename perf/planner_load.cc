@@ -37,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/table.h"
 #include "grpcpp/grpcpp.h"
@@ -72,6 +73,10 @@ ABSL_FLAG(
     "clients use the generated stubs (serialize requests, parse replies); "
     "false: send pre-serialized bytes and leave replies unparsed, so that "
     "an in-process run charges less client work to the shared cores");
+ABSL_FLAG(bool, mutex_deadlock_detection, true,
+          "leave Abseil's Mutex deadlock detection as the library sets it (on "
+          "in Debian's Abseil, as in monta-planner); false turns it off for "
+          "this process, to measure what it costs");
 ABSL_FLAG(bool, json, false, "print the report as JSON instead of a table");
 
 namespace monta::perf {
@@ -326,6 +331,9 @@ int Main(int argc, char** argv) {
     return 2;
   }
 
+  if (!absl::GetFlag(FLAGS_mutex_deadlock_detection)) {
+    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  }
   std::unique_ptr<PlannerServer> server;
   std::string target = absl::GetFlag(FLAGS_planner);
   if (target.empty()) {
@@ -414,6 +422,8 @@ int Main(int argc, char** argv) {
     out["cores"] = cores;
     out["job"] = absl::GetFlag(FLAGS_job);
     out["client_decode"] = absl::GetFlag(FLAGS_client_decode);
+    out["mutex_deadlock_detection"] =
+        absl::GetFlag(FLAGS_mutex_deadlock_detection);
     out["request_bytes"] = job->ByteSizeLong();
     out["reply_bytes"] = sample.ByteSizeLong();
     out["candidates"] = sample.candidates_size();
@@ -446,17 +456,20 @@ int Main(int argc, char** argv) {
     std::cout << out.dump(2) << std::endl;
   } else {
     std::cout << absl::StrFormat(
-        "planner %s (%s), %d clients x %.1fs per phase, %u cores shared by "
-        "server and "
-        "clients%s\njob %s: request %u bytes, reply %u bytes (%d candidates, "
-        "chosen %s); clients %s\n\n",
+        "planner %s (%s), %d clients x %.1fs per phase, %u cores here%s\n"
+        "job %s: request %u bytes, reply %u bytes (%d candidates, chosen %s)\n"
+        "clients %s%s\n\n",
         target, server != nullptr ? "in-process" : "remote", n_clients, seconds,
-        cores, server != nullptr ? "" : " (clients only here)",
+        cores,
+        server != nullptr ? ", shared by the server and the clients" : "",
         absl::GetFlag(FLAGS_job), job->ByteSizeLong(), sample.ByteSizeLong(),
         sample.candidates_size(), sample.chosen().name(),
         absl::GetFlag(FLAGS_client_decode)
             ? "use the generated stubs"
-            : "send pre-serialized bytes, replies unparsed");
+            : "send pre-serialized bytes, replies unparsed",
+        absl::GetFlag(FLAGS_mutex_deadlock_detection)
+            ? ""
+            : "; Abseil Mutex deadlock detection off");
     client::Table table({"PHASE", "REQUESTS", "ERRORS", "RPS", "P50_US",
                          "P90_US", "P99_US", "MAX_US", "CPU_US/REQ",
                          "MODEL_US"});
