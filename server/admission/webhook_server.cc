@@ -1,9 +1,14 @@
 #include "server/admission/webhook_server.h"
 
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <utility>
@@ -23,6 +28,12 @@
 namespace monta::admission {
 
 namespace {
+
+int64_t NowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 std::string OpenSslError() {
   std::string out;
@@ -61,11 +72,14 @@ FileStamp Stamp(const std::string& path) {
 
 // Worker pool with a bounded queue of accepted connections: when it is full,
 // enqueue (called by httplib's accept loop) waits, so the backlog absorbs
-// bursts instead of an unbounded in-process queue.
+// bursts instead of an unbounded in-process queue. `oldest` holds when the
+// longest-waiting connection was queued (NowNanos; 0 = none waits), for the
+// handlers' fairness rule.
 class BoundedTaskQueue : public httplib::TaskQueue {
  public:
-  BoundedTaskQueue(int threads, int max_pending)
-      : max_pending_(std::max(1, max_pending)) {
+  BoundedTaskQueue(int threads, int max_pending,
+                   std::shared_ptr<std::atomic<int64_t>> oldest)
+      : max_pending_(std::max(1, max_pending)), oldest_(std::move(oldest)) {
     for (int i = 0; i < std::max(1, threads); ++i)
       workers_.emplace_back([this] { Work(); });
   }
@@ -74,7 +88,8 @@ class BoundedTaskQueue : public httplib::TaskQueue {
   void enqueue(std::function<void()> fn) override {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(this, &BoundedTaskQueue::HasRoom));
-    queue_.push_back(std::move(fn));
+    queue_.push_back({std::move(fn), NowNanos()});
+    UpdateOldest();
   }
 
   void shutdown() override {
@@ -93,6 +108,10 @@ class BoundedTaskQueue : public httplib::TaskQueue {
   bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !queue_.empty() || stopping_;
   }
+  void UpdateOldest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    oldest_->store(queue_.empty() ? 0 : queue_.front().second,
+                   std::memory_order_relaxed);
+  }
 
   void Work() {
     while (true) {
@@ -102,21 +121,35 @@ class BoundedTaskQueue : public httplib::TaskQueue {
         mu_.Await(absl::Condition(this, &BoundedTaskQueue::HasWorkOrStopping));
         if (queue_.empty())
           return;  // stopping, and everything accepted was served
-        fn = std::move(queue_.front());
+        fn = std::move(queue_.front().first);
         queue_.pop_front();
+        UpdateOldest();
       }
       fn();
     }
   }
 
   const int max_pending_;
+  const std::shared_ptr<std::atomic<int64_t>> oldest_;
   absl::Mutex mu_;
-  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  // Accepted connections and when they were queued (NowNanos).
+  std::deque<std::pair<std::function<void()>, int64_t>> queue_
+      ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
 };
 
 }  // namespace
+
+// httplib's compiled-in listen backlog is 5: a burst of new connections (the
+// API server opening several at once, or reconnecting after keep-alive limits)
+// would overflow it and wait out a 1 s SYN retransmit. listen() again with a
+// deeper one.
+class ListeningSslServer : public httplib::SSLServer {
+ public:
+  using httplib::SSLServer::SSLServer;
+  bool DeepenBacklog(int backlog) { return ::listen(svr_sock_, backlog) == 0; }
+};
 
 // The current certificate chain and key, re-read when the files change.
 class CertStore {
@@ -295,18 +328,20 @@ absl::StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(
   if (!certs.ok()) return certs.status();
   s->certs_ = *std::move(certs);
   CertStore* store = s->certs_.get();
-  s->server_ = std::make_unique<httplib::SSLServer>(
+  auto owned = std::make_unique<ListeningSslServer>(
       [store](SSL_CTX& ctx) { return store->SetUpContext(ctx); });
-  if (!s->server_->is_valid()) {
+  ListeningSslServer& server = *owned;
+  s->server_ = std::move(owned);
+  if (!server.is_valid()) {
     return absl::InvalidArgumentError(
         absl::StrCat("webhook: TLS setup failed: ", OpenSslError()));
   }
-  httplib::SSLServer& server = *s->server_;
   const WebhookOptions& o = s->options_;
   const int threads = o.worker_threads;
   const int pending = o.max_pending_connections;
-  server.new_task_queue = [threads, pending] {
-    return new BoundedTaskQueue(threads, pending);
+  auto oldest = std::make_shared<std::atomic<int64_t>>(0);
+  server.new_task_queue = [threads, pending, oldest] {
+    return new BoundedTaskQueue(threads, pending, oldest);
   };
   server.set_payload_max_length(o.max_body_bytes);
   server.set_read_timeout(absl::ToChronoMicroseconds(o.read_timeout));
@@ -316,11 +351,21 @@ absl::StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(
       static_cast<size_t>(std::max(1, o.keep_alive_max_requests)));
   server.set_tcp_nodelay(true);
 
-  auto serve = [handler](Operation op) {
-    return [handler, op](const httplib::Request& req, httplib::Response& res) {
+  const int64_t close_after_ns = absl::ToInt64Nanoseconds(o.fair_queue_wait);
+  auto serve = [handler, oldest, close_after_ns](Operation op) {
+    return [handler, oldest, close_after_ns, op](const httplib::Request& req,
+                                                 httplib::Response& res) {
       HttpReply reply = handler->Handle(op, req.body);
       res.status = reply.status;
       res.set_content(reply.body, reply.content_type);
+      // Fairness: a kept-alive connection holds its worker between requests;
+      // when another connection has waited for a worker longer than
+      // fair_queue_wait, ask this client to reconnect (it goes to the back of
+      // the queue) instead of serving it again.
+      const int64_t queued = oldest->load(std::memory_order_relaxed);
+      if (queued != 0 && NowNanos() - queued > close_after_ns) {
+        res.set_header("Connection", "close");
+      }
     };
   };
   server.Post("/mutate", serve(Operation::kMutate));
@@ -355,7 +400,12 @@ absl::StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(
     return absl::UnavailableError(absl::StrCat(
         "webhook address ", s->options_.address, ": cannot listen"));
   }
-  s->listener_ = std::thread([&server] { server.listen_after_bind(); });
+  if (!server.DeepenBacklog(s->options_.listen_backlog)) {
+    return absl::UnavailableError(
+        absl::StrCat("webhook address ", s->options_.address,
+                     ": listen backlog: ", std::strerror(errno)));
+  }
+  s->listener_ = std::thread([srv = &server] { srv->listen_after_bind(); });
   // httplib's stop() is a no-op until the accept loop runs; wait for it so that
   // Shutdown() right after Start() cannot miss it.
   const absl::Time deadline = absl::Now() + absl::Seconds(10);

@@ -38,12 +38,18 @@ struct WebhookOptions {
   std::string tls_cert_file;  // PEM: leaf first, then intermediates
   std::string tls_key_file;   // PEM private key
   size_t max_body_bytes = 1 << 20;
-  int worker_threads = 16;
+  int worker_threads = 64;
   int max_pending_connections = 256;
+  // Kernel accept queue (capped by net.core.somaxconn).
+  int listen_backlog = 1024;
   absl::Duration read_timeout = absl::Seconds(2);
   absl::Duration write_timeout = absl::Seconds(2);
   int keep_alive_seconds = 2;
   int keep_alive_max_requests = 100;
+  // When a new connection has waited this long for a worker, kept-alive
+  // connections are closed after their current request (clients reconnect and
+  // queue behind it), so idle or busy keep-alive clients cannot starve it.
+  absl::Duration fair_queue_wait = absl::Milliseconds(200);
   absl::Duration cert_check_interval = absl::Seconds(10);
 };
 
