@@ -471,6 +471,28 @@ TEST_F(AdmissionHandlerTest, ValidSpecIsAllowedAndNotCountedAsDecision) {
   }
 }
 
+// The example of deploy/README.md: no placement in the spec, the profile from
+// the Job's monta.io/profile annotation.
+TEST_F(AdmissionHandlerTest, DeployReadmeExampleIsPatched) {
+  json annotations = {{"monta.io/profile", "h800-hgx"},
+                      {"monta.io/moe", R"({"job": {"name": "mixtral-8x7b",
+      "hidden_size": 4096, "num_experts": 8, "top_k": 2, "micro_batch_size": 1,
+      "sequence_length": 4096, "bytes_per_element": 2, "moe_layers": 32,
+      "world_size": 64, "tensor_parallel_size": 2, "expert_parallel_size": 8,
+      "pipeline_parallel_size": 4, "data_parallel_size": 8}})"}};
+  const json job = Job(annotations);
+  EXPECT_EQ(Send(Operation::kValidate, Review(job))["allowed"], true);
+  const json patched = Apply(Send(Operation::kMutate, Review(job)), job);
+  const json decision =
+      json::parse(patched["metadata"]["annotations"]["monta.io/decision"]
+                      .get<std::string>());
+  EXPECT_EQ(decision["placement"],
+            json::parse(R"({"profile": "h800-hgx", "nodes": 8})"));
+  EXPECT_NE(EnvValue(patched["spec"]["template"]["spec"]["containers"][0],
+                     "MONTA_STRATEGY"),
+            "<absent>");
+}
+
 TEST(EscapeJsonPointerTest, EscapesTildeAndSlash) {
   EXPECT_EQ(EscapeJsonPointer("monta.io/decision"), "monta.io~1decision");
   EXPECT_EQ(EscapeJsonPointer("a~b/c"), "a~0b~1c");
