@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -100,6 +101,15 @@ struct PhaseResult {
   double decision_mean_us =
       -1;  // server-side model time per decision (in-process only)
 };
+
+// The 1-minute load average (/proc/loadavg), -1 when unreadable: other work on
+// the machine shows up here and explains noisy runs.
+double LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  double one = -1;
+  in >> one;
+  return in ? one : -1;
+}
 
 double CpuSeconds() {
   rusage u{};
@@ -377,6 +387,7 @@ int Main(int argc, char** argv) {
              server.get());
   }
 
+  const double load_before = LoadAverage();
   std::vector<PhaseResult> phases;
   int a = 0, b = 0;
   for (const char c : phase_letters) {
@@ -388,6 +399,7 @@ int Main(int argc, char** argv) {
                             server.get()));
   }
 
+  const double load_after = LoadAverage();
   // Means over the phases of each kind; drift compares the last A with the
   // first.
   double health_sum = 0, health_best = 0, strategy_sum = 0;
@@ -420,6 +432,7 @@ int Main(int argc, char** argv) {
     out["clients"] = n_clients;
     out["seconds_per_phase"] = seconds;
     out["cores"] = cores;
+    out["load_average_1m"] = {load_before, load_after};
     out["job"] = absl::GetFlag(FLAGS_job);
     out["client_decode"] = absl::GetFlag(FLAGS_client_decode);
     out["mutex_deadlock_detection"] =
@@ -457,13 +470,14 @@ int Main(int argc, char** argv) {
   } else {
     std::cout << absl::StrFormat(
         "planner %s (%s), %d clients x %.1fs per phase, %u cores here%s\n"
+        "1-minute load average before/after: %.2f/%.2f\n"
         "job %s: request %u bytes, reply %u bytes (%d candidates, chosen %s)\n"
         "clients %s%s\n\n",
         target, server != nullptr ? "in-process" : "remote", n_clients, seconds,
         cores,
         server != nullptr ? ", shared by the server and the clients" : "",
-        absl::GetFlag(FLAGS_job), job->ByteSizeLong(), sample.ByteSizeLong(),
-        sample.candidates_size(), sample.chosen().name(),
+        load_before, load_after, absl::GetFlag(FLAGS_job), job->ByteSizeLong(),
+        sample.ByteSizeLong(), sample.candidates_size(), sample.chosen().name(),
         absl::GetFlag(FLAGS_client_decode)
             ? "use the generated stubs"
             : "send pre-serialized bytes, replies unparsed",
