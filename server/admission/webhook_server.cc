@@ -7,16 +7,17 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <mutex>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 
 // Debian's libcpp-httplib is a compiled library built with these; the header
 // must see the same configuration.
@@ -86,29 +87,32 @@ class BoundedTaskQueue : public httplib::TaskQueue {
   ~BoundedTaskQueue() override { shutdown(); }
 
   void enqueue(std::function<void()> fn) override {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(this, &BoundedTaskQueue::HasRoom));
-    queue_.push_back({std::move(fn), NowNanos()});
-    UpdateOldest();
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      room_.wait(lock, [this] { return HasRoom(); });
+      queue_.push_back({std::move(fn), NowNanos()});
+      UpdateOldest();
+    }
+    work_.notify_one();
   }
 
   void shutdown() override {
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return;
       stopping_ = true;
     }
+    work_.notify_all();
     for (std::thread& t : workers_) t.join();
   }
 
  private:
-  bool HasRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // The three below need mu_ held.
+  bool HasRoom() const {
     return static_cast<int>(queue_.size()) < max_pending_;
   }
-  bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !queue_.empty() || stopping_;
-  }
-  void UpdateOldest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  bool HasWorkOrStopping() const { return !queue_.empty() || stopping_; }
+  void UpdateOldest() {
     oldest_->store(queue_.empty() ? 0 : queue_.front().second,
                    std::memory_order_relaxed);
   }
@@ -117,25 +121,29 @@ class BoundedTaskQueue : public httplib::TaskQueue {
     while (true) {
       std::function<void()> fn;
       {
-        absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(this, &BoundedTaskQueue::HasWorkOrStopping));
+        std::unique_lock<std::mutex> lock(mu_);
+        work_.wait(lock, [this] { return HasWorkOrStopping(); });
         if (queue_.empty())
           return;  // stopping, and everything accepted was served
         fn = std::move(queue_.front().first);
         queue_.pop_front();
         UpdateOldest();
       }
+      room_.notify_one();
       fn();
     }
   }
 
   const int max_pending_;
   const std::shared_ptr<std::atomic<int64_t>> oldest_;
-  absl::Mutex mu_;
-  // Accepted connections and when they were queued (NowNanos).
-  std::deque<std::pair<std::function<void()>, int64_t>> queue_
-      ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // std::mutex rather than absl::Mutex: the system Abseil is not built with
+  // TSAN, which then cannot see its synchronization.
+  std::mutex mu_;
+  std::condition_variable room_;  // queue_ shrank
+  std::condition_variable work_;  // queue_ grew, or stopping_
+  // Guarded by mu_: accepted connections and when they were queued (NowNanos).
+  std::deque<std::pair<std::function<void()>, int64_t>> queue_;
+  bool stopping_ = false;
   std::vector<std::thread> workers_;
 };
 
@@ -161,7 +169,7 @@ class CertStore {
         std::move(cert_file), std::move(key_file), check_interval));
     absl::StatusOr<std::shared_ptr<const Material>> m = store->Read();
     if (!m.ok()) return m.status();
-    absl::MutexLock lock(&store->mu_);
+    std::lock_guard<std::mutex> lock(store->mu_);
     store->current_ = *std::move(m);
     store->next_check_ = absl::Now() + check_interval;
     return store;
@@ -250,7 +258,7 @@ class CertStore {
   }
 
   std::shared_ptr<const Material> Current() {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     const absl::Time now = absl::Now();
     if (now >= next_check_) {
       next_check_ = now + check_interval_;
@@ -283,9 +291,9 @@ class CertStore {
   const std::string cert_file_;
   const std::string key_file_;
   const absl::Duration check_interval_;
-  absl::Mutex mu_;
-  std::shared_ptr<const Material> current_ ABSL_GUARDED_BY(mu_);
-  absl::Time next_check_ ABSL_GUARDED_BY(mu_);
+  std::mutex mu_;                            // see BoundedTaskQueue::mu_
+  std::shared_ptr<const Material> current_;  // guarded by mu_
+  absl::Time next_check_;                    // guarded by mu_
 };
 
 absl::Status SplitHostPort(const std::string& address, std::string* host,

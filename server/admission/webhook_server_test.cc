@@ -18,6 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "server/admission/test_certs.h"
 #include "server/planner_server.h"
+#include "server/planning/strategy_planner.h"
 
 namespace monta::admission {
 namespace {
@@ -260,6 +261,54 @@ TEST(WebhookServerStandaloneTest, RenewedCertificateIsServedWithoutRestart) {
             0);
   ASSERT_EQ(std::rename(second->key_file.c_str(), first->key_file.c_str()), 0);
   EXPECT_TRUE(get(first->cert_file));  // now holds the second certificate
+  (*server)->Shutdown();
+}
+
+// Many clients, more connections than workers, no gRPC or registry in the
+// process (so the test is meaningful under --config=tsan).
+TEST(WebhookServerStandaloneTest, MoreClientsThanWorkersAllAnswered) {
+  auto certs = WriteSelfSignedCert(TempDir(), "standalone");
+  ASSERT_TRUE(certs.ok());
+  AdmissionHandler handler(
+      [](const monta::v1::StrategyRequest& request, bool) {
+        return planning::PlanStrategy(request, nullptr, absl::Now());
+      },
+      nullptr);
+  WebhookOptions options;
+  options.address = "127.0.0.1:0";
+  options.tls_cert_file = certs->cert_file;
+  options.tls_key_file = certs->key_file;
+  options.worker_threads = 2;
+  options.keep_alive_seconds = 1;
+  options.fair_queue_wait = absl::Milliseconds(1);
+  auto server = WebhookServer::Start(options, &handler);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string body =
+      Review({{"monta.io/moe", PaperSpec().dump()}}).dump();
+  constexpr int kClients = 6;
+  constexpr int kRequests = 5;
+  std::vector<int> ok(kClients, 0);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      httplib::SSLClient client("127.0.0.1", (*server)->port());
+      client.set_ca_cert_path(certs->cert_file);
+      client.enable_server_certificate_verification(true);
+      client.set_keep_alive(true);
+      client.set_tcp_nodelay(true);
+      client.set_read_timeout(30);
+      for (int i = 0; i < kRequests; ++i) {
+        auto res = client.Post("/mutate", body, "application/json");
+        if (res && res->status == 200 &&
+            json::parse(res->body)["response"].contains("patch")) {
+          ++ok[c];
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int c = 0; c < kClients; ++c)
+    EXPECT_EQ(ok[c], kRequests) << "client " << c;
   (*server)->Shutdown();
 }
 
