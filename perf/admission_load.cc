@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
   std::atomic<bool> stop{false};
   std::vector<std::vector<double>> latencies_ms(clients);
   std::vector<int> errors(clients, 0);
+  std::vector<std::string> first_error(clients);
   std::vector<std::thread> threads;
   auto make_client = [&] {
     auto client = std::make_unique<httplib::SSLClient>("127.0.0.1", port);
@@ -131,7 +132,10 @@ int main(int argc, char** argv) {
         auto res = client->Post(path.c_str(), body, "application/json");
         const auto t1 = std::chrono::steady_clock::now();
         if (!res || res->status != 200) {
-          ++errors[c];
+          if (errors[c]++ == 0) {
+            first_error[c] = res ? absl::StrCat("HTTP ", res->status)
+                                 : httplib::to_string(res.error());
+          }
           continue;
         }
         latencies_ms[c].push_back(
@@ -153,6 +157,12 @@ int main(int argc, char** argv) {
     total_errors += errors[c];
   }
   std::sort(all.begin(), all.end());
+  for (int c = 0; c < clients; ++c) {
+    if (errors[c] > 0) {
+      std::cout << "client " << c << ": " << errors[c]
+                << " errors, first: " << first_error[c] << "\n";
+    }
+  }
   std::cout << absl::StrFormat(
       "admission_load: %s, %d clients, keep_alive=%s, %.1f s, cores=%u\n"
       "  requests ok %zu, errors %d, %.0f req/s\n"
