@@ -18,6 +18,7 @@
 // clients' protobuf work out of the shared cores.
 
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -96,10 +97,14 @@ struct PhaseResult {
   std::string first_error;
   double rps = 0;
   double p50_us = 0, p90_us = 0, p99_us = 0, mean_us = 0, max_us = 0;
-  double cpu_us_per_request =
-      0;  // this process (server + clients when in-process)
-  double decision_mean_us =
-      -1;  // server-side model time per decision (in-process only)
+  // CPU time per request of this whole process (server + clients when
+  // in-process), of the client threads (their calls, including gRPC work done
+  // on them), and the rest (the server's threads and gRPC's own, in-process).
+  double cpu_us_per_request = 0;
+  double client_cpu_us_per_request = 0;
+  double other_cpu_us_per_request = 0;
+  // Server-side model time per decision (in-process only).
+  double decision_mean_us = -1;
 };
 
 // The 1-minute load average (/proc/loadavg), -1 when unreadable: other work on
@@ -109,6 +114,12 @@ double LoadAverage() {
   double one = -1;
   in >> one;
   return in ? one : -1;
+}
+
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 double CpuSeconds() {
@@ -232,6 +243,7 @@ PhaseResult RunPhase(const std::string& name, Rpc rpc, double seconds,
     std::vector<int64_t> latencies_ns;
     int64_t errors = 0;
     std::string first_error;
+    double cpu_seconds = 0;
   };
   std::vector<PerThread> per_thread(clients.size());
   absl::Notification go;
@@ -242,6 +254,7 @@ PhaseResult RunPhase(const std::string& name, Rpc rpc, double seconds,
       PerThread& mine = per_thread[i];
       mine.latencies_ns.reserve(1 << 16);
       go.WaitForNotification();
+      const double cpu_start = ThreadCpuSeconds();
       while (true) {
         const Clock::time_point t0 = Clock::now();
         if (t0 >= end) break;
@@ -256,6 +269,7 @@ PhaseResult RunPhase(const std::string& name, Rpc rpc, double seconds,
               absl::StrCat(s.error_code(), ": ", s.error_message());
         }
       }
+      mine.cpu_seconds = ThreadCpuSeconds() - cpu_start;
     });
   }
   const auto [decision_sum0, decision_count0] = DecisionSeconds(server);
@@ -273,7 +287,9 @@ PhaseResult RunPhase(const std::string& name, Rpc rpc, double seconds,
   r.rpc = rpc;
   r.seconds = std::chrono::duration<double>(stop - start).count();
   std::vector<int64_t> all;
+  double client_cpu = 0;
   for (auto& t : per_thread) {
+    client_cpu += t.cpu_seconds;
     all.insert(all.end(), t.latencies_ns.begin(), t.latencies_ns.end());
     r.errors += t.errors;
     if (r.first_error.empty()) r.first_error = t.first_error;
@@ -288,8 +304,12 @@ PhaseResult RunPhase(const std::string& name, Rpc rpc, double seconds,
   double sum = 0;
   for (int64_t v : all) sum += static_cast<double>(v);
   r.mean_us = all.empty() ? 0 : sum / static_cast<double>(all.size()) / 1e3;
-  r.cpu_us_per_request =
-      r.ok + r.errors > 0 ? cpu * 1e6 / (r.ok + r.errors) : 0;
+  if (r.ok + r.errors > 0) {
+    const double calls = static_cast<double>(r.ok + r.errors);
+    r.cpu_us_per_request = cpu * 1e6 / calls;
+    r.client_cpu_us_per_request = client_cpu * 1e6 / calls;
+    r.other_cpu_us_per_request = (cpu - client_cpu) * 1e6 / calls;
+  }
   if (server != nullptr && decision_count1 > decision_count0) {
     r.decision_mean_us = (decision_sum1 - decision_sum0) /
                          (decision_count1 - decision_count0) * 1e6;
@@ -404,17 +424,20 @@ int Main(int argc, char** argv) {
   // first.
   double health_sum = 0, health_best = 0, strategy_sum = 0;
   double health_cpu_sum = 0, strategy_cpu_sum = 0;
+  double health_server_cpu_sum = 0, strategy_server_cpu_sum = 0;
   double first_health = 0, last_health = 0;
   for (const auto& p : phases) {
     if (p.rpc == Rpc::kHealth) {
       health_sum += p.rps;
       health_cpu_sum += p.cpu_us_per_request;
+      health_server_cpu_sum += p.other_cpu_us_per_request;
       health_best = std::max(health_best, p.rps);
       if (first_health == 0) first_health = p.rps;
       last_health = p.rps;
     } else {
       strategy_sum += p.rps;
       strategy_cpu_sum += p.cpu_us_per_request;
+      strategy_server_cpu_sum += p.other_cpu_us_per_request;
     }
   }
   const double health_mean = a > 0 ? health_sum / a : 0;
@@ -428,6 +451,12 @@ int Main(int argc, char** argv) {
   const double cpu_ratio = a > 0 && b > 0 && strategy_cpu_sum > 0
                                ? (health_cpu_sum / a) / (strategy_cpu_sum / b)
                                : 0;
+  // The same for the server's share alone (in-process): the ratio a planner
+  // would reach on cores of its own, its clients elsewhere.
+  const double server_cpu_ratio =
+      server != nullptr && a > 0 && b > 0 && strategy_server_cpu_sum > 0
+          ? (health_server_cpu_sum / a) / (strategy_server_cpu_sum / b)
+          : 0;
   const double drift = first_health > 0 ? last_health / first_health : 0;
   constexpr double kBar = 0.8;
   const unsigned cores = std::thread::hardware_concurrency();
@@ -463,7 +492,9 @@ int Main(int argc, char** argv) {
           {"p99_us", p.p99_us},
           {"mean_us", p.mean_us},
           {"max_us", p.max_us},
-          {"cpu_us_per_request", p.cpu_us_per_request}};
+          {"cpu_us_per_request", p.cpu_us_per_request},
+          {"client_cpu_us_per_request", p.client_cpu_us_per_request},
+          {"other_cpu_us_per_request", p.other_cpu_us_per_request}};
       if (!p.first_error.empty()) j["first_error"] = p.first_error;
       if (p.decision_mean_us >= 0) j["decision_mean_us"] = p.decision_mean_us;
       out["phases"].push_back(j);
@@ -473,6 +504,9 @@ int Main(int argc, char** argv) {
       out["ratio_getstrategy_over_best_health"] = ratio_vs_best_health;
       out["bar_met"] = ratio >= kBar;
       out["cpu_ratio_health_over_getstrategy"] = cpu_ratio;
+      if (server != nullptr) {
+        out["server_cpu_ratio_health_over_getstrategy"] = server_cpu_ratio;
+      }
     }
     if (a > 1) out["health_drift_ratio"] = drift;
     out["bar"] = kBar;
@@ -496,6 +530,7 @@ int Main(int argc, char** argv) {
             : "; Abseil Mutex deadlock detection off");
     client::Table table({"PHASE", "REQUESTS", "ERRORS", "RPS", "P50_US",
                          "P90_US", "P99_US", "MAX_US", "CPU_US/REQ",
+                         server != nullptr ? "CLIENTS+SERVER" : "CLIENTS+OTHER",
                          "MODEL_US"});
     for (const auto& p : phases) {
       table.AddRow(
@@ -504,6 +539,8 @@ int Main(int argc, char** argv) {
            absl::StrFormat("%.0f", p.p90_us), absl::StrFormat("%.0f", p.p99_us),
            absl::StrFormat("%.0f", p.max_us),
            absl::StrFormat("%.1f", p.cpu_us_per_request),
+           absl::StrFormat("%.0f+%.0f", p.client_cpu_us_per_request,
+                           p.other_cpu_us_per_request),
            p.decision_mean_us >= 0 ? absl::StrFormat("%.1f", p.decision_mean_us)
                                    : "-"});
     }
@@ -517,6 +554,12 @@ int Main(int argc, char** argv) {
           "CPU per health call / CPU per GetStrategy: %.3f (the rps ratio a "
           "CPU-bound process alone on the machine would reach)\n",
           cpu_ratio);
+      if (server != nullptr) {
+        std::cout << absl::StrFormat(
+            "server CPU per health call / per GetStrategy: %.3f (the rps "
+            "ratio of a CPU-bound planner with its clients elsewhere)\n",
+            server_cpu_ratio);
+      }
     }
     if (a > 1) {
       std::cout << absl::StrFormat("health drift, last A / first A: %.3f\n",
