@@ -394,6 +394,10 @@ AdmissionHandler::Outcome AdmissionHandler::Review(
   const bool is_pod = group.empty() && kind_name == "Pod";
   const bool is_job = group == "batch" && kind_name == "Job";
   const std::string operation = StringMember(request, "operation");
+  const json* dry_run_member = Member(request, "dryRun");
+  const bool dry_run = dry_run_member != nullptr &&
+                       dry_run_member->is_boolean() &&
+                       dry_run_member->get<bool>();
   if ((!is_pod && !is_job) || (!operation.empty() && operation != "CREATE")) {
     out.result = "skipped";
     out.reply = Json200(response);
@@ -462,7 +466,9 @@ AdmissionHandler::Outcome AdmissionHandler::Review(
       }
     }
     if (!spec_error.has_value()) {
-      decided = decide_(plan_request, op == Operation::kMutate);
+      // A dry run (kubectl --dry-run=server) is answered the same way but is
+      // neither counted as a decision nor logged.
+      decided = decide_(plan_request, op == Operation::kMutate && !dry_run);
       if (!decided.ok()) {
         if (IsSpecError(decided.status())) {
           spec_error = SpecError{422, std::string(decided.status().message())};
@@ -560,7 +566,7 @@ AdmissionHandler::Outcome AdmissionHandler::Review(
   answer["patch"] = absl::Base64Escape(ops.dump());
   out.result = "patched";
   out.reply = Json200(response);
-  if (options_.log) {
+  if (options_.log && !dry_run) {
     const monta::v1::Candidate& c = decided->chosen();
     options_.log(absl::StrCat(
         "admission: ", is_pod ? "Pod " : "Job ", object_name, " decision ", id,

@@ -493,6 +493,19 @@ TEST_F(AdmissionHandlerTest, DeployReadmeExampleIsPatched) {
             "<absent>");
 }
 
+TEST_F(AdmissionHandlerTest, DryRunIsPatchedButNotCountedAsDecision) {
+  json review = Review(Pod(MoeAnnotation(PaperSpec())));
+  review["request"]["dryRun"] = true;
+  const json response = Send(Operation::kMutate, review);
+  EXPECT_TRUE(response.contains("patch"));
+  EXPECT_EQ(AdmissionCount("mutate", "patched"), 1);
+  for (const auto& family : prom_.Collect()) {
+    if (family.name == "monta_strategy_decisions_total") {
+      EXPECT_TRUE(family.metric.empty());
+    }
+  }
+}
+
 TEST(EscapeJsonPointerTest, EscapesTildeAndSlash) {
   EXPECT_EQ(EscapeJsonPointer("monta.io/decision"), "monta.io~1decision");
   EXPECT_EQ(EscapeJsonPointer("a~b/c"), "a~0b~1c");
