@@ -10,12 +10,16 @@
 // A = health Check, B = GetStrategy (the MoNTA paper's job by default:
 // a800-hgx profile, 2 nodes), A again (drift: the last A should match the
 // first). The report gives requests/s and latency percentiles per phase, and
-// GetStrategy rps over health rps (the bar is 0.8). Without --planner the
-// planner runs in this process (metrics exposer off), so server and clients
-// share the machine's cores: the CPU column is the whole process's (server +
-// clients) CPU time per request, MODEL_US the planner's own decision time
-// (monta_strategy_decision_duration_seconds). --client_decode=false keeps the
-// clients' protobuf work out of the shared cores.
+// GetStrategy rps over health rps (the bar is 0.8).
+//
+// Without --planner the planner runs in this process (metrics exposer off), so
+// server and clients share the machine's cores and other work on the machine
+// moves the rps (the load average is printed). The CPU columns are steadier:
+// CPU time per request of the process, split into the client threads and the
+// rest (the server); their ratios estimate what rps ratio a CPU-bound process
+// (or a planner on cores of its own) would reach. MODEL_US is the planner's own
+// decision time (monta_strategy_decision_duration_seconds).
+// --client_decode=false keeps the clients' protobuf work off the shared cores.
 
 #include <sys/resource.h>
 #include <time.h>
@@ -551,9 +555,10 @@ int Main(int argc, char** argv) {
           "vs the fastest A) -> bar %.2f %s\n",
           ratio, ratio_vs_best_health, kBar, ratio >= kBar ? "met" : "NOT met");
       std::cout << absl::StrFormat(
-          "CPU per health call / CPU per GetStrategy: %.3f (the rps ratio a "
-          "CPU-bound process alone on the machine would reach)\n",
-          cpu_ratio);
+          "CPU per health call / CPU per GetStrategy: %.3f (%s)\n", cpu_ratio,
+          server != nullptr ? "the rps ratio this process, CPU-bound and alone "
+                              "on the machine, would reach"
+                            : "the clients only: the server is elsewhere");
       if (server != nullptr) {
         std::cout << absl::StrFormat(
             "server CPU per health call / per GetStrategy: %.3f (the rps "
