@@ -18,7 +18,7 @@ RUN bazel build -c opt //server:monta-planner \
 # Stage 2: a slim Debian 12 with only the shared libraries the planner links (their own
 # dependencies, e.g. libssl3, libre2-9, libc-ares2, libcivetweb1, come with them).
 FROM debian:12-slim
-ARG RUNTIME_PACKAGES="libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libsqlite3-0 libyaml-cpp0.7"
+ARG RUNTIME_PACKAGES="libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libsqlite3-0 libyaml-cpp0.7 libcpp-httplib0.11"
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $RUNTIME_PACKAGES \
  && rm -rf /var/lib/apt/lists/* \
