@@ -96,8 +96,8 @@ std::string MessageSizeBucket(uint64_t bytes) {
   return ">=1GiB";
 }
 
-double BottleneckLineRate(const monta::v1::NodeTopology& topology, monta::v1::Scope scope,
-                          int ranks_per_node) {
+double BottleneckLineRate(const monta::v1::NodeTopology& topology,
+                          monta::v1::Scope scope, int ranks_per_node) {
   const monta::model::HardwareProfile* profile = ProfileFor(topology);
   if (scope != monta::v1::SCOPE_INTER_NODE) {
     return profile != nullptr ? profile->nvlink_bytes_per_second : 0;
@@ -105,11 +105,18 @@ double BottleneckLineRate(const monta::v1::NodeTopology& topology, monta::v1::Sc
   const int ranks = std::max(1, ranks_per_node);
   double nic_bits = 0;
   for (const auto& nic : topology.nics()) {
-    if (nic.state() == "ACTIVE" || nic.state().empty()) nic_bits += nic.rate_gbps() * 1e9;
+    if (nic.state() == "ACTIVE" || nic.state().empty()) {
+      nic_bits += nic.rate_gbps() * 1e9;
+    }
   }
   if (nic_bits > 0) return nic_bits / 8 / ranks;
-  if (profile == nullptr || profile->gpus_per_node == 0) return 0;
-  return profile->nics_per_node * profile->nic_rate_gbps * 1e9 / 8 / profile->gpus_per_node;
+  // No NIC known: only a GPU node class (declared or recognised) says what its
+  // network is. A CPU node's traffic may be loopback or any Ethernet: unknown, so
+  // no efficiency rather than a ratio above 1.
+  const bool gpu_class = !topology.gpus().empty() || !topology.profile_name().empty();
+  if (!gpu_class || profile == nullptr || profile->gpus_per_node == 0) return 0;
+  return profile->nics_per_node * profile->nic_rate_gbps * 1e9 / 8 /
+         profile->gpus_per_node;
 }
 
 ClusterCollector::ClusterCollector(const registry::Registry* registry) : registry_(registry) {}

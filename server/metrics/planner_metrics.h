@@ -29,7 +29,8 @@ std::string MessageSizeBucket(uint64_t bytes);
 
 // Line rate (bytes per second per rank, one direction) of the link that bounds a
 // curve of `scope` on this node: NVLink (or loopback) inside a node, the node's NIC
-// share per rank across nodes. 0 when unknown.
+// share per rank across nodes (discovered or declared NICs, else a GPU node class's
+// profile). 0 when unknown, e.g. across CPU nodes with no NIC known.
 double BottleneckLineRate(const monta::v1::NodeTopology& topology, monta::v1::Scope scope,
                           int ranks_per_node);
 

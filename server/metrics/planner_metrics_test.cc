@@ -30,6 +30,12 @@ TEST(PlannerMetricsTest, LineRateFromNicsOrProfile) {
   EXPECT_DOUBLE_EQ(BottleneckLineRate(t, monta::v1::SCOPE_INTER_NODE, 8), 7 * 50e9 / 8);
   // Intra-node: the H100 profile's NVLink line rate per direction.
   EXPECT_GT(BottleneckLineRate(t, monta::v1::SCOPE_INTRA_NODE, 8), 100e9);
+  // Without NICs a GPU node falls back to its class's NICs (8 x 400 Gb/s).
+  t.clear_nics();
+  EXPECT_DOUBLE_EQ(BottleneckLineRate(t, monta::v1::SCOPE_INTER_NODE, 8), 50e9);
+  // A CPU node with no NIC known: the network is unknown, no ratio.
+  monta::v1::NodeTopology cpu;
+  EXPECT_EQ(BottleneckLineRate(cpu, monta::v1::SCOPE_INTER_NODE, 2), 0);
 }
 
 TEST(PlannerMetricsTest, CollectorExposesStatesCurvesAndEfficiency) {
