@@ -47,7 +47,8 @@ MetricFamily Family(const std::string& name, const std::string& help) {
 }
 
 // The profile that describes a node: declared, or inferred from its GPUs.
-const monta::model::HardwareProfile* ProfileFor(const monta::v1::NodeTopology& topology) {
+const monta::model::HardwareProfile* ProfileFor(
+    const monta::v1::NodeTopology& topology) {
   std::string name = topology.profile_name();
   if (name.empty()) {
     absl::StatusOr<std::string> inferred = monta::model::ProfileNameForGpu(
@@ -69,16 +70,16 @@ const prometheus::Histogram::BucketBoundaries& DecisionBuckets() {
 }
 
 const prometheus::Histogram::BucketBoundaries& SpeedupBuckets() {
-  static const auto* b =
-      new prometheus::Histogram::BucketBoundaries{1, 1.1, 1.25, 1.5, 2, 3, 4, 6, 8, 12, 16};
+  static const auto* b = new prometheus::Histogram::BucketBoundaries{
+      1, 1.1, 1.25, 1.5, 2, 3, 4, 6, 8, 12, 16};
   return *b;
 }
 
 }  // namespace
 
 std::string MessageSizeBucket(uint64_t bytes) {
-  static const char* kNames[] = {"64KiB", "256KiB", "1MiB", "4MiB", "16MiB",
-                                 "64MiB", "256MiB", "1GiB"};
+  static const char* kNames[] = {"64KiB", "256KiB", "1MiB",   "4MiB",
+                                 "16MiB", "64MiB",  "256MiB", "1GiB"};
   uint64_t bound = uint64_t{64} << 10;
   if (bytes < bound) return "<64KiB";
   for (int i = 0; i < 7; ++i) {
@@ -88,7 +89,8 @@ std::string MessageSizeBucket(uint64_t bytes) {
       std::string hi = kNames[i + 1];
       const std::string lo_unit = lo.substr(lo.size() - 3);
       const std::string hi_unit = hi.substr(hi.size() - 3);
-      if (lo_unit == hi_unit) return absl::StrCat(lo.substr(0, lo.size() - 3), "-", hi);
+      if (lo_unit == hi_unit)
+        return absl::StrCat(lo.substr(0, lo.size() - 3), "-", hi);
       return absl::StrCat(lo, "-", hi);
     }
     bound *= 4;
@@ -111,36 +113,44 @@ double BottleneckLineRate(const monta::v1::NodeTopology& topology,
   }
   if (nic_bits > 0) return nic_bits / 8 / ranks;
   // No NIC known: only a GPU node class (declared or recognised) says what its
-  // network is. A CPU node's traffic may be loopback or any Ethernet: unknown, so
-  // no efficiency rather than a ratio above 1.
-  const bool gpu_class = !topology.gpus().empty() || !topology.profile_name().empty();
+  // network is. A CPU node's traffic may be loopback or any Ethernet: unknown,
+  // so no efficiency rather than a ratio above 1.
+  const bool gpu_class =
+      !topology.gpus().empty() || !topology.profile_name().empty();
   if (!gpu_class || profile == nullptr || profile->gpus_per_node == 0) return 0;
   return profile->nics_per_node * profile->nic_rate_gbps * 1e9 / 8 /
          profile->gpus_per_node;
 }
 
-ClusterCollector::ClusterCollector(const registry::Registry* registry) : registry_(registry) {}
+ClusterCollector::ClusterCollector(const registry::Registry* registry)
+    : registry_(registry) {}
 
 std::vector<MetricFamily> ClusterCollector::Collect() const {
   using google::protobuf::util::TimeUtil;
   const absl::Time now = absl::Now();
-  MetricFamily state = Family("monta_node_state",
-                              "1 for the node's current state (alive, stale, gone), else 0");
-  MetricFamily lease = Family("monta_node_lease_age_seconds", "Seconds since the last heartbeat");
-  MetricFamily busbw = Family("monta_collective_busbw_bytes_per_second",
-                              "Measured bus bandwidth (nccl-tests definition) of the latest "
-                              "curve, largest measured size in each message-size bucket");
-  MetricFamily efficiency = Family("monta_alltoall_efficiency_ratio",
-                                   "Measured AllToAll busbw over the bottleneck link's line rate");
-  MetricFamily age = Family("monta_curve_age_seconds", "Age of the latest measured curve");
+  MetricFamily state =
+      Family("monta_node_state",
+             "1 for the node's current state (alive, stale, gone), else 0");
+  MetricFamily lease = Family("monta_node_lease_age_seconds",
+                              "Seconds since the last heartbeat");
+  MetricFamily busbw =
+      Family("monta_collective_busbw_bytes_per_second",
+             "Measured bus bandwidth (nccl-tests definition) of the latest "
+             "curve, largest measured size in each message-size bucket");
+  MetricFamily efficiency =
+      Family("monta_alltoall_efficiency_ratio",
+             "Measured AllToAll busbw over the bottleneck link's line rate");
+  MetricFamily age =
+      Family("monta_curve_age_seconds", "Age of the latest measured curve");
   for (const auto& node : registry_->List(now, /*include_gone=*/true)) {
     for (auto [s, name] : {std::pair{monta::v1::NODE_STATE_ALIVE, "alive"},
                            std::pair{monta::v1::NODE_STATE_STALE, "stale"},
                            std::pair{monta::v1::NODE_STATE_GONE, "gone"}}) {
-      state.metric.push_back(
-          Gauge({{"node", node.name()}, {"state", name}}, node.state() == s ? 1 : 0));
+      state.metric.push_back(Gauge({{"node", node.name()}, {"state", name}},
+                                   node.state() == s ? 1 : 0));
     }
-    lease.metric.push_back(Gauge({{"node", node.name()}}, node.lease_age_seconds()));
+    lease.metric.push_back(
+        Gauge({{"node", node.name()}}, node.lease_age_seconds()));
     for (const auto& curve : node.curves()) {
       const std::string scope = ScopeLabel(curve.scope());
       const std::string collective = CollectiveLabel(curve.collective());
@@ -148,32 +158,38 @@ std::vector<MetricFamily> ClusterCollector::Collect() const {
       // model, not link health: only plain curves become series.
       if (!curve.strategy().empty() && curve.strategy() != "flat") continue;
       if (curve.has_measured_at()) {
-        const absl::Time measured =
-            absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(curve.measured_at()));
-        age.metric.push_back(Gauge(
-            {{"node", node.name()}, {"scope", scope}, {"collective", collective}},
-            absl::ToDoubleSeconds(now - measured)));
+        const absl::Time measured = absl::FromUnixNanos(
+            TimeUtil::TimestampToNanoseconds(curve.measured_at()));
+        age.metric.push_back(Gauge({{"node", node.name()},
+                                    {"scope", scope},
+                                    {"collective", collective}},
+                                   absl::ToDoubleSeconds(now - measured)));
       }
       std::map<std::string, const monta::v1::CurvePoint*> by_bucket;
-      for (const auto& p : curve.points()) by_bucket[MessageSizeBucket(p.message_bytes())] = &p;
-      const int ranks_per_node = curve.n_nodes() > 0 ? curve.nranks() / curve.n_nodes()
-                                                     : curve.nranks();
+      for (const auto& p : curve.points())
+        by_bucket[MessageSizeBucket(p.message_bytes())] = &p;
+      const int ranks_per_node = curve.n_nodes() > 0
+                                     ? curve.nranks() / curve.n_nodes()
+                                     : curve.nranks();
       const double line_rate =
           BottleneckLineRate(node.topology(), curve.scope(), ranks_per_node);
       for (const auto& [bucket, point] : by_bucket) {
-        busbw.metric.push_back(Gauge({{"node", node.name()},
-                                      {"scope", scope},
-                                      {"collective", collective},
-                                      {"nranks", absl::StrCat(curve.nranks())},
-                                      {"n_nodes", absl::StrCat(curve.n_nodes())},
-                                      {"message_size", bucket}},
-                                     point->busbw_bytes_per_second()));
-        if (curve.collective() == monta::v1::COLLECTIVE_ALLTOALL && line_rate > 0) {
-          efficiency.metric.push_back(Gauge({{"node", node.name()},
-                                             {"scope", scope},
-                                             {"nranks", absl::StrCat(curve.nranks())},
-                                             {"message_size", bucket}},
-                                            point->busbw_bytes_per_second() / line_rate));
+        busbw.metric.push_back(
+            Gauge({{"node", node.name()},
+                   {"scope", scope},
+                   {"collective", collective},
+                   {"nranks", absl::StrCat(curve.nranks())},
+                   {"n_nodes", absl::StrCat(curve.n_nodes())},
+                   {"message_size", bucket}},
+                  point->busbw_bytes_per_second()));
+        if (curve.collective() == monta::v1::COLLECTIVE_ALLTOALL &&
+            line_rate > 0) {
+          efficiency.metric.push_back(
+              Gauge({{"node", node.name()},
+                     {"scope", scope},
+                     {"nranks", absl::StrCat(curve.nranks())},
+                     {"message_size", bucket}},
+                    point->busbw_bytes_per_second() / line_rate));
         }
       }
     }
@@ -203,14 +219,17 @@ PlannerMetrics::PlannerMetrics(prometheus::Registry& registry)
                      .Name("monta_strategy_decisions_total")
                      .Help("Strategy decisions by chosen strategy and result")
                      .Register(registry)),
-      decision_duration_(prometheus::BuildHistogram()
-                             .Name("monta_strategy_decision_duration_seconds")
-                             .Help("Time to validate, plan and answer one strategy request")
-                             .Register(registry)),
-      predicted_speedup_(prometheus::BuildHistogram()
-                             .Name("monta_strategy_predicted_speedup_ratio")
-                             .Help("Predicted AllToAll speedup of the chosen strategy over flat")
-                             .Register(registry)),
+      decision_duration_(
+          prometheus::BuildHistogram()
+              .Name("monta_strategy_decision_duration_seconds")
+              .Help("Time to validate, plan and answer one strategy request")
+              .Register(registry)),
+      predicted_speedup_(
+          prometheus::BuildHistogram()
+              .Name("monta_strategy_predicted_speedup_ratio")
+              .Help(
+                  "Predicted AllToAll speedup of the chosen strategy over flat")
+              .Register(registry)),
       tasks_(prometheus::BuildCounter()
                  .Name("monta_benchmark_tasks_total")
                  .Help("Finished benchmark tasks by scope and result")
@@ -222,10 +241,22 @@ PlannerMetrics::PlannerMetrics(prometheus::Registry& registry)
       admission_duration_(prometheus::BuildHistogram()
                               .Name("monta_admission_duration_seconds")
                               .Help("Admission review handling time")
-                              .Register(registry)) {}
+                              .Register(registry)) {
+  for (const char* strategy : {"flat", "tp_dedup", "tp_dedup_pipelined",
+                               "hierarchical", "expert_overlap", "none"}) {
+    for (const char* result : {"ok", "invalid", "error"}) {
+      decision_counters_[{strategy, result}] =
+          &decisions_.Add({{"strategy", strategy}, {"result", result}});
+    }
+    speedup_histograms_[strategy] =
+        &predicted_speedup_.Add({{"strategy", strategy}}, SpeedupBuckets());
+  }
+  decision_seconds_ = &decision_duration_.Add({}, DecisionBuckets());
+}
 
 void PlannerMetrics::RecordDecision(const absl::Status& status,
-                                    const monta::v1::StrategyReply* reply, double seconds) {
+                                    const monta::v1::StrategyReply* reply,
+                                    double seconds) {
   std::string strategy = "none";
   std::string result = "ok";
   if (!status.ok()) {
@@ -236,26 +267,30 @@ void PlannerMetrics::RecordDecision(const absl::Status& status,
   } else if (reply != nullptr) {
     strategy = StrategyLabel(reply->chosen().kind());
     if (reply->chosen().speedup_over_flat() > 0) {
-      predicted_speedup_.Add({{"strategy", strategy}}, SpeedupBuckets())
-          .Observe(reply->chosen().speedup_over_flat());
+      speedup_histograms_.at(strategy)->Observe(
+          reply->chosen().speedup_over_flat());
     }
   }
-  decisions_.Add({{"strategy", strategy}, {"result", result}}).Increment();
-  decision_duration_.Add({}, DecisionBuckets()).Observe(seconds);
+  decision_counters_.at({strategy, result})->Increment();
+  decision_seconds_->Observe(seconds);
 }
 
-void PlannerMetrics::RecordBenchmarkTask(const monta::v1::BenchmarkTaskStatus& status) {
+void PlannerMetrics::RecordBenchmarkTask(
+    const monta::v1::BenchmarkTaskStatus& status) {
   tasks_
       .Add({{"scope", status.nodes_size() > 1 ? "inter" : "intra"},
-            {"result", status.state() == monta::v1::TASK_STATE_SUCCEEDED ? "succeeded"
-                                                                         : "failed"}})
+            {"result", status.state() == monta::v1::TASK_STATE_SUCCEEDED
+                           ? "succeeded"
+                           : "failed"}})
       .Increment();
 }
 
-void PlannerMetrics::RecordAdmission(const std::string& operation, const std::string& result,
+void PlannerMetrics::RecordAdmission(const std::string& operation,
+                                     const std::string& result,
                                      double seconds) {
   admissions_.Add({{"operation", operation}, {"result", result}}).Increment();
-  admission_duration_.Add({{"operation", operation}}, DecisionBuckets()).Observe(seconds);
+  admission_duration_.Add({{"operation", operation}}, DecisionBuckets())
+      .Observe(seconds);
 }
 
 }  // namespace monta::metrics

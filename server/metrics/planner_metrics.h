@@ -6,8 +6,10 @@
 #define MONTA_SERVER_METRICS_PLANNER_METRICS_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -27,12 +29,13 @@ namespace monta::metrics {
 // ("<64KiB", "64-256KiB", ..., "256MiB-1GiB", ">=1GiB"): bounded cardinality.
 std::string MessageSizeBucket(uint64_t bytes);
 
-// Line rate (bytes per second per rank, one direction) of the link that bounds a
-// curve of `scope` on this node: NVLink (or loopback) inside a node, the node's NIC
-// share per rank across nodes (discovered or declared NICs, else a GPU node class's
-// profile). 0 when unknown, e.g. across CPU nodes with no NIC known.
-double BottleneckLineRate(const monta::v1::NodeTopology& topology, monta::v1::Scope scope,
-                          int ranks_per_node);
+// Line rate (bytes per second per rank, one direction) of the link that bounds
+// a curve of `scope` on this node: NVLink (or loopback) inside a node, the
+// node's NIC share per rank across nodes (discovered or declared NICs, else a
+// GPU node class's profile). 0 when unknown, e.g. across CPU nodes with no NIC
+// known.
+double BottleneckLineRate(const monta::v1::NodeTopology& topology,
+                          monta::v1::Scope scope, int ranks_per_node);
 
 // Exposes the registry's view at scrape time:
 //   monta_node_state{node,state}, monta_node_lease_age_seconds{node},
@@ -54,13 +57,14 @@ class PlannerMetrics {
  public:
   explicit PlannerMetrics(prometheus::Registry& registry);
 
-  // One GetStrategy (or admission) decision: the chosen strategy and its predicted
-  // speedup, or the error class.
-  void RecordDecision(const absl::Status& status, const monta::v1::StrategyReply* reply,
-                      double seconds);
+  // One GetStrategy (or admission) decision: the chosen strategy and its
+  // predicted speedup, or the error class.
+  void RecordDecision(const absl::Status& status,
+                      const monta::v1::StrategyReply* reply, double seconds);
   // A finished task; scope follows its node count.
   void RecordBenchmarkTask(const monta::v1::BenchmarkTaskStatus& status);
-  // operation: "mutate" | "validate"; result: patched|allowed|denied|skipped|error.
+  // operation: "mutate" | "validate"; result:
+  // patched|allowed|denied|skipped|error.
   void RecordAdmission(const std::string& operation, const std::string& result,
                        double seconds);
 
@@ -68,6 +72,12 @@ class PlannerMetrics {
   prometheus::Family<prometheus::Counter>& decisions_;
   prometheus::Family<prometheus::Histogram>& decision_duration_;
   prometheus::Family<prometheus::Histogram>& predicted_speedup_;
+  // Every decision series, created up front: a decision is a hot path, and this
+  // read-only map saves Family::Add's label hashing under its lock per call.
+  std::map<std::pair<std::string, std::string>, prometheus::Counter*>
+      decision_counters_;
+  std::map<std::string, prometheus::Histogram*> speedup_histograms_;
+  prometheus::Histogram* decision_seconds_ = nullptr;
   prometheus::Family<prometheus::Counter>& tasks_;
   prometheus::Family<prometheus::Counter>& admissions_;
   prometheus::Family<prometheus::Histogram>& admission_duration_;

@@ -217,15 +217,21 @@ const std::vector<HardwareProfile>& BuiltinProfiles() {
   return *profiles;
 }
 
-absl::StatusOr<HardwareProfile> FindProfile(absl::string_view name) {
-  std::vector<std::string> names;
+absl::StatusOr<const HardwareProfile*> LookupProfile(absl::string_view name) {
   for (const HardwareProfile& p : BuiltinProfiles()) {
-    if (p.name == name) return p;
-    names.push_back(p.name);
+    if (p.name == name) return &p;
   }
+  std::vector<std::string> names;
+  for (const HardwareProfile& p : BuiltinProfiles()) names.push_back(p.name);
   return absl::NotFoundError(
       absl::StrCat("unknown hardware profile \"", name,
                    "\"; known: ", absl::StrJoin(names, ", ")));
+}
+
+absl::StatusOr<HardwareProfile> FindProfile(absl::string_view name) {
+  absl::StatusOr<const HardwareProfile*> p = LookupProfile(name);
+  if (!p.ok()) return p.status();
+  return **p;
 }
 
 absl::StatusOr<std::string> ProfileNameForGpu(absl::string_view gpu_name) {

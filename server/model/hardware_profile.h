@@ -58,6 +58,10 @@ const std::vector<HardwareProfile>& BuiltinProfiles();
 // NOT_FOUND naming the known profiles when `name` is not one of them.
 absl::StatusOr<HardwareProfile> FindProfile(absl::string_view name);
 
+// The built-in profile called `name` (static storage, no copy), or NOT_FOUND as
+// FindProfile. For hot paths: a profile carries dozens of sourced strings.
+absl::StatusOr<const HardwareProfile*> LookupProfile(absl::string_view name);
+
 // Profile name for a GPU marketing name ("NVIDIA A800-SXM4-80GB" ->
 // "a800-hgx"); "cpu-gloo" for an empty name (a node without GPUs).
 // NOT_FOUND when the GPU has no built-in profile.

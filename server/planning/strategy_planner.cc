@@ -29,16 +29,17 @@ struct Resolved {
   // Registered nodes in rank order; empty for a profile placement.
   std::vector<NodeFacts> members;
   // Profile of each member (or the one profile), same order as members.
-  std::vector<model::HardwareProfile> node_profiles;
+  std::vector<const model::HardwareProfile*> node_profiles;
 };
 
 absl::StatusOr<Resolved> ResolveProfilePlacement(const v1::Placement& p) {
-  absl::StatusOr<model::HardwareProfile> profile =
-      model::FindProfile(p.profile());
-  if (!profile.ok()) {
+  absl::StatusOr<const model::HardwareProfile*> found =
+      model::LookupProfile(p.profile());
+  if (!found.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("placement.profile: ", profile.status().message()));
+        absl::StrCat("placement.profile: ", found.status().message()));
   }
+  const model::HardwareProfile* profile = *found;
   if (p.nodes() < 1 || p.nodes() > 100000) {
     return absl::InvalidArgumentError(absl::StrCat(
         "placement.nodes: must be in 1..100000 with a profile, got ",
@@ -53,7 +54,7 @@ absl::StatusOr<Resolved> ResolveProfilePlacement(const v1::Placement& p) {
   r.nodes = p.nodes();
   r.gpus_per_node =
       p.gpus_per_node() > 0 ? p.gpus_per_node() : profile->gpus_per_node;
-  r.node_profiles.push_back(*std::move(profile));
+  r.node_profiles.push_back(profile);
   return r;
 }
 
@@ -104,12 +105,13 @@ absl::StatusOr<Resolved> ResolveNodePlacement(const v1::Placement& p,
       }
       profile_name = *inferred;
     }
-    absl::StatusOr<model::HardwareProfile> profile =
-        model::FindProfile(profile_name);
-    if (!profile.ok()) {
+    absl::StatusOr<const model::HardwareProfile*> found =
+        model::LookupProfile(profile_name);
+    if (!found.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          field, ": node \"", name, "\": ", profile.status().message()));
+          field, ": node \"", name, "\": ", found.status().message()));
     }
+    const model::HardwareProfile* profile = *found;
     // Ranks this node runs: the request's, else its GPUs, else the CPU
     // profile's rank count.
     const int available =
@@ -132,7 +134,7 @@ absl::StatusOr<Resolved> ResolveNodePlacement(const v1::Placement& p,
           "\"); set gpus_per_node to the ranks each node runs"));
     }
     r.members.push_back(*std::move(facts));
-    r.node_profiles.push_back(*std::move(profile));
+    r.node_profiles.push_back(profile);
   }
   r.nodes = static_cast<int>(r.members.size());
   return r;
@@ -259,7 +261,7 @@ RoleChoice ChooseRole(Role role, const Resolved& where,
   std::vector<Option> options;
   RoleChoice choice;
   auto add_profile = [&](size_t i) {
-    const std::string& name = where.node_profiles[i].name;
+    const std::string& name = where.node_profiles[i]->name;
     for (const Option& o : options) {
       if (o.measured == nullptr && o.profile == name) return;
     }
@@ -446,9 +448,9 @@ absl::StatusOr<v1::StrategyReply> PlanStrategy(
 
   // Profile views, one per resolved node (or the one profile).
   std::vector<model::ClusterView> profile_views;
-  for (const model::HardwareProfile& p : where->node_profiles) {
+  for (const model::HardwareProfile* p : where->node_profiles) {
     absl::StatusOr<model::ClusterView> v =
-        model::ProfileClusterView(p, where->nodes, where->gpus_per_node);
+        model::ProfileClusterView(*p, where->nodes, where->gpus_per_node);
     if (!v.ok()) return absl::InternalError(v.status().message());
     profile_views.push_back(*std::move(v));
   }
@@ -493,11 +495,11 @@ absl::StatusOr<v1::StrategyReply> PlanStrategy(
   v1::Evidence* ev = reply.mutable_evidence();
   std::vector<std::string> profile_names;
   std::vector<std::string> profile_versions;
-  for (const model::HardwareProfile& p : where->node_profiles) {
-    if (std::find(profile_names.begin(), profile_names.end(), p.name) ==
+  for (const model::HardwareProfile* p : where->node_profiles) {
+    if (std::find(profile_names.begin(), profile_names.end(), p->name) ==
         profile_names.end()) {
-      profile_names.push_back(p.name);
-      profile_versions.push_back(p.version);
+      profile_names.push_back(p->name);
+      profile_versions.push_back(p->version);
     }
   }
   ev->set_profile(absl::StrJoin(profile_names, ","));
