@@ -1,5 +1,5 @@
-// monta-agent: one per node. Discovers the node, registers with the planner, keeps
-// its lease, and runs the benchmarks the planner asks for.
+// monta-agent: one per node. Discovers the node, registers with the planner,
+// keeps its lease, and runs the benchmarks the planner asks for.
 #include <unistd.h>
 
 #include <atomic>
@@ -11,37 +11,45 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "agent/runtime/agent_metrics.h"
 #include "agent/runtime/agent_runtime.h"
 #include "agent/runtime/bench_runner.h"
 #include "agent/topology/discovery.h"
+#include "common/flags.h"
 #include "common/signals.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 
 ABSL_FLAG(std::string, planner, "127.0.0.1:7400", "planner gRPC address");
 ABSL_FLAG(std::string, node_name, "",
-          "node name; default: $NODE_NAME (Kubernetes downward API), else the hostname");
-ABSL_FLAG(std::string, instance_id, "", "agent instance id; default: random per process");
+          "node name; default: $NODE_NAME (Kubernetes downward API), else the "
+          "hostname");
+ABSL_FLAG(std::string, instance_id, "",
+          "agent instance id; default: random per process");
 ABSL_FLAG(std::string, bench_address, "127.0.0.1",
           "address other agents use to reach this node for benchmark traffic");
-ABSL_FLAG(std::string, sysfs_root, "/sys", "root of the sysfs tree to discover NICs and NUMA from");
-ABSL_FLAG(std::string, topology_file, "",
-          "YAML topology for nodes where discovery is impossible (declared facts)");
+ABSL_FLAG(std::string, sysfs_root, "/sys",
+          "root of the sysfs tree to discover NICs and NUMA from");
+ABSL_FLAG(
+    std::string, topology_file, "",
+    "YAML topology for nodes where discovery is impossible (declared facts)");
 ABSL_FLAG(std::string, labels, "",
           "topology labels, comma-separated key=value (e.g. "
           "network.topology.nvidia.com/leaf=leaf-07)");
 ABSL_FLAG(std::string, labels_file, "",
           "file of key=value topology labels (Kubernetes downward API format)");
 ABSL_FLAG(std::string, metrics_listen, "",
-          "Prometheus /metrics listen address (host:port; port 0 picks one); empty disables");
+          "Prometheus /metrics listen address (host:port; port 0 picks one); "
+          "empty disables");
 ABSL_FLAG(std::string, port_file, "",
-          "write the bound metrics port as JSON {\"metrics\":M} to this file (for tests)");
-ABSL_FLAG(double, topology_refresh_seconds, 30,
-          "rediscover the topology this often and report changes with the heartbeat");
+          "write the bound metrics port as JSON {\"metrics\":M} to this file "
+          "(for tests)");
+ABSL_FLAG(
+    double, topology_refresh_seconds, 30,
+    "rediscover the topology this often and report changes with the heartbeat");
 
 namespace {
 
@@ -62,10 +70,11 @@ std::string DefaultNodeName() {
 int main(int argc, char** argv) {
   monta::BlockTerminationSignals();
   absl::SetProgramUsageMessage("monta-agent: Monta node agent");
+  monta::NormalizeFlagDashes(argc, argv);
   absl::ParseCommandLine(argc, argv);
-  // Debian's Abseil is built with deadlock detection on, which walks a lock graph
-  // on every Mutex acquisition (~2.5% of the planner's CPU under load). The unit
-  // tests keep it; the production binaries skip it.
+  // Debian's Abseil is built with deadlock detection on, which walks a lock
+  // graph on every Mutex acquisition (~2.5% of the planner's CPU under load).
+  // The unit tests keep it; the production binaries skip it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
   monta::agent::AgentOptions options;
@@ -83,24 +92,31 @@ int main(int argc, char** argv) {
   }
   for (absl::string_view item :
        absl::StrSplit(absl::GetFlag(FLAGS_labels), ',', absl::SkipEmpty())) {
-    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    std::pair<std::string, std::string> kv =
+        absl::StrSplit(item, absl::MaxSplits('=', 1));
     if (kv.first.empty() || kv.second.empty()) {
-      std::cerr << "monta-agent: --labels: expected key=value, got \"" << item << "\"\n";
+      std::cerr << "monta-agent: --labels: expected key=value, got \"" << item
+                << "\"\n";
       return 2;
     }
     discovery.labels[kv.first] = kv.second;
   }
   // Fail at start, not in the background, when the declared inputs are broken.
-  absl::StatusOr<monta::v1::NodeTopology> first = monta::topology::DiscoverTopology(discovery);
+  absl::StatusOr<monta::v1::NodeTopology> first =
+      monta::topology::DiscoverTopology(discovery);
   if (!first.ok()) {
     std::cerr << "monta-agent: topology: " << first.status().message() << "\n";
     return 2;
   }
   std::cerr << "monta-agent: discovered " << first->gpus_size() << " GPU(s), "
-            << first->nics_size() << " NIC port(s); CUDA: " << first->cuda_status()
+            << first->nics_size()
+            << " NIC port(s); CUDA: " << first->cuda_status()
             << "; NVML: " << first->nvml_status() << std::endl;
-  options.discover = [discovery] { return monta::topology::DiscoverTopology(discovery); };
-  options.topology_refresh = absl::Seconds(absl::GetFlag(FLAGS_topology_refresh_seconds));
+  options.discover = [discovery] {
+    return monta::topology::DiscoverTopology(discovery);
+  };
+  options.topology_refresh =
+      absl::Seconds(absl::GetFlag(FLAGS_topology_refresh_seconds));
 
   // Two NCCL communicators run kernels concurrently in the pipelined schedules;
   // implicit launch order keeps their order consistent across ranks.
@@ -110,17 +126,19 @@ int main(int argc, char** argv) {
   std::unique_ptr<prometheus::Exposer> exposer;
   // Read by the exposer's threads at scrape time.
   std::atomic<monta::agent::AgentRuntime*> runtime_ptr{nullptr};
-  monta::agent::AgentMetrics metrics(*metrics_registry, options.node_name, [&runtime_ptr] {
-    monta::agent::AgentRuntime* runtime = runtime_ptr.load();
-    return runtime != nullptr && runtime->registered();
-  });
+  monta::agent::AgentMetrics metrics(
+      *metrics_registry, options.node_name, [&runtime_ptr] {
+        monta::agent::AgentRuntime* runtime = runtime_ptr.load();
+        return runtime != nullptr && runtime->registered();
+      });
   const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   int metrics_port = 0;
   if (!metrics_listen.empty()) {
     try {
       exposer = std::make_unique<prometheus::Exposer>(metrics_listen);
     } catch (const std::exception& e) {
-      std::cerr << "monta-agent: --metrics_listen " << metrics_listen << ": " << e.what() << "\n";
+      std::cerr << "monta-agent: --metrics_listen " << metrics_listen << ": "
+                << e.what() << "\n";
       return 1;
     }
     exposer->RegisterCollectable(metrics_registry);

@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "client/table.h"
 #include "client/topology_render.h"
+#include "common/flags.h"
 #include "common/proto_json.h"
 #include "common/proto_names.h"
 #include "grpcpp/create_channel.h"
@@ -450,6 +451,7 @@ int main(int argc, char** argv) {
       "evidence\n"
       "  bench --nodes a,b measure nodes (one node: intra-node; several: "
       "inter-node)\n");
+  monta::NormalizeFlagDashes(argc, argv);
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   std::vector<std::string> args(rest.begin() + 1, rest.end());
   Context ctx;

@@ -1,12 +1,14 @@
-// monta-planner: the cluster's planner. See README.md for flags and the quick start.
+// monta-planner: the cluster's planner. See README.md for flags and the quick
+// start.
 #include <fstream>
 #include <iostream>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/flags.h"
 #include "common/signals.h"
 #include "server/planner_server.h"
 
@@ -14,34 +16,44 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:7400",
           "gRPC listen address (host:port; port 0 picks a free one)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:7401",
           "Prometheus /metrics listen address; empty disables");
-ABSL_FLAG(double, lease_seconds, 15, "node lease: a node without heartbeat is stale after it");
-ABSL_FLAG(double, heartbeat_seconds, 5, "heartbeat interval the agents are told to use");
+ABSL_FLAG(double, lease_seconds, 15,
+          "node lease: a node without heartbeat is stale after it");
+ABSL_FLAG(double, heartbeat_seconds, 5,
+          "heartbeat interval the agents are told to use");
 ABSL_FLAG(bool, bench_on_register, true,
           "measure a node (intra-node sweep) when it registers without curves");
-ABSL_FLAG(double, bench_timeout_seconds, 120, "default deadline of a benchmark task");
+ABSL_FLAG(double, bench_timeout_seconds, 120,
+          "default deadline of a benchmark task");
 ABSL_FLAG(double, bench_interval_seconds, 3600,
-          "re-measure idle nodes (intra-node) and neighbouring pairs (inter-node) this often; "
+          "re-measure idle nodes (intra-node) and neighbouring pairs "
+          "(inter-node) this often; "
           "0 disables");
 ABSL_FLAG(std::string, db, "",
-          "SQLite file for nodes and measured curves (created if missing); empty keeps state "
+          "SQLite file for nodes and measured curves (created if missing); "
+          "empty keeps state "
           "in memory only");
 ABSL_FLAG(std::string, webhook_listen, "",
-          "Kubernetes admission webhook HTTPS listen address (POST /mutate, /validate; GET "
-          "/healthz), e.g. 0.0.0.0:8443; empty disables; needs --tls_cert and --tls_key");
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM certificate chain of the webhook (re-read when the file changes)");
+          "Kubernetes admission webhook HTTPS listen address (POST /mutate, "
+          "/validate; GET "
+          "/healthz), e.g. 0.0.0.0:8443; empty disables; needs --tls_cert and "
+          "--tls_key");
+ABSL_FLAG(
+    std::string, tls_cert, "",
+    "PEM certificate chain of the webhook (re-read when the file changes)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of the webhook");
 ABSL_FLAG(std::string, port_file, "",
-          "write the bound ports as JSON {\"grpc\":N,\"metrics\":M,\"webhook\":W} to this "
+          "write the bound ports as JSON "
+          "{\"grpc\":N,\"metrics\":M,\"webhook\":W} to this "
           "file (for tests)");
 
 int main(int argc, char** argv) {
   monta::BlockTerminationSignals();
   absl::SetProgramUsageMessage("monta-planner: MoE AllToAll strategy planner");
+  monta::NormalizeFlagDashes(argc, argv);
   absl::ParseCommandLine(argc, argv);
-  // Debian's Abseil is built with deadlock detection on, which walks a lock graph
-  // on every Mutex acquisition (~2.5% of the planner's CPU under load). The unit
-  // tests keep it; the production binaries skip it.
+  // Debian's Abseil is built with deadlock detection on, which walks a lock
+  // graph on every Mutex acquisition (~2.5% of the planner's CPU under load).
+  // The unit tests keep it; the production binaries skip it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
   monta::PlannerOptions options;
@@ -50,7 +62,8 @@ int main(int argc, char** argv) {
   const double lease = absl::GetFlag(FLAGS_lease_seconds);
   const double heartbeat = absl::GetFlag(FLAGS_heartbeat_seconds);
   if (lease <= 0 || heartbeat <= 0 || heartbeat >= lease) {
-    std::cerr << "monta-planner: --heartbeat_seconds must be > 0 and < --lease_seconds\n";
+    std::cerr << "monta-planner: --heartbeat_seconds must be > 0 and < "
+                 "--lease_seconds\n";
     return 2;
   }
   options.registry.lease = absl::Seconds(lease);
@@ -61,14 +74,17 @@ int main(int argc, char** argv) {
     std::cerr << "monta-planner: --bench_interval_seconds must be >= 0\n";
     return 2;
   }
-  options.bench_interval = absl::Seconds(absl::GetFlag(FLAGS_bench_interval_seconds));
-  options.coordinator.default_timeout = absl::Seconds(absl::GetFlag(FLAGS_bench_timeout_seconds));
+  options.bench_interval =
+      absl::Seconds(absl::GetFlag(FLAGS_bench_interval_seconds));
+  options.coordinator.default_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_bench_timeout_seconds));
   options.webhook_address = absl::GetFlag(FLAGS_webhook_listen);
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   if (!options.webhook_address.empty() &&
       (options.tls_cert_file.empty() || options.tls_key_file.empty())) {
-    std::cerr << "monta-planner: --webhook_listen needs --tls_cert and --tls_key\n";
+    std::cerr
+        << "monta-planner: --webhook_listen needs --tls_cert and --tls_key\n";
     return 2;
   }
 
@@ -80,7 +96,8 @@ int main(int argc, char** argv) {
   std::cerr << "monta-planner: serving gRPC on port " << (*server)->grpc_port()
             << ", metrics on port " << (*server)->metrics_port();
   if ((*server)->webhook_port() != 0) {
-    std::cerr << ", admission webhook (HTTPS) on port " << (*server)->webhook_port();
+    std::cerr << ", admission webhook (HTTPS) on port "
+              << (*server)->webhook_port();
   }
   std::cerr << std::endl;
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
@@ -89,11 +106,13 @@ int main(int argc, char** argv) {
     const std::string tmp = port_file + ".tmp";
     std::ofstream(tmp) << "{\"grpc\": " << (*server)->grpc_port()
                        << ", \"metrics\": " << (*server)->metrics_port()
-                       << ", \"webhook\": " << (*server)->webhook_port() << "}\n";
+                       << ", \"webhook\": " << (*server)->webhook_port()
+                       << "}\n";
     std::rename(tmp.c_str(), port_file.c_str());
   }
   const int sig = monta::WaitForTerminationSignal();
-  std::cerr << "monta-planner: signal " << sig << ", shutting down" << std::endl;
+  std::cerr << "monta-planner: signal " << sig << ", shutting down"
+            << std::endl;
   (*server)->Shutdown(absl::Seconds(5));
   std::cerr << "monta-planner: stopped" << std::endl;
   return 0;
