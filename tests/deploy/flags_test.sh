@@ -18,8 +18,9 @@ out="$SCRATCH/gpu.yaml"
 render overlays/gpu "$out"
 
 defined() { # defined DIR... : flag names defined by ABSL_FLAG in non-test .cc files
-  find "$@" -name '*.cc' ! -name '*_test.cc' -print0 |
-    xargs -0 grep -hoE 'ABSL_FLAG\([^,]+,[[:space:]]*[A-Za-z0-9_]+' | sed -E 's/.*,[[:space:]]*//' | sort -u
+  # Joined into one line first: clang-format may break ABSL_FLAG( across lines.
+  find "$@" -name '*.cc' ! -name '*_test.cc' -print0 | xargs -0 cat | tr '\n' ' ' |
+    grep -oE 'ABSL_FLAG\([[:space:]]*[^,]+,[[:space:]]*[A-Za-z0-9_]+' | sed -E 's/.*,[[:space:]]*//' | sort -u
 }
 planner_flags="$(defined "$src/server" "$src/common")"
 agent_flags="$(defined "$src/agent" "$src/common")"
