@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/util/time_util.h"
+#include "server/registry/topology_validation.h"
 
 namespace monta::registry {
 namespace {
@@ -78,6 +79,11 @@ absl::Status Registry::Register(const monta::v1::RegisterRequest& request,
     return absl::InvalidArgumentError(
         "agent_version: expected at most 128 characters");
   }
+  if (request.bench_address().size() > 255) {
+    return absl::InvalidArgumentError(
+        "bench_address: expected a host or address of at most 255 characters");
+  }
+  if (absl::Status s = ValidateTopology(request.topology()); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(request.node_name());
   if (it != nodes_.end()) {
@@ -128,6 +134,8 @@ absl::Status Registry::Heartbeat(const monta::v1::HeartbeatRequest& request,
   }
   entry.last_heartbeat = now;
   if (request.has_topology()) {
+    if (absl::Status s = ValidateTopology(request.topology()); !s.ok())
+      return s;
     const int events_before = entry.info.events_size();
     RecordTopology(entry, request.topology(), now);
     // Persist only real changes: heartbeats are the hot path.

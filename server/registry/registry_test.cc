@@ -9,7 +9,8 @@ using monta::v1::NODE_STATE_ALIVE;
 using monta::v1::NODE_STATE_GONE;
 using monta::v1::NODE_STATE_STALE;
 
-monta::v1::RegisterRequest Req(const std::string& name, const std::string& instance) {
+monta::v1::RegisterRequest Req(const std::string& name,
+                               const std::string& instance) {
   monta::v1::RegisterRequest r;
   r.set_node_name(name);
   r.set_instance_id(instance);
@@ -46,7 +47,8 @@ TEST_F(RegistryTest, HeartbeatRenewsLease) {
   hb.set_node_name("node-a");
   hb.set_instance_id("i1");
   ASSERT_TRUE(r.Heartbeat(hb, t0_ + absl::Seconds(8)).ok());
-  EXPECT_EQ(r.Get("node-a", t0_ + absl::Seconds(15))->state(), NODE_STATE_ALIVE);
+  EXPECT_EQ(r.Get("node-a", t0_ + absl::Seconds(15))->state(),
+            NODE_STATE_ALIVE);
   EXPECT_TRUE(r.IsAlive("node-a", "i1", t0_ + absl::Seconds(15)));
   EXPECT_FALSE(r.IsAlive("node-a", "other", t0_ + absl::Seconds(15)));
 }
@@ -81,7 +83,23 @@ TEST_F(RegistryTest, InvalidNamesRejectedWithField) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(s.message().find("node_name"), std::string::npos) << s;
   }
-  EXPECT_EQ(r.Register(Req("ok", ""), t0_).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.Register(Req("ok", ""), t0_).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(RegistryTest, BrokenTopologyIsRefusedAtRegisterAndHeartbeat) {
+  Registry r(Options());
+  auto req = Req("node-a", "i1");
+  req.mutable_topology()->add_nics()->set_rate_gbps(-1);
+  absl::Status s = r.Register(req, t0_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("topology.nics[0]"), std::string::npos) << s;
+  ASSERT_TRUE(r.Register(Req("node-a", "i1"), t0_).ok());
+  monta::v1::HeartbeatRequest hb;
+  hb.set_node_name("node-a");
+  hb.set_instance_id("i1");
+  hb.mutable_topology()->add_gpus()->set_index(-3);
+  EXPECT_EQ(r.Heartbeat(hb, t0_).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(RegistryTest, DeregisterMakesNodeGoneAndHiddenByDefault) {
@@ -112,7 +130,9 @@ TEST_F(RegistryTest, TopologyChangesBecomeEvents) {
   };
   Registry r(Options(), differ);
   auto req = Req("node-a", "i1");
-  req.mutable_topology()->add_nics()->set_rate_gbps(400);
+  auto* nic = req.mutable_topology()->add_nics();
+  nic->set_name("mlx5_0");
+  nic->set_rate_gbps(400);
   ASSERT_TRUE(r.Register(req, t0_).ok());
   monta::v1::HeartbeatRequest hb;
   hb.set_node_name("node-a");
