@@ -580,11 +580,13 @@ AdmissionHandler::Outcome AdmissionHandler::Review(
 }
 
 AdmissionHandler::Decider RegistryDecider(const registry::Registry* registry,
-                                          metrics::PlannerMetrics* metrics) {
-  return [registry, metrics](const monta::v1::StrategyRequest& request,
-                             bool record_decision) {
+                                          metrics::PlannerMetrics* metrics,
+                                          store::DecisionLog* decisions) {
+  return [registry, metrics, decisions](
+             const monta::v1::StrategyRequest& request, bool record_decision) {
     return api::DecideStrategy(request, registry,
-                               record_decision ? metrics : nullptr);
+                               record_decision ? metrics : nullptr,
+                               record_decision ? decisions : nullptr);
   };
 }
 

@@ -29,6 +29,7 @@
 #include "proto/monta/v1/strategy.pb.h"
 #include "server/metrics/planner_metrics.h"
 #include "server/registry/registry.h"
+#include "server/store/decision_log.h"
 
 namespace monta::admission {
 
@@ -96,9 +97,11 @@ class AdmissionHandler {
 };
 
 // The planner's decider: api::DecideStrategy against `registry`; decisions
-// recorded in `metrics` (may be null) when asked to. Both must outlive it.
-AdmissionHandler::Decider RegistryDecider(const registry::Registry* registry,
-                                          metrics::PlannerMetrics* metrics);
+// recorded in `metrics` and logged to `decisions` (either may be null) when
+// asked to. All must outlive it.
+AdmissionHandler::Decider RegistryDecider(
+    const registry::Registry* registry, metrics::PlannerMetrics* metrics,
+    store::DecisionLog* decisions = nullptr);
 
 // JSON Pointer (RFC 6901) escaping of one reference token: "~" -> "~0",
 // "/" -> "~1".

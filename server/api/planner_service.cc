@@ -7,51 +7,65 @@
 
 namespace monta::api {
 
-std::optional<planning::NodeFacts> RegistryNodeLookup::Find(absl::string_view name) const {
+std::optional<planning::NodeFacts> RegistryNodeLookup::Find(
+    absl::string_view name) const {
   absl::StatusOr<monta::v1::NodeInfo> node = registry_->Get(name, now_);
-  if (!node.ok() || node->state() == monta::v1::NODE_STATE_GONE) return std::nullopt;
+  if (!node.ok() || node->state() == monta::v1::NODE_STATE_GONE)
+    return std::nullopt;
   planning::NodeFacts facts;
   facts.name = node->name();
   facts.gpu_count = node->topology().gpus_size();
-  facts.gpu_name = node->topology().gpus().empty() ? "" : node->topology().gpus(0).name();
+  facts.gpu_name =
+      node->topology().gpus().empty() ? "" : node->topology().gpus(0).name();
   facts.profile_name = node->topology().profile_name();
   facts.curves.assign(node->curves().begin(), node->curves().end());
   return facts;
 }
 
-absl::StatusOr<monta::v1::StrategyReply> DecideStrategy(const monta::v1::StrategyRequest& request,
-                                                        const registry::Registry* registry,
-                                                        metrics::PlannerMetrics* metrics) {
+absl::StatusOr<monta::v1::StrategyReply> DecideStrategy(
+    const monta::v1::StrategyRequest& request,
+    const registry::Registry* registry, metrics::PlannerMetrics* metrics,
+    store::DecisionLog* decisions) {
   const auto start = std::chrono::steady_clock::now();
   const absl::Time now = absl::Now();
   RegistryNodeLookup lookup(registry, now);
-  absl::StatusOr<monta::v1::StrategyReply> reply = planning::PlanStrategy(request, &lookup, now);
+  absl::StatusOr<monta::v1::StrategyReply> reply =
+      planning::PlanStrategy(request, &lookup, now);
   const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   if (reply.ok()) reply->set_decision_seconds(seconds);
   if (metrics != nullptr) {
-    metrics->RecordDecision(reply.status(), reply.ok() ? &*reply : nullptr, seconds);
+    metrics->RecordDecision(reply.status(), reply.ok() ? &*reply : nullptr,
+                            seconds);
   }
+  if (decisions != nullptr && reply.ok())
+    decisions->RecordDecision(request, *reply);
   return reply;
 }
 
-PlannerService::PlannerService(registry::Registry* registry, bench::Coordinator* coordinator,
-                               metrics::PlannerMetrics* metrics)
-    : registry_(registry), coordinator_(coordinator), metrics_(metrics) {}
+PlannerService::PlannerService(registry::Registry* registry,
+                               bench::Coordinator* coordinator,
+                               metrics::PlannerMetrics* metrics,
+                               store::DecisionLog* decisions)
+    : registry_(registry),
+      coordinator_(coordinator),
+      metrics_(metrics),
+      decisions_(decisions) {}
 
-grpc::Status PlannerService::GetStrategy(grpc::ServerContext* context,
-                                         const monta::v1::StrategyRequest* request,
-                                         monta::v1::StrategyReply* reply) {
+grpc::Status PlannerService::GetStrategy(
+    grpc::ServerContext* context, const monta::v1::StrategyRequest* request,
+    monta::v1::StrategyReply* reply) {
   absl::StatusOr<monta::v1::StrategyReply> decided =
-      DecideStrategy(*request, registry_, metrics_);
+      DecideStrategy(*request, registry_, metrics_, decisions_);
   if (!decided.ok()) return ToGrpc(decided.status());
   *reply = *std::move(decided);
   return grpc::Status::OK;
 }
 
-grpc::Status PlannerService::ListNodes(grpc::ServerContext* context,
-                                       const monta::v1::ListNodesRequest* request,
-                                       monta::v1::ListNodesReply* reply) {
+grpc::Status PlannerService::ListNodes(
+    grpc::ServerContext* context, const monta::v1::ListNodesRequest* request,
+    monta::v1::ListNodesReply* reply) {
   for (auto& node : registry_->List(absl::Now(), request->include_gone())) {
     *reply->add_nodes() = std::move(node);
   }
@@ -62,34 +76,40 @@ grpc::Status PlannerService::GetNode(grpc::ServerContext* context,
                                      const monta::v1::GetNodeRequest* request,
                                      monta::v1::NodeInfo* reply) {
   if (request->name().empty()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "name: expected a node name");
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "name: expected a node name");
   }
-  absl::StatusOr<monta::v1::NodeInfo> node = registry_->Get(request->name(), absl::Now());
+  absl::StatusOr<monta::v1::NodeInfo> node =
+      registry_->Get(request->name(), absl::Now());
   if (!node.ok()) return ToGrpc(node.status());
   *reply = *std::move(node);
   return grpc::Status::OK;
 }
 
-grpc::Status PlannerService::ListProfiles(grpc::ServerContext* context,
-                                          const monta::v1::ListProfilesRequest* request,
-                                          monta::v1::ListProfilesReply* reply) {
-  for (auto& profile : planning::ListProfiles()) *reply->add_profiles() = std::move(profile);
+grpc::Status PlannerService::ListProfiles(
+    grpc::ServerContext* context, const monta::v1::ListProfilesRequest* request,
+    monta::v1::ListProfilesReply* reply) {
+  for (auto& profile : planning::ListProfiles())
+    *reply->add_profiles() = std::move(profile);
   return grpc::Status::OK;
 }
 
-grpc::Status PlannerService::RunBenchmark(grpc::ServerContext* context,
-                                          const monta::v1::RunBenchmarkRequest* request,
-                                          monta::v1::RunBenchmarkReply* reply) {
+grpc::Status PlannerService::RunBenchmark(
+    grpc::ServerContext* context, const monta::v1::RunBenchmarkRequest* request,
+    monta::v1::RunBenchmarkReply* reply) {
   absl::StatusOr<monta::v1::BenchmarkTaskStatus> status =
       coordinator_->Schedule(*request, absl::Now());
   if (!status.ok()) return ToGrpc(status.status());
   if (request->wait()) {
     // Bounded by the task's own deadline and by the caller's deadline.
-    absl::Duration max_wait = absl::Seconds(
-        request->timeout_seconds() > 0 ? request->timeout_seconds() : 120) + absl::Seconds(5);
+    absl::Duration max_wait = absl::Seconds(request->timeout_seconds() > 0
+                                                ? request->timeout_seconds()
+                                                : 120) +
+                              absl::Seconds(5);
     const auto caller_deadline = context->deadline();
     if (caller_deadline != std::chrono::system_clock::time_point::max()) {
-      max_wait = std::min(max_wait, absl::FromChrono(caller_deadline) - absl::Now());
+      max_wait =
+          std::min(max_wait, absl::FromChrono(caller_deadline) - absl::Now());
     }
     status = coordinator_->WaitFinished(status->task_id(), max_wait);
     if (!status.ok()) return ToGrpc(status.status());

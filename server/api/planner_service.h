@@ -8,21 +8,26 @@
 #include "server/metrics/planner_metrics.h"
 #include "server/planning/strategy_planner.h"
 #include "server/registry/registry.h"
+#include "server/store/decision_log.h"
 
 namespace monta::api {
 
 class PlannerService final : public monta::v1::Planner::Service {
  public:
-  // Pointers are not owned and must outlive the service; `metrics` may be null.
+  // Pointers are not owned and must outlive the service; `metrics` and
+  // `decisions` may be null.
   PlannerService(registry::Registry* registry, bench::Coordinator* coordinator,
-                 metrics::PlannerMetrics* metrics);
+                 metrics::PlannerMetrics* metrics,
+                 store::DecisionLog* decisions = nullptr);
 
   grpc::Status GetStrategy(grpc::ServerContext* context,
                            const monta::v1::StrategyRequest* request,
                            monta::v1::StrategyReply* reply) override;
-  grpc::Status ListNodes(grpc::ServerContext* context, const monta::v1::ListNodesRequest* request,
+  grpc::Status ListNodes(grpc::ServerContext* context,
+                         const monta::v1::ListNodesRequest* request,
                          monta::v1::ListNodesReply* reply) override;
-  grpc::Status GetNode(grpc::ServerContext* context, const monta::v1::GetNodeRequest* request,
+  grpc::Status GetNode(grpc::ServerContext* context,
+                       const monta::v1::GetNodeRequest* request,
                        monta::v1::NodeInfo* reply) override;
   grpc::Status ListProfiles(grpc::ServerContext* context,
                             const monta::v1::ListProfilesRequest* request,
@@ -35,26 +40,29 @@ class PlannerService final : public monta::v1::Planner::Service {
   registry::Registry* const registry_;
   bench::Coordinator* const coordinator_;
   metrics::PlannerMetrics* const metrics_;
+  store::DecisionLog* const decisions_;
 };
 
-// Resolves node names for the strategy planner from the registry (gone nodes are
-// unknown).
+// Resolves node names for the strategy planner from the registry (gone nodes
+// are unknown).
 class RegistryNodeLookup : public planning::NodeLookup {
  public:
   RegistryNodeLookup(const registry::Registry* registry, absl::Time now)
       : registry_(registry), now_(now) {}
-  std::optional<planning::NodeFacts> Find(absl::string_view name) const override;
+  std::optional<planning::NodeFacts> Find(
+      absl::string_view name) const override;
 
  private:
   const registry::Registry* registry_;
   absl::Time now_;
 };
 
-// Plans one request against the registry and records the decision metrics; shared
-// by GetStrategy and the admission webhook.
-absl::StatusOr<monta::v1::StrategyReply> DecideStrategy(const monta::v1::StrategyRequest& request,
-                                                        const registry::Registry* registry,
-                                                        metrics::PlannerMetrics* metrics);
+// Plans one request against the registry, records the decision metrics and logs
+// a successful decision (both optional); shared by GetStrategy and the webhook.
+absl::StatusOr<monta::v1::StrategyReply> DecideStrategy(
+    const monta::v1::StrategyRequest& request,
+    const registry::Registry* registry, metrics::PlannerMetrics* metrics,
+    store::DecisionLog* decisions = nullptr);
 
 }  // namespace monta::api
 

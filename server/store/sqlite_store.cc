@@ -29,13 +29,26 @@ CREATE TABLE IF NOT EXISTS curves (
   curve BLOB NOT NULL            -- monta.v1.BandwidthCurve
 );
 CREATE INDEX IF NOT EXISTS curves_by_nodes ON curves (nodes, collective, scope);
+CREATE TABLE IF NOT EXISTS decisions (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  decided_unix_seconds REAL NOT NULL,
+  job_name TEXT NOT NULL,
+  strategy TEXT NOT NULL,          -- chosen candidate's name
+  chunks INTEGER NOT NULL,         -- K_eff of the chosen candidate
+  speedup_over_flat REAL NOT NULL,
+  total_seconds_per_layer REAL NOT NULL,
+  evidence_source TEXT NOT NULL,   -- measured | profile | mixed
+  request BLOB NOT NULL,           -- monta.v1.StrategyRequest
+  reply BLOB NOT NULL              -- monta.v1.StrategyReply
+);
 )sql";
 
 // Finalizes a statement on every path.
 class Statement {
  public:
   Statement(sqlite3* db, const char* sql) {
-    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK) stmt_ = nullptr;
+    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK)
+      stmt_ = nullptr;
   }
   ~Statement() { sqlite3_finalize(stmt_); }
   sqlite3_stmt* get() const { return stmt_; }
@@ -45,29 +58,38 @@ class Statement {
 };
 
 absl::Status SqliteError(sqlite3* db, const std::string& what) {
-  return absl::InternalError(absl::StrCat("sqlite: ", what, ": ", sqlite3_errmsg(db)));
+  return absl::InternalError(
+      absl::StrCat("sqlite: ", what, ": ", sqlite3_errmsg(db)));
 }
 
-double NowSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
+double NowSeconds() {
+  return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+}
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
+    const std::string& path) {
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
-      SQLITE_OK) {
+  if (sqlite3_open_v2(path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                      nullptr) != SQLITE_OK) {
     std::string message = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
-    return absl::UnavailableError(absl::StrCat("--db ", path, ": cannot open: ", message));
+    return absl::UnavailableError(
+        absl::StrCat("--db ", path, ": cannot open: ", message));
   }
   std::unique_ptr<SqliteStore> store(new SqliteStore(db));
   absl::MutexLock lock(&store->mu_);
   // WAL: readers never block the writer; NORMAL sync is durable across process
-  // crashes (the planner's failure mode), only a power loss can drop the last commit.
-  for (const char* sql : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=NORMAL;",
-                          "PRAGMA busy_timeout=2000;", kSchema}) {
+  // crashes (the planner's failure mode), only a power loss can drop the last
+  // commit.
+  for (const char* sql :
+       {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=NORMAL;",
+        "PRAGMA busy_timeout=2000;", kSchema}) {
     if (absl::Status s = store->Exec(sql); !s.ok()) {
-      return absl::UnavailableError(absl::StrCat("--db ", path, ": ", s.message()));
+      return absl::UnavailableError(
+          absl::StrCat("--db ", path, ": ", s.message()));
     }
   }
   return store;
@@ -102,9 +124,11 @@ absl::Status SqliteStore::LoadInto(registry::Registry& registry) {
       const void* blob = sqlite3_column_blob(node_rows.get(), 1);
       const int size = sqlite3_column_bytes(node_rows.get(), 1);
       if (!node.ParseFromArray(blob, size)) {
-        return absl::DataLossError(absl::StrCat(
-            "sqlite: node \"", reinterpret_cast<const char*>(sqlite3_column_text(node_rows.get(), 0)),
-            "\" does not parse as monta.v1.NodeInfo"));
+        return absl::DataLossError(
+            absl::StrCat("sqlite: node \"",
+                         reinterpret_cast<const char*>(
+                             sqlite3_column_text(node_rows.get(), 0)),
+                         "\" does not parse as monta.v1.NodeInfo"));
       }
       nodes.push_back(std::move(node));
     }
@@ -114,9 +138,9 @@ absl::Status SqliteStore::LoadInto(registry::Registry& registry) {
       monta::v1::BandwidthCurve curve;
       if (!curve.ParseFromArray(sqlite3_column_blob(curve_rows.get(), 1),
                                 sqlite3_column_bytes(curve_rows.get(), 1))) {
-        return absl::DataLossError(absl::StrCat("sqlite: curve row ",
-                                                sqlite3_column_int64(curve_rows.get(), 0),
-                                                " does not parse as monta.v1.BandwidthCurve"));
+        return absl::DataLossError(absl::StrCat(
+            "sqlite: curve row ", sqlite3_column_int64(curve_rows.get(), 0),
+            " does not parse as monta.v1.BandwidthCurve"));
       }
       curves.push_back(std::move(curve));
     }
@@ -135,21 +159,24 @@ void SqliteStore::NodeChanged(const monta::v1::NodeInfo& node) {
   const std::string blob = copy.SerializeAsString();
   absl::MutexLock lock(&mu_);
   Statement stmt(db_,
-                 "INSERT INTO nodes (name, info, updated_unix_seconds) VALUES (?1, ?2, ?3) "
+                 "INSERT INTO nodes (name, info, updated_unix_seconds) VALUES "
+                 "(?1, ?2, ?3) "
                  "ON CONFLICT(name) DO UPDATE SET info = excluded.info, "
                  "updated_unix_seconds = excluded.updated_unix_seconds");
   if (stmt.get() == nullptr) {
     ++write_errors_;
-    std::cerr << "monta-planner: " << SqliteError(db_, "preparing node upsert") << std::endl;
+    std::cerr << "monta-planner: " << SqliteError(db_, "preparing node upsert")
+              << std::endl;
     return;
   }
-  sqlite3_bind_text(stmt.get(), 1, node.name().data(), node.name().size(), SQLITE_TRANSIENT);
+  sqlite3_bind_text(stmt.get(), 1, node.name().data(), node.name().size(),
+                    SQLITE_TRANSIENT);
   sqlite3_bind_blob(stmt.get(), 2, blob.data(), blob.size(), SQLITE_TRANSIENT);
   sqlite3_bind_double(stmt.get(), 3, NowSeconds());
   if (sqlite3_step(stmt.get()) != SQLITE_DONE) {
     ++write_errors_;
-    std::cerr << "monta-planner: " << SqliteError(db_, "writing node " + node.name())
-              << std::endl;
+    std::cerr << "monta-planner: "
+              << SqliteError(db_, "writing node " + node.name()) << std::endl;
   }
 }
 
@@ -158,40 +185,90 @@ void SqliteStore::CurveAdded(const monta::v1::BandwidthCurve& curve) {
   const std::string blob = curve.SerializeAsString();
   const std::string nodes = absl::StrJoin(curve.nodes(), ",");
   const double measured =
-      curve.has_measured_at() ? TimeUtil::TimestampToNanoseconds(curve.measured_at()) / 1e9
-                              : NowSeconds();
+      curve.has_measured_at()
+          ? TimeUtil::TimestampToNanoseconds(curve.measured_at()) / 1e9
+          : NowSeconds();
   absl::MutexLock lock(&mu_);
-  Statement stmt(db_,
-                 "INSERT INTO curves (task_id, nodes, collective, scope, strategy, "
-                 "measured_unix_seconds, curve) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+  Statement stmt(
+      db_,
+      "INSERT INTO curves (task_id, nodes, collective, scope, strategy, "
+      "measured_unix_seconds, curve) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
   if (stmt.get() == nullptr) {
     ++write_errors_;
-    std::cerr << "monta-planner: " << SqliteError(db_, "preparing curve insert") << std::endl;
+    std::cerr << "monta-planner: " << SqliteError(db_, "preparing curve insert")
+              << std::endl;
     return;
   }
-  sqlite3_bind_text(stmt.get(), 1, curve.task_id().data(), curve.task_id().size(),
+  sqlite3_bind_text(stmt.get(), 1, curve.task_id().data(),
+                    curve.task_id().size(), SQLITE_TRANSIENT);
+  sqlite3_bind_text(stmt.get(), 2, nodes.data(), nodes.size(),
                     SQLITE_TRANSIENT);
-  sqlite3_bind_text(stmt.get(), 2, nodes.data(), nodes.size(), SQLITE_TRANSIENT);
   sqlite3_bind_int(stmt.get(), 3, curve.collective());
   sqlite3_bind_int(stmt.get(), 4, curve.scope());
-  sqlite3_bind_text(stmt.get(), 5, curve.strategy().data(), curve.strategy().size(),
-                    SQLITE_TRANSIENT);
+  sqlite3_bind_text(stmt.get(), 5, curve.strategy().data(),
+                    curve.strategy().size(), SQLITE_TRANSIENT);
   sqlite3_bind_double(stmt.get(), 6, measured);
   sqlite3_bind_blob(stmt.get(), 7, blob.data(), blob.size(), SQLITE_TRANSIENT);
   if (sqlite3_step(stmt.get()) != SQLITE_DONE) {
     ++write_errors_;
-    std::cerr << "monta-planner: " << SqliteError(db_, "writing curve of task " + curve.task_id())
+    std::cerr << "monta-planner: "
+              << SqliteError(db_, "writing curve of task " + curve.task_id())
               << std::endl;
   }
 }
 
-absl::StatusOr<int64_t> SqliteStore::CurveCount() {
+void SqliteStore::RecordDecision(const monta::v1::StrategyRequest& request,
+                                 const monta::v1::StrategyReply& reply) {
+  const std::string request_blob = request.SerializeAsString();
+  const std::string reply_blob = reply.SerializeAsString();
+  const auto& chosen = reply.chosen();
   absl::MutexLock lock(&mu_);
-  Statement stmt(db_, "SELECT COUNT(*) FROM curves");
+  Statement stmt(
+      db_,
+      "INSERT INTO decisions (decided_unix_seconds, job_name, strategy, "
+      "chunks, "
+      "speedup_over_flat, total_seconds_per_layer, evidence_source, request, "
+      "reply) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+  if (stmt.get() == nullptr) {
+    ++write_errors_;
+    std::cerr << "monta-planner: "
+              << SqliteError(db_, "preparing decision insert") << std::endl;
+    return;
+  }
+  sqlite3_bind_double(stmt.get(), 1, NowSeconds());
+  sqlite3_bind_text(stmt.get(), 2, request.job().name().data(),
+                    request.job().name().size(), SQLITE_TRANSIENT);
+  sqlite3_bind_text(stmt.get(), 3, chosen.name().data(), chosen.name().size(),
+                    SQLITE_TRANSIENT);
+  sqlite3_bind_int(stmt.get(), 4, chosen.chunks_effective());
+  sqlite3_bind_double(stmt.get(), 5, chosen.speedup_over_flat());
+  sqlite3_bind_double(stmt.get(), 6, chosen.total_seconds_per_layer());
+  sqlite3_bind_text(stmt.get(), 7, reply.evidence().source().data(),
+                    reply.evidence().source().size(), SQLITE_TRANSIENT);
+  sqlite3_bind_blob(stmt.get(), 8, request_blob.data(), request_blob.size(),
+                    SQLITE_TRANSIENT);
+  sqlite3_bind_blob(stmt.get(), 9, reply_blob.data(), reply_blob.size(),
+                    SQLITE_TRANSIENT);
+  if (sqlite3_step(stmt.get()) != SQLITE_DONE) {
+    ++write_errors_;
+    std::cerr << "monta-planner: " << SqliteError(db_, "writing a decision")
+              << std::endl;
+  }
+}
+
+absl::StatusOr<int64_t> SqliteStore::Count(const char* table) {
+  absl::MutexLock lock(&mu_);
+  Statement stmt(db_, absl::StrCat("SELECT COUNT(*) FROM ", table).c_str());
   if (stmt.get() == nullptr || sqlite3_step(stmt.get()) != SQLITE_ROW) {
-    return SqliteError(db_, "counting curves");
+    return SqliteError(db_, absl::StrCat("counting ", table));
   }
   return sqlite3_column_int64(stmt.get(), 0);
+}
+
+absl::StatusOr<int64_t> SqliteStore::CurveCount() { return Count("curves"); }
+
+absl::StatusOr<int64_t> SqliteStore::DecisionCount() {
+  return Count("decisions");
 }
 
 int64_t SqliteStore::write_errors() const {

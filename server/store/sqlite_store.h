@@ -1,6 +1,7 @@
-// Durable planner state in an embedded SQLite file (WAL): the nodes the registry
-// knows and the history of every measured curve. A restarted planner reloads both,
-// so agents resume with their heartbeats and measurements keep their evidence.
+// Durable planner state in an embedded SQLite file (WAL): the nodes the
+// registry knows and the history of every measured curve. A restarted planner
+// reloads both, so agents resume with their heartbeats and measurements keep
+// their evidence.
 #ifndef MONTA_SERVER_STORE_SQLITE_STORE_H_
 #define MONTA_SERVER_STORE_SQLITE_STORE_H_
 
@@ -12,35 +13,44 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/registry/registry.h"
+#include "server/store/decision_log.h"
 
 struct sqlite3;
 
 namespace monta::store {
 
-class SqliteStore : public registry::RegistryObserver {
+class SqliteStore : public registry::RegistryObserver, public DecisionLog {
  public:
   // Opens (creating if needed) the database at `path` and its schema.
-  static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(
+      const std::string& path);
   ~SqliteStore() override;
 
-  // Restores every stored node (without a live lease) and then its curves, oldest
-  // first, so the registry ends with the latest curve of each measurement. Call it
-  // before making this store the registry's observer, or the rows are written again.
+  // Restores every stored node (without a live lease) and then its curves,
+  // oldest first, so the registry ends with the latest curve of each
+  // measurement. Call it before making this store the registry's observer, or
+  // the rows are written again.
   absl::Status LoadInto(registry::Registry& registry);
 
   // RegistryObserver: upserts the node (without its curves); appends the curve.
-  // Write failures are reported on stderr and counted, never thrown: the planner
-  // keeps serving from memory.
+  // Write failures are reported on stderr and counted, never thrown: the
+  // planner keeps serving from memory.
   void NodeChanged(const monta::v1::NodeInfo& node) override;
   void CurveAdded(const monta::v1::BandwidthCurve& curve) override;
 
-  // Rows in the curve history (for tests and the closing of a session).
+  // DecisionLog: appends the decision (request and reply kept whole).
+  void RecordDecision(const monta::v1::StrategyRequest& request,
+                      const monta::v1::StrategyReply& reply) override;
+
+  // Rows in the curve and decision history.
   absl::StatusOr<int64_t> CurveCount();
+  absl::StatusOr<int64_t> DecisionCount();
   int64_t write_errors() const;
 
  private:
   explicit SqliteStore(sqlite3* db);
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<int64_t> Count(const char* table);
 
   mutable absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);

@@ -57,23 +57,41 @@ TEST(SqliteStoreTest, NodesAndLatestCurvesSurviveARestart) {
   EXPECT_EQ(a->topology().hostname(), "a");
   ASSERT_EQ(a->curves_size(), 1);
   EXPECT_EQ(a->curves(0).task_id(), "t2");  // the latest measurement wins
-  EXPECT_EQ(*(*store)->CurveCount(), 2);     // loading wrote nothing
-  // The same agent instance resumes with a heartbeat, no re-registration needed.
+  EXPECT_EQ(*(*store)->CurveCount(), 2);    // loading wrote nothing
+  // The same agent instance resumes with a heartbeat, no re-registration
+  // needed.
   monta::v1::HeartbeatRequest hb;
   hb.set_node_name("a");
   hb.set_instance_id("i-a");
   EXPECT_TRUE(registry.Heartbeat(hb, t0 + absl::Seconds(2)).ok());
 }
 
+TEST(SqliteStoreTest, DecisionsAreKeptWhole) {
+  auto store = SqliteStore::Open(TempPath("decisions.db"));
+  ASSERT_TRUE(store.ok());
+  monta::v1::StrategyRequest request;
+  request.mutable_job()->set_name("paper");
+  monta::v1::StrategyReply reply;
+  reply.mutable_chosen()->set_name("tp_dedup_pipelined");
+  reply.mutable_chosen()->set_chunks_effective(6);
+  reply.mutable_evidence()->set_source("profile");
+  (*store)->RecordDecision(request, reply);
+  (*store)->RecordDecision(request, reply);
+  EXPECT_EQ(*(*store)->DecisionCount(), 2);
+  EXPECT_EQ((*store)->write_errors(), 0);
+}
+
 TEST(SqliteStoreTest, UnopenablePathIsAClearError) {
   auto store = SqliteStore::Open("/nonexistent-dir/x/planner.db");
   ASSERT_FALSE(store.ok());
-  EXPECT_NE(store.status().message().find("/nonexistent-dir/x/planner.db"), std::string::npos);
+  EXPECT_NE(store.status().message().find("/nonexistent-dir/x/planner.db"),
+            std::string::npos);
 }
 
 TEST(SqliteStoreTest, GarbageFileIsRefused) {
   const std::string path = TempPath("garbage.db");
-  std::ofstream(path) << "this is not a database, just text that is long enough to matter\n";
+  std::ofstream(path)
+      << "this is not a database, just text that is long enough to matter\n";
   auto store = SqliteStore::Open(path);
   EXPECT_FALSE(store.ok());
 }
