@@ -53,14 +53,13 @@ absl::Status ValidateInstanceId(absl::string_view id) {
   return absl::OkStatus();
 }
 
-// Curves that describe the same measurement replace each other.
+}  // namespace
+
 std::string CurveKey(const BandwidthCurve& c) {
   return absl::StrCat(c.collective(), "|", c.scope(), "|", c.backend(), "|",
                       c.strategy(), "|", c.chunks(), "|", c.nranks(), "|",
                       absl::StrJoin(c.nodes(), ","));
 }
-
-}  // namespace
 
 Registry::Registry(RegistryOptions options, TopologyDiffer differ)
     : options_(options), differ_(std::move(differ)) {}
@@ -100,7 +99,7 @@ absl::Status Registry::Register(const monta::v1::RegisterRequest& request,
     }
   }
   Entry& entry = nodes_[request.node_name()];
-  const bool is_new = !entry.info.has_topology() && entry.info.name().empty();
+  const bool is_new = entry.info.name().empty();
   entry.info.set_name(request.node_name());
   entry.info.set_instance_id(request.instance_id());
   entry.info.set_agent_version(request.agent_version());

@@ -116,6 +116,10 @@ class Registry {
 
 using ::monta::NodeStateName;
 
+// Identity of a measurement: curves with the same key replace each other
+// (collective, scope, backend, strategy, chunks, nranks and node set).
+std::string CurveKey(const monta::v1::BandwidthCurve& curve);
+
 }  // namespace monta::registry
 
 #endif  // MONTA_SERVER_REGISTRY_REGISTRY_H_

@@ -26,9 +26,12 @@ CREATE TABLE IF NOT EXISTS curves (
   scope INTEGER NOT NULL,
   strategy TEXT NOT NULL,
   measured_unix_seconds REAL NOT NULL,
+  measurement TEXT NOT NULL,     -- registry::CurveKey: rows with one key are one
+                                 -- measurement's history, the newest is current
   curve BLOB NOT NULL            -- monta.v1.BandwidthCurve
 );
 CREATE INDEX IF NOT EXISTS curves_by_nodes ON curves (nodes, collective, scope);
+CREATE INDEX IF NOT EXISTS curves_by_measurement ON curves (measurement, id);
 CREATE TABLE IF NOT EXISTS decisions (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
   decided_unix_seconds REAL NOT NULL,
@@ -132,7 +135,12 @@ absl::Status SqliteStore::LoadInto(registry::Registry& registry) {
       }
       nodes.push_back(std::move(node));
     }
-    Statement curve_rows(db_, "SELECT id, curve FROM curves ORDER BY id");
+    // Only the newest row of each measurement: start-up reads what the registry
+    // keeps, not the whole history.
+    Statement curve_rows(
+        db_,
+        "SELECT id, curve FROM curves WHERE id IN (SELECT MAX(id) FROM "
+        "curves GROUP BY measurement) ORDER BY id");
     if (curve_rows.get() == nullptr) return SqliteError(db_, "reading curves");
     while (sqlite3_step(curve_rows.get()) == SQLITE_ROW) {
       monta::v1::BandwidthCurve curve;
@@ -184,6 +192,7 @@ void SqliteStore::CurveAdded(const monta::v1::BandwidthCurve& curve) {
   using google::protobuf::util::TimeUtil;
   const std::string blob = curve.SerializeAsString();
   const std::string nodes = absl::StrJoin(curve.nodes(), ",");
+  const std::string measurement = registry::CurveKey(curve);
   const double measured =
       curve.has_measured_at()
           ? TimeUtil::TimestampToNanoseconds(curve.measured_at()) / 1e9
@@ -192,7 +201,8 @@ void SqliteStore::CurveAdded(const monta::v1::BandwidthCurve& curve) {
   Statement stmt(
       db_,
       "INSERT INTO curves (task_id, nodes, collective, scope, strategy, "
-      "measured_unix_seconds, curve) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+      "measured_unix_seconds, measurement, curve) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
   if (stmt.get() == nullptr) {
     ++write_errors_;
     std::cerr << "monta-planner: " << SqliteError(db_, "preparing curve insert")
@@ -208,7 +218,9 @@ void SqliteStore::CurveAdded(const monta::v1::BandwidthCurve& curve) {
   sqlite3_bind_text(stmt.get(), 5, curve.strategy().data(),
                     curve.strategy().size(), SQLITE_TRANSIENT);
   sqlite3_bind_double(stmt.get(), 6, measured);
-  sqlite3_bind_blob(stmt.get(), 7, blob.data(), blob.size(), SQLITE_TRANSIENT);
+  sqlite3_bind_text(stmt.get(), 7, measurement.data(), measurement.size(),
+                    SQLITE_TRANSIENT);
+  sqlite3_bind_blob(stmt.get(), 8, blob.data(), blob.size(), SQLITE_TRANSIENT);
   if (sqlite3_step(stmt.get()) != SQLITE_DONE) {
     ++write_errors_;
     std::cerr << "monta-planner: "

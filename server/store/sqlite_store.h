@@ -26,10 +26,10 @@ class SqliteStore : public registry::RegistryObserver, public DecisionLog {
       const std::string& path);
   ~SqliteStore() override;
 
-  // Restores every stored node (without a live lease) and then its curves,
-  // oldest first, so the registry ends with the latest curve of each
-  // measurement. Call it before making this store the registry's observer, or
-  // the rows are written again.
+  // Restores every stored node (without a live lease) and the newest curve of
+  // each measurement (registry::CurveKey); the older rows stay as history. Call
+  // it before making this store the registry's observer, or the rows are
+  // written again.
   absl::Status LoadInto(registry::Registry& registry);
 
   // RegistryObserver: upserts the node (without its curves); appends the curve.
