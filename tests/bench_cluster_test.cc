@@ -1,6 +1,6 @@
 // Coordinated benchmarks across real agents on loopback: the planner hands out
-// tasks, the agents meet through the planner's rendezvous store, run Gloo AllToAll
-// over TCP, and report curves that GetStrategy then cites.
+// tasks, the agents meet through the planner's rendezvous store, run Gloo
+// AllToAll over TCP, and report curves that GetStrategy then cites.
 #include <signal.h>
 
 #include <fstream>
@@ -22,13 +22,14 @@ class BenchClusterTest : public ::testing::Test {
     ASSERT_TRUE(cluster_.StartAgent("node-b").ok());
     ASSERT_TRUE(WaitFor(
         [&] {
-          return cluster_.NodeState("node-a") == kAlive && cluster_.NodeState("node-b") == kAlive;
+          return cluster_.AllAlive({"node-a", "node-b"});
         },
         absl::Seconds(20)));
   }
 
   nlohmann::json Json(const CommandResult& r) {
-    EXPECT_EQ(r.exit_code, 0) << r.err << ReadFile(cluster_.agent("node-a").log_path());
+    EXPECT_EQ(r.exit_code, 0)
+        << r.err << ReadFile(cluster_.agent("node-a").log_path());
     return nlohmann::json::parse(r.out, nullptr, false);
   }
 
@@ -37,15 +38,16 @@ class BenchClusterTest : public ::testing::Test {
 
 TEST_F(BenchClusterTest, InterNodeSweepFeedsGetStrategy) {
   StartTwoNodes({"--bench_on_register=false"});
-  nlohmann::json bench = Json(cluster_.Montactl(
-      {"--output=json", "bench", "--nodes=node-a,node-b", "--ranks_per_node=2",
-       "--bench_timeout_seconds=60"}));
+  nlohmann::json bench = Json(
+      cluster_.Montactl({"--output=json", "bench", "--nodes=node-a,node-b",
+                         "--ranks_per_node=2", "--bench_timeout_seconds=60"}));
   ASSERT_EQ(bench["status"]["state"], "TASK_STATE_SUCCEEDED") << bench.dump(1);
   const std::string task_id = bench["status"]["task_id"];
 
   // The curve is stored under both nodes, with nccl-tests' busbw for 4 ranks.
   for (const char* name : {"node-a", "node-b"}) {
-    nlohmann::json node = Json(cluster_.Montactl({"--output=json", "node", name}));
+    nlohmann::json node =
+        Json(cluster_.Montactl({"--output=json", "node", name}));
     bool found = false;
     for (const auto& curve : node["curves"]) {
       if (curve["task_id"] != task_id) continue;
@@ -70,15 +72,18 @@ TEST_F(BenchClusterTest, InterNodeSweepFeedsGetStrategy) {
   const std::string job = cluster_.dir() + "/job.yaml";
   {
     std::ofstream out(job);
-    out << "job:\n  hidden_size: 1024\n  num_experts: 8\n  top_k: 2\n  capacity_factor: 1.0\n"
-           "  micro_batch_size: 1\n  sequence_length: 2048\n  bytes_per_element: 2\n"
+    out << "job:\n  hidden_size: 1024\n  num_experts: 8\n  top_k: 2\n  "
+           "capacity_factor: 1.0\n"
+           "  micro_batch_size: 1\n  sequence_length: 2048\n  "
+           "bytes_per_element: 2\n"
            "  moe_layers: 4\n  world_size: 4\n  tensor_parallel_size: 2\n"
-           "  expert_parallel_size: 2\n  pipeline_parallel_size: 1\n  data_parallel_size: 2\n"
+           "  expert_parallel_size: 2\n  pipeline_parallel_size: 1\n  "
+           "data_parallel_size: 2\n"
            "  experts_tensor_parallel: true\n";
   }
-  nlohmann::json plan = Json(cluster_.Montactl({"--output=json", "plan", "--job=" + job,
-                                                "--node_names=node-a,node-b",
-                                                "--gpus_per_node=2"}));
+  nlohmann::json plan = Json(
+      cluster_.Montactl({"--output=json", "plan", "--job=" + job,
+                         "--node_names=node-a,node-b", "--gpus_per_node=2"}));
   EXPECT_NE(plan["evidence"]["source"], "profile") << plan["evidence"].dump(1);
   bool cited = false;
   for (const auto& c : plan["evidence"]["curves"]) {
@@ -97,9 +102,11 @@ TEST_F(BenchClusterTest, AgentsMeasureThemselvesOnRegistration) {
   for (const char* name : {"node-a", "node-b"}) {
     EXPECT_TRUE(WaitFor(
         [&] {
-          nlohmann::json node = Json(cluster_.Montactl({"--output=json", "node", name}));
+          nlohmann::json node =
+              Json(cluster_.Montactl({"--output=json", "node", name}));
           int intra = 0;
-          for (const auto& c : node["curves"]) intra += c["scope"] == "SCOPE_INTRA_NODE";
+          for (const auto& c : node["curves"])
+            intra += c["scope"] == "SCOPE_INTRA_NODE";
           return intra == 3;  // alltoall, allgather, copy
         },
         absl::Seconds(60)))
@@ -107,19 +114,22 @@ TEST_F(BenchClusterTest, AgentsMeasureThemselvesOnRegistration) {
   }
 }
 
-TEST_F(BenchClusterTest, KilledAgentFailsTaskNamingItsRanksAndSurvivorCarriesOn) {
-  StartTwoNodes({"--bench_on_register=false", "--lease_seconds=3", "--heartbeat_seconds=0.5"});
+TEST_F(BenchClusterTest,
+       KilledAgentFailsTaskNamingItsRanksAndSurvivorCarriesOn) {
+  StartTwoNodes({"--bench_on_register=false", "--lease_seconds=3",
+                 "--heartbeat_seconds=0.5"});
   // Large sizes keep the run going long enough to kill a node in the middle.
-  std::vector<std::string> args = {"--output=json",         "bench",
-                                   "--nodes=node-a,node-b", "--ranks_per_node=2",
-                                   "--bench_timeout_seconds=30"};
+  std::vector<std::string> args = {
+      "--output=json", "bench", "--nodes=node-a,node-b", "--ranks_per_node=2",
+      "--bench_timeout_seconds=30"};
   std::vector<std::string> argv = {Runfile("client/montactl"),
                                    "--planner=" + cluster_.planner_address()};
   argv.insert(argv.end(), args.begin(), args.end());
-  // Bigger sweep than the default through the RunBenchmark size fields is not exposed
-  // by montactl; the default 64 KiB..16 MiB sweep lasts long enough on this machine
-  // once node-b is killed right after it received the task.
-  absl::StatusOr<Process> bench = Process::Start(argv, cluster_.dir() + "/bench.json");
+  // Bigger sweep than the default through the RunBenchmark size fields is not
+  // exposed by montactl; the default 64 KiB..16 MiB sweep lasts long enough on
+  // this machine once node-b is killed right after it received the task.
+  absl::StatusOr<Process> bench =
+      Process::Start(argv, cluster_.dir() + "/bench.json");
   ASSERT_TRUE(bench.ok());
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -131,10 +141,12 @@ TEST_F(BenchClusterTest, KilledAgentFailsTaskNamingItsRanksAndSurvivorCarriesOn)
   const absl::Time killed = absl::Now();
   absl::StatusOr<int> exit = bench->Wait(absl::Seconds(45));
   ASSERT_TRUE(exit.ok());
-  EXPECT_LT(absl::Now() - killed, absl::Seconds(31)) << "task must fail within its deadline";
-  nlohmann::json result = nlohmann::json::parse(ReadFile(cluster_.dir() + "/bench.json"),
-                                                nullptr, false);
-  ASSERT_FALSE(result.is_discarded()) << ReadFile(cluster_.dir() + "/bench.json");
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(31))
+      << "task must fail within its deadline";
+  nlohmann::json result = nlohmann::json::parse(
+      ReadFile(cluster_.dir() + "/bench.json"), nullptr, false);
+  ASSERT_FALSE(result.is_discarded())
+      << ReadFile(cluster_.dir() + "/bench.json");
   EXPECT_EQ(result["status"]["state"], "TASK_STATE_FAILED");
   const std::string reason = result["status"]["reason"];
   std::cout << "task failure reason: " << reason << std::endl;
@@ -142,9 +154,9 @@ TEST_F(BenchClusterTest, KilledAgentFailsTaskNamingItsRanksAndSurvivorCarriesOn)
   EXPECT_NE(reason.find("rank(s) 2-3"), std::string::npos) << reason;
 
   // The survivor is idle again and takes the next task normally.
-  nlohmann::json next = Json(cluster_.Montactl({"--output=json", "bench", "--nodes=node-a",
-                                                "--ranks_per_node=2",
-                                                "--bench_timeout_seconds=60"}));
+  nlohmann::json next = Json(
+      cluster_.Montactl({"--output=json", "bench", "--nodes=node-a",
+                         "--ranks_per_node=2", "--bench_timeout_seconds=60"}));
   EXPECT_EQ(next["status"]["state"], "TASK_STATE_SUCCEEDED")
       << next.dump(1) << ReadFile(cluster_.agent("node-a").log_path());
 }
@@ -153,7 +165,8 @@ TEST_F(BenchClusterTest, PeriodicSweepsMeasurePairsAndNodes) {
   StartTwoNodes({"--bench_on_register=false", "--bench_interval_seconds=2"});
   EXPECT_TRUE(WaitFor(
       [&] {
-        nlohmann::json node = Json(cluster_.Montactl({"--output=json", "node", "node-b"}));
+        nlohmann::json node =
+            Json(cluster_.Montactl({"--output=json", "node", "node-b"}));
         int intra = 0;
         int inter = 0;
         for (const auto& c : node["curves"]) {
@@ -170,7 +183,8 @@ TEST_F(BenchClusterTest, MeasurementsSurvivePlannerRestartWithDb) {
   std::string task_id;
   ASSERT_TRUE(WaitFor(
       [&] {
-        nlohmann::json node = Json(cluster_.Montactl({"--output=json", "node", "node-a"}));
+        nlohmann::json node =
+            Json(cluster_.Montactl({"--output=json", "node", "node-a"}));
         if (node["curves"].size() < 3) return false;
         task_id = node["curves"][0]["task_id"];
         return true;
@@ -179,16 +193,22 @@ TEST_F(BenchClusterTest, MeasurementsSurvivePlannerRestartWithDb) {
   const int port = cluster_.grpc_port();
   cluster_.planner().Signal(SIGKILL);
   ASSERT_TRUE(cluster_.planner().Wait(absl::Seconds(5)).ok());
-  // Restarted without bench-on-register: whatever curves it shows came from the file.
-  ASSERT_TRUE(cluster_.StartPlanner({"--db=" + db, "--bench_on_register=false"}, port).ok());
-  nlohmann::json node = Json(cluster_.Montactl({"--output=json", "node", "node-a"}));
+  // Restarted without bench-on-register: whatever curves it shows came from the
+  // file.
+  ASSERT_TRUE(
+      cluster_.StartPlanner({"--db=" + db, "--bench_on_register=false"}, port)
+          .ok());
+  nlohmann::json node =
+      Json(cluster_.Montactl({"--output=json", "node", "node-a"}));
   ASSERT_EQ(node["curves"].size(), 3u) << node.dump(1);
   EXPECT_EQ(node["curves"][0]["task_id"], task_id);
   // And the agents carry on with the same instance, no duplicate-name refusal.
-  EXPECT_TRUE(WaitFor([&] { return cluster_.NodeState("node-a") == kAlive; }, absl::Seconds(10)));
+  EXPECT_TRUE(WaitFor([&] { return cluster_.NodeState("node-a") == kAlive; },
+                      absl::Seconds(10)));
   // Their task streams were re-established: a new benchmark reaches both.
-  nlohmann::json bench = Json(cluster_.Montactl({"--output=json", "bench", "--nodes=node-a,node-b",
-                                                 "--bench_timeout_seconds=20"}));
+  nlohmann::json bench =
+      Json(cluster_.Montactl({"--output=json", "bench", "--nodes=node-a,node-b",
+                              "--bench_timeout_seconds=20"}));
   EXPECT_EQ(bench["status"]["state"], "TASK_STATE_SUCCEEDED") << bench.dump(1);
 }
 

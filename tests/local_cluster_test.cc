@@ -17,7 +17,9 @@ TEST(LocalClusterTest, TwoAgentsRegisterAndShowUpInMontactl) {
   ASSERT_TRUE(cluster.StartAgent("node-a").ok());
   ASSERT_TRUE(cluster.StartAgent("node-b").ok());
   ASSERT_TRUE(WaitFor(
-      [&] { return cluster.NodeState("node-a") == kAlive && cluster.NodeState("node-b") == kAlive; },
+      [&] {
+        return cluster.AllAlive({"node-a", "node-b"});
+      },
       absl::Seconds(20)))
       << cluster.Montactl({"nodes"}).out;
   nlohmann::json nodes = cluster.Nodes();
@@ -47,13 +49,16 @@ TEST(LocalClusterTest, PlannerStopsCleanlyOnSigterm) {
 
 TEST(LocalClusterTest, AgentsComeBackAfterPlannerRestartWithinTwoHeartbeats) {
   LocalCluster cluster;
-  const std::vector<std::string> flags = {"--lease_seconds=4", "--heartbeat_seconds=1",
+  const std::vector<std::string> flags = {"--lease_seconds=4",
+                                          "--heartbeat_seconds=1",
                                           "--bench_on_register=false"};
   ASSERT_TRUE(cluster.StartPlanner(flags).ok());
   ASSERT_TRUE(cluster.StartAgent("node-a").ok());
   ASSERT_TRUE(cluster.StartAgent("node-b").ok());
   ASSERT_TRUE(WaitFor(
-      [&] { return cluster.NodeState("node-a") == kAlive && cluster.NodeState("node-b") == kAlive; },
+      [&] {
+        return cluster.AllAlive({"node-a", "node-b"});
+      },
       absl::Seconds(20)));
   const int port = cluster.grpc_port();
   cluster.planner().Signal(SIGKILL);
@@ -62,9 +67,12 @@ TEST(LocalClusterTest, AgentsComeBackAfterPlannerRestartWithinTwoHeartbeats) {
   absl::SleepFor(absl::Seconds(3));
   ASSERT_TRUE(cluster.StartPlanner(flags, port).ok());
   const absl::Time back = absl::Now();
-  // No operator action: the agents notice (heartbeat NOT_FOUND) and register again.
+  // No operator action: the agents notice (heartbeat NOT_FOUND) and register
+  // again.
   const bool alive = WaitFor(
-      [&] { return cluster.NodeState("node-a") == kAlive && cluster.NodeState("node-b") == kAlive; },
+      [&] {
+        return cluster.AllAlive({"node-a", "node-b"});
+      },
       absl::Seconds(2));  // two heartbeat intervals
   EXPECT_TRUE(alive) << "agents not back after " << absl::Now() - back << "\n"
                      << ReadFile(cluster.agent("node-a").log_path());
@@ -72,44 +80,53 @@ TEST(LocalClusterTest, AgentsComeBackAfterPlannerRestartWithinTwoHeartbeats) {
 
 TEST(LocalClusterTest, KilledAgentBecomesStaleAfterLease) {
   LocalCluster cluster;
-  ASSERT_TRUE(cluster.StartPlanner({"--lease_seconds=2", "--heartbeat_seconds=0.5",
-                                    "--bench_on_register=false"})
+  ASSERT_TRUE(cluster
+                  .StartPlanner({"--lease_seconds=2", "--heartbeat_seconds=0.5",
+                                 "--bench_on_register=false"})
                   .ok());
   ASSERT_TRUE(cluster.StartAgent("node-a").ok());
-  ASSERT_TRUE(WaitFor([&] { return cluster.NodeState("node-a") == kAlive; }, absl::Seconds(20)));
+  ASSERT_TRUE(WaitFor([&] { return cluster.NodeState("node-a") == kAlive; },
+                      absl::Seconds(20)));
   cluster.agent("node-a").Signal(SIGKILL);
   ASSERT_TRUE(cluster.agent("node-a").Wait(absl::Seconds(5)).ok());
-  EXPECT_TRUE(WaitFor([&] { return cluster.NodeState("node-a") == "NODE_STATE_STALE"; },
-                      absl::Seconds(10)));
+  EXPECT_TRUE(
+      WaitFor([&] { return cluster.NodeState("node-a") == "NODE_STATE_STALE"; },
+              absl::Seconds(10)));
 }
 
 TEST(LocalClusterTest, SigtermDeregistersAgent) {
   LocalCluster cluster;
   ASSERT_TRUE(cluster.StartPlanner({"--bench_on_register=false"}).ok());
   ASSERT_TRUE(cluster.StartAgent("node-a").ok());
-  ASSERT_TRUE(WaitFor([&] { return cluster.NodeState("node-a") == kAlive; }, absl::Seconds(20)));
+  ASSERT_TRUE(WaitFor([&] { return cluster.NodeState("node-a") == kAlive; },
+                      absl::Seconds(20)));
   cluster.agent("node-a").Signal(SIGTERM);
   absl::StatusOr<int> status = cluster.agent("node-a").Wait(absl::Seconds(10));
   ASSERT_TRUE(status.ok());
   EXPECT_EQ(WEXITSTATUS(*status), 0);
   EXPECT_EQ(cluster.NodeState("node-a"), "");  // hidden by default
-  EXPECT_EQ(cluster.NodeState("node-a", /*include_gone=*/true), "NODE_STATE_GONE");
+  EXPECT_EQ(cluster.NodeState("node-a", /*include_gone=*/true),
+            "NODE_STATE_GONE");
 }
 
 TEST(LocalClusterTest, DuplicateNodeNameIsRefused) {
   LocalCluster cluster;
   ASSERT_TRUE(cluster.StartPlanner({"--bench_on_register=false"}).ok());
   ASSERT_TRUE(cluster.StartAgent("node-a", {"--instance_id=first"}).ok());
-  ASSERT_TRUE(WaitFor([&] { return cluster.NodeState("node-a") == kAlive; }, absl::Seconds(20)));
-  // A second agent claiming the same node name (e.g. a misconfigured DaemonSet).
-  std::vector<std::string> argv = {Runfile("agent/monta-agent"),
-                                   "--planner=" + cluster.planner_address(),
-                                   "--node_name=node-a", "--instance_id=second"};
-  absl::StatusOr<Process> second = Process::Start(argv, cluster.dir() + "/second.log");
+  ASSERT_TRUE(WaitFor([&] { return cluster.NodeState("node-a") == kAlive; },
+                      absl::Seconds(20)));
+  // A second agent claiming the same node name (e.g. a misconfigured
+  // DaemonSet).
+  std::vector<std::string> argv = {
+      Runfile("agent/monta-agent"), "--planner=" + cluster.planner_address(),
+      "--node_name=node-a", "--instance_id=second"};
+  absl::StatusOr<Process> second =
+      Process::Start(argv, cluster.dir() + "/second.log");
   ASSERT_TRUE(second.ok());
   EXPECT_TRUE(WaitFor(
       [&] {
-        return ReadFile(second->log_path()).find("ALREADY_EXISTS") != std::string::npos;
+        return ReadFile(second->log_path()).find("ALREADY_EXISTS") !=
+               std::string::npos;
       },
       absl::Seconds(10)))
       << ReadFile(second->log_path());

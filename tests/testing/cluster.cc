@@ -18,14 +18,17 @@ std::string LocalCluster::planner_address() const {
   return absl::StrCat("127.0.0.1:", grpc_port_);
 }
 
-absl::Status LocalCluster::StartPlanner(const std::vector<std::string>& flags, int grpc_port) {
-  const std::string port_file = absl::StrCat(dir_, "/planner-ports-", planner_starts_, ".json");
-  const std::string log = absl::StrCat(dir_, "/planner-", planner_starts_, ".log");
+absl::Status LocalCluster::StartPlanner(const std::vector<std::string>& flags,
+                                        int grpc_port) {
+  const std::string port_file =
+      absl::StrCat(dir_, "/planner-ports-", planner_starts_, ".json");
+  const std::string log =
+      absl::StrCat(dir_, "/planner-", planner_starts_, ".log");
   ++planner_starts_;
-  std::vector<std::string> argv = {Runfile("server/monta-planner"),
-                                   absl::StrCat("--listen=127.0.0.1:", grpc_port),
-                                   "--metrics_listen=127.0.0.1:0",
-                                   absl::StrCat("--port_file=", port_file)};
+  std::vector<std::string> argv = {
+      Runfile("server/monta-planner"),
+      absl::StrCat("--listen=127.0.0.1:", grpc_port),
+      "--metrics_listen=127.0.0.1:0", absl::StrCat("--port_file=", port_file)};
   argv.insert(argv.end(), flags.begin(), flags.end());
   absl::StatusOr<Process> p = Process::Start(argv, log);
   if (!p.ok()) return p.status();
@@ -50,19 +53,22 @@ absl::Status LocalCluster::StartPlanner(const std::vector<std::string>& flags, i
 
 absl::Status LocalCluster::StartAgent(const std::string& node,
                                       const std::vector<std::string>& flags) {
-  std::vector<std::string> argv = {Runfile("agent/monta-agent"),
-                                   absl::StrCat("--planner=", planner_address()),
-                                   absl::StrCat("--node_name=", node)};
+  std::vector<std::string> argv = {
+      Runfile("agent/monta-agent"),
+      absl::StrCat("--planner=", planner_address()),
+      absl::StrCat("--node_name=", node)};
   argv.insert(argv.end(), flags.begin(), flags.end());
-  absl::StatusOr<Process> p = Process::Start(argv, absl::StrCat(dir_, "/agent-", node, ".log"));
+  absl::StatusOr<Process> p =
+      Process::Start(argv, absl::StrCat(dir_, "/agent-", node, ".log"));
   if (!p.ok()) return p.status();
   agents_[node] = *std::move(p);
   return absl::OkStatus();
 }
 
 CommandResult LocalCluster::Montactl(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {Runfile("client/montactl"),
-                                   absl::StrCat("--planner=", planner_address())};
+  std::vector<std::string> argv = {
+      Runfile("client/montactl"),
+      absl::StrCat("--planner=", planner_address())};
   argv.insert(argv.end(), args.begin(), args.end());
   return Run(argv);
 }
@@ -76,13 +82,29 @@ nlohmann::json LocalCluster::Nodes(bool include_gone) {
   return j.is_discarded() ? nlohmann::json(nullptr) : j;
 }
 
-std::string LocalCluster::NodeState(const std::string& node, bool include_gone) {
-  nlohmann::json nodes = Nodes(include_gone);
+namespace {
+
+std::string StateIn(const nlohmann::json& nodes, const std::string& node) {
   if (!nodes.is_object() || !nodes.contains("nodes")) return "";
   for (const auto& n : nodes["nodes"]) {
     if (n.value("name", "") == node) return n.value("state", "");
   }
   return "";
+}
+
+}  // namespace
+
+std::string LocalCluster::NodeState(const std::string& node,
+                                    bool include_gone) {
+  return StateIn(Nodes(include_gone), node);
+}
+
+bool LocalCluster::AllAlive(const std::vector<std::string>& nodes) {
+  const nlohmann::json listed = Nodes();
+  for (const std::string& node : nodes) {
+    if (StateIn(listed, node) != "NODE_STATE_ALIVE") return false;
+  }
+  return true;
 }
 
 }  // namespace monta::testing

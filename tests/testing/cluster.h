@@ -1,5 +1,6 @@
 // A local Monta cluster for multi-process tests: the real monta-planner and
-// monta-agent binaries on free loopback ports, driven through the real montactl.
+// monta-agent binaries on free loopback ports, driven through the real
+// montactl.
 #ifndef MONTA_TESTS_TESTING_CLUSTER_H_
 #define MONTA_TESTS_TESTING_CLUSTER_H_
 
@@ -19,14 +20,16 @@ class LocalCluster {
 
   // Starts the planner with `flags`; port 0 (default) picks a free gRPC port, a
   // positive port reuses one (planner restart). Waits until it serves.
-  absl::Status StartPlanner(const std::vector<std::string>& flags = {}, int grpc_port = 0);
+  absl::Status StartPlanner(const std::vector<std::string>& flags = {},
+                            int grpc_port = 0);
   Process& planner() { return planner_; }
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const { return metrics_port_; }
   std::string planner_address() const;
 
   // Starts an agent named `node` against the planner.
-  absl::Status StartAgent(const std::string& node, const std::vector<std::string>& flags = {});
+  absl::Status StartAgent(const std::string& node,
+                          const std::vector<std::string>& flags = {});
   Process& agent(const std::string& node) { return agents_.at(node); }
 
   // montactl --planner <addr> <args...>
@@ -35,6 +38,8 @@ class LocalCluster {
   nlohmann::json Nodes(bool include_gone = false);
   // State of `node` ("NODE_STATE_ALIVE", ...) from montactl, or "" if absent.
   std::string NodeState(const std::string& node, bool include_gone = false);
+  // True when every one of `nodes` is alive, from one montactl call.
+  bool AllAlive(const std::vector<std::string>& nodes);
 
   const std::string& dir() const { return dir_; }
 
