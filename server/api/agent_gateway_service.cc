@@ -3,23 +3,20 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/api/grpc_status.h"
 
 namespace monta::api {
-
-grpc::Status ToGrpc(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
-}
 
 AgentGatewayService::AgentGatewayService(registry::Registry* registry,
                                          bench::Coordinator* coordinator,
                                          RegisteredCallback on_registered)
-    : registry_(registry), coordinator_(coordinator), on_registered_(std::move(on_registered)) {}
+    : registry_(registry),
+      coordinator_(coordinator),
+      on_registered_(std::move(on_registered)) {}
 
-grpc::Status AgentGatewayService::Register(grpc::ServerContext* context,
-                                           const monta::v1::RegisterRequest* request,
-                                           monta::v1::RegisterReply* reply) {
+grpc::Status AgentGatewayService::Register(
+    grpc::ServerContext* context, const monta::v1::RegisterRequest* request,
+    monta::v1::RegisterReply* reply) {
   absl::Status status = registry_->Register(*request, absl::Now());
   if (!status.ok()) return ToGrpc(status);
   reply->set_lease_seconds(absl::ToDoubleSeconds(registry_->options().lease));
@@ -29,36 +26,41 @@ grpc::Status AgentGatewayService::Register(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status AgentGatewayService::Heartbeat(grpc::ServerContext* context,
-                                            const monta::v1::HeartbeatRequest* request,
-                                            monta::v1::HeartbeatReply* reply) {
+grpc::Status AgentGatewayService::Heartbeat(
+    grpc::ServerContext* context, const monta::v1::HeartbeatRequest* request,
+    monta::v1::HeartbeatReply* reply) {
   absl::Status status = registry_->Heartbeat(*request, absl::Now());
   if (!status.ok()) return ToGrpc(status);
   reply->set_lease_seconds(absl::ToDoubleSeconds(registry_->options().lease));
   return grpc::Status::OK;
 }
 
-grpc::Status AgentGatewayService::Deregister(grpc::ServerContext* context,
-                                             const monta::v1::DeregisterRequest* request,
-                                             monta::v1::DeregisterReply* reply) {
+grpc::Status AgentGatewayService::Deregister(
+    grpc::ServerContext* context, const monta::v1::DeregisterRequest* request,
+    monta::v1::DeregisterReply* reply) {
   const absl::Time now = absl::Now();
-  absl::Status status = registry_->Deregister(request->node_name(), request->instance_id(), now);
-  if (status.ok()) coordinator_->FailTasksOfNode(request->node_name(), "deregistered", now);
+  absl::Status status =
+      registry_->Deregister(request->node_name(), request->instance_id(), now);
+  if (status.ok())
+    coordinator_->FailTasksOfNode(request->node_name(), "deregistered", now);
   return ToGrpc(status);
 }
 
 grpc::Status AgentGatewayService::WatchTasks(
     grpc::ServerContext* context, const monta::v1::WatchTasksRequest* request,
     grpc::ServerWriter<monta::v1::BenchmarkTask>* writer) {
-  if (!registry_->IsAlive(request->node_name(), request->instance_id(), absl::Now())) {
+  if (!registry_->IsAlive(request->node_name(), request->instance_id(),
+                          absl::Now())) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("node \"", request->node_name(), "\" instance ",
-                                     request->instance_id(),
+                        absl::StrCat("node \"", request->node_name(),
+                                     "\" instance ", request->instance_id(),
                                      " holds no live lease; register first"));
   }
-  // Poll in short slices so a cancelled stream or an expired lease ends the call.
+  // Poll in short slices so a cancelled stream or an expired lease ends the
+  // call.
   while (!context->IsCancelled()) {
-    if (!registry_->IsAlive(request->node_name(), request->instance_id(), absl::Now())) {
+    if (!registry_->IsAlive(request->node_name(), request->instance_id(),
+                            absl::Now())) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           "lease expired; register again");
     }
@@ -66,23 +68,25 @@ grpc::Status AgentGatewayService::WatchTasks(
         coordinator_->NextTask(request->node_name(), absl::Milliseconds(500));
     if (!task.has_value()) continue;
     if (!writer->Write(*task)) {
-      coordinator_->FailTasksOfNode(request->node_name(), "dropped its task stream",
-                                    absl::Now());
+      coordinator_->FailTasksOfNode(request->node_name(),
+                                    "dropped its task stream", absl::Now());
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "task stream closed");
     }
   }
   return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled");
 }
 
-grpc::Status AgentGatewayService::RendezvousSet(grpc::ServerContext* context,
-                                                const monta::v1::RendezvousSetRequest* request,
-                                                monta::v1::RendezvousSetReply* reply) {
+grpc::Status AgentGatewayService::RendezvousSet(
+    grpc::ServerContext* context,
+    const monta::v1::RendezvousSetRequest* request,
+    monta::v1::RendezvousSetReply* reply) {
   return ToGrpc(coordinator_->Set(*request));
 }
 
-grpc::Status AgentGatewayService::RendezvousGet(grpc::ServerContext* context,
-                                                const monta::v1::RendezvousGetRequest* request,
-                                                monta::v1::RendezvousGetReply* reply) {
+grpc::Status AgentGatewayService::RendezvousGet(
+    grpc::ServerContext* context,
+    const monta::v1::RendezvousGetRequest* request,
+    monta::v1::RendezvousGetReply* reply) {
   absl::StatusOr<std::string> value = coordinator_->Get(*request);
   if (!value.ok()) return ToGrpc(value.status());
   reply->set_value(*std::move(value));
@@ -90,7 +94,8 @@ grpc::Status AgentGatewayService::RendezvousGet(grpc::ServerContext* context,
 }
 
 grpc::Status AgentGatewayService::ReportBenchmark(
-    grpc::ServerContext* context, const monta::v1::ReportBenchmarkRequest* request,
+    grpc::ServerContext* context,
+    const monta::v1::ReportBenchmarkRequest* request,
     monta::v1::ReportBenchmarkReply* reply) {
   return ToGrpc(coordinator_->Report(*request, absl::Now()));
 }

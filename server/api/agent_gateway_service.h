@@ -14,15 +14,17 @@ namespace monta::api {
 
 class AgentGatewayService final : public monta::v1::AgentGateway::Service {
  public:
-  // Called after a successful Register with the node's name (e.g. to schedule its
-  // intra-node sweep).
+  // Called after a successful Register with the node's name (e.g. to schedule
+  // its intra-node sweep).
   using RegisteredCallback = std::function<void(const std::string& node_name)>;
 
   // Neither pointer is owned; both must outlive the service.
-  AgentGatewayService(registry::Registry* registry, bench::Coordinator* coordinator,
+  AgentGatewayService(registry::Registry* registry,
+                      bench::Coordinator* coordinator,
                       RegisteredCallback on_registered = nullptr);
 
-  grpc::Status Register(grpc::ServerContext* context, const monta::v1::RegisterRequest* request,
+  grpc::Status Register(grpc::ServerContext* context,
+                        const monta::v1::RegisterRequest* request,
                         monta::v1::RegisterReply* reply) override;
   grpc::Status Heartbeat(grpc::ServerContext* context,
                          const monta::v1::HeartbeatRequest* request,
@@ -30,9 +32,9 @@ class AgentGatewayService final : public monta::v1::AgentGateway::Service {
   grpc::Status Deregister(grpc::ServerContext* context,
                           const monta::v1::DeregisterRequest* request,
                           monta::v1::DeregisterReply* reply) override;
-  grpc::Status WatchTasks(grpc::ServerContext* context,
-                          const monta::v1::WatchTasksRequest* request,
-                          grpc::ServerWriter<monta::v1::BenchmarkTask>* writer) override;
+  grpc::Status WatchTasks(
+      grpc::ServerContext* context, const monta::v1::WatchTasksRequest* request,
+      grpc::ServerWriter<monta::v1::BenchmarkTask>* writer) override;
   grpc::Status RendezvousSet(grpc::ServerContext* context,
                              const monta::v1::RendezvousSetRequest* request,
                              monta::v1::RendezvousSetReply* reply) override;
@@ -48,9 +50,6 @@ class AgentGatewayService final : public monta::v1::AgentGateway::Service {
   bench::Coordinator* const coordinator_;
   const RegisteredCallback on_registered_;
 };
-
-// absl::Status -> grpc::Status with the same code and message.
-grpc::Status ToGrpc(const absl::Status& status);
 
 }  // namespace monta::api
 

@@ -3,7 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "server/api/agent_gateway_service.h"
+#include "server/api/grpc_status.h"
 
 namespace monta::api {
 

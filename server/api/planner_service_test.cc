@@ -1,5 +1,5 @@
-// GetStrategy, ListProfiles and node lookups through a real in-process gRPC server,
-// as a training launcher would call them.
+// GetStrategy, ListProfiles and node lookups through a real in-process gRPC
+// server, as a training launcher would call them.
 #include <memory>
 
 #include "grpcpp/create_channel.h"
@@ -12,7 +12,8 @@ namespace monta {
 namespace {
 
 monta::v1::StrategyRequest PaperRequest() {
-  // The MoNTA paper's setting: 2 A800 nodes x 8, TP=8, 8K sequence, 70B-class experts.
+  // The MoNTA paper's setting: 2 A800 nodes x 8, TP=8, 8K sequence, 70B-class
+  // experts.
   monta::v1::StrategyRequest r;
   auto* job = r.mutable_job();
   job->set_name("paper");
@@ -41,12 +42,14 @@ class PlannerServiceTest : public ::testing::Test {
   static void SetUpTestSuite() {
     PlannerOptions options;
     options.grpc_address = "127.0.0.1:0";
-    options.metrics_address = "";  // exposer teardown is slow; metrics tested elsewhere
+    options.metrics_address =
+        "";  // exposer teardown is slow; metrics tested elsewhere
     auto started = PlannerServer::Start(options);
     ASSERT_TRUE(started.ok()) << started.status();
     server_ = started->release();
-    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->grpc_port()),
-                                       grpc::InsecureChannelCredentials());
+    auto channel =
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->grpc_port()),
+                            grpc::InsecureChannelCredentials());
     planner_ = monta::v1::Planner::NewStub(channel).release();
     gateway_ = monta::v1::AgentGateway::NewStub(channel).release();
   }
@@ -56,14 +59,17 @@ class PlannerServiceTest : public ::testing::Test {
     delete server_;
   }
 
-  grpc::Status Plan(const monta::v1::StrategyRequest& request, monta::v1::StrategyReply* reply) {
+  grpc::Status Plan(const monta::v1::StrategyRequest& request,
+                    monta::v1::StrategyReply* reply) {
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
     return planner_->GetStrategy(&context, request, reply);
   }
 
   // Expects INVALID_ARGUMENT naming `field`.
-  void ExpectInvalid(const monta::v1::StrategyRequest& request, const std::string& field) {
+  void ExpectInvalid(const monta::v1::StrategyRequest& request,
+                     const std::string& field) {
     monta::v1::StrategyReply reply;
     grpc::Status status = Plan(request, &reply);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
@@ -135,7 +141,8 @@ TEST_F(PlannerServiceTest, UnknownProfileAndNodeAreNamed) {
   r.mutable_placement()->set_profile("tpu-v5");
   monta::v1::StrategyReply reply;
   grpc::Status status = Plan(r, &reply);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << status.error_message();
   EXPECT_NE(status.error_message().find("tpu-v5"), std::string::npos);
   EXPECT_NE(status.error_message().find("a800-hgx"), std::string::npos)
       << "should list the known profiles: " << status.error_message();
@@ -226,9 +233,11 @@ TEST_F(PlannerServiceTest, ListProfilesGivesSourcedConstants) {
     names.insert(p.name());
     EXPECT_FALSE(p.version().empty());
     ASSERT_FALSE(p.constants().empty()) << p.name();
-    for (const auto& c : p.constants()) EXPECT_FALSE(c.source().empty()) << c.name();
+    for (const auto& c : p.constants())
+      EXPECT_FALSE(c.source().empty()) << c.name();
   }
-  for (const char* want : {"a800-hgx", "a100-hgx", "h800-hgx", "h100-hgx", "h200-hgx", "cpu-gloo"}) {
+  for (const char* want : {"a800-hgx", "a100-hgx", "h800-hgx", "h100-hgx",
+                           "h200-hgx", "cpu-gloo"}) {
     EXPECT_EQ(names.count(want), 1u) << want;
   }
 }
