@@ -165,44 +165,38 @@ void MergeDeclared(const NodeTopology& declared, const std::string& file,
   }
 }
 
-}  // namespace
-
-bool IsTopologyLabel(const std::string& key) {
-  return absl::StartsWith(key, "network.topology.nvidia.com/") ||
-         absl::StartsWith(key, "network.topology.kubernetes.io/") ||
-         absl::StartsWith(key, "topology.kubernetes.io/") ||
-         key == "nvidia.com/gpu.clique";
-}
-
-absl::StatusOr<NodeTopology> DiscoverTopology(const DiscoveryOptions& options) {
-  // Parse the operator's inputs first: a broken declaration fails fast, before
-  // any driver library is touched.
+// The operator's inputs: the declared topology file and the labels file.
+struct OperatorInputs {
   std::optional<NodeTopology> declared;
+  std::map<std::string, std::string> file_labels;
+};
+
+absl::StatusOr<OperatorInputs> ReadOperatorInputs(
+    const DiscoveryOptions& options) {
+  OperatorInputs inputs;
   if (!options.topology_file.empty()) {
     absl::StatusOr<NodeTopology> file = LoadTopologyFile(options.topology_file);
     if (!file.ok()) return file.status();
-    declared = *std::move(file);
+    inputs.declared = *std::move(file);
   }
-  std::map<std::string, std::string> file_labels;
   if (!options.labels_file.empty()) {
     absl::StatusOr<std::map<std::string, std::string>> labels =
         ReadLabelsFile(options.labels_file);
     if (!labels.ok()) return labels.status();
-    file_labels = *std::move(labels);
+    inputs.file_labels = *std::move(labels);
   }
+  return inputs;
+}
 
-  NodeTopology topo;
-  topo.set_hostname(options.hostname.empty() ? LocalHostname()
-                                             : options.hostname);
-  topo.set_kubernetes_node_name(options.kubernetes_node_name);
-  const SysfsTree sysfs(options.sysfs_root);
-
+void AddCpus(const SysfsTree& sysfs, NodeTopology& topo) {
   CpuScan cpus = ScanCpus(sysfs);
   topo.set_cpu_sockets(cpus.sockets);
   topo.set_cpu_logical_count(cpus.logical_cpus);
   for (auto& node : cpus.numa_nodes) *topo.add_numa_nodes() = std::move(node);
+}
 
-  // NICs.
+// RDMA ports from sysfs, and nic_status saying what was (not) found.
+void AddNics(const SysfsTree& sysfs, NodeTopology& topo) {
   NicScan nic_scan = ScanNics(sysfs);
   std::set<std::string> nic_devices;
   for (auto& nic : nic_scan.nics) {
@@ -223,7 +217,11 @@ absl::StatusOr<NodeTopology> DiscoverTopology(const DiscoveryOptions& options) {
                       "; errors: ", DescribeList(nic_scan.errors));
     }
   }
-  // One PCI location per NIC device (ports of one HCA share it).
+}
+
+// One PCI location per NIC device (ports of one HCA share it).
+std::vector<std::pair<std::string, PciLocation>> NicLocations(
+    const SysfsTree& sysfs, const NodeTopology& topo) {
   std::vector<std::pair<std::string, PciLocation>> nic_locations;
   for (const Nic& nic : topo.nics()) {
     if (nic.pci_address().empty() ||
@@ -234,8 +232,16 @@ absl::StatusOr<NodeTopology> DiscoverTopology(const DiscoveryOptions& options) {
         LocatePciDevice(sysfs, nic.pci_address());
     if (location.ok()) nic_locations.emplace_back(nic.name(), *location);
   }
+  return nic_locations;
+}
 
-  // GPUs: CUDA first, NVML second.
+// What CUDA and NVML answered (options' sources, else the real libraries).
+struct GpuReadings {
+  absl::StatusOr<CudaSnapshot> cuda;
+  absl::StatusOr<NvmlSnapshot> nvml;
+};
+
+GpuReadings ReadGpuSources(const DiscoveryOptions& options) {
   std::unique_ptr<GpuSource> default_gpu_source;
   GpuSource* gpu_source = options.gpu_source;
   if (gpu_source == nullptr) {
@@ -248,65 +254,81 @@ absl::StatusOr<NodeTopology> DiscoverTopology(const DiscoveryOptions& options) {
     default_nvml_source = MakeNvmlLibrarySource();
     nvml_source = default_nvml_source.get();
   }
+  // CUDA first, NVML second.
   absl::StatusOr<CudaSnapshot> cuda = gpu_source->Read();
-  absl::StatusOr<NvmlSnapshot> nvml = nvml_source->Read();
+  return GpuReadings{std::move(cuda), nvml_source->Read()};
+}
 
-  // nvml_of[i]: NVML index of topology GPU i, or -1.
+// GPUs from CUDA (NVML adds the UUID by PCI bus id), else from NVML; sets
+// cuda_status. Returns nvml_of: nvml_of[i] is the NVML index of topology GPU
+// i, or -1.
+std::vector<int> AddGpus(const GpuReadings& readings, NodeTopology& topo) {
+  const absl::StatusOr<CudaSnapshot>& cuda = readings.cuda;
+  const absl::StatusOr<NvmlSnapshot>& nvml = readings.nvml;
   std::vector<int> nvml_of;
+  if (!cuda.ok()) {
+    topo.set_cuda_status(std::string(cuda.status().message()));
+    if (!nvml.ok()) return nvml_of;
+    for (const NvmlGpuRecord& record : nvml->gpus) {
+      Gpu* gpu = topo.add_gpus();
+      gpu->set_index(record.index);
+      gpu->set_name(record.name);
+      gpu->set_uuid(record.uuid);
+      gpu->set_pci_bus_id(record.pci_bus_id);
+      gpu->set_memory_bytes(record.memory_bytes);
+      gpu->set_provenance(monta::v1::PROVENANCE_DISCOVERED);
+      nvml_of.push_back(record.index);
+    }
+    return nvml_of;
+  }
   std::map<std::string, const NvmlGpuRecord*> nvml_by_pci;
   if (nvml.ok()) {
     for (const NvmlGpuRecord& gpu : nvml->gpus)
       nvml_by_pci[gpu.pci_bus_id] = &gpu;
   }
-  if (cuda.ok()) {
-    topo.set_cuda_status(
-        absl::StrCat("ok: ", cuda->gpus.size(), " GPUs via ", cuda->origin));
-    for (const CudaGpuRecord& record : cuda->gpus) {
-      Gpu* gpu = topo.add_gpus();
-      gpu->set_index(record.index);
-      gpu->set_name(record.name);
-      gpu->set_pci_bus_id(record.pci_bus_id);
-      gpu->set_memory_bytes(record.memory_bytes);
-      gpu->set_sm_count(record.sm_count);
-      gpu->set_provenance(monta::v1::PROVENANCE_DISCOVERED);
-      auto it = nvml_by_pci.find(record.pci_bus_id);
-      if (it != nvml_by_pci.end()) {
-        gpu->set_uuid(it->second->uuid);
-        nvml_of.push_back(it->second->index);
-      } else {
-        nvml_of.push_back(-1);
-      }
-    }
-  } else {
-    topo.set_cuda_status(std::string(cuda.status().message()));
-    if (nvml.ok()) {
-      for (const NvmlGpuRecord& record : nvml->gpus) {
-        Gpu* gpu = topo.add_gpus();
-        gpu->set_index(record.index);
-        gpu->set_name(record.name);
-        gpu->set_uuid(record.uuid);
-        gpu->set_pci_bus_id(record.pci_bus_id);
-        gpu->set_memory_bytes(record.memory_bytes);
-        gpu->set_provenance(monta::v1::PROVENANCE_DISCOVERED);
-        nvml_of.push_back(record.index);
-      }
+  topo.set_cuda_status(
+      absl::StrCat("ok: ", cuda->gpus.size(), " GPUs via ", cuda->origin));
+  for (const CudaGpuRecord& record : cuda->gpus) {
+    Gpu* gpu = topo.add_gpus();
+    gpu->set_index(record.index);
+    gpu->set_name(record.name);
+    gpu->set_pci_bus_id(record.pci_bus_id);
+    gpu->set_memory_bytes(record.memory_bytes);
+    gpu->set_sm_count(record.sm_count);
+    gpu->set_provenance(monta::v1::PROVENANCE_DISCOVERED);
+    auto it = nvml_by_pci.find(record.pci_bus_id);
+    if (it != nvml_by_pci.end()) {
+      gpu->set_uuid(it->second->uuid);
+      nvml_of.push_back(it->second->index);
+    } else {
+      nvml_of.push_back(-1);
     }
   }
-  if (nvml.ok()) {
-    topo.set_nvml_status(
-        absl::StrCat("ok: ", nvml->gpus.size(), " GPUs via ", nvml->origin));
-    const int unmatched =
-        static_cast<int>(std::count(nvml_of.begin(), nvml_of.end(), -1));
-    if (unmatched > 0) {
-      absl::StrAppend(
-          topo.mutable_nvml_status(), "; ", unmatched,
-          " CUDA GPUs have no NVML device with the same PCI bus id");
-    }
-  } else {
-    topo.set_nvml_status(std::string(nvml.status().message()));
-  }
+  return nvml_of;
+}
 
-  // PCI placement of each GPU, for NUMA, nearest NIC and PCIe-only pairs.
+void SetNvmlStatus(const absl::StatusOr<NvmlSnapshot>& nvml,
+                   const std::vector<int>& nvml_of, NodeTopology& topo) {
+  if (!nvml.ok()) {
+    topo.set_nvml_status(std::string(nvml.status().message()));
+    return;
+  }
+  topo.set_nvml_status(
+      absl::StrCat("ok: ", nvml->gpus.size(), " GPUs via ", nvml->origin));
+  const int unmatched =
+      static_cast<int>(std::count(nvml_of.begin(), nvml_of.end(), -1));
+  if (unmatched > 0) {
+    absl::StrAppend(topo.mutable_nvml_status(), "; ", unmatched,
+                    " CUDA GPUs have no NVML device with the same PCI bus id");
+  }
+}
+
+// PCI placement of each GPU, for NUMA, nearest NIC and PCIe-only pairs; sets
+// the first two. Returns the locations in topo.gpus() order.
+std::vector<std::optional<PciLocation>> PlaceGpus(
+    const SysfsTree& sysfs,
+    const std::vector<std::pair<std::string, PciLocation>>& nic_locations,
+    NodeTopology& topo) {
   std::vector<std::optional<PciLocation>> gpu_locations;
   for (Gpu& gpu : *topo.mutable_gpus()) {
     gpu.set_numa_node(-1);
@@ -322,13 +344,21 @@ absl::StatusOr<NodeTopology> DiscoverTopology(const DiscoveryOptions& options) {
     }
     gpu_locations.push_back(std::move(location));
   }
+  return gpu_locations;
+}
 
+// One link per GPU pair: NVML's NVLink or common ancestor when both GPUs are
+// NVML devices, else the PCI paths' class; peer access from CUDA.
+void AddGpuPairs(const GpuReadings& readings, const std::vector<int>& nvml_of,
+                 const std::vector<std::optional<PciLocation>>& gpu_locations,
+                 NodeTopology& topo) {
   std::map<std::pair<int, int>, const NvmlPairRecord*> nvml_pairs;
-  if (nvml.ok()) {
-    for (const NvmlPairRecord& pair : nvml->pairs) {
+  if (readings.nvml.ok()) {
+    for (const NvmlPairRecord& pair : readings.nvml->pairs) {
       nvml_pairs[{pair.gpu_a, pair.gpu_b}] = &pair;
     }
   }
+  const absl::StatusOr<CudaSnapshot>& cuda = readings.cuda;
   const int gpu_count = topo.gpus_size();
   for (int i = 0; i < gpu_count; ++i) {
     for (int j = i + 1; j < gpu_count; ++j) {
@@ -359,19 +389,56 @@ absl::StatusOr<NodeTopology> DiscoverTopology(const DiscoveryOptions& options) {
       }
     }
   }
+}
 
-  if (declared.has_value()) {
-    MergeDeclared(*declared, options.topology_file, topo);
-    for (const auto& [key, value] : declared->labels()) {
-      (*topo.mutable_labels())[key] = value;
+// The declared topology under what was discovered, then the labels:
+// topology file < labels file < options.labels.
+void ApplyOperatorInputs(const OperatorInputs& inputs,
+                         const DiscoveryOptions& options, NodeTopology& topo) {
+  auto& labels = *topo.mutable_labels();
+  if (inputs.declared.has_value()) {
+    MergeDeclared(*inputs.declared, options.topology_file, topo);
+    for (const auto& [key, value] : inputs.declared->labels()) {
+      labels[key] = value;
     }
   }
-  for (const auto& [key, value] : file_labels) {
-    (*topo.mutable_labels())[key] = value;
-  }
-  for (const auto& [key, value] : options.labels) {
-    (*topo.mutable_labels())[key] = value;
-  }
+  for (const auto& [key, value] : inputs.file_labels) labels[key] = value;
+  for (const auto& [key, value] : options.labels) labels[key] = value;
+}
+
+}  // namespace
+
+bool IsTopologyLabel(const std::string& key) {
+  return absl::StartsWith(key, "network.topology.nvidia.com/") ||
+         absl::StartsWith(key, "network.topology.kubernetes.io/") ||
+         absl::StartsWith(key, "topology.kubernetes.io/") ||
+         key == "nvidia.com/gpu.clique";
+}
+
+absl::StatusOr<NodeTopology> DiscoverTopology(const DiscoveryOptions& options) {
+  // Parse the operator's inputs first: a broken declaration fails fast, before
+  // any driver library is touched.
+  absl::StatusOr<OperatorInputs> inputs = ReadOperatorInputs(options);
+  if (!inputs.ok()) return inputs.status();
+
+  NodeTopology topo;
+  topo.set_hostname(options.hostname.empty() ? LocalHostname()
+                                             : options.hostname);
+  topo.set_kubernetes_node_name(options.kubernetes_node_name);
+  const SysfsTree sysfs(options.sysfs_root);
+  AddCpus(sysfs, topo);
+  AddNics(sysfs, topo);
+  const std::vector<std::pair<std::string, PciLocation>> nic_locations =
+      NicLocations(sysfs, topo);
+
+  const GpuReadings readings = ReadGpuSources(options);
+  const std::vector<int> nvml_of = AddGpus(readings, topo);
+  SetNvmlStatus(readings.nvml, nvml_of, topo);
+  const std::vector<std::optional<PciLocation>> gpu_locations =
+      PlaceGpus(sysfs, nic_locations, topo);
+  AddGpuPairs(readings, nvml_of, gpu_locations, topo);
+
+  ApplyOperatorInputs(*inputs, options, topo);
   return topo;
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -159,254 +160,343 @@ const std::set<std::string> kNicKeys = {"name",        "port",     "link_layer",
                                         "rate_gbps",   "state",    "phys_state",
                                         "pci_address", "numa_node"};
 
-void ReadDocument(const YAML::Node& root, Reader& r, NodeTopology& topo) {
-  if (!r.CheckMap(root, "", kTopKeys)) return;
+// What the gpus section declared, for the sections that refer to GPUs.
+struct DeclaredGpus {
+  std::map<int, int> position;             // index -> position in gpus[]
+  std::map<int, std::string> nearest_nic;  // index -> its nearest_nic
+};
+// GPU pairs by (lower index, higher index).
+using LinkMap = std::map<std::pair<int, int>, GpuLink>;
+// NICs by (name, port) -> position in nics[].
+using NicPositions = std::map<std::pair<std::string, int>, int>;
+
+// Every Read* step below returns false once it recorded an error in `r`;
+// ReadDocument stops at the first such step, so the error a user sees is the
+// first problem in the file.
+
+bool ReadLabels(const YAML::Node& root, Reader& r, NodeTopology& topo) {
+  const YAML::Node labels = root["labels"];
+  if (!labels) return true;
+  if (!labels.IsMap()) {
+    r.Fail("labels", "expected a mapping of label key to value");
+    return false;
+  }
+  for (const auto& entry : labels) {
+    if (!entry.second.IsScalar() || entry.first.Scalar().empty()) {
+      r.Fail(absl::StrCat("labels.", entry.first.Scalar()),
+             "expected a non-empty key with a string value");
+      return false;
+    }
+    (*topo.mutable_labels())[entry.first.Scalar()] = entry.second.Scalar();
+  }
+  return true;
+}
+
+// A topo -m path token where a GPU-to-GPU path is expected (anything but X).
+std::optional<PathToken> ParsePairPath(Reader& r, const std::string& field,
+                                       const std::string& text) {
+  absl::StatusOr<PathToken> token = ParsePathToken(text);
+  if (!token.ok() || token->path == monta::v1::PATH_TYPE_SELF) {
+    r.Fail(field,
+           absl::StrCat("expected NV<n>, PIX, PXB, PHB, NODE or SYS, got \"",
+                        text, "\""));
+    return std::nullopt;
+  }
+  return *token;
+}
+
+// gpus[i].nearest_nic_path: a PCI path class (a NIC is never over NVLink).
+bool ReadNearestNicPath(const YAML::Node& node, const std::string& field,
+                        Reader& r, Gpu& gpu) {
   std::string text;
-  if (r.String(root, "", "profile_name", &text)) topo.set_profile_name(text);
+  if (!r.String(node, field, "nearest_nic_path", &text)) return true;
+  absl::StatusOr<PathToken> token = ParsePathToken(text);
+  if (!token.ok() || token->path == monta::v1::PATH_TYPE_NVLINK ||
+      token->path == monta::v1::PATH_TYPE_SELF) {
+    r.Fail(field + ".nearest_nic_path",
+           absl::StrCat("expected PIX, PXB, PHB, NODE or SYS, got \"", text,
+                        "\""));
+    return false;
+  }
+  gpu.set_nearest_nic_path(token->path);
+  return true;
+}
 
-  if (const YAML::Node labels = root["labels"]) {
-    if (!labels.IsMap()) {
-      r.Fail("labels", "expected a mapping of label key to value");
-      return;
+// One entry of gpus[] (at `position`); its index must be new.
+bool ReadGpu(const YAML::Node& node, const std::string& field, int position,
+             Reader& r, DeclaredGpus& declared, Gpu& gpu) {
+  if (!r.CheckMap(node, field, kGpuKeys)) return false;
+  int index = 0;
+  if (!r.Integer(node, field, "index", 0, &index)) {
+    if (r.status().ok()) r.Fail(field + ".index", "required");
+    return false;
+  }
+  auto [it, inserted] = declared.position.emplace(index, position);
+  if (!inserted) {
+    r.Fail(field + ".index", absl::StrCat("duplicate GPU index ", index,
+                                          " (also gpus[", it->second, "])"));
+    return false;
+  }
+  gpu.set_index(index);
+  std::string text;
+  if (r.String(node, field, "name", &text)) gpu.set_name(text);
+  if (r.String(node, field, "uuid", &text)) gpu.set_uuid(text);
+  if (r.String(node, field, "pci_bus_id", &text)) {
+    if (!CheckPciAddress(r, field + ".pci_bus_id", text)) return false;
+    gpu.set_pci_bus_id(NormalizePciBusId(text));
+  }
+  uint64_t memory_bytes = 0;
+  if (r.Integer<uint64_t>(node, field, "memory_bytes", 0, &memory_bytes)) {
+    gpu.set_memory_bytes(memory_bytes);
+  }
+  int value = 0;
+  if (r.Integer(node, field, "sm_count", 0, &value)) gpu.set_sm_count(value);
+  gpu.set_numa_node(-1);
+  if (r.Integer(node, field, "numa_node", -1, &value)) gpu.set_numa_node(value);
+  if (r.String(node, field, "nearest_nic", &text)) {
+    gpu.set_nearest_nic(text);
+    declared.nearest_nic[index] = text;
+  }
+  if (!ReadNearestNicPath(node, field, r, gpu)) return false;
+  if (!r.status().ok()) return false;
+  gpu.set_provenance(monta::v1::PROVENANCE_DECLARED);
+  return true;
+}
+
+bool ReadGpus(const YAML::Node& root, Reader& r, NodeTopology& topo,
+              DeclaredGpus& declared) {
+  const YAML::Node gpus = root["gpus"];
+  if (!gpus) return true;
+  if (!gpus.IsSequence()) {
+    r.Fail("gpus", "expected a list of GPUs");
+    return false;
+  }
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    Gpu gpu;
+    if (!ReadGpu(gpus[i], absl::StrCat("gpus[", i, "]"), static_cast<int>(i), r,
+                 declared, gpu)) {
+      return false;
     }
-    for (const auto& entry : labels) {
-      if (!entry.second.IsScalar() || entry.first.Scalar().empty()) {
-        r.Fail(absl::StrCat("labels.", entry.first.Scalar()),
-               "expected a non-empty key with a string value");
-        return;
-      }
-      (*topo.mutable_labels())[entry.first.Scalar()] = entry.second.Scalar();
+    *topo.add_gpus() = std::move(gpu);
+  }
+  return true;
+}
+
+// links[i].gpus: two different declared GPUs, a pair not listed before.
+bool ReadLinkPair(const YAML::Node& node, const std::string& field, Reader& r,
+                  const DeclaredGpus& declared, const LinkMap& links,
+                  std::pair<int, int>* key) {
+  const YAML::Node pair = node["gpus"];
+  int ends[2] = {0, 0};
+  if (!pair || !pair.IsSequence() || pair.size() != 2 ||
+      !absl::SimpleAtoi(pair[0].IsScalar() ? pair[0].Scalar() : "x",
+                        &ends[0]) ||
+      !absl::SimpleAtoi(pair[1].IsScalar() ? pair[1].Scalar() : "x",
+                        &ends[1])) {
+    r.Fail(field + ".gpus", "expected two GPU indices, e.g. [0, 1]");
+    return false;
+  }
+  for (int end : ends) {
+    if (declared.position.count(end) == 0) {
+      r.Fail(field + ".gpus",
+             absl::StrCat("GPU ", end, " is not declared under gpus"));
+      return false;
     }
   }
+  if (ends[0] == ends[1]) {
+    r.Fail(field + ".gpus", "a link needs two different GPUs");
+    return false;
+  }
+  *key = {std::min(ends[0], ends[1]), std::max(ends[0], ends[1])};
+  if (links.count(*key) != 0) {
+    r.Fail(field + ".gpus", absl::StrCat("pair ", key->first, "-", key->second,
+                                         " listed twice"));
+    return false;
+  }
+  return true;
+}
 
-  std::map<int, int> gpu_position;  // index -> position in gpus[]
-  std::map<int, std::string> gpu_nearest_nic;
-  if (const YAML::Node gpus = root["gpus"]) {
-    if (!gpus.IsSequence()) {
-      r.Fail("gpus", "expected a list of GPUs");
-      return;
-    }
-    for (size_t i = 0; i < gpus.size(); ++i) {
-      const std::string field = absl::StrCat("gpus[", i, "]");
-      const YAML::Node node = gpus[i];
-      if (!r.CheckMap(node, field, kGpuKeys)) return;
-      Gpu gpu;
-      int index = 0;
-      if (!r.Integer(node, field, "index", 0, &index)) {
-        if (r.status().ok()) r.Fail(field + ".index", "required");
-        return;
-      }
-      auto [it, inserted] = gpu_position.emplace(index, static_cast<int>(i));
-      if (!inserted) {
-        r.Fail(field + ".index",
-               absl::StrCat("duplicate GPU index ", index, " (also gpus[",
-                            it->second, "])"));
-        return;
-      }
-      gpu.set_index(index);
-      if (r.String(node, field, "name", &text)) gpu.set_name(text);
-      if (r.String(node, field, "uuid", &text)) gpu.set_uuid(text);
-      if (r.String(node, field, "pci_bus_id", &text)) {
-        if (!CheckPciAddress(r, field + ".pci_bus_id", text)) return;
-        gpu.set_pci_bus_id(NormalizePciBusId(text));
-      }
-      uint64_t memory_bytes = 0;
-      if (r.Integer<uint64_t>(node, field, "memory_bytes", 0, &memory_bytes)) {
-        gpu.set_memory_bytes(memory_bytes);
-      }
-      int value = 0;
-      if (r.Integer(node, field, "sm_count", 0, &value))
-        gpu.set_sm_count(value);
-      gpu.set_numa_node(-1);
-      if (r.Integer(node, field, "numa_node", -1, &value)) {
-        gpu.set_numa_node(value);
-      }
-      if (r.String(node, field, "nearest_nic", &text)) {
-        gpu.set_nearest_nic(text);
-        gpu_nearest_nic[index] = text;
-      }
-      if (r.String(node, field, "nearest_nic_path", &text)) {
-        absl::StatusOr<PathToken> token = ParsePathToken(text);
-        if (!token.ok() || token->path == monta::v1::PATH_TYPE_NVLINK ||
-            token->path == monta::v1::PATH_TYPE_SELF) {
-          r.Fail(field + ".nearest_nic_path",
-                 absl::StrCat("expected PIX, PXB, PHB, NODE or SYS, got \"",
-                              text, "\""));
-          return;
-        }
-        gpu.set_nearest_nic_path(token->path);
-      }
-      if (!r.status().ok()) return;
-      gpu.set_provenance(monta::v1::PROVENANCE_DECLARED);
-      *topo.add_gpus() = std::move(gpu);
+// One entry of links[]; added to `links` when valid.
+bool ReadLink(const YAML::Node& node, const std::string& field, Reader& r,
+              const DeclaredGpus& declared, LinkMap& links) {
+  if (!r.CheckMap(node, field, kLinkKeys)) return false;
+  std::pair<int, int> key;
+  if (!ReadLinkPair(node, field, r, declared, links, &key)) return false;
+  GpuLink link;
+  link.set_gpu_a(key.first);
+  link.set_gpu_b(key.second);
+  std::string text;
+  if (!r.String(node, field, "path", &text)) {
+    if (r.status().ok()) r.Fail(field + ".path", "required (e.g. NV18, PIX)");
+    return false;
+  }
+  const std::optional<PathToken> token =
+      ParsePairPath(r, field + ".path", text);
+  if (!token.has_value()) return false;
+  link.set_path(token->path);
+  link.set_nvlink_count(token->nvlink_count);
+  int count = 0;
+  if (r.Integer(node, field, "nvlink_count", 0, &count) &&
+      count != token->nvlink_count) {
+    r.Fail(field + ".nvlink_count",
+           absl::StrCat(count, " disagrees with path ", text));
+    return false;
+  }
+  if (r.Integer(node, field, "nvlink_inactive_count", 0, &count)) {
+    link.set_nvlink_inactive_count(count);
+  }
+  bool peer = false;
+  if (r.Bool(node, field, "peer_access", &peer)) link.set_peer_access(peer);
+  if (!r.status().ok()) return false;
+  link.set_provenance(monta::v1::PROVENANCE_DECLARED);
+  links[key] = std::move(link);
+  return true;
+}
+
+bool ReadLinks(const YAML::Node& root, Reader& r, const DeclaredGpus& declared,
+               LinkMap& links) {
+  const YAML::Node list = root["links"];
+  if (!list) return true;
+  if (!list.IsSequence()) {
+    r.Fail("links", "expected a list of GPU pairs");
+    return false;
+  }
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!ReadLink(list[i], absl::StrCat("links[", i, "]"), r, declared,
+                  links)) {
+      return false;
     }
   }
+  return true;
+}
 
-  std::map<std::pair<int, int>, GpuLink> links;
-  if (const YAML::Node list = root["links"]) {
-    if (!list.IsSequence()) {
-      r.Fail("links", "expected a list of GPU pairs");
-      return;
-    }
-    for (size_t i = 0; i < list.size(); ++i) {
-      const std::string field = absl::StrCat("links[", i, "]");
-      const YAML::Node node = list[i];
-      if (!r.CheckMap(node, field, kLinkKeys)) return;
-      const YAML::Node pair = node["gpus"];
-      int ends[2] = {0, 0};
-      if (!pair || !pair.IsSequence() || pair.size() != 2 ||
-          !absl::SimpleAtoi(pair[0].IsScalar() ? pair[0].Scalar() : "x",
-                            &ends[0]) ||
-          !absl::SimpleAtoi(pair[1].IsScalar() ? pair[1].Scalar() : "x",
-                            &ends[1])) {
-        r.Fail(field + ".gpus", "expected two GPU indices, e.g. [0, 1]");
-        return;
-      }
-      for (int end : ends) {
-        if (gpu_position.count(end) == 0) {
-          r.Fail(field + ".gpus",
-                 absl::StrCat("GPU ", end, " is not declared under gpus"));
-          return;
-        }
-      }
-      if (ends[0] == ends[1]) {
-        r.Fail(field + ".gpus", "a link needs two different GPUs");
-        return;
-      }
-      const std::pair<int, int> key(std::min(ends[0], ends[1]),
-                                    std::max(ends[0], ends[1]));
-      if (links.count(key) != 0) {
-        r.Fail(field + ".gpus", absl::StrCat("pair ", key.first, "-",
-                                             key.second, " listed twice"));
-        return;
-      }
+// all_gpu_pairs: the path of every pair of declared GPUs that links[] does
+// not list.
+bool ReadAllGpuPairs(const YAML::Node& root, Reader& r,
+                     const DeclaredGpus& declared, LinkMap& links) {
+  std::string text;
+  if (!r.String(root, "", "all_gpu_pairs", &text)) return r.status().ok();
+  const std::optional<PathToken> token =
+      ParsePairPath(r, "all_gpu_pairs", text);
+  if (!token.has_value()) return false;
+  const std::map<int, int>& gpus = declared.position;
+  for (auto a = gpus.begin(); a != gpus.end(); ++a) {
+    for (auto b = std::next(a); b != gpus.end(); ++b) {
+      const std::pair<int, int> key(a->first, b->first);
+      if (links.count(key) != 0) continue;
       GpuLink link;
       link.set_gpu_a(key.first);
       link.set_gpu_b(key.second);
-      if (!r.String(node, field, "path", &text)) {
-        if (r.status().ok())
-          r.Fail(field + ".path", "required (e.g. NV18, PIX)");
-        return;
-      }
-      absl::StatusOr<PathToken> token = ParsePathToken(text);
-      if (!token.ok() || token->path == monta::v1::PATH_TYPE_SELF) {
-        r.Fail(
-            field + ".path",
-            absl::StrCat("expected NV<n>, PIX, PXB, PHB, NODE or SYS, got \"",
-                         text, "\""));
-        return;
-      }
       link.set_path(token->path);
       link.set_nvlink_count(token->nvlink_count);
-      int count = 0;
-      if (r.Integer(node, field, "nvlink_count", 0, &count) &&
-          count != token->nvlink_count) {
-        r.Fail(field + ".nvlink_count",
-               absl::StrCat(count, " disagrees with path ", text));
-        return;
-      }
-      if (r.Integer(node, field, "nvlink_inactive_count", 0, &count)) {
-        link.set_nvlink_inactive_count(count);
-      }
-      bool peer = false;
-      if (r.Bool(node, field, "peer_access", &peer)) link.set_peer_access(peer);
-      if (!r.status().ok()) return;
+      link.set_peer_access(token->path == monta::v1::PATH_TYPE_NVLINK);
       link.set_provenance(monta::v1::PROVENANCE_DECLARED);
       links[key] = std::move(link);
     }
   }
-  if (r.String(root, "", "all_gpu_pairs", &text)) {
-    absl::StatusOr<PathToken> token = ParsePathToken(text);
-    if (!token.ok() || token->path == monta::v1::PATH_TYPE_SELF) {
-      r.Fail("all_gpu_pairs",
-             absl::StrCat("expected NV<n>, PIX, PXB, PHB, NODE or SYS, got \"",
-                          text, "\""));
-      return;
+  return true;
+}
+
+// One entry of nics[] (at `position`); its (name, port) must be new.
+bool ReadNic(const YAML::Node& node, const std::string& field, int position,
+             Reader& r, NicPositions& nics, Nic& nic) {
+  if (!r.CheckMap(node, field, kNicKeys)) return false;
+  std::string text;
+  if (!r.String(node, field, "name", &text) || text.empty()) {
+    if (r.status().ok()) r.Fail(field + ".name", "required (e.g. mlx5_0)");
+    return false;
+  }
+  nic.set_name(text);
+  int port = 1;  // single-port HCAs are the common case
+  r.Integer(node, field, "port", 1, &port);
+  nic.set_port(port);
+  auto [it, inserted] =
+      nics.emplace(std::make_pair(nic.name(), port), position);
+  if (!inserted) {
+    r.Fail(field, absl::StrCat("duplicate NIC ", nic.name(), " port ", port,
+                               " (also nics[", it->second, "])"));
+    return false;
+  }
+  double rate_gbps = 0;
+  if (r.Double(node, field, "rate_gbps", &rate_gbps) && rate_gbps < 0) {
+    r.Fail(field + ".rate_gbps",
+           absl::StrCat("must be >= 0 Gb/s, got ", rate_gbps));
+    return false;
+  }
+  nic.set_rate_gbps(rate_gbps);
+  if (r.String(node, field, "link_layer", &text)) {
+    if (text != "InfiniBand" && text != "Ethernet") {
+      r.Fail(
+          field + ".link_layer",
+          absl::StrCat("expected InfiniBand or Ethernet, got \"", text, "\""));
+      return false;
     }
-    for (auto a = gpu_position.begin(); a != gpu_position.end(); ++a) {
-      for (auto b = std::next(a); b != gpu_position.end(); ++b) {
-        const std::pair<int, int> key(a->first, b->first);
-        if (links.count(key) != 0) continue;
-        GpuLink link;
-        link.set_gpu_a(key.first);
-        link.set_gpu_b(key.second);
-        link.set_path(token->path);
-        link.set_nvlink_count(token->nvlink_count);
-        link.set_peer_access(token->path == monta::v1::PATH_TYPE_NVLINK);
-        link.set_provenance(monta::v1::PROVENANCE_DECLARED);
-        links[key] = std::move(link);
-      }
+    nic.set_link_layer(text);
+  }
+  if (r.String(node, field, "state", &text)) nic.set_state(text);
+  if (r.String(node, field, "phys_state", &text)) nic.set_phys_state(text);
+  if (r.String(node, field, "pci_address", &text)) {
+    if (!CheckPciAddress(r, field + ".pci_address", text)) return false;
+    nic.set_pci_address(NormalizePciBusId(text));
+  }
+  int numa = -1;
+  r.Integer(node, field, "numa_node", -1, &numa);
+  nic.set_numa_node(numa);
+  if (!r.status().ok()) return false;
+  nic.set_provenance(monta::v1::PROVENANCE_DECLARED);
+  return true;
+}
+
+bool ReadNics(const YAML::Node& root, Reader& r, NodeTopology& topo,
+              NicPositions& positions) {
+  const YAML::Node nics = root["nics"];
+  if (!nics) return true;
+  if (!nics.IsSequence()) {
+    r.Fail("nics", "expected a list of NIC ports");
+    return false;
+  }
+  for (size_t i = 0; i < nics.size(); ++i) {
+    Nic nic;
+    if (!ReadNic(nics[i], absl::StrCat("nics[", i, "]"), static_cast<int>(i), r,
+                 positions, nic)) {
+      return false;
+    }
+    *topo.add_nics() = std::move(nic);
+  }
+  return true;
+}
+
+// Every gpus[].nearest_nic names a NIC of nics[] (any port).
+bool CheckNearestNics(const DeclaredGpus& declared, const NicPositions& nics,
+                      Reader& r) {
+  for (const auto& [index, nic_name] : declared.nearest_nic) {
+    bool found = false;
+    for (const auto& entry : nics) found |= entry.first.first == nic_name;
+    if (!found) {
+      r.Fail(
+          absl::StrCat("gpus[", declared.position.at(index), "].nearest_nic"),
+          absl::StrCat("NIC \"", nic_name, "\" is not declared under nics"));
+      return false;
     }
   }
+  return true;
+}
+
+void ReadDocument(const YAML::Node& root, Reader& r, NodeTopology& topo) {
+  if (!r.CheckMap(root, "", kTopKeys)) return;
+  std::string text;
+  if (r.String(root, "", "profile_name", &text)) topo.set_profile_name(text);
+  if (!ReadLabels(root, r, topo)) return;
+  DeclaredGpus gpus;
+  if (!ReadGpus(root, r, topo, gpus)) return;
+  LinkMap links;
+  if (!ReadLinks(root, r, gpus, links)) return;
+  if (!ReadAllGpuPairs(root, r, gpus, links)) return;
   if (!r.status().ok()) return;
   for (auto& entry : links) *topo.add_gpu_links() = std::move(entry.second);
-
-  std::map<std::pair<std::string, int>, int> nic_position;
-  if (const YAML::Node nics = root["nics"]) {
-    if (!nics.IsSequence()) {
-      r.Fail("nics", "expected a list of NIC ports");
-      return;
-    }
-    for (size_t i = 0; i < nics.size(); ++i) {
-      const std::string field = absl::StrCat("nics[", i, "]");
-      const YAML::Node node = nics[i];
-      if (!r.CheckMap(node, field, kNicKeys)) return;
-      Nic nic;
-      if (!r.String(node, field, "name", &text) || text.empty()) {
-        if (r.status().ok()) r.Fail(field + ".name", "required (e.g. mlx5_0)");
-        return;
-      }
-      nic.set_name(text);
-      int port = 1;  // single-port HCAs are the common case
-      r.Integer(node, field, "port", 1, &port);
-      nic.set_port(port);
-      auto [it, inserted] =
-          nic_position.emplace(std::make_pair(nic.name(), port), i);
-      if (!inserted) {
-        r.Fail(field, absl::StrCat("duplicate NIC ", nic.name(), " port ", port,
-                                   " (also nics[", it->second, "])"));
-        return;
-      }
-      double rate_gbps = 0;
-      if (r.Double(node, field, "rate_gbps", &rate_gbps) && rate_gbps < 0) {
-        r.Fail(field + ".rate_gbps",
-               absl::StrCat("must be >= 0 Gb/s, got ", rate_gbps));
-        return;
-      }
-      nic.set_rate_gbps(rate_gbps);
-      if (r.String(node, field, "link_layer", &text)) {
-        if (text != "InfiniBand" && text != "Ethernet") {
-          r.Fail(field + ".link_layer",
-                 absl::StrCat("expected InfiniBand or Ethernet, got \"", text,
-                              "\""));
-          return;
-        }
-        nic.set_link_layer(text);
-      }
-      if (r.String(node, field, "state", &text)) nic.set_state(text);
-      if (r.String(node, field, "phys_state", &text)) nic.set_phys_state(text);
-      if (r.String(node, field, "pci_address", &text)) {
-        if (!CheckPciAddress(r, field + ".pci_address", text)) return;
-        nic.set_pci_address(NormalizePciBusId(text));
-      }
-      int numa = -1;
-      r.Integer(node, field, "numa_node", -1, &numa);
-      nic.set_numa_node(numa);
-      if (!r.status().ok()) return;
-      nic.set_provenance(monta::v1::PROVENANCE_DECLARED);
-      *topo.add_nics() = std::move(nic);
-    }
-  }
-  for (const auto& [index, nic_name] : gpu_nearest_nic) {
-    bool found = false;
-    for (const auto& entry : nic_position)
-      found |= entry.first.first == nic_name;
-    if (!found) {
-      r.Fail(absl::StrCat("gpus[", gpu_position[index], "].nearest_nic"),
-             absl::StrCat("NIC \"", nic_name, "\" is not declared under nics"));
-      return;
-    }
-  }
+  NicPositions nics;
+  if (!ReadNics(root, r, topo, nics)) return;
+  CheckNearestNics(gpus, nics, r);
 }
 
 }  // namespace
