@@ -2,6 +2,8 @@
 
 #include <thread>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 namespace monta::bench {
@@ -24,7 +26,8 @@ class CoordinatorTest : public ::testing::Test {
     req.set_timeout_seconds(30);
     return req;
   }
-  monta::v1::ReportBenchmarkRequest Ok(const std::string& task, const std::string& node) {
+  monta::v1::ReportBenchmarkRequest Ok(const std::string& task,
+                                       const std::string& node) {
     monta::v1::ReportBenchmarkRequest r;
     r.set_task_id(task);
     r.set_node_name(node);
@@ -53,9 +56,11 @@ TEST_F(CoordinatorTest, TaskGoesToEveryNodeAndSucceedsWithCurves) {
   curve->add_nodes("b");
   curve->add_points()->set_message_bytes(4096);
   ASSERT_TRUE(coordinator_.Report(report, now_).ok());
-  EXPECT_EQ(coordinator_.Status(ta->task_id())->state(), monta::v1::TASK_STATE_RUNNING);
+  EXPECT_EQ(coordinator_.Status(ta->task_id())->state(),
+            monta::v1::TASK_STATE_RUNNING);
   ASSERT_TRUE(coordinator_.Report(Ok(ta->task_id(), "b"), now_).ok());
-  EXPECT_EQ(coordinator_.Status(ta->task_id())->state(), monta::v1::TASK_STATE_SUCCEEDED);
+  EXPECT_EQ(coordinator_.Status(ta->task_id())->state(),
+            monta::v1::TASK_STATE_SUCCEEDED);
   auto node = registry_.Get("b", now_);
   ASSERT_EQ(node->curves_size(), 1);
   EXPECT_EQ(node->curves(0).task_id(), ta->task_id());
@@ -92,7 +97,8 @@ TEST_F(CoordinatorTest, RendezvousGetWaitsForSet) {
   EXPECT_EQ(*value, "xyz");
   get.set_key("never");
   get.set_wait_seconds(0.05);
-  EXPECT_EQ(coordinator_.Get(get).status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(coordinator_.Get(get).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
 }
 
 TEST_F(CoordinatorTest, OverdueTaskNamesMissingRanksAndAbortsWaiters) {
@@ -126,9 +132,11 @@ TEST_F(CoordinatorTest, FailureReportFailsTaskWithReason) {
   ASSERT_TRUE(coordinator_.Report(report, now_).ok());
   auto s = coordinator_.Status(status->task_id());
   EXPECT_EQ(s->state(), monta::v1::TASK_STATE_FAILED);
-  EXPECT_NE(s->reason().find("node b rank 2: connection reset"), std::string::npos);
+  EXPECT_NE(s->reason().find("node b rank 2: connection reset"),
+            std::string::npos);
   // Node a never reported: its ranks are named as the likely cause.
-  EXPECT_NE(s->reason().find("rank 0 (node a)"), std::string::npos) << s->reason();
+  EXPECT_NE(s->reason().find("rank 0 (node a)"), std::string::npos)
+      << s->reason();
 }
 
 TEST_F(CoordinatorTest, ScheduleValidatesNodesAndSizes) {
@@ -149,15 +157,37 @@ TEST_F(CoordinatorTest, ScheduleValidatesNodesAndSizes) {
   EXPECT_EQ(coordinator_.Schedule(req, now_).status().code(),
             absl::StatusCode::kInvalidArgument);
   // A stale node cannot be measured.
-  EXPECT_EQ(coordinator_.Schedule(Pair(), now_ + absl::Hours(1)).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      coordinator_.Schedule(Pair(), now_ + absl::Hours(1)).status().code(),
+      absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(CoordinatorTest, ShutdownWakesWatchers) {
-  std::thread watcher([&] { EXPECT_FALSE(coordinator_.NextTask("a", absl::Seconds(30))); });
+  // The watcher would wait kWatchTimeout for a task that never comes; Shutdown
+  // must end the wait long before that. The bound is half the timeout, so the
+  // test fails when only the timeout ends the wait, never because a loaded
+  // machine is slow.
+  constexpr absl::Duration kWatchTimeout = absl::Seconds(60);
+  absl::Duration waited = absl::InfiniteDuration();
+  std::thread watcher([&] {
+    const absl::Time start = absl::Now();
+    EXPECT_FALSE(coordinator_.NextTask("a", kWatchTimeout));
+    waited = absl::Now() - start;
+  });
+  // Best effort to let the watcher block first; when it has not yet, the
+  // contract still holds (waits after Shutdown return at once), so the result
+  // does not depend on this pause.
   absl::SleepFor(absl::Milliseconds(20));
   coordinator_.Shutdown();
   watcher.join();
+  EXPECT_LT(waited, kWatchTimeout / 2) << "Shutdown did not wake the watcher";
+}
+
+TEST_F(CoordinatorTest, WaitsAfterShutdownReturnAtOnce) {
+  coordinator_.Shutdown();
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(coordinator_.NextTask("a", absl::Seconds(60)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
 }
 
 }  // namespace
