@@ -5,11 +5,13 @@
 #               and Bazel's runfiles are symlinks.
 #   HERE_SRC    the real tests/deploy/ source directory (node_modules and .tools live there,
 #               installed by tests/deploy/install.sh, which scripts/setup.sh runs)
-#   skip MSG    ends the test as passed, saying why it did not run (a tool is missing)
+#   skip MSG    ends the test as skipped, saying why it did not run (a tool is missing):
+#               Bazel 4 has no skip status, so it prints "MONTA_TEST_SKIPPED: MSG" and exits
+#               0; scripts/test.sh finds that line in the test.log and counts it as skipped
 #   fail MSG    ends the test as failed
 set -euo pipefail
 
-skip() { echo "SKIPPED: $*"; exit 0; }
+skip() { echo "MONTA_TEST_SKIPPED: $*"; exit 0; }
 fail() { echo "FAILED: $*" >&2; exit 1; }
 
 _runfiles="${TEST_SRCDIR:-}/${TEST_WORKSPACE:-monta}"
