@@ -12,12 +12,14 @@
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "server/admission/test_certs.h"
+#include "tests/testing/paper_job.h"
 #include "tests/testing/process.h"
 
 namespace monta {
 namespace {
 
 using json = nlohmann::json;
+using testing::PaperJobJson;
 using testing::Process;
 using testing::ReadFile;
 using testing::Runfile;
@@ -43,13 +45,6 @@ json Review(const std::string& spec) {
           {"spec",
            {{"containers", {{{"name", "trainer"}, {"image", "t:1"}}}}}}}}}}};
 }
-
-const char kSpec[] =
-    R"({"job": {"name": "paper", "hidden_size": 8192, "num_experts": 2,
-  "top_k": 1, "capacity_factor": 1.0, "micro_batch_size": 1, "sequence_length": 8192,
-  "bytes_per_element": 2, "moe_layers": 80, "world_size": 16, "tensor_parallel_size": 8,
-  "expert_parallel_size": 2, "pipeline_parallel_size": 1, "data_parallel_size": 2,
-  "experts_tensor_parallel": true}, "placement": {"profile": "a800-hgx", "nodes": 2}})";
 
 TEST(AdmissionProcessTest, PlannerBinaryServesWebhookOverHttps) {
   const std::string dir = TempDir();
@@ -77,7 +72,8 @@ TEST(AdmissionProcessTest, PlannerBinaryServesWebhookOverHttps) {
   client.set_ca_cert_path(certs->cert_file);
   client.enable_server_certificate_verification(true);
   client.set_read_timeout(10);
-  auto res = client.Post("/mutate", Review(kSpec).dump(), "application/json");
+  auto res =
+      client.Post("/mutate", Review(PaperJobJson()).dump(), "application/json");
   ASSERT_TRUE(res) << httplib::to_string(res.error());
   ASSERT_EQ(res->status, 200) << res->body;
   const json response = json::parse(res->body)["response"];
@@ -86,7 +82,7 @@ TEST(AdmissionProcessTest, PlannerBinaryServesWebhookOverHttps) {
   ASSERT_TRUE(absl::Base64Unescape(response.value("patch", ""), &patch));
   EXPECT_TRUE(absl::StrContains(patch, "MONTA_STRATEGY")) << patch;
 
-  json bad = json::parse(kSpec);
+  json bad = json::parse(PaperJobJson());
   bad["job"]["top_k"] = 5;
   res = client.Post("/validate", Review(bad.dump()).dump(), "application/json");
   ASSERT_TRUE(res);

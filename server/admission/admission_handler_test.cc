@@ -13,6 +13,7 @@
 #include "proto/monta/v1/agent.pb.h"
 #include "server/metrics/planner_metrics.h"
 #include "server/registry/registry.h"
+#include "tests/testing/paper_job.h"
 
 namespace monta::admission {
 namespace {
@@ -20,17 +21,7 @@ namespace {
 using json = nlohmann::json;
 
 // The MoNTA paper's job on two A800 nodes: tp_dedup_pipelined wins.
-json PaperSpec() {
-  return json::parse(R"({
-    "job": {"name": "paper", "hidden_size": 8192, "num_experts": 2, "top_k": 1,
-            "capacity_factor": 1.0, "micro_batch_size": 1, "sequence_length": 8192,
-            "bytes_per_element": 2, "moe_layers": 80, "microbatches_per_step": 1,
-            "world_size": 16, "tensor_parallel_size": 8, "expert_parallel_size": 2,
-            "pipeline_parallel_size": 1, "data_parallel_size": 2,
-            "experts_tensor_parallel": true},
-    "placement": {"profile": "a800-hgx", "nodes": 2}
-  })");
-}
+json PaperSpec() { return json::parse(testing::PaperJobJson()); }
 
 json Pod(const json& annotations) {
   json pod = json::parse(R"({
@@ -467,7 +458,8 @@ TEST_F(AdmissionHandlerTest, ValidSpecIsAllowedAndNotCountedAsDecision) {
   for (const auto& family : prom_.Collect()) {
     if (family.name == "monta_strategy_decisions_total") {
       // The series exist from the start (created up front); none was counted.
-      for (const auto& metric : family.metric) EXPECT_EQ(metric.counter.value, 0);
+      for (const auto& metric : family.metric)
+        EXPECT_EQ(metric.counter.value, 0);
     }
   }
 }
@@ -503,7 +495,8 @@ TEST_F(AdmissionHandlerTest, DryRunIsPatchedButNotCountedAsDecision) {
   for (const auto& family : prom_.Collect()) {
     if (family.name == "monta_strategy_decisions_total") {
       // The series exist from the start (created up front); none was counted.
-      for (const auto& metric : family.metric) EXPECT_EQ(metric.counter.value, 0);
+      for (const auto& metric : family.metric)
+        EXPECT_EQ(metric.counter.value, 0);
     }
   }
 }

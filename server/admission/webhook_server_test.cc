@@ -19,6 +19,7 @@
 #include "server/admission/test_certs.h"
 #include "server/planner_server.h"
 #include "server/planning/strategy_planner.h"
+#include "tests/testing/paper_job.h"
 
 namespace monta::admission {
 namespace {
@@ -48,16 +49,7 @@ json Review(const json& annotations) {
             {"object", pod}}}};
 }
 
-json PaperSpec() {
-  return json::parse(R"({
-    "job": {"name": "paper", "hidden_size": 8192, "num_experts": 2, "top_k": 1,
-            "capacity_factor": 1.0, "micro_batch_size": 1, "sequence_length": 8192,
-            "bytes_per_element": 2, "moe_layers": 80, "world_size": 16,
-            "tensor_parallel_size": 8, "expert_parallel_size": 2,
-            "pipeline_parallel_size": 1, "data_parallel_size": 2,
-            "experts_tensor_parallel": true},
-    "placement": {"profile": "a800-hgx", "nodes": 2}})");
-}
+json PaperSpec() { return json::parse(testing::PaperJobJson()); }
 
 class WebhookServerTest : public ::testing::Test {
  protected:

@@ -7,35 +7,14 @@
 #include "proto/monta/v1/agent.grpc.pb.h"
 #include "proto/monta/v1/planner.grpc.pb.h"
 #include "server/planner_server.h"
+#include "tests/testing/paper_job.h"
 
 namespace monta {
 namespace {
 
-monta::v1::StrategyRequest PaperRequest() {
-  // The MoNTA paper's setting: 2 A800 nodes x 8, TP=8, 8K sequence, 70B-class
-  // experts.
-  monta::v1::StrategyRequest r;
-  auto* job = r.mutable_job();
-  job->set_name("paper");
-  job->set_hidden_size(8192);
-  job->set_num_experts(2);
-  job->set_top_k(1);
-  job->set_capacity_factor(1.0);
-  job->set_micro_batch_size(1);
-  job->set_sequence_length(8192);
-  job->set_bytes_per_element(2);
-  job->set_moe_layers(80);
-  job->set_microbatches_per_step(1);
-  job->set_world_size(16);
-  job->set_tensor_parallel_size(8);
-  job->set_expert_parallel_size(2);
-  job->set_pipeline_parallel_size(1);
-  job->set_data_parallel_size(2);
-  job->set_experts_tensor_parallel(true);
-  r.mutable_placement()->set_profile("a800-hgx");
-  r.mutable_placement()->set_nodes(2);
-  return r;
-}
+// The MoNTA paper's setting (examples/monta-paper-2x70b.yaml): 2 A800 nodes x
+// 8, TP=8, 8K sequence, 70B-class experts.
+monta::v1::StrategyRequest PaperRequest() { return testing::PaperJobRequest(); }
 
 class PlannerServiceTest : public ::testing::Test {
  protected:

@@ -2,6 +2,7 @@
 
 #include "gtest/gtest.h"
 #include "server/model/hardware_profile.h"
+#include "server/model/paper_job_shape.h"
 #include "server/model/profile_view.h"
 #include "server/model/traffic.h"
 
@@ -26,18 +27,7 @@ class CostModelTest : public ::testing::Test {
     auto view = ProfileClusterView(profile_, 2, 8);
     ASSERT_TRUE(view.ok());
     view_ = *view;
-    MoeJobShape job;
-    job.hidden_size = 8192;
-    job.num_experts = 2;
-    job.top_k = 1;
-    job.capacity_factor = 1;
-    job.micro_batch_size = 1;
-    job.sequence_length = 8192;
-    job.world_size = 16;
-    job.tensor_parallel_size = 8;
-    job.expert_parallel_size = 2;
-    job.data_parallel_size = 2;
-    auto tr = ComputeTraffic(job, {2, 8});
+    auto tr = ComputeTraffic(PaperJobShape(), {2, 8});
     ASSERT_TRUE(tr.ok());
     traffic_ = *tr;
   }

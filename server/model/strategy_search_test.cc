@@ -5,31 +5,11 @@
 
 #include "gtest/gtest.h"
 #include "server/model/hardware_profile.h"
+#include "server/model/paper_job_shape.h"
 #include "server/model/profile_view.h"
 
 namespace monta::model {
 namespace {
-
-// The MoNTA paper's setting: a 2x70B-class MoE (two experts of a 70B-class
-// model: hidden 8192, 80 layers) on 16 A800 = 2 nodes x 8, TP=8, 8K tokens.
-MoeJobShape PaperJob() {
-  MoeJobShape j;
-  j.hidden_size = 8192;
-  j.num_experts = 2;
-  j.top_k = 1;
-  j.capacity_factor = 1.0;
-  j.micro_batch_size = 1;
-  j.sequence_length = 8192;
-  j.bytes_per_element = 2;
-  j.moe_layers = 80;
-  j.microbatches_per_step = 1;
-  j.world_size = 16;
-  j.tensor_parallel_size = 8;
-  j.expert_parallel_size = 2;
-  j.pipeline_parallel_size = 1;
-  j.data_parallel_size = 2;
-  return j;
-}
 
 ClusterView View(const std::string& profile_name, int nodes, int g = 8) {
   auto profile = FindProfile(profile_name);
@@ -61,7 +41,7 @@ const Candidate& Chosen(const Decision& d) {
 }
 
 TEST(StrategySearch, PaperSettingPicksPipelinedDedupAtLeastFourTimesFlat) {
-  const MoeJobShape job = PaperJob();
+  const MoeJobShape job = PaperJobShape();
   const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
   ASSERT_GE(d.traffic.dispatch_bytes, 64.0 * (1 << 20));
   const Candidate& c = Chosen(d);
@@ -80,7 +60,7 @@ TEST(StrategySearch, PaperSettingHoldsFrom64MiBTo1GiBPerRank) {
     SearchOptions options;
     options.backward = backward;
     for (int64_t hidden = 4096; hidden <= 65536; hidden *= 2) {
-      MoeJobShape job = PaperJob();
+      MoeJobShape job = PaperJobShape();
       job.hidden_size = hidden;
       const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2), options);
       ASSERT_GE(d.traffic.dispatch_bytes, 64.0 * (1 << 20));
@@ -104,7 +84,7 @@ TEST(StrategySearch, PaperSettingHoldsFrom64MiBTo1GiBPerRank) {
 
 TEST(StrategySearch, InterNodeBytesFlatDedupPipelinedAreTToOneToOne) {
   for (int t : {2, 4, 8}) {
-    MoeJobShape job = PaperJob();
+    MoeJobShape job = PaperJobShape();
     job.tensor_parallel_size = t;
     job.expert_parallel_size = 16 / t;
     job.data_parallel_size = 16 / t;
@@ -122,7 +102,7 @@ TEST(StrategySearch, InterNodeBytesFlatDedupPipelinedAreTToOneToOne) {
 }
 
 TEST(StrategySearch, TpOneCannotDedupOrPipeline) {
-  MoeJobShape job = PaperJob();
+  MoeJobShape job = PaperJobShape();
   job.tensor_parallel_size = 1;
   job.expert_parallel_size = 16;
   job.num_experts = 16;
@@ -139,7 +119,7 @@ TEST(StrategySearch, TpOneCannotDedupOrPipeline) {
 TEST(StrategySearch, EpGroupInsideOneNodeGainsNothingFromPipelining) {
   // t = 2, e = 4: the EP group spans 8 ranks of one node, so the AllToAll and
   // the AllGather share NVLink and there is nothing to overlap.
-  MoeJobShape job = PaperJob();
+  MoeJobShape job = PaperJobShape();
   job.tensor_parallel_size = 2;
   job.expert_parallel_size = 4;
   job.num_experts = 4;
@@ -155,7 +135,7 @@ TEST(StrategySearch, EpGroupInsideOneNodeGainsNothingFromPipelining) {
 }
 
 TEST(StrategySearch, SmallDispatchChoosesOneChunk) {
-  MoeJobShape job = PaperJob();
+  MoeJobShape job = PaperJobShape();
   job.hidden_size = 16;  // D = 256 KiB per rank: launch latency dominates
   const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
   EXPECT_EQ(Find(d, StrategyKind::kTpDedupPipelined).chunks_effective, 1);
@@ -168,7 +148,7 @@ TEST(StrategySearch, BestChunksNeverDecreaseAsDispatchGrows) {
   int previous = 0;
   int first = 0;
   for (int64_t hidden = 4; hidden <= 65536; hidden *= 2) {
-    MoeJobShape job = PaperJob();
+    MoeJobShape job = PaperJobShape();
     job.hidden_size = hidden;
     const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
     const int k = Find(d, StrategyKind::kTpDedupPipelined).chunks_effective;
@@ -182,7 +162,7 @@ TEST(StrategySearch, BestChunksNeverDecreaseAsDispatchGrows) {
 
 TEST(StrategySearch, PipelinedSpeedupRisesTowardTWithBandwidthRatio) {
   // 16 nodes x 8, TP=8, one EP member per node: r_inter = 15/16.
-  MoeJobShape job = PaperJob();
+  MoeJobShape job = PaperJobShape();
   job.world_size = 128;
   job.num_experts = 16;
   job.expert_parallel_size = 16;
@@ -213,16 +193,15 @@ TEST(StrategySearch, PipelinedSpeedupRisesTowardTWithBandwidthRatio) {
 }
 
 TEST(StrategySearch, MoreNicsShrinkTheGainOverFlat) {
-  const MoeJobShape job = PaperJob();
+  const MoeJobShape job = PaperJobShape();
   const Decision four = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
   const Decision eight = DecideOrDie(job, {2, 8}, View("a800-hgx-8nic", 2));
   EXPECT_GT(Chosen(four).speedup_over_flat, Chosen(eight).speedup_over_flat);
 }
 
 TEST(StrategySearch, ForwardPlusBackwardIsTheRankedTotal) {
-  MoeJobShape job = PaperJob();
+  MoeJobShape job = PaperJobShape();
   job.expert_compute_seconds = 2e-3;
-  job.alltoall_share_ratio = 0.3;
   const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
   double previous = 0;
   bool seen_infeasible = false;
@@ -248,7 +227,7 @@ TEST(StrategySearch, ForwardPlusBackwardIsTheRankedTotal) {
 }
 
 TEST(StrategySearch, CapacityNotDivisibleByTIsInfeasibleNotAnError) {
-  MoeJobShape job = PaperJob();
+  MoeJobShape job = PaperJobShape();
   job.sequence_length = 8190;  // C = 4095, not a multiple of 8
   const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
   const Candidate& dedup = Find(d, StrategyKind::kTpDedup);
@@ -260,7 +239,7 @@ TEST(StrategySearch, CapacityNotDivisibleByTIsInfeasibleNotAnError) {
 
 TEST(StrategySearch, HierarchicalWinsOnlyWhenLatencyBound) {
   // 32 nodes x 8, t = 1, EP 256: flat pays 255 peers of launch latency.
-  MoeJobShape job = PaperJob();
+  MoeJobShape job = PaperJobShape();
   job.world_size = 256;
   job.tensor_parallel_size = 1;
   job.expert_parallel_size = 256;
@@ -280,7 +259,7 @@ TEST(StrategySearch, HierarchicalWinsOnlyWhenLatencyBound) {
 }
 
 TEST(StrategySearch, ExpertOverlapNeedsComputeTime) {
-  MoeJobShape job = PaperJob();
+  MoeJobShape job = PaperJobShape();
   job.tensor_parallel_size = 1;
   job.expert_parallel_size = 16;
   job.num_experts = 16;
@@ -299,17 +278,18 @@ TEST(StrategySearch, AllowedListAndOptionsAreHonoured) {
   SearchOptions options;
   options.allowed = {StrategyKind::kFlat, StrategyKind::kTpDedup};
   const Decision d =
-      DecideOrDie(PaperJob(), {2, 8}, View("a800-hgx", 2), options);
+      DecideOrDie(PaperJobShape(), {2, 8}, View("a800-hgx", 2), options);
   EXPECT_EQ(d.candidates.size(), 2u);
   EXPECT_EQ(Chosen(d).kind, StrategyKind::kTpDedup);
   options = {};
   options.max_chunks = 2;
   const Decision capped =
-      DecideOrDie(PaperJob(), {2, 8}, View("a800-hgx", 2), options);
+      DecideOrDie(PaperJobShape(), {2, 8}, View("a800-hgx", 2), options);
   EXPECT_LE(Find(capped, StrategyKind::kTpDedupPipelined).chunks_effective, 2);
   options.max_chunks = 0;
-  EXPECT_FALSE(Decide(PaperJob(), {2, 8}, View("a800-hgx", 2), options).ok());
-  EXPECT_FALSE(Decide(PaperJob(), {2, 8}, ClusterView{}, {}).ok());
+  EXPECT_FALSE(
+      Decide(PaperJobShape(), {2, 8}, View("a800-hgx", 2), options).ok());
+  EXPECT_FALSE(Decide(PaperJobShape(), {2, 8}, ClusterView{}, {}).ok());
 }
 
 TEST(StrategySearch, MeasuredCurveOutsideItsRangeIsReported) {
@@ -323,13 +303,13 @@ TEST(StrategySearch, MeasuredCurveOutsideItsRangeIsReported) {
                                               std::move(samples));
   ASSERT_TRUE(measured.ok());
   view.alltoall_inter = *measured;
-  const Decision d = DecideOrDie(PaperJob(), {2, 8}, view);
+  const Decision d = DecideOrDie(PaperJobShape(), {2, 8}, view);
   EXPECT_TRUE(d.extrapolated.alltoall_inter);
   EXPECT_FALSE(d.extrapolated.copy);  // profile curves never extrapolate
 }
 
 TEST(StrategySearch, NoExpertParallelismMeansNoAllToAll) {
-  MoeJobShape job = PaperJob();
+  MoeJobShape job = PaperJobShape();
   job.expert_parallel_size = 1;
   const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
   const Candidate& c = Chosen(d);
@@ -361,7 +341,7 @@ TEST(StrategySearch, MeasuredCurvesOfTheProfileGiveTheProfilesAnswer) {
   measured.allgather_intra = Sampled(profile.allgather_intra);
   measured.copy = Sampled(profile.copy);
   for (int64_t hidden : {256, 2048, 8192, 32768}) {
-    MoeJobShape job = PaperJob();
+    MoeJobShape job = PaperJobShape();
     job.hidden_size = hidden;
     const Decision a = DecideOrDie(job, {2, 8}, profile);
     const Decision b = DecideOrDie(job, {2, 8}, measured);
@@ -375,8 +355,8 @@ TEST(StrategySearch, MeasuredCurvesOfTheProfileGiveTheProfilesAnswer) {
 }
 
 TEST(StrategySearch, SameInputSameAnswer) {
-  const Decision a = DecideOrDie(PaperJob(), {2, 8}, View("a800-hgx", 2));
-  const Decision b = DecideOrDie(PaperJob(), {2, 8}, View("a800-hgx", 2));
+  const Decision a = DecideOrDie(PaperJobShape(), {2, 8}, View("a800-hgx", 2));
+  const Decision b = DecideOrDie(PaperJobShape(), {2, 8}, View("a800-hgx", 2));
   ASSERT_EQ(a.candidates.size(), b.candidates.size());
   for (size_t i = 0; i < a.candidates.size(); ++i) {
     EXPECT_EQ(a.candidates[i].name, b.candidates[i].name);

@@ -1,6 +1,8 @@
 // Every validation rule, checked through PlanStrategy so the tests hold for
 // whatever the gRPC handler passes in.
 
+#include "server/planning/request_validation.h"
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -8,31 +10,14 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "proto/monta/v1/strategy.pb.h"
+#include "server/model/paper_job_shape.h"
 #include "server/planning/strategy_planner.h"
+#include "tests/testing/paper_job.h"
 
 namespace monta::planning {
 namespace {
 
-v1::StrategyRequest PaperRequest() {
-  v1::StrategyRequest r;
-  v1::MoeJob* j = r.mutable_job();
-  j->set_hidden_size(8192);
-  j->set_num_experts(2);
-  j->set_top_k(1);
-  j->set_capacity_factor(1.0);
-  j->set_micro_batch_size(1);
-  j->set_sequence_length(8192);
-  j->set_bytes_per_element(2);
-  j->set_moe_layers(80);
-  j->set_world_size(16);
-  j->set_tensor_parallel_size(8);
-  j->set_expert_parallel_size(2);
-  j->set_pipeline_parallel_size(1);
-  j->set_data_parallel_size(2);
-  r.mutable_placement()->set_profile("a800-hgx");
-  r.mutable_placement()->set_nodes(2);
-  return r;
-}
+v1::StrategyRequest PaperRequest() { return testing::PaperJobRequest(); }
 
 struct Case {
   std::string name;
@@ -191,6 +176,35 @@ TEST(Validation, InfeasibleStrategyIsNotAnError) {
   }
   EXPECT_TRUE(found);
   EXPECT_EQ(reply->chosen().kind(), v1::STRATEGY_KIND_FLAT);
+}
+
+// The model's tests use a struct twin of the paper's example
+// (server/model/paper_job_shape.h); it must say what the example says.
+TEST(PaperJobShape, MatchesTheExampleFile) {
+  const model::MoeJobShape from_file =
+      ToJobShape(testing::PaperJobRequest().job());
+  const model::MoeJobShape twin = model::PaperJobShape();
+  EXPECT_EQ(from_file.hidden_size, twin.hidden_size);
+  EXPECT_EQ(from_file.num_experts, twin.num_experts);
+  EXPECT_EQ(from_file.top_k, twin.top_k);
+  EXPECT_EQ(from_file.capacity_factor, twin.capacity_factor);
+  EXPECT_EQ(from_file.micro_batch_size, twin.micro_batch_size);
+  EXPECT_EQ(from_file.sequence_length, twin.sequence_length);
+  EXPECT_EQ(from_file.context_parallel_size, twin.context_parallel_size);
+  EXPECT_EQ(from_file.sequence_parallel, twin.sequence_parallel);
+  EXPECT_EQ(from_file.bytes_per_element, twin.bytes_per_element);
+  EXPECT_EQ(from_file.moe_layers, twin.moe_layers);
+  EXPECT_EQ(from_file.microbatches_per_step, twin.microbatches_per_step);
+  EXPECT_EQ(from_file.world_size, twin.world_size);
+  EXPECT_EQ(from_file.tensor_parallel_size, twin.tensor_parallel_size);
+  EXPECT_EQ(from_file.expert_parallel_size, twin.expert_parallel_size);
+  EXPECT_EQ(from_file.pipeline_parallel_size, twin.pipeline_parallel_size);
+  EXPECT_EQ(from_file.data_parallel_size, twin.data_parallel_size);
+  EXPECT_EQ(from_file.experts_tensor_parallel, twin.experts_tensor_parallel);
+  EXPECT_EQ(from_file.imbalance_factor, twin.imbalance_factor);
+  EXPECT_EQ(from_file.expert_compute_seconds, twin.expert_compute_seconds);
+  EXPECT_EQ(from_file.step_time_seconds, twin.step_time_seconds);
+  EXPECT_EQ(from_file.alltoall_share_ratio, twin.alltoall_share_ratio);
 }
 
 }  // namespace

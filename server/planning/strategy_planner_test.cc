@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "proto/monta/v1/benchmark.pb.h"
 #include "proto/monta/v1/strategy.pb.h"
+#include "tests/testing/paper_job.h"
 
 namespace monta::planning {
 namespace {
@@ -36,22 +37,11 @@ NodeFacts A800(const std::string& name) {
   return f;
 }
 
+// The paper's job (examples/monta-paper-2x70b.yaml) placed on registered
+// nodes by name instead of the example's profile.
 v1::StrategyRequest PaperJobOn(const std::vector<std::string>& nodes) {
-  v1::StrategyRequest r;
-  v1::MoeJob* j = r.mutable_job();
-  j->set_hidden_size(8192);
-  j->set_num_experts(2);
-  j->set_top_k(1);
-  j->set_capacity_factor(1.0);
-  j->set_micro_batch_size(1);
-  j->set_sequence_length(8192);
-  j->set_bytes_per_element(2);
-  j->set_moe_layers(80);
-  j->set_world_size(16);
-  j->set_tensor_parallel_size(8);
-  j->set_expert_parallel_size(2);
-  j->set_pipeline_parallel_size(1);
-  j->set_data_parallel_size(2);
+  v1::StrategyRequest r = testing::PaperJobRequest();
+  r.clear_placement();
   for (const std::string& n : nodes) r.mutable_placement()->add_node_names(n);
   return r;
 }
@@ -94,11 +84,9 @@ const v1::CurveEvidence* Evidence(const v1::StrategyReply& r,
 }
 
 TEST(PlanStrategy, ProfilePlacementReproducesThePaper) {
-  v1::StrategyRequest r = PaperJobOn({});
-  r.mutable_placement()->set_profile("a800-hgx");
-  r.mutable_placement()->set_nodes(2);
-  r.mutable_job()->set_alltoall_share_ratio(0.3);
-  auto reply = PlanStrategy(r, nullptr, kNow);
+  // The example as written: profile a800-hgx, 2 nodes, AllToAll 30% of the
+  // step.
+  auto reply = PlanStrategy(testing::PaperJobRequest(), nullptr, kNow);
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->chosen().kind(), v1::STRATEGY_KIND_TP_DEDUP_PIPELINED);
   EXPECT_GT(reply->chosen().chunks_effective(), 1);

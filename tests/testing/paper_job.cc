@@ -1,0 +1,54 @@
+#include "tests/testing/paper_job.h"
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "google/protobuf/util/json_util.h"
+#include "server/planning/job_file.h"
+
+namespace monta::testing {
+namespace {
+
+// Bazel runs a test in its runfiles tree, where workspace-relative paths
+// resolve; TEST_SRCDIR makes that explicit for a test started elsewhere.
+std::string PaperJobPath() {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* workspace = std::getenv("TEST_WORKSPACE");
+  if (srcdir == nullptr || workspace == nullptr) return kPaperJobFile;
+  return std::string(srcdir) + "/" + workspace + "/" + kPaperJobFile;
+}
+
+}  // namespace
+
+monta::v1::StrategyRequest PaperJobRequest() {
+  static const monta::v1::StrategyRequest* const kRequest = [] {
+    absl::StatusOr<monta::v1::StrategyRequest> request =
+        monta::planning::LoadJobFile(PaperJobPath());
+    if (!request.ok()) {
+      std::cerr << "paper_job: " << request.status()
+                << " (the test target needs //tests/testing:paper_job, whose "
+                   "data is the example)"
+                << std::endl;
+      std::abort();
+    }
+    return new monta::v1::StrategyRequest(*std::move(request));
+  }();
+  return *kRequest;
+}
+
+std::string PaperJobJson() {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  const auto status = google::protobuf::util::MessageToJsonString(
+      PaperJobRequest(), &json, options);
+  if (!status.ok()) {
+    std::cerr << "paper_job: " << status.ToString() << std::endl;
+    std::abort();
+  }
+  return json;
+}
+
+}  // namespace monta::testing
