@@ -1,9 +1,10 @@
 // A real Prometheus (Debian's /usr/bin/prometheus) scrapes a real planner and
-// two real agents on loopback; the test then asks Prometheus' HTTP API, not the
+// two real agents on loopback; the tests then ask Prometheus' HTTP API, not the
 // exposers, whether the series a dashboard relies on arrive with the right
 // labels: intra- and inter-node bandwidth, efficiency, node state, decisions,
-// agent registration and `up` for every target. It also bounds the series count
-// per node.
+// agent registration and `up` for every target, one test each. The last one
+// bounds the series count per node. The processes start once for the suite
+// (SetUpTestSuite); the tests only query.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -144,78 +145,6 @@ struct Sample {
   double value = 0;
 };
 
-class PrometheusTest : public ::testing::Test {
- protected:
-  // Starts Prometheus with `config` on a free port; retries with another port
-  // when it exits early (the port was taken in between). Sets prometheus_port_.
-  absl::Status StartPrometheus(const std::string& config) {
-    std::string last_log;
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      const int port = FreePort();
-      if (port == 0) return absl::InternalError("no free port");
-      const std::string storage =
-          absl::StrCat(cluster_.dir(), "/tsdb-", attempt);
-      const std::string log =
-          absl::StrCat(cluster_.dir(), "/prometheus-", attempt, ".log");
-      absl::StatusOr<Process> p = Process::Start(
-          {kPrometheus, "--config.file=" + config,
-           "--storage.tsdb.path=" + storage,
-           absl::StrCat("--web.listen-address=127.0.0.1:", port)},
-          log);
-      if (!p.ok()) return p.status();
-      prometheus_ = *std::move(p);
-      prometheus_port_ = port;
-      // Ready (TSDB open, web up) within a few seconds; an early exit means the
-      // port was lost or the configuration was refused.
-      const bool ready = WaitFor(
-          [&] {
-            if (!absl::IsDeadlineExceeded(
-                    prometheus_.Wait(absl::ZeroDuration()).status())) {
-              return true;  // exited; checked below
-            }
-            absl::StatusOr<HttpResponse> r = HttpGet(port, "/-/ready");
-            return r.ok() && r->status == 200;
-          },
-          absl::Seconds(20));
-      if (ready && prometheus_.running()) return absl::OkStatus();
-      last_log = ReadFile(log);
-    }
-    return absl::UnavailableError(
-        absl::StrCat("prometheus did not become ready; log:\n", last_log));
-  }
-
-  // An instant query; the result vector, or an error with Prometheus' answer.
-  absl::StatusOr<std::vector<Sample>> Query(const std::string& promql) {
-    absl::StatusOr<HttpResponse> r =
-        HttpGet(prometheus_port_, "/api/v1/query?query=" + UrlEncode(promql));
-    if (!r.ok()) return r.status();
-    nlohmann::json j = nlohmann::json::parse(r->body, nullptr, false);
-    if (r->status != 200 || j.is_discarded() ||
-        j.value("status", "") != "success" ||
-        j["data"].value("resultType", "") != "vector") {
-      return absl::InternalError(
-          absl::StrCat(promql, ": HTTP ", r->status, ": ", r->body));
-    }
-    std::vector<Sample> samples;
-    for (const auto& item : j["data"]["result"]) {
-      Sample s;
-      for (const auto& [k, v] : item["metric"].items())
-        s.labels[k] = v.get<std::string>();
-      const std::string value = item["value"][1].get<std::string>();
-      if (!absl::SimpleAtod(value, &s.value)) {
-        return absl::InternalError(absl::StrCat(promql, ": bad value ", value));
-      }
-      samples.push_back(std::move(s));
-    }
-    return samples;
-  }
-
-  LocalCluster cluster_;
-  // Declared after the cluster: destroyed (SIGKILL) first.
-  Process prometheus_;
-  int prometheus_port_ = 0;
-};
-
 std::string Label(const Sample& s, const std::string& name) {
   auto it = s.labels.find(name);
   return it == s.labels.end() ? "" : it->second;
@@ -233,63 +162,95 @@ std::string Describe(const std::vector<Sample>& samples) {
   return parts.empty() ? "(no series)" : absl::StrJoin(parts, "\n  ");
 }
 
-// A condition on one query's result: "" when satisfied, else what is missing.
-struct Check {
-  std::string query;
-  std::function<std::string(const std::vector<Sample>&)> verify;
-  std::string last;  // the last failure, for the report
-  bool passed = false;
+// An instant query against Prometheus on `port`; the result vector, or an
+// error with Prometheus' answer.
+absl::StatusOr<std::vector<Sample>> Query(int port, const std::string& promql) {
+  absl::StatusOr<HttpResponse> r =
+      HttpGet(port, "/api/v1/query?query=" + UrlEncode(promql));
+  if (!r.ok()) return r.status();
+  nlohmann::json j = nlohmann::json::parse(r->body, nullptr, false);
+  if (r->status != 200 || j.is_discarded() ||
+      j.value("status", "") != "success" ||
+      j["data"].value("resultType", "") != "vector") {
+    return absl::InternalError(
+        absl::StrCat(promql, ": HTTP ", r->status, ": ", r->body));
+  }
+  std::vector<Sample> samples;
+  for (const auto& item : j["data"]["result"]) {
+    Sample s;
+    for (const auto& [k, v] : item["metric"].items())
+      s.labels[k] = v.get<std::string>();
+    const std::string value = item["value"][1].get<std::string>();
+    if (!absl::SimpleAtod(value, &s.value)) {
+      return absl::InternalError(absl::StrCat(promql, ": bad value ", value));
+    }
+    samples.push_back(std::move(s));
+  }
+  return samples;
+}
+
+// What the tests observe, started once for the whole suite: the planner, two
+// agents that measure themselves, an inter-node bench, one plan and a
+// Prometheus scraping them. That takes most of a minute; the tests only read.
+struct Suite {
+  absl::Status status;  // why the suite could not start; OK when it did
+  absl::Time start = absl::Now();
+  LocalCluster cluster;
+  // Declared after the cluster: destroyed (SIGKILL) first.
+  Process prometheus;
+  int prometheus_port = 0;
+  std::map<std::string, int> agent_ports;
+  // Until when the tests poll for their series (one window for all of them,
+  // as Prometheus scrapes every target at once).
+  absl::Time scrape_deadline;
 };
 
-TEST_F(PrometheusTest, ScrapesPlannerAndAgentsWithDashboardLabels) {
-  if (access(kPrometheus, X_OK) != 0) {
-    GTEST_SKIP() << kPrometheus
-                 << " is not installed (Debian package `prometheus`; "
-                    "scripts/setup.sh installs "
-                    "it): skipping the real-Prometheus scrape test";
-  }
-  const absl::Time start = absl::Now();
-  const absl::Time deadline = start + absl::Seconds(55);
-  auto remaining = [&] {
-    return std::max(absl::ZeroDuration(), deadline - absl::Now());
-  };
-
-  // Planner with --bench_on_register (default true): each agent measures
-  // itself.
-  ASSERT_TRUE(cluster_.StartPlanner().ok());
-  // The agents' nodes declare a 100 GbE NIC (a CPU node's Ethernet is not
-  // discovered): it is the line rate inter-node efficiency is measured against.
-  const std::string topology_file = cluster_.dir() + "/nic.yaml";
+// The planner (--bench_on_register, the default: each agent measures itself)
+// and two agents whose nodes declare a 100 GbE NIC (a CPU node's Ethernet is
+// not discovered): it is the line rate inter-node efficiency is measured
+// against. Fills agent_ports from the agents' port files.
+absl::Status StartMonta(Suite& s) {
+  absl::Status status = s.cluster.StartPlanner();
+  if (!status.ok()) return status;
+  const std::string topology_file = s.cluster.dir() + "/nic.yaml";
   {
     std::ofstream out(topology_file);
-    out << "nics:\n  - {name: eth0, port: 1, link_layer: Ethernet, rate_gbps: 100, "
-           "state: ACTIVE, phys_state: LinkUp}\n";
+    out << "nics:\n  - {name: eth0, port: 1, link_layer: Ethernet, "
+           "rate_gbps: 100, state: ACTIVE, phys_state: LinkUp}\n";
   }
   std::map<std::string, std::string> port_files;
   for (const auto& node : kNodes) {
-    port_files[node] = absl::StrCat(cluster_.dir(), "/", node, "-ports.json");
-    ASSERT_TRUE(cluster_
-                    .StartAgent(node, {"--metrics_listen=127.0.0.1:0",
-                                       "--port_file=" + port_files[node],
-                                       "--topology_file=" + topology_file})
-                    .ok());
+    port_files[node] = absl::StrCat(s.cluster.dir(), "/", node, "-ports.json");
+    status = s.cluster.StartAgent(node, {"--metrics_listen=127.0.0.1:0",
+                                         "--port_file=" + port_files[node],
+                                         "--topology_file=" + topology_file});
+    if (!status.ok()) return status;
   }
-  std::map<std::string, int> agent_ports;
-  ASSERT_TRUE(WaitFor(
+  const bool written = WaitFor(
       [&] {
         for (const auto& node : kNodes) {
           nlohmann::json j =
               nlohmann::json::parse(ReadFile(port_files[node]), nullptr, false);
           if (j.is_discarded() || !j.contains("metrics")) return false;
-          agent_ports[node] = j["metrics"].get<int>();
+          s.agent_ports[node] = j["metrics"].get<int>();
         }
         return true;
       },
-      absl::Seconds(20)))
-      << ReadFile(cluster_.agent("node-a").log_path());
-  for (const auto& node : kNodes) ASSERT_GT(agent_ports[node], 0) << node;
+      absl::Seconds(20));
+  for (const auto& node : kNodes) {
+    if (!written || s.agent_ports[node] <= 0) {
+      return absl::UnavailableError(
+          absl::StrCat(node, " wrote no metrics port; agent log:\n",
+                       ReadFile(s.cluster.agent(node).log_path())));
+    }
+  }
+  return absl::OkStatus();
+}
 
-  const std::string config = cluster_.dir() + "/prometheus.yml";
+// prometheus.yml scraping the planner and both agents every second; checked
+// with promtool when it is installed.
+absl::StatusOr<std::string> WritePrometheusConfig(Suite& s) {
+  const std::string config = s.cluster.dir() + "/prometheus.yml";
   {
     std::ofstream out(config);
     out << "global:\n"
@@ -300,33 +261,70 @@ TEST_F(PrometheusTest, ScrapesPlannerAndAgentsWithDashboardLabels) {
            "  - job_name: monta-planner\n"
            "    static_configs:\n"
            "      - targets: ['127.0.0.1:"
-        << cluster_.metrics_port()
+        << s.cluster.metrics_port()
         << "']\n"
            "  - job_name: monta-agent\n"
            "    static_configs:\n"
            "      - targets: ['127.0.0.1:"
-        << agent_ports["node-a"] << "', '127.0.0.1:" << agent_ports["node-b"]
-        << "']\n";
+        << s.agent_ports["node-a"]
+        << "', '127.0.0.1:" << s.agent_ports["node-b"] << "']\n";
   }
   if (access(kPromtool, X_OK) == 0) {
     CommandResult check =
         monta::testing::Run({kPromtool, "check", "config", config});
-    ASSERT_EQ(check.exit_code, 0) << check.out << check.err;
+    if (check.exit_code != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("promtool check config: ", check.out, check.err));
+    }
   }
-  // Prometheus starts while the agents measure themselves; its first scrape
-  // comes ~5 s after start (the scrape manager's reload throttle).
-  const absl::Status started = StartPrometheus(config);
-  ASSERT_TRUE(started.ok()) << started;
-  std::cout << "prometheus ready on port " << prometheus_port_ << " after "
-            << absl::FormatDuration(absl::Now() - start) << std::endl;
+  return config;
+}
 
-  // Both nodes alive with their three intra-node curves, then an inter-node
-  // bench and one GetStrategy decision.
-  for (const auto& node : kNodes) {
-    ASSERT_TRUE(WaitFor(
+// Starts Prometheus with `config` on a free port; retries with another port
+// when it exits early (the port was taken in between).
+absl::Status StartPrometheus(Suite& s, const std::string& config) {
+  std::string last_log;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const int port = FreePort();
+    if (port == 0) return absl::InternalError("no free port");
+    const std::string storage =
+        absl::StrCat(s.cluster.dir(), "/tsdb-", attempt);
+    const std::string log =
+        absl::StrCat(s.cluster.dir(), "/prometheus-", attempt, ".log");
+    absl::StatusOr<Process> p =
+        Process::Start({kPrometheus, "--config.file=" + config,
+                        "--storage.tsdb.path=" + storage,
+                        absl::StrCat("--web.listen-address=127.0.0.1:", port)},
+                       log);
+    if (!p.ok()) return p.status();
+    s.prometheus = *std::move(p);
+    s.prometheus_port = port;
+    // Ready (TSDB open, web up) within a few seconds; an early exit means the
+    // port was lost or the configuration was refused.
+    const bool ready = WaitFor(
         [&] {
-          if (cluster_.NodeState(node) != kAlive) return false;
-          CommandResult r = cluster_.Montactl({"--output=json", "node", node});
+          if (!absl::IsDeadlineExceeded(
+                  s.prometheus.Wait(absl::ZeroDuration()).status())) {
+            return true;  // exited; checked below
+          }
+          absl::StatusOr<HttpResponse> r = HttpGet(port, "/-/ready");
+          return r.ok() && r->status == 200;
+        },
+        absl::Seconds(20));
+    if (ready && s.prometheus.running()) return absl::OkStatus();
+    last_log = ReadFile(log);
+  }
+  return absl::UnavailableError(
+      absl::StrCat("prometheus did not become ready; log:\n", last_log));
+}
+
+// Both nodes alive with their three intra-node curves.
+absl::Status WaitForSelfMeasurement(Suite& s, absl::Time deadline) {
+  for (const auto& node : kNodes) {
+    const bool measured = WaitFor(
+        [&] {
+          if (s.cluster.NodeState(node) != kAlive) return false;
+          CommandResult r = s.cluster.Montactl({"--output=json", "node", node});
           nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
           if (j.is_discarded()) return false;
           int intra = 0;
@@ -334,22 +332,30 @@ TEST_F(PrometheusTest, ScrapesPlannerAndAgentsWithDashboardLabels) {
             intra += c["scope"] == "SCOPE_INTRA_NODE";
           return intra >= 3;
         },
-        remaining()))
-        << node << " did not measure itself; agent log:\n"
-        << ReadFile(cluster_.agent(node).log_path());
+        std::max(absl::ZeroDuration(), deadline - absl::Now()));
+    if (!measured) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(node, " did not measure itself; agent log:\n",
+                       ReadFile(s.cluster.agent(node).log_path())));
+    }
   }
-  CommandResult bench = cluster_.Montactl(
-      {"--output=json", "bench", "--nodes=node-a,node-b", "--ranks_per_node=2",
-       absl::StrCat(
-           "--bench_timeout_seconds=",
-           std::max<int64_t>(5, absl::ToInt64Seconds(remaining()) - 15))});
-  ASSERT_EQ(bench.exit_code, 0) << bench.out << bench.err;
-  nlohmann::json bench_json = nlohmann::json::parse(bench.out, nullptr, false);
-  ASSERT_FALSE(bench_json.is_discarded()) << bench.out;
-  ASSERT_EQ(bench_json["status"]["state"], "TASK_STATE_SUCCEEDED")
-      << bench_json.dump(1);
+  return absl::OkStatus();
+}
 
-  const std::string job = cluster_.dir() + "/job.yaml";
+// An inter-node bench of the two nodes and one GetStrategy decision.
+absl::Status BenchAndPlan(Suite& s, absl::Time deadline) {
+  const int64_t left_seconds = absl::ToInt64Seconds(deadline - absl::Now());
+  CommandResult bench = s.cluster.Montactl(
+      {"--output=json", "bench", "--nodes=node-a,node-b", "--ranks_per_node=2",
+       absl::StrCat("--bench_timeout_seconds=",
+                    std::max<int64_t>(5, left_seconds - 15))});
+  nlohmann::json bench_json = nlohmann::json::parse(bench.out, nullptr, false);
+  if (bench.exit_code != 0 || bench_json.is_discarded() ||
+      bench_json["status"]["state"] != "TASK_STATE_SUCCEEDED") {
+    return absl::InternalError(
+        absl::StrCat("montactl bench: ", bench.out, bench.err));
+  }
+  const std::string job = s.cluster.dir() + "/job.yaml";
   {
     std::ofstream out(job);
     out << "job:\n  hidden_size: 1024\n  num_experts: 8\n  top_k: 2\n  "
@@ -362,178 +368,266 @@ TEST_F(PrometheusTest, ScrapesPlannerAndAgentsWithDashboardLabels) {
            "  experts_tensor_parallel: true\n";
   }
   CommandResult plan =
-      cluster_.Montactl({"--output=json", "plan", "--job=" + job,
-                         "--node_names=node-a,node-b", "--gpus_per_node=2"});
-  ASSERT_EQ(plan.exit_code, 0) << plan.out << plan.err;
+      s.cluster.Montactl({"--output=json", "plan", "--job=" + job,
+                          "--node_names=node-a,node-b", "--gpus_per_node=2"});
+  if (plan.exit_code != 0) {
+    return absl::InternalError(
+        absl::StrCat("montactl plan: ", plan.out, plan.err));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StartSuite(Suite& s) {
+  // Measurement and the bench share one budget, as in a real first minute.
+  const absl::Time deadline = s.start + absl::Seconds(55);
+  absl::Status status = StartMonta(s);
+  if (!status.ok()) return status;
+  absl::StatusOr<std::string> config = WritePrometheusConfig(s);
+  if (!config.ok()) return config.status();
+  // Prometheus starts while the agents measure themselves; its first scrape
+  // comes ~5 s after start (the scrape manager's reload throttle).
+  status = StartPrometheus(s, *config);
+  if (!status.ok()) return status;
+  std::cout << "prometheus ready on port " << s.prometheus_port << " after "
+            << absl::FormatDuration(absl::Now() - s.start) << std::endl;
+  status = WaitForSelfMeasurement(s, deadline);
+  if (!status.ok()) return status;
+  status = BenchAndPlan(s, deadline);
+  if (!status.ok()) return status;
   std::cout << "bench and plan done after "
-            << absl::FormatDuration(absl::Now() - start) << std::endl;
+            << absl::FormatDuration(absl::Now() - s.start) << std::endl;
+  s.scrape_deadline = absl::Now() + absl::Seconds(45);
+  return absl::OkStatus();
+}
 
-  // Per-node predicates over query results.
-  auto by_node = [](const std::vector<Sample>& samples) {
-    std::map<std::string, std::vector<const Sample*>> m;
-    for (const auto& s : samples) m[Label(s, "node")].push_back(&s);
-    return m;
-  };
-  auto nodes_equal_one = [&](const std::string& job_name) {
-    return [&, job_name](const std::vector<Sample>& samples) -> std::string {
-      std::set<std::string> seen;
-      for (const auto& s : samples) {
-        if (Label(s, "job") == job_name && s.value == 1)
-          seen.insert(Label(s, "node"));
-      }
-      for (const auto& node : kNodes) {
-        if (seen.count(node) == 0) return node + " missing";
-      }
-      return "";
-    };
-  };
-  std::vector<Check> checks;
-  // Intra-node busbw: the three curves each agent measured on registration.
-  checks.push_back(
-      {R"(monta_collective_busbw_bytes_per_second{job="monta-planner",scope="intra"})",
-       [&](const std::vector<Sample>& samples) -> std::string {
-         auto m = by_node(samples);
-         for (const auto& node : kNodes) {
-           std::set<std::string> collectives;
-           for (const Sample* s : m[node]) {
-             if (Label(*s, "n_nodes") == "1" && Label(*s, "nranks") == "2" &&
-                 !Label(*s, "message_size").empty() && s->value > 0) {
-               collectives.insert(Label(*s, "collective"));
-             }
-           }
-           if (collectives !=
-               std::set<std::string>{"allgather", "alltoall", "copy"}) {
-             return absl::StrCat(node, ": intra collectives {",
-                                 absl::StrJoin(collectives, ","), "}");
-           }
-         }
-         return "";
-       }});
-  // Inter-node busbw: the 2x2-rank AllToAll sweep, stored under both nodes.
-  checks.push_back(
-      {R"(monta_collective_busbw_bytes_per_second{job="monta-planner",scope="inter"})",
-       [&](const std::vector<Sample>& samples) -> std::string {
-         auto m = by_node(samples);
-         for (const auto& node : kNodes) {
-           int ok = 0;
-           for (const Sample* s : m[node]) {
-             ok += Label(*s, "collective") == "alltoall" &&
-                   Label(*s, "nranks") == "4" && Label(*s, "n_nodes") == "2" &&
-                   s->value > 0;
-           }
-           if (ok < 3)
-             return absl::StrCat(node, ": ", ok, " inter alltoall buckets");
-         }
-         return "";
-       }});
-  // Efficiency for both scopes on both nodes.
-  checks.push_back({R"(monta_alltoall_efficiency_ratio{job="monta-planner"})",
-                    [&](const std::vector<Sample>& samples) -> std::string {
-                      auto m = by_node(samples);
-                      for (const auto& node : kNodes) {
-                        std::set<std::string> scopes;
-                        for (const Sample* s : m[node]) {
-                          if (s->value > 0 && s->value <= 1 &&
-                              !Label(*s, "nranks").empty() &&
-                              !Label(*s, "message_size").empty()) {
-                            scopes.insert(Label(*s, "scope"));
-                          }
-                        }
-                        if (scopes != std::set<std::string>{"inter", "intra"}) {
-                          return absl::StrCat(node, ": efficiency scopes {",
-                                              absl::StrJoin(scopes, ","), "}");
-                        }
-                      }
-                      return "";
-                    }});
-  checks.push_back({R"(monta_node_state{state="alive"} == 1)",
-                    nodes_equal_one("monta-planner")});
-  checks.push_back(
-      {R"(monta_strategy_decisions_total{job="monta-planner",result="ok"})",
-       [](const std::vector<Sample>& samples) -> std::string {
-         double total = 0;
-         for (const auto& s : samples) {
-           if (!Label(s, "strategy").empty() && Label(s, "strategy") != "none")
-             total += s.value;
-         }
-         return total >= 1 ? "" : "no ok decision with a strategy label";
-       }});
-  checks.push_back(
-      {R"(monta_benchmark_tasks_total{job="monta-planner",scope="inter",result="succeeded"})",
-       [](const std::vector<Sample>& samples) -> std::string {
-         return !samples.empty() && samples[0].value >= 1
-                    ? ""
-                    : "no succeeded inter task";
-       }});
-  checks.push_back(
-      {R"(monta_agent_registered == 1)", nodes_equal_one("monta-agent")});
-  checks.push_back(
-      {R"(up == 1)", [&](const std::vector<Sample>& samples) -> std::string {
-         std::set<std::string> want = {
-             absl::StrCat("monta-planner/127.0.0.1:", cluster_.metrics_port())};
-         for (const auto& node : kNodes) {
-           want.insert(
-               absl::StrCat("monta-agent/127.0.0.1:", agent_ports[node]));
-         }
-         std::set<std::string> seen;
-         for (const auto& s : samples) {
-           seen.insert(
-               absl::StrCat(Label(s, "job"), "/", Label(s, "instance")));
-         }
-         return seen == want ? ""
-                             : absl::StrCat("up targets {",
-                                            absl::StrJoin(seen, ","), "}");
-       }});
+// A condition on one query's result: "" when satisfied, else what is missing.
+using Verify = std::function<std::string(const std::vector<Sample>&)>;
 
-  const absl::Time polling = absl::Now();
-  WaitFor(
-      [&] {
-        bool all = true;
-        for (auto& check : checks) {
-          if (check.passed) continue;
-          absl::StatusOr<std::vector<Sample>> samples = Query(check.query);
-          check.last = samples.ok() ? check.verify(*samples)
-                                    : samples.status().ToString();
-          check.passed = check.last.empty();
-          if (!check.passed) {
-            check.last += samples.ok() ? "\n  " + Describe(*samples) : "";
-            all = false;
-          }
-        }
-        return all;
-      },
-      remaining());
-  std::cout << "prometheus had every series "
-            << absl::FormatDuration(absl::Now() - polling)
-            << " after bench and plan ("
-            << absl::FormatDuration(absl::Now() - start) << " since start)"
-            << std::endl;
-  for (const auto& check : checks) {
-    EXPECT_TRUE(check.passed) << check.query << ": " << check.last;
+// Samples of each node (label `node`).
+std::map<std::string, std::vector<const Sample*>> ByNode(
+    const std::vector<Sample>& samples) {
+  std::map<std::string, std::vector<const Sample*>> m;
+  for (const auto& s : samples) m[Label(s, "node")].push_back(&s);
+  return m;
+}
+
+// Every node has a series of job `job_name` with value 1.
+Verify NodesEqualOne(const std::string& job_name) {
+  return [job_name](const std::vector<Sample>& samples) -> std::string {
+    std::set<std::string> seen;
+    for (const auto& s : samples) {
+      if (Label(s, "job") == job_name && s.value == 1)
+        seen.insert(Label(s, "node"));
+    }
+    for (const auto& node : kNodes) {
+      if (seen.count(node) == 0) return node + " missing";
+    }
+    return "";
+  };
+}
+
+class PrometheusTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (access(kPrometheus, X_OK) != 0) return;  // every test skips
+    suite_ = new Suite;
+    suite_->status = StartSuite(*suite_);
+  }
+  static void TearDownTestSuite() {
+    delete suite_;
+    suite_ = nullptr;
+  }
+  void SetUp() override {
+    if (suite_ == nullptr) {
+      GTEST_SKIP() << kPrometheus
+                   << " is not installed (Debian package `prometheus`; "
+                      "scripts/setup.sh installs it): skipping the "
+                      "real-Prometheus scrape tests";
+    }
+    ASSERT_TRUE(suite_->status.ok()) << suite_->status;
   }
 
-  // Cardinality: series per node stay bounded (message sizes are bucketed).
-  absl::StatusOr<std::vector<Sample>> per_node =
-      Query(R"(count by (node) ({__name__=~"monta_.+",node!=""}))");
-  ASSERT_TRUE(per_node.ok()) << per_node.status();
-  absl::StatusOr<std::vector<Sample>> per_job =
-      Query(R"(count by (job) ({__name__=~"monta_.+"}))");
-  ASSERT_TRUE(per_job.ok()) << per_job.status();
+  // Polls `query` until `verify` accepts its result or the suite's scrape
+  // window closes. "" on success, else the last complaint and the series.
+  static std::string Poll(const std::string& query, const Verify& verify) {
+    std::string last;
+    const absl::Time polling = absl::Now();
+    WaitFor(
+        [&] {
+          absl::StatusOr<std::vector<Sample>> samples =
+              Query(suite_->prometheus_port, query);
+          last = samples.ok() ? verify(*samples) : samples.status().ToString();
+          if (!last.empty() && samples.ok()) {
+            last += "\n  " + Describe(*samples);
+          }
+          return last.empty();
+        },
+        std::max(absl::ZeroDuration(), suite_->scrape_deadline - absl::Now()));
+    std::cout << query << ": " << (last.empty() ? "present" : "still missing")
+              << " after " << absl::FormatDuration(absl::Now() - polling)
+              << std::endl;
+    return last;
+  }
+
+  static Suite* suite_;
+};
+
+Suite* PrometheusTest::suite_ = nullptr;
+
+// The three curves each agent measured on registration.
+TEST_F(PrometheusTest, IntraNodeBusBandwidthOfEveryNode) {
+  const std::string query =
+      R"(monta_collective_busbw_bytes_per_second{job="monta-planner",scope="intra"})";
+  const Verify verify = [](const std::vector<Sample>& samples) -> std::string {
+    auto m = ByNode(samples);
+    for (const auto& node : kNodes) {
+      std::set<std::string> collectives;
+      for (const Sample* s : m[node]) {
+        if (Label(*s, "n_nodes") == "1" && Label(*s, "nranks") == "2" &&
+            !Label(*s, "message_size").empty() && s->value > 0) {
+          collectives.insert(Label(*s, "collective"));
+        }
+      }
+      if (collectives !=
+          std::set<std::string>{"allgather", "alltoall", "copy"}) {
+        return absl::StrCat(node, ": intra collectives {",
+                            absl::StrJoin(collectives, ","), "}");
+      }
+    }
+    return "";
+  };
+  EXPECT_EQ(Poll(query, verify), "") << query;
+}
+
+// The 2x2-rank AllToAll sweep, stored under both nodes.
+TEST_F(PrometheusTest, InterNodeBusBandwidthUnderBothNodes) {
+  const std::string query =
+      R"(monta_collective_busbw_bytes_per_second{job="monta-planner",scope="inter"})";
+  const Verify verify = [](const std::vector<Sample>& samples) -> std::string {
+    auto m = ByNode(samples);
+    for (const auto& node : kNodes) {
+      int ok = 0;
+      for (const Sample* s : m[node]) {
+        ok += Label(*s, "collective") == "alltoall" &&
+              Label(*s, "nranks") == "4" && Label(*s, "n_nodes") == "2" &&
+              s->value > 0;
+      }
+      if (ok < 3) {
+        return absl::StrCat(node, ": ", ok, " inter alltoall buckets");
+      }
+    }
+    return "";
+  };
+  EXPECT_EQ(Poll(query, verify), "") << query;
+}
+
+TEST_F(PrometheusTest, EfficiencyOfBothScopesOnBothNodes) {
+  const std::string query =
+      R"(monta_alltoall_efficiency_ratio{job="monta-planner"})";
+  const Verify verify = [](const std::vector<Sample>& samples) -> std::string {
+    auto m = ByNode(samples);
+    for (const auto& node : kNodes) {
+      std::set<std::string> scopes;
+      for (const Sample* s : m[node]) {
+        if (s->value > 0 && s->value <= 1 && !Label(*s, "nranks").empty() &&
+            !Label(*s, "message_size").empty()) {
+          scopes.insert(Label(*s, "scope"));
+        }
+      }
+      if (scopes != std::set<std::string>{"inter", "intra"}) {
+        return absl::StrCat(node, ": efficiency scopes {",
+                            absl::StrJoin(scopes, ","), "}");
+      }
+    }
+    return "";
+  };
+  EXPECT_EQ(Poll(query, verify), "") << query;
+}
+
+TEST_F(PrometheusTest, EveryNodeAlive) {
+  const std::string query = R"(monta_node_state{state="alive"} == 1)";
+  EXPECT_EQ(Poll(query, NodesEqualOne("monta-planner")), "") << query;
+}
+
+TEST_F(PrometheusTest, DecisionCountedWithItsStrategy) {
+  const std::string query =
+      R"(monta_strategy_decisions_total{job="monta-planner",result="ok"})";
+  const Verify verify = [](const std::vector<Sample>& samples) -> std::string {
+    double total = 0;
+    for (const auto& s : samples) {
+      if (!Label(s, "strategy").empty() && Label(s, "strategy") != "none")
+        total += s.value;
+    }
+    return total >= 1 ? "" : "no ok decision with a strategy label";
+  };
+  EXPECT_EQ(Poll(query, verify), "") << query;
+}
+
+TEST_F(PrometheusTest, InterNodeTaskCounted) {
+  const std::string query =
+      R"(monta_benchmark_tasks_total{job="monta-planner",scope="inter",result="succeeded"})";
+  const Verify verify = [](const std::vector<Sample>& samples) -> std::string {
+    return !samples.empty() && samples[0].value >= 1
+               ? ""
+               : "no succeeded inter task";
+  };
+  EXPECT_EQ(Poll(query, verify), "") << query;
+}
+
+TEST_F(PrometheusTest, EveryAgentRegistered) {
+  const std::string query = R"(monta_agent_registered == 1)";
+  EXPECT_EQ(Poll(query, NodesEqualOne("monta-agent")), "") << query;
+}
+
+TEST_F(PrometheusTest, EveryTargetUp) {
+  std::set<std::string> want = {
+      absl::StrCat("monta-planner/127.0.0.1:", suite_->cluster.metrics_port())};
+  for (const auto& node : kNodes) {
+    want.insert(
+        absl::StrCat("monta-agent/127.0.0.1:", suite_->agent_ports[node]));
+  }
+  const std::string query = "up == 1";
+  const Verify verify = [&](const std::vector<Sample>& samples) -> std::string {
+    std::set<std::string> seen;
+    for (const auto& s : samples) {
+      seen.insert(absl::StrCat(Label(s, "job"), "/", Label(s, "instance")));
+    }
+    return seen == want
+               ? ""
+               : absl::StrCat("up targets {", absl::StrJoin(seen, ","), "}");
+  };
+  EXPECT_EQ(Poll(query, verify), "") << query;
+}
+
+// Series per node stay bounded (message sizes are bucketed). Printed per job
+// and per metric name, largest first, for the cardinality budget.
+TEST_F(PrometheusTest, SeriesPerNodeStayBounded) {
   std::map<std::string, double> node_counts;
-  for (const auto& s : *per_node) node_counts[Label(s, "node")] = s.value;
+  const std::string query =
+      R"(count by (node) ({__name__=~"monta_.+",node!=""}))";
+  const Verify verify = [&](const std::vector<Sample>& samples) -> std::string {
+    for (const auto& s : samples) node_counts[Label(s, "node")] = s.value;
+    for (const auto& node : kNodes) {
+      if (node_counts[node] <= 0) return node + ": no series";
+    }
+    return "";
+  };
+  EXPECT_EQ(Poll(query, verify), "") << query;
   for (const auto& node : kNodes) {
     std::cout << "monta_* series with node=\"" << node
               << "\": " << node_counts[node] << std::endl;
-    EXPECT_GT(node_counts[node], 0) << node;
     EXPECT_LT(node_counts[node], 200) << node;
   }
+  const int port = suite_->prometheus_port;
+  absl::StatusOr<std::vector<Sample>> per_job =
+      Query(port, R"(count by (job) ({__name__=~"monta_.+"}))");
+  ASSERT_TRUE(per_job.ok()) << per_job.status();
   for (const auto& s : *per_job) {
     std::cout << "monta_* series of job " << Label(s, "job") << ": " << s.value
               << std::endl;
   }
-  // Where the series come from, largest first (for the cardinality budget).
   absl::StatusOr<std::vector<Sample>> per_name =
-      Query(R"(sort_desc(count by (__name__) ({__name__=~"monta_.+"})))");
+      Query(port, R"(sort_desc(count by (__name__) ({__name__=~"monta_.+"})))");
   ASSERT_TRUE(per_name.ok()) << per_name.status();
   for (const auto& s : *per_name) {
     std::cout << "  " << Label(s, "__name__") << ": " << s.value << std::endl;
