@@ -5,6 +5,7 @@
 // so the agent builds and runs on machines without it.
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstddef>
 #include <cstring>
@@ -43,115 +44,149 @@ using DeviceGetPciBusIdFn = cudaError_t (*)(char*, int, int);
 using DeviceCanAccessPeerFn = cudaError_t (*)(int*, int, int);
 using GetErrorStringFn = const char* (*)(cudaError_t);
 
+// The runtime entry points Read() uses, from the first libcudart that loads.
+struct CudaRuntime {
+  std::string lib_name;
+  GetDeviceCountFn get_count = nullptr;
+  GetDevicePropertiesFn get_props = nullptr;
+  DeviceGetAttributeFn get_attr = nullptr;
+  DeviceGetPciBusIdFn get_bus_id = nullptr;
+  DeviceCanAccessPeerFn can_peer = nullptr;
+  GetErrorStringFn error_string = nullptr;  // optional
+
+  // "<code> <cudaGetErrorString>" for an error message.
+  std::string Describe(cudaError_t rc) const {
+    std::string text = absl::StrCat(rc);
+    if (error_string != nullptr && error_string(rc) != nullptr) {
+      absl::StrAppend(&text, " ", error_string(rc));
+    }
+    return text;
+  }
+};
+
+// dlopen()s libcudart (newest soname first) and resolves the entry points.
+// libcudart is deliberately never dlclose()d: the runtime registers atexit
+// handlers that would run against unmapped code.
+absl::StatusOr<CudaRuntime> LoadCudaRuntime() {
+  std::string tried;
+  void* lib = nullptr;
+  CudaRuntime rt;
+  for (const char* candidate :
+       {"libcudart.so.13", "libcudart.so.12", "libcudart.so"}) {
+    lib = dlopen(candidate, RTLD_NOW | RTLD_LOCAL);
+    if (lib != nullptr) {
+      rt.lib_name = candidate;
+      break;
+    }
+    const char* err = dlerror();
+    // dlerror() already names the library.
+    absl::StrAppend(&tried, tried.empty() ? "" : "; ",
+                    err != nullptr ? std::string(err)
+                                   : absl::StrCat(candidate, ": not found"));
+  }
+  if (lib == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("CUDA runtime not loadable (", tried, ")"));
+  }
+  rt.get_count =
+      reinterpret_cast<GetDeviceCountFn>(dlsym(lib, "cudaGetDeviceCount"));
+  // CUDA 12 exports the current struct layout as _v2; the prefix we read is
+  // the same in both, so either symbol will do.
+  rt.get_props = reinterpret_cast<GetDevicePropertiesFn>(
+      dlsym(lib, "cudaGetDeviceProperties_v2"));
+  if (rt.get_props == nullptr) {
+    rt.get_props = reinterpret_cast<GetDevicePropertiesFn>(
+        dlsym(lib, "cudaGetDeviceProperties"));
+  }
+  rt.get_attr = reinterpret_cast<DeviceGetAttributeFn>(
+      dlsym(lib, "cudaDeviceGetAttribute"));
+  rt.get_bus_id = reinterpret_cast<DeviceGetPciBusIdFn>(
+      dlsym(lib, "cudaDeviceGetPCIBusId"));
+  rt.can_peer = reinterpret_cast<DeviceCanAccessPeerFn>(
+      dlsym(lib, "cudaDeviceCanAccessPeer"));
+  rt.error_string =
+      reinterpret_cast<GetErrorStringFn>(dlsym(lib, "cudaGetErrorString"));
+  if (rt.get_count == nullptr || rt.get_props == nullptr ||
+      rt.get_attr == nullptr || rt.get_bus_id == nullptr ||
+      rt.can_peer == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat(rt.lib_name,
+                     " lacks a required symbol (cudaGetDeviceCount, "
+                     "cudaGetDeviceProperties, cudaDeviceGetAttribute, "
+                     "cudaDeviceGetPCIBusId, cudaDeviceCanAccessPeer)"));
+  }
+  return rt;
+}
+
+// Device `i`'s name and memory (from the stable prefix of cudaDeviceProp, read
+// into the zeroed, oversized `props`), SM count and PCI bus id.
+absl::StatusOr<CudaGpuRecord> ReadDevice(const CudaRuntime& rt, int i,
+                                         std::vector<unsigned char>& props) {
+  CudaGpuRecord gpu;
+  gpu.index = i;
+  std::fill(props.begin(), props.end(), 0);
+  const cudaError_t rc = rt.get_props(props.data(), i);
+  if (rc != kCudaSuccess) {
+    return absl::InternalError(
+        absl::StrCat("cudaGetDeviceProperties(", i, "): ", rt.Describe(rc)));
+  }
+  const char* name =
+      reinterpret_cast<const char*>(props.data() + kPropNameOffset);
+  gpu.name.assign(name, strnlen(name, kPropNameBytes));
+  size_t total_mem = 0;
+  std::memcpy(&total_mem, props.data() + kPropTotalGlobalMemOffset,
+              sizeof(total_mem));
+  gpu.memory_bytes = total_mem;
+  int sms = 0;
+  if (rt.get_attr(&sms, kCudaDevAttrMultiProcessorCount, i) == kCudaSuccess) {
+    gpu.sm_count = sms;
+  }
+  char bus_id[64] = {0};
+  if (rt.get_bus_id(bus_id, sizeof(bus_id), i) == kCudaSuccess) {
+    gpu.pci_bus_id = NormalizePciBusId(bus_id);
+  }
+  return gpu;
+}
+
+// peer_access[i][j]: cudaDeviceCanAccessPeer(i -> j); false where it fails.
+std::vector<std::vector<bool>> ReadPeerAccess(const CudaRuntime& rt,
+                                              int count) {
+  std::vector<std::vector<bool>> peer_access(count,
+                                             std::vector<bool>(count, false));
+  for (int i = 0; i < count; ++i) {
+    for (int j = 0; j < count; ++j) {
+      if (i == j) continue;
+      int ok = 0;
+      if (rt.can_peer(&ok, i, j) == kCudaSuccess) {
+        peer_access[i][j] = ok != 0;
+      }
+    }
+  }
+  return peer_access;
+}
+
 class CudaRuntimeGpuSource : public GpuSource {
  public:
-  ~CudaRuntimeGpuSource() override {
-    // libcudart is deliberately never dlclose()d: the runtime registers atexit
-    // handlers that would run against unmapped code.
-  }
-
   absl::StatusOr<CudaSnapshot> Read() override {
-    std::string tried;
-    void* lib = nullptr;
-    std::string lib_name;
-    for (const char* candidate :
-         {"libcudart.so.13", "libcudart.so.12", "libcudart.so"}) {
-      lib = dlopen(candidate, RTLD_NOW | RTLD_LOCAL);
-      if (lib != nullptr) {
-        lib_name = candidate;
-        break;
-      }
-      const char* err = dlerror();
-      // dlerror() already names the library.
-      absl::StrAppend(&tried, tried.empty() ? "" : "; ",
-                      err != nullptr ? std::string(err)
-                                     : absl::StrCat(candidate, ": not found"));
-    }
-    if (lib == nullptr) {
-      return absl::UnavailableError(
-          absl::StrCat("CUDA runtime not loadable (", tried, ")"));
-    }
-    auto get_count =
-        reinterpret_cast<GetDeviceCountFn>(dlsym(lib, "cudaGetDeviceCount"));
-    // CUDA 12 exports the current struct layout as _v2; the prefix we read is
-    // the same in both, so either symbol will do.
-    auto get_props = reinterpret_cast<GetDevicePropertiesFn>(
-        dlsym(lib, "cudaGetDeviceProperties_v2"));
-    if (get_props == nullptr) {
-      get_props = reinterpret_cast<GetDevicePropertiesFn>(
-          dlsym(lib, "cudaGetDeviceProperties"));
-    }
-    auto get_attr = reinterpret_cast<DeviceGetAttributeFn>(
-        dlsym(lib, "cudaDeviceGetAttribute"));
-    auto get_bus_id = reinterpret_cast<DeviceGetPciBusIdFn>(
-        dlsym(lib, "cudaDeviceGetPCIBusId"));
-    auto can_peer = reinterpret_cast<DeviceCanAccessPeerFn>(
-        dlsym(lib, "cudaDeviceCanAccessPeer"));
-    auto error_string =
-        reinterpret_cast<GetErrorStringFn>(dlsym(lib, "cudaGetErrorString"));
-    if (get_count == nullptr || get_props == nullptr || get_attr == nullptr ||
-        get_bus_id == nullptr || can_peer == nullptr) {
-      return absl::UnavailableError(
-          absl::StrCat(lib_name,
-                       " lacks a required symbol (cudaGetDeviceCount, "
-                       "cudaGetDeviceProperties, cudaDeviceGetAttribute, "
-                       "cudaDeviceGetPCIBusId, cudaDeviceCanAccessPeer)"));
-    }
-    auto describe = [&](cudaError_t rc) {
-      std::string text = absl::StrCat(rc);
-      if (error_string != nullptr && error_string(rc) != nullptr) {
-        absl::StrAppend(&text, " ", error_string(rc));
-      }
-      return text;
-    };
-
+    absl::StatusOr<CudaRuntime> rt = LoadCudaRuntime();
+    if (!rt.ok()) return rt.status();
     // cudaGetDeviceCount leaves the count unwritten on failure (e.g. 35,
     // cudaErrorInsufficientDriver, on a machine without a GPU driver).
     int count = 0;
-    cudaError_t rc = get_count(&count);
+    const cudaError_t rc = rt->get_count(&count);
     if (rc != kCudaSuccess) {
       return absl::UnavailableError(absl::StrCat(
-          "no CUDA device (cudaGetDeviceCount: ", describe(rc), ")"));
+          "no CUDA device (cudaGetDeviceCount: ", rt->Describe(rc), ")"));
     }
     CudaSnapshot snapshot;
-    snapshot.origin = lib_name;
+    snapshot.origin = rt->lib_name;
     std::vector<unsigned char> props(kPropBufferBytes);
     for (int i = 0; i < count; ++i) {
-      CudaGpuRecord gpu;
-      gpu.index = i;
-      std::fill(props.begin(), props.end(), 0);
-      rc = get_props(props.data(), i);
-      if (rc != kCudaSuccess) {
-        return absl::InternalError(
-            absl::StrCat("cudaGetDeviceProperties(", i, "): ", describe(rc)));
-      }
-      const char* name =
-          reinterpret_cast<const char*>(props.data() + kPropNameOffset);
-      gpu.name.assign(name, strnlen(name, kPropNameBytes));
-      size_t total_mem = 0;
-      std::memcpy(&total_mem, props.data() + kPropTotalGlobalMemOffset,
-                  sizeof(total_mem));
-      gpu.memory_bytes = total_mem;
-      int sms = 0;
-      if (get_attr(&sms, kCudaDevAttrMultiProcessorCount, i) == kCudaSuccess) {
-        gpu.sm_count = sms;
-      }
-      char bus_id[64] = {0};
-      if (get_bus_id(bus_id, sizeof(bus_id), i) == kCudaSuccess) {
-        gpu.pci_bus_id = NormalizePciBusId(bus_id);
-      }
-      snapshot.gpus.push_back(std::move(gpu));
+      absl::StatusOr<CudaGpuRecord> gpu = ReadDevice(*rt, i, props);
+      if (!gpu.ok()) return gpu.status();
+      snapshot.gpus.push_back(*std::move(gpu));
     }
-    snapshot.peer_access.assign(count, std::vector<bool>(count, false));
-    for (int i = 0; i < count; ++i) {
-      for (int j = 0; j < count; ++j) {
-        if (i == j) continue;
-        int ok = 0;
-        if (can_peer(&ok, i, j) == kCudaSuccess) {
-          snapshot.peer_access[i][j] = ok != 0;
-        }
-      }
-    }
+    snapshot.peer_access = ReadPeerAccess(*rt, count);
     return snapshot;
   }
 };

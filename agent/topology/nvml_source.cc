@@ -127,6 +127,35 @@ std::string PciInfoBusId(const NvmlPciInfo& info) {
   return NormalizePciBusId(id);
 }
 
+// Every NVLink of every GPU that answers nvmlDeviceGetNvLinkState (a link
+// that does not is not present on that GPU), with its remote PCI id when the
+// optional get_remote_pci exists.
+std::vector<NvLinkObservation> ReadNvLinks(
+    const std::vector<nvmlDevice_t>& handles, GetLinkStateFn get_link_state,
+    GetRemotePciFn get_remote_pci) {
+  std::vector<NvLinkObservation> links;
+  for (unsigned int i = 0; i < handles.size(); ++i) {
+    for (int link = 0; link < kNvmlNvLinkMaxLinks; ++link) {
+      int state = 0;
+      if (get_link_state(handles[i], link, &state) != kNvmlSuccess) {
+        continue;  // link not present on this GPU
+      }
+      NvLinkObservation obs;
+      obs.gpu = static_cast<int>(i);
+      obs.link = link;
+      obs.active = state == kNvmlFeatureEnabled;
+      NvmlPciInfo remote;
+      std::memset(&remote, 0, sizeof(remote));
+      if (get_remote_pci != nullptr &&
+          get_remote_pci(handles[i], link, &remote) == kNvmlSuccess) {
+        obs.remote_pci_bus_id = PciInfoBusId(remote);
+      }
+      links.push_back(std::move(obs));
+    }
+  }
+  return links;
+}
+
 class NvmlLibrarySource : public NvmlSource {
  public:
   absl::StatusOr<NvmlSnapshot> Read() override {
@@ -246,27 +275,9 @@ class NvmlLibrarySource : public NvmlSource {
     }
     // NVLink queries are optional: PCIe-only GPUs answer NOT_SUPPORTED.
     if (get_link_state != nullptr) {
-      std::vector<NvLinkObservation> links;
-      for (unsigned int i = 0; i < count; ++i) {
-        for (int link = 0; link < kNvmlNvLinkMaxLinks; ++link) {
-          int state = 0;
-          if (get_link_state(handles[i], link, &state) != kNvmlSuccess) {
-            continue;  // link not present on this GPU
-          }
-          NvLinkObservation obs;
-          obs.gpu = static_cast<int>(i);
-          obs.link = link;
-          obs.active = state == kNvmlFeatureEnabled;
-          NvmlPciInfo remote;
-          std::memset(&remote, 0, sizeof(remote));
-          if (get_remote_pci != nullptr &&
-              get_remote_pci(handles[i], link, &remote) == kNvmlSuccess) {
-            obs.remote_pci_bus_id = PciInfoBusId(remote);
-          }
-          links.push_back(std::move(obs));
-        }
-      }
-      AggregateNvLinks(snapshot.gpus, links, snapshot.pairs);
+      AggregateNvLinks(snapshot.gpus,
+                       ReadNvLinks(handles, get_link_state, get_remote_pci),
+                       snapshot.pairs);
     }
     return snapshot;
   }

@@ -159,6 +159,73 @@ absl::StatusOr<std::string> ParseIbState(absl::string_view text) {
   return std::string(name);
 }
 
+namespace {
+
+// The PCI side of RDMA device `device` (its sysfs dir `base`): the address is
+// the name of the directory the device link points to; soft-RoCE (rxe) and
+// other virtual devices have none. Problems go to `errors`.
+void ReadNicPciDevice(const SysfsTree& sysfs, const std::string& device,
+                      const std::string& base, std::string* pci_address,
+                      int* numa_node, std::vector<std::string>& errors) {
+  absl::StatusOr<std::string> device_dir = sysfs.Resolve(base + "/device");
+  if (!device_dir.ok()) {
+    errors.push_back(
+        absl::StrCat(device, ": no PCI device (", base, "/device missing)"));
+    return;
+  }
+  std::string name = std::filesystem::path(*device_dir).filename();
+  if (IsPciAddress(name)) {
+    *pci_address = NormalizePciBusId(name);
+  } else {
+    errors.push_back(absl::StrCat(device, ": device link points to \"",
+                                  *device_dir, "\", not a PCI address"));
+  }
+  absl::StatusOr<std::string> numa = sysfs.ReadFile(*device_dir + "/numa_node");
+  if (numa.ok() && !absl::SimpleAtoi(*numa, numa_node)) *numa_node = -1;
+}
+
+// Rate, state, phys_state and link layer of one port (sysfs dir `dir`) into
+// `nic`; each unreadable one is a line in `errors` naming `where`.
+void ReadNicPort(const SysfsTree& sysfs, const std::string& dir,
+                 const std::string& where, monta::v1::Nic& nic,
+                 std::vector<std::string>& errors) {
+  absl::StatusOr<std::string> rate = sysfs.ReadFile(dir + "/rate");
+  if (!rate.ok()) {
+    errors.push_back(absl::StrCat(where, ": ", rate.status().message()));
+  } else {
+    absl::StatusOr<double> gbps = ParseIbRateGbps(*rate);
+    if (gbps.ok()) {
+      nic.set_rate_gbps(*gbps);
+    } else {
+      errors.push_back(absl::StrCat(where, ": ", gbps.status().message()));
+    }
+  }
+  for (const char* field : {"state", "phys_state"}) {
+    absl::StatusOr<std::string> text =
+        sysfs.ReadFile(absl::StrCat(dir, "/", field));
+    absl::StatusOr<std::string> value =
+        text.ok() ? ParseIbState(*text) : text.status();
+    if (!value.ok()) {
+      errors.push_back(
+          absl::StrCat(where, ": ", field, ": ", value.status().message()));
+      continue;
+    }
+    if (std::string(field) == "state") {
+      nic.set_state(*value);
+    } else {
+      nic.set_phys_state(*value);
+    }
+  }
+  absl::StatusOr<std::string> link_layer = sysfs.ReadFile(dir + "/link_layer");
+  if (link_layer.ok()) {
+    nic.set_link_layer(*link_layer);
+  } else {
+    errors.push_back(absl::StrCat(where, ": ", link_layer.status().message()));
+  }
+}
+
+}  // namespace
+
 NicScan ScanNics(const SysfsTree& sysfs) {
   NicScan scan;
   std::error_code ec;
@@ -172,27 +239,10 @@ NicScan ScanNics(const SysfsTree& sysfs) {
           absl::StrCat(device, ": no ports under ", base, "/ports"));
       continue;
     }
-    // The PCI address is the name of the directory the device link points to;
-    // soft-RoCE (rxe) and other virtual devices have none.
     std::string pci_address;
     int numa_node = -1;
-    absl::StatusOr<std::string> device_dir = sysfs.Resolve(base + "/device");
-    if (!device_dir.ok()) {
-      scan.errors.push_back(
-          absl::StrCat(device, ": no PCI device (", base, "/device missing)"));
-    } else {
-      std::string name = std::filesystem::path(*device_dir).filename();
-      if (IsPciAddress(name)) {
-        pci_address = NormalizePciBusId(name);
-      } else {
-        scan.errors.push_back(absl::StrCat(device, ": device link points to \"",
-                                           *device_dir,
-                                           "\", not a PCI address"));
-      }
-      absl::StatusOr<std::string> numa =
-          sysfs.ReadFile(*device_dir + "/numa_node");
-      if (numa.ok() && !absl::SimpleAtoi(*numa, &numa_node)) numa_node = -1;
-    }
+    ReadNicPciDevice(sysfs, device, base, &pci_address, &numa_node,
+                     scan.errors);
     for (const std::string& port_name : ports) {
       const std::string where = absl::StrCat(device, " port ", port_name);
       int port = 0;
@@ -201,50 +251,14 @@ NicScan ScanNics(const SysfsTree& sysfs) {
             absl::StrCat(where, ": port directory is not a number"));
         continue;
       }
-      const std::string dir = absl::StrCat(base, "/ports/", port_name);
       monta::v1::Nic nic;
       nic.set_name(device);
       nic.set_port(port);
       nic.set_pci_address(pci_address);
       nic.set_numa_node(numa_node);
       nic.set_provenance(monta::v1::PROVENANCE_DISCOVERED);
-      absl::StatusOr<std::string> rate = sysfs.ReadFile(dir + "/rate");
-      if (!rate.ok()) {
-        scan.errors.push_back(
-            absl::StrCat(where, ": ", rate.status().message()));
-      } else {
-        absl::StatusOr<double> gbps = ParseIbRateGbps(*rate);
-        if (gbps.ok()) {
-          nic.set_rate_gbps(*gbps);
-        } else {
-          scan.errors.push_back(
-              absl::StrCat(where, ": ", gbps.status().message()));
-        }
-      }
-      for (const char* field : {"state", "phys_state"}) {
-        absl::StatusOr<std::string> text =
-            sysfs.ReadFile(absl::StrCat(dir, "/", field));
-        absl::StatusOr<std::string> value =
-            text.ok() ? ParseIbState(*text) : text.status();
-        if (!value.ok()) {
-          scan.errors.push_back(
-              absl::StrCat(where, ": ", field, ": ", value.status().message()));
-          continue;
-        }
-        if (std::string(field) == "state") {
-          nic.set_state(*value);
-        } else {
-          nic.set_phys_state(*value);
-        }
-      }
-      absl::StatusOr<std::string> link_layer =
-          sysfs.ReadFile(dir + "/link_layer");
-      if (link_layer.ok()) {
-        nic.set_link_layer(*link_layer);
-      } else {
-        scan.errors.push_back(
-            absl::StrCat(where, ": ", link_layer.status().message()));
-      }
+      ReadNicPort(sysfs, absl::StrCat(base, "/ports/", port_name), where, nic,
+                  scan.errors);
       scan.nics.push_back(std::move(nic));
     }
   }
