@@ -39,6 +39,8 @@ TEST_P(ValidationTest, RejectsWithFieldAndExpectation) {
       << reply.status();
 }
 
+// long-function: one table with a row per validation rule; split, the rows
+// would only be scattered.
 std::vector<Case> Cases() {
   using R = v1::StrategyRequest;
   return {
