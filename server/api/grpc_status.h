@@ -1,20 +1,13 @@
-// absl::Status at the gRPC edge.
+// absl::Status at the gRPC edge: the conversion lives in common/ (the agent
+// needs it too); the planner's services keep spelling it api::ToGrpc.
 #ifndef MONTA_SERVER_API_GRPC_STATUS_H_
 #define MONTA_SERVER_API_GRPC_STATUS_H_
 
-#include <string>
-
-#include "absl/status/status.h"
-#include "grpcpp/support/status.h"
+#include "common/grpc_status.h"
 
 namespace monta::api {
 
-// Same code (the numbering is shared) and message.
-inline grpc::Status ToGrpc(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
-}
+using ::monta::ToGrpc;
 
 }  // namespace monta::api
 
