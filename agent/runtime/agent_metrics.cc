@@ -38,10 +38,19 @@ AgentMetrics::AgentMetrics(prometheus::Registry& registry, std::string node,
                 .Name("monta_agent_benchmark_runs_total")
                 .Help("Benchmark tasks this agent ran, by result")
                 .Register(registry)),
-      gauges_(std::make_shared<RegisteredGauge>(node_, std::move(registered))) {}
+      discarded_(prometheus::BuildCounter()
+                     .Name("monta_agent_discarded_errors_total")
+                     .Help("Errors the agent logged and dropped, by site")
+                     .Register(registry)),
+      gauges_(std::make_shared<RegisteredGauge>(node_, std::move(registered))) {
+}
 
 void AgentMetrics::RecordBenchmarkRun(const std::string& result) {
   runs_.Add({{"node", node_}, {"result", result}}).Increment();
+}
+
+void AgentMetrics::RecordDiscardedError(const std::string& site) {
+  discarded_.Add({{"node", node_}, {"site", site}}).Increment();
 }
 
 }  // namespace monta::agent

@@ -22,6 +22,9 @@ class AgentMetrics {
 
   // monta_agent_benchmark_runs_total{node,result}; result: succeeded|failed.
   void RecordBenchmarkRun(const std::string& result);
+  // monta_agent_discarded_errors_total{node,site}: a result dropped at `site`
+  // (see DiscardError in agent_runtime.h).
+  void RecordDiscardedError(const std::string& site);
 
   // The scrape-time gauges; register it with the exposer next to `registry`.
   std::shared_ptr<prometheus::Collectable> collectable() const { return gauges_; }
@@ -29,6 +32,7 @@ class AgentMetrics {
  private:
   const std::string node_;
   prometheus::Family<prometheus::Counter>& runs_;
+  prometheus::Family<prometheus::Counter>& discarded_;
   std::shared_ptr<prometheus::Collectable> gauges_;
 };
 

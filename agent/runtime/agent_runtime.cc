@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/grpc_status.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 
@@ -19,6 +20,14 @@ void Log(const std::string& node, const std::string& message) {
 }
 
 }  // namespace
+
+void DiscardError(const std::string& node, const std::string& site,
+                  const std::string& context, const absl::Status& status,
+                  const DiscardedErrorSink& sink) {
+  Log(node, absl::StrCat(context, ": ", status.ToString(), " (dropped at ",
+                         site, ")"));
+  if (sink) sink(site);
+}
 
 std::string RandomInstanceId() {
   std::random_device rd;
@@ -119,10 +128,10 @@ absl::Status AgentRuntime::RegisterOnce() {
   }
   monta::v1::RegisterReply reply;
   auto context = NewContext();
-  grpc::Status status = stub()->Register(context.get(), request, &reply);
-  if (!status.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                        status.error_message());
+  if (absl::Status status =
+          FromGrpc(stub()->Register(context.get(), request, &reply));
+      !status.ok()) {
+    return status;
   }
   absl::MutexLock lock(&mu_);
   if (reply.heartbeat_interval_seconds() > 0) {
@@ -232,7 +241,13 @@ void AgentRuntime::WatchLoop() {
         report.set_error("this agent has no benchmark runner");
         monta::v1::ReportBenchmarkReply reply;
         auto report_context = NewContext();
-        (void)watch_stub->ReportBenchmark(report_context.get(), report, &reply);
+        const absl::Status reported = FromGrpc(
+            watch_stub->ReportBenchmark(report_context.get(), report, &reply));
+        if (!reported.ok()) {
+          DiscardError(options_.node_name, "report_benchmark_no_runner",
+                       absl::StrCat("report of task ", task.task_id()),
+                       reported, options_.on_discarded_error);
+        }
       }
     }
     grpc::Status status = reader->Finish();

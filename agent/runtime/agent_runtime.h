@@ -27,6 +27,16 @@ namespace monta::agent {
 using TaskRunner = std::function<void(const monta::v1::BenchmarkTask& task,
                                       monta::v1::AgentGateway::StubInterface* stub)>;
 
+// Counts a result the agent had to drop (nobody left to hand it to), by site,
+// e.g. for monta_agent_discarded_errors_total; DiscardError logs it first.
+using DiscardedErrorSink = std::function<void(const std::string& site)>;
+
+// What every drop site does instead of `(void)`: one log line naming the site,
+// the node and the context, then `sink(site)` when set.
+void DiscardError(const std::string& node, const std::string& site,
+                  const std::string& context, const absl::Status& status,
+                  const DiscardedErrorSink& sink);
+
 struct AgentOptions {
   std::string planner_address = "127.0.0.1:7400";
   std::string node_name;
@@ -42,6 +52,7 @@ struct AgentOptions {
   absl::Duration rpc_timeout = absl::Seconds(5);
   // Null: tasks are reported as failed ("no benchmark runner in this agent").
   TaskRunner runner;
+  DiscardedErrorSink on_discarded_error;
 };
 
 class AgentRuntime {

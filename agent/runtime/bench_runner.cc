@@ -11,15 +11,11 @@
 #include "agent/bench/curve.h"
 #include "agent/bench/sweep.h"
 #include "agent/comm/communicator_factory.h"
+#include "common/grpc_status.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace monta::agent {
 namespace {
-
-absl::Status FromGrpc(const grpc::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
-}
 
 // The planner fails tasks at their deadline; a rank stops a little earlier so its
 // own error (e.g. "rank 3 never joined") reaches the planner first.
@@ -215,7 +211,14 @@ TaskRunner MakeBenchRunner(BenchRunnerOptions options) {
     monta::v1::ReportBenchmarkReply reply;
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    (void)stub->ReportBenchmark(&context, report, &reply);
+    const absl::Status reported =
+        FromGrpc(stub->ReportBenchmark(&context, report, &reply));
+    if (!reported.ok()) {
+      // The planner fails the task at its deadline; nothing else to do here.
+      DiscardError(options.node_name, "report_benchmark",
+                   absl::StrCat("report of task ", task.task_id()), reported,
+                   options.on_discarded_error);
+    }
     if (options.on_finished) options.on_finished(report.ok() ? "succeeded" : "failed");
   };
 }

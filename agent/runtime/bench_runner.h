@@ -34,6 +34,8 @@ struct BenchRunnerOptions {
   std::string bench_address = "127.0.0.1";
   // Called after every task with its outcome ("succeeded" / "failed").
   std::function<void(const std::string& result)> on_finished;
+  // A report the planner did not take (see DiscardError).
+  DiscardedErrorSink on_discarded_error;
 };
 
 // A TaskRunner for AgentOptions::runner.
