@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "agent/topology/topology_diff.h"
 #include "common/rpc_metrics.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -19,24 +20,39 @@ PlannerServer::PlannerServer(PlannerOptions options)
 absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(
     PlannerOptions options) {
   std::unique_ptr<PlannerServer> s(new PlannerServer(std::move(options)));
-  s->metrics_ = std::make_shared<prometheus::Registry>();
-  if (!s->options_.metrics_address.empty()) {
+  if (absl::Status started = s->StartMetrics(); !started.ok()) return started;
+  if (absl::Status opened = s->OpenRegistry(); !opened.ok()) return opened;
+  s->StartCoordinator();
+  if (absl::Status started = s->StartGrpc(); !started.ok()) return started;
+  if (absl::Status started = s->StartWebhook(); !started.ok()) return started;
+  PlannerServer* self = s.get();
+  s->maintenance_ = std::thread([self] { self->Maintain(); });
+  return s;
+}
+
+absl::Status PlannerServer::StartMetrics() {
+  metrics_ = std::make_shared<prometheus::Registry>();
+  if (!options_.metrics_address.empty()) {
     try {
-      s->exposer_ =
-          std::make_unique<prometheus::Exposer>(s->options_.metrics_address);
+      exposer_ =
+          std::make_unique<prometheus::Exposer>(options_.metrics_address);
     } catch (const std::exception& e) {
       return absl::UnavailableError(
-          absl::StrCat("metrics address ", s->options_.metrics_address,
+          absl::StrCat("metrics address ", options_.metrics_address,
                        ": cannot listen: ", e.what()));
     }
-    s->exposer_->RegisterCollectable(s->metrics_);
-    std::vector<int> ports = s->exposer_->GetListeningPorts();
-    s->metrics_port_ = ports.empty() ? 0 : ports.front();
+    exposer_->RegisterCollectable(metrics_);
+    std::vector<int> ports = exposer_->GetListeningPorts();
+    metrics_port_ = ports.empty() ? 0 : ports.front();
   }
-  s->planner_metrics_ = std::make_unique<metrics::PlannerMetrics>(*s->metrics_);
-  s->registry_ = std::make_unique<registry::Registry>(
-      s->options_.registry, [](const monta::v1::NodeTopology& before,
-                               const monta::v1::NodeTopology& after) {
+  planner_metrics_ = std::make_unique<metrics::PlannerMetrics>(*metrics_);
+  return absl::OkStatus();
+}
+
+absl::Status PlannerServer::OpenRegistry() {
+  registry_ = std::make_unique<registry::Registry>(
+      options_.registry, [](const monta::v1::NodeTopology& before,
+                            const monta::v1::NodeTopology& after) {
         std::vector<monta::v1::TopologyEvent> events;
         for (const auto& change : topology::DiffTopology(before, after)) {
           monta::v1::TopologyEvent event;
@@ -46,86 +62,111 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(
         }
         return events;
       });
-  if (!s->options_.db_path.empty()) {
+  if (!options_.db_path.empty()) {
     absl::StatusOr<std::unique_ptr<store::SqliteStore>> store =
-        store::SqliteStore::Open(s->options_.db_path);
+        store::SqliteStore::Open(options_.db_path);
     if (!store.ok()) return store.status();
-    s->store_ = *std::move(store);
-    if (absl::Status loaded = s->store_->LoadInto(*s->registry_);
+    store_ = *std::move(store);
+    metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
+    if (absl::Status loaded =
+            store_->LoadInto(*registry_,
+                             [planner_metrics](const std::string& site) {
+                               planner_metrics->RecordDiscardedError(site);
+                             });
         !loaded.ok()) {
       return absl::DataLossError(
-          absl::StrCat("--db ", s->options_.db_path, ": ", loaded.message()));
+          absl::StrCat("--db ", options_.db_path, ": ", loaded.message()));
     }
-    s->registry_->SetObserver(s->store_.get());
+    registry_->SetObserver(store_.get());
   }
-  s->cluster_collector_ =
-      std::make_shared<metrics::ClusterCollector>(s->registry_.get());
-  if (s->exposer_ != nullptr)
-    s->exposer_->RegisterCollectable(s->cluster_collector_);
-  s->coordinator_ = std::make_unique<bench::Coordinator>(
-      s->registry_.get(), s->options_.coordinator);
-  metrics::PlannerMetrics* planner_metrics = s->planner_metrics_.get();
-  s->coordinator_->SetTaskFinishedCallback(
+  cluster_collector_ =
+      std::make_shared<metrics::ClusterCollector>(registry_.get());
+  if (exposer_ != nullptr) exposer_->RegisterCollectable(cluster_collector_);
+  return absl::OkStatus();
+}
+
+void PlannerServer::StartCoordinator() {
+  coordinator_ = std::make_unique<bench::Coordinator>(registry_.get(),
+                                                      options_.coordinator);
+  metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
+  coordinator_->SetTaskFinishedCallback(
       [planner_metrics](const monta::v1::BenchmarkTaskStatus& status) {
         planner_metrics->RecordBenchmarkTask(status);
       });
-  PlannerServer* self = s.get();
+}
+
+absl::Status PlannerServer::StartGrpc() {
   api::AgentGatewayService::RegisteredCallback on_registered = nullptr;
-  if (s->options_.bench_on_register) {
-    on_registered = [self](const std::string& node) {
-      auto info = self->registry_->Get(node, absl::Now());
+  if (options_.bench_on_register) {
+    on_registered = [this](const std::string& node) {
+      auto info = registry_->Get(node, absl::Now());
       if (!info.ok() || info->curves_size() > 0) return;
       monta::v1::RunBenchmarkRequest request;
       request.add_nodes(node);
-      (void)self->coordinator_->Schedule(request, absl::Now());
+      ScheduleBenchmark(request, absl::Now(), "schedule_on_register");
     };
   }
-  s->gateway_ = std::make_unique<api::AgentGatewayService>(
-      s->registry_.get(), s->coordinator_.get(), std::move(on_registered));
-  s->planner_ = std::make_unique<api::PlannerService>(
-      s->registry_.get(), s->coordinator_.get(), s->planner_metrics_.get(),
-      s->store_.get());
+  gateway_ = std::make_unique<api::AgentGatewayService>(
+      registry_.get(), coordinator_.get(), std::move(on_registered));
+  planner_ = std::make_unique<api::PlannerService>(
+      registry_.get(), coordinator_.get(), planner_metrics_.get(),
+      store_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(s->options_.grpc_address,
-                           grpc::InsecureServerCredentials(), &s->grpc_port_);
-  builder.RegisterService(s->gateway_.get());
-  builder.RegisterService(s->planner_.get());
+  builder.AddListeningPort(options_.grpc_address,
+                           grpc::InsecureServerCredentials(), &grpc_port_);
+  builder.RegisterService(gateway_.get());
+  builder.RegisterService(planner_.get());
   std::vector<
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
       interceptors;
   interceptors.push_back(
-      std::make_unique<RpcMetricsInterceptorFactory>(*s->metrics_, "planner"));
+      std::make_unique<RpcMetricsInterceptorFactory>(*metrics_, "planner"));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
-  s->server_ = builder.BuildAndStart();
-  if (s->server_ == nullptr || s->grpc_port_ == 0) {
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || grpc_port_ == 0) {
     return absl::UnavailableError(absl::StrCat(
-        "grpc address ", s->options_.grpc_address, ": cannot listen"));
+        "grpc address ", options_.grpc_address, ": cannot listen"));
   }
-  if (!s->options_.webhook_address.empty()) {
-    admission::AdmissionOptions admission_options;
-    if (s->options_.webhook_log_decisions) {
-      admission_options.log = [](const std::string& line) {
-        std::cerr << "monta-planner: " << line << std::endl;
-      };
-    }
-    s->admission_ = std::make_unique<admission::AdmissionHandler>(
-        admission::RegistryDecider(s->registry_.get(),
-                                   s->planner_metrics_.get(), s->store_.get()),
-        s->planner_metrics_.get(), std::move(admission_options));
-    admission::WebhookOptions webhook_options;
-    webhook_options.address = s->options_.webhook_address;
-    webhook_options.tls_cert_file = s->options_.tls_cert_file;
-    webhook_options.tls_key_file = s->options_.tls_key_file;
-    auto webhook =
-        admission::WebhookServer::Start(webhook_options, s->admission_.get());
-    if (!webhook.ok()) return webhook.status();
-    s->webhook_ = *std::move(webhook);
+  return absl::OkStatus();
+}
+
+absl::Status PlannerServer::StartWebhook() {
+  if (options_.webhook_address.empty()) return absl::OkStatus();
+  admission::AdmissionOptions admission_options;
+  if (options_.webhook_log_decisions) {
+    admission_options.log = [](const std::string& line) {
+      std::cerr << "monta-planner: " << line << std::endl;
+    };
   }
-  s->maintenance_ = std::thread([self] { self->Maintain(); });
-  return s;
+  admission_ = std::make_unique<admission::AdmissionHandler>(
+      admission::RegistryDecider(registry_.get(), planner_metrics_.get(),
+                                 store_.get()),
+      planner_metrics_.get(), std::move(admission_options));
+  admission::WebhookOptions webhook_options;
+  webhook_options.address = options_.webhook_address;
+  webhook_options.tls_cert_file = options_.tls_cert_file;
+  webhook_options.tls_key_file = options_.tls_key_file;
+  auto webhook =
+      admission::WebhookServer::Start(webhook_options, admission_.get());
+  if (!webhook.ok()) return webhook.status();
+  webhook_ = *std::move(webhook);
+  return absl::OkStatus();
+}
+
+void PlannerServer::ScheduleBenchmark(
+    const monta::v1::RunBenchmarkRequest& request, absl::Time now,
+    const std::string& site) {
+  absl::StatusOr<monta::v1::BenchmarkTaskStatus> scheduled =
+      coordinator_->Schedule(request, now);
+  if (scheduled.ok()) return;
+  // Nobody waits for these tasks: the error ends here, logged and counted.
+  std::cerr << "monta-planner: benchmark of "
+            << absl::StrJoin(request.nodes(), ",") << " not scheduled (" << site
+            << "): " << scheduled.status() << std::endl;
+  planner_metrics_->RecordDiscardedError(site);
 }
 
 void PlannerServer::Maintain() {
@@ -162,12 +203,12 @@ void PlannerServer::SchedulePeriodicBenchmarks(absl::Time now) {
     monta::v1::RunBenchmarkRequest pair;
     pair.add_nodes(idle[i]);
     pair.add_nodes(idle[i + 1]);
-    (void)coordinator_->Schedule(pair, now);
+    ScheduleBenchmark(pair, now, "schedule_periodic");
   }
   for (const std::string& node : idle) {
     monta::v1::RunBenchmarkRequest single;
     single.add_nodes(node);
-    (void)coordinator_->Schedule(single, now);
+    ScheduleBenchmark(single, now, "schedule_periodic");
   }
 }
 

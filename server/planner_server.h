@@ -70,7 +70,18 @@ class PlannerServer {
 
  private:
   explicit PlannerServer(PlannerOptions options);
+  // The steps of Start, in order; each fails only when a resource (an address,
+  // the database) is unusable.
+  absl::Status StartMetrics();
+  absl::Status OpenRegistry();
+  void StartCoordinator();
+  absl::Status StartGrpc();
+  absl::Status StartWebhook();
   void Maintain();
+  // Schedules a benchmark nobody waits for (on registration, periodic): a
+  // failure is logged and counted under `site`.
+  void ScheduleBenchmark(const monta::v1::RunBenchmarkRequest& request,
+                         absl::Time now, const std::string& site);
   // Schedules the periodic sweeps (see PlannerOptions::bench_interval).
   void SchedulePeriodicBenchmarks(absl::Time now);
 

@@ -241,7 +241,11 @@ PlannerMetrics::PlannerMetrics(prometheus::Registry& registry)
       admission_duration_(prometheus::BuildHistogram()
                               .Name("monta_admission_duration_seconds")
                               .Help("Admission review handling time")
-                              .Register(registry)) {
+                              .Register(registry)),
+      discarded_(prometheus::BuildCounter()
+                     .Name("monta_discarded_errors_total")
+                     .Help("Errors the planner logged and dropped, by site")
+                     .Register(registry)) {
   for (const char* strategy : {"flat", "tp_dedup", "tp_dedup_pipelined",
                                "hierarchical", "expert_overlap", "none"}) {
     for (const char* result : {"ok", "invalid", "error"}) {
@@ -291,6 +295,10 @@ void PlannerMetrics::RecordAdmission(const std::string& operation,
   admissions_.Add({{"operation", operation}, {"result", result}}).Increment();
   admission_duration_.Add({{"operation", operation}}, DecisionBuckets())
       .Observe(seconds);
+}
+
+void PlannerMetrics::RecordDiscardedError(const std::string& site) {
+  discarded_.Add({{"site", site}}).Increment();
 }
 
 }  // namespace monta::metrics

@@ -67,6 +67,10 @@ class PlannerMetrics {
   // patched|allowed|denied|skipped|error.
   void RecordAdmission(const std::string& operation, const std::string& result,
                        double seconds);
+  // monta_discarded_errors_total{site}: an error that was logged and dropped
+  // at `site` because nobody could act on it (e.g. a periodic benchmark that
+  // could not be scheduled).
+  void RecordDiscardedError(const std::string& site);
 
  private:
   prometheus::Family<prometheus::Counter>& decisions_;
@@ -81,6 +85,7 @@ class PlannerMetrics {
   prometheus::Family<prometheus::Counter>& tasks_;
   prometheus::Family<prometheus::Counter>& admissions_;
   prometheus::Family<prometheus::Histogram>& admission_duration_;
+  prometheus::Family<prometheus::Counter>& discarded_;
 };
 
 // "flat", "tp_dedup", ... for a StrategyKind; "none" for unspecified.

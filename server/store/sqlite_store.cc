@@ -115,7 +115,9 @@ absl::Status SqliteStore::Exec(const char* sql) {
   return absl::OkStatus();
 }
 
-absl::Status SqliteStore::LoadInto(registry::Registry& registry) {
+absl::Status SqliteStore::LoadInto(
+    registry::Registry& registry,
+    const std::function<void(const std::string& site)>& on_discarded) {
   std::vector<monta::v1::NodeInfo> nodes;
   std::vector<monta::v1::BandwidthCurve> curves;
   {
@@ -156,7 +158,11 @@ absl::Status SqliteStore::LoadInto(registry::Registry& registry) {
   for (const auto& node : nodes) registry.Restore(node);
   for (const auto& curve : curves) {
     // A curve naming a node that is no longer stored is history only.
-    (void)registry.AddCurve(curve);
+    if (absl::Status added = registry.AddCurve(curve); !added.ok()) {
+      std::cerr << "monta-planner: sqlite: curve of task " << curve.task_id()
+                << " stays history only: " << added << std::endl;
+      if (on_discarded) on_discarded("load_curve");
+    }
   }
   return absl::OkStatus();
 }

@@ -5,6 +5,7 @@
 #ifndef MONTA_SERVER_STORE_SQLITE_STORE_H_
 #define MONTA_SERVER_STORE_SQLITE_STORE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -29,8 +30,12 @@ class SqliteStore : public registry::RegistryObserver, public DecisionLog {
   // Restores every stored node (without a live lease) and the newest curve of
   // each measurement (registry::CurveKey); the older rows stay as history. Call
   // it before making this store the registry's observer, or the rows are
-  // written again.
-  absl::Status LoadInto(registry::Registry& registry);
+  // written again. A stored curve the registry refuses (its node is no longer
+  // stored: the row is history only) is logged and reported to
+  // `on_discarded("load_curve")` when set.
+  absl::Status LoadInto(
+      registry::Registry& registry,
+      const std::function<void(const std::string& site)>& on_discarded = {});
 
   // RegistryObserver: upserts the node (without its curves); appends the curve.
   // Write failures are reported on stderr and counted, never thrown: the

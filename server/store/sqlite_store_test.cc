@@ -4,6 +4,9 @@
 #include <fstream>
 
 #include "gtest/gtest.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+#include "server/metrics/planner_metrics.h"
 
 namespace monta::store {
 namespace {
@@ -64,6 +67,31 @@ TEST(SqliteStoreTest, NodesAndLatestCurvesSurviveARestart) {
   hb.set_node_name("a");
   hb.set_instance_id("i-a");
   EXPECT_TRUE(registry.Heartbeat(hb, t0 + absl::Seconds(2)).ok());
+}
+
+TEST(SqliteStoreTest, ACurveWhoseNodeIsGoneIsLoggedAndCounted) {
+  const std::string path = TempPath("orphan.db");
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    (*store)->CurveAdded(Curve("t1", 1024));  // nodes "a" and "b" never stored
+  }
+  auto store = SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok());
+  prometheus::Registry prometheus;
+  metrics::PlannerMetrics metrics(prometheus);
+  registry::Registry registry{registry::RegistryOptions{}};
+  ASSERT_TRUE((*store)
+                  ->LoadInto(registry,
+                             [&metrics](const std::string& site) {
+                               metrics.RecordDiscardedError(site);
+                             })
+                  .ok());
+  const std::string out =
+      prometheus::TextSerializer().Serialize(prometheus.Collect());
+  EXPECT_NE(out.find("monta_discarded_errors_total{site=\"load_curve\"} 1"),
+            std::string::npos)
+      << out;
 }
 
 TEST(SqliteStoreTest, DecisionsAreKeptWhole) {
