@@ -3,14 +3,11 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdio>
-#include <fstream>
+#include <cstdlib>
 #include <iostream>
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
@@ -19,6 +16,7 @@
 #include "agent/runtime/bench_runner.h"
 #include "agent/topology/discovery.h"
 #include "common/flags.h"
+#include "common/port_file.h"
 #include "common/signals.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
@@ -69,9 +67,15 @@ std::string DefaultNodeName() {
 
 int main(int argc, char** argv) {
   monta::BlockTerminationSignals();
-  absl::SetProgramUsageMessage("monta-agent: Monta node agent");
-  monta::NormalizeFlagDashes(argc, argv);
-  absl::ParseCommandLine(argc, argv);
+  monta::ParseFlags(
+      argc, argv,
+      "Monta's node agent, one per node: discovers the node, "
+      "registers with the planner, keeps its lease and runs the benchmarks "
+      "the planner asks for.\n\n"
+      "Usage: monta-agent [flags]\n"
+      "Example: monta-agent --planner=planner.monta:7400 "
+      "--bench-address=10.0.0.7 --metrics-listen=0.0.0.0:7402",
+      __FILE__);
   // Debian's Abseil is built with deadlock detection on, which walks a lock
   // graph on every Mutex acquisition (~2.5% of the planner's CPU under load).
   // The unit tests keep it; the production binaries skip it.
@@ -148,9 +152,12 @@ int main(int argc, char** argv) {
   }
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
-    const std::string tmp = port_file + ".tmp";
-    std::ofstream(tmp) << "{\"metrics\": " << metrics_port << "}\n";
-    std::rename(tmp.c_str(), port_file.c_str());
+    const absl::Status written =
+        monta::WritePortFile(port_file, {{"metrics", metrics_port}});
+    if (!written.ok()) {
+      std::cerr << "monta-agent: --port_file: " << written.message() << "\n";
+      return 1;
+    }
   }
 
   monta::agent::BenchRunnerOptions bench;
@@ -159,6 +166,10 @@ int main(int argc, char** argv) {
   bench.on_finished = [&metrics](const std::string& result) {
     metrics.RecordBenchmarkRun(result);
   };
+  options.on_discarded_error = [&metrics](const std::string& site) {
+    metrics.RecordDiscardedError(site);
+  };
+  bench.on_discarded_error = options.on_discarded_error;
   options.runner = monta::agent::MakeBenchRunner(bench);
 
   monta::agent::AgentRuntime runtime(options);

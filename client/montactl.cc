@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -437,8 +436,10 @@ int Bench(const Context& ctx, const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "montactl [--planner ADDR] [--output table|json] COMMAND [ARGS]\n"
+  std::vector<char*> rest = monta::ParseFlags(
+      argc, argv,
+      "Monta's command-line client.\n\n"
+      "Usage: montactl [--planner ADDR] [--output table|json] COMMAND [ARGS]\n"
       "commands:\n"
       "  health            planner health (gRPC health checking)\n"
       "  nodes [--all]     registered nodes\n"
@@ -450,9 +451,11 @@ int main(int argc, char** argv) {
       "                    ranked AllToAll strategies for a job, with "
       "evidence\n"
       "  bench --nodes a,b measure nodes (one node: intra-node; several: "
-      "inter-node)\n");
-  monta::NormalizeFlagDashes(argc, argv);
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+      "inter-node)\n"
+      "Example:\n"
+      "  montactl --planner=127.0.0.1:7400 plan "
+      "--job=examples/monta-paper-2x70b.yaml --profile=a800-hgx --nodes=2",
+      __FILE__);
   std::vector<std::string> args(rest.begin() + 1, rest.end());
   Context ctx;
   const std::string output = absl::GetFlag(FLAGS_output);

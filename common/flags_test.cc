@@ -28,5 +28,14 @@ TEST(FlagsTest, ValuesPositionalsAndSeparatorAreUntouched) {
                                       "---odd"}));
 }
 
+TEST(FlagsTest, HelpListsTheFlagsOfTheMainFile) {
+  EXPECT_TRUE(IsMainFileFlag("server/main.cc", "server/main.cc"));
+  EXPECT_TRUE(IsMainFileFlag("./server/main.cc", "server/main.cc"));
+  EXPECT_TRUE(IsMainFileFlag("/src/monta/server/main.cc", "server/main.cc"));
+  EXPECT_FALSE(IsMainFileFlag("agent/main.cc", "server/main.cc"));
+  EXPECT_FALSE(IsMainFileFlag("xserver/main.cc", "server/main.cc"));
+  EXPECT_FALSE(IsMainFileFlag("absl/flags/parse.cc", "server/main.cc"));
+}
+
 }  // namespace
 }  // namespace monta

@@ -25,7 +25,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
@@ -39,6 +38,7 @@
 #include "agent/comm/communicator.h"
 #include "agent/comm/communicator_factory.h"
 #include "agent/comm/rendezvous_store.h"
+#include "common/flags.h"
 
 ABSL_FLAG(std::string, backend, "gloo", "gloo | nccl");
 ABSL_FLAG(int, ranks, 4,
@@ -489,6 +489,15 @@ int Main() {
 }  // namespace monta::perf
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  monta::ParseFlags(
+      argc, argv,
+      "nccl-tests-style benchmark of Monta's MoE dispatch "
+      "schedules and plain collectives, on Gloo (CPUs) or NCCL (GPUs).\n\n"
+      "Usage: monta-a2a-bench [flags]\n"
+      "Examples:\n"
+      "  monta-a2a-bench --backend=gloo --ranks=4 --strategy=flat\n"
+      "  monta-a2a-bench --mode=compare_gloo --min_bytes=65536 "
+      "--max_bytes=16777216",
+      __FILE__);
   return monta::perf::Main();
 }

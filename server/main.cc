@@ -1,14 +1,12 @@
 // monta-planner: the cluster's planner. See README.md for flags and the quick
 // start.
-#include <fstream>
 #include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/flags.h"
+#include "common/port_file.h"
 #include "common/signals.h"
 #include "server/planner_server.h"
 
@@ -48,9 +46,14 @@ ABSL_FLAG(std::string, port_file, "",
 
 int main(int argc, char** argv) {
   monta::BlockTerminationSignals();
-  absl::SetProgramUsageMessage("monta-planner: MoE AllToAll strategy planner");
-  monta::NormalizeFlagDashes(argc, argv);
-  absl::ParseCommandLine(argc, argv);
+  monta::ParseFlags(
+      argc, argv,
+      "the cluster's MoE AllToAll strategy planner (gRPC, "
+      "Prometheus metrics, optional Kubernetes admission webhook).\n\n"
+      "Usage: monta-planner [flags]\n"
+      "Example: monta-planner --listen=0.0.0.0:7400 "
+      "--metrics-listen=0.0.0.0:7401 --db=/var/lib/monta/planner.db",
+      __FILE__);
   // Debian's Abseil is built with deadlock detection on, which walks a lock
   // graph on every Mutex acquisition (~2.5% of the planner's CPU under load).
   // The unit tests keep it; the production binaries skip it.
@@ -102,13 +105,15 @@ int main(int argc, char** argv) {
   std::cerr << std::endl;
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
-    // Write then rename, so a reader never sees a half-written file.
-    const std::string tmp = port_file + ".tmp";
-    std::ofstream(tmp) << "{\"grpc\": " << (*server)->grpc_port()
-                       << ", \"metrics\": " << (*server)->metrics_port()
-                       << ", \"webhook\": " << (*server)->webhook_port()
-                       << "}\n";
-    std::rename(tmp.c_str(), port_file.c_str());
+    const absl::Status written = monta::WritePortFile(
+        port_file, {{"grpc", (*server)->grpc_port()},
+                    {"metrics", (*server)->metrics_port()},
+                    {"webhook", (*server)->webhook_port()}});
+    if (!written.ok()) {
+      std::cerr << "monta-planner: --port_file: " << written.message() << "\n";
+      (*server)->Shutdown(absl::Seconds(5));
+      return 1;
+    }
   }
   const int sig = monta::WaitForTerminationSignal();
   std::cerr << "monta-planner: signal " << sig << ", shutting down"
