@@ -105,7 +105,7 @@ class HostWork : public Work {
 
  private:
   // Stream that runs this operation; empty for handles born failed.
-  const std::weak_ptr<StreamCore> core_;
+  const std::weak_ptr<StreamCore> core_{};
   absl::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);

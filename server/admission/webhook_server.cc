@@ -12,12 +12,13 @@
 #include <cstring>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/std_mutex.h"
 
 // Debian's libcpp-httplib is a compiled library built with these; the header
 // must see the same configuration.
@@ -88,8 +89,10 @@ class BoundedTaskQueue : public httplib::TaskQueue {
 
   void enqueue(std::function<void()> fn) override {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      room_.wait(lock, [this] { return HasRoom(); });
+      StdMutexLock lock(&mu_);
+      lock.Wait(room_, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return HasRoom();
+      });
       queue_.push_back({std::move(fn), NowNanos()});
       UpdateOldest();
     }
@@ -98,7 +101,7 @@ class BoundedTaskQueue : public httplib::TaskQueue {
 
   void shutdown() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      StdMutexLock lock(&mu_);
       if (stopping_) return;
       stopping_ = true;
     }
@@ -107,12 +110,13 @@ class BoundedTaskQueue : public httplib::TaskQueue {
   }
 
  private:
-  // The three below need mu_ held.
-  bool HasRoom() const {
+  bool HasRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return static_cast<int>(queue_.size()) < max_pending_;
   }
-  bool HasWorkOrStopping() const { return !queue_.empty() || stopping_; }
-  void UpdateOldest() {
+  bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !queue_.empty() || stopping_;
+  }
+  void UpdateOldest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     oldest_->store(queue_.empty() ? 0 : queue_.front().second,
                    std::memory_order_relaxed);
   }
@@ -121,8 +125,10 @@ class BoundedTaskQueue : public httplib::TaskQueue {
     while (true) {
       std::function<void()> fn;
       {
-        std::unique_lock<std::mutex> lock(mu_);
-        work_.wait(lock, [this] { return HasWorkOrStopping(); });
+        StdMutexLock lock(&mu_);
+        lock.Wait(work_, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return HasWorkOrStopping();
+        });
         if (queue_.empty())
           return;  // stopping, and everything accepted was served
         fn = std::move(queue_.front().first);
@@ -136,14 +142,15 @@ class BoundedTaskQueue : public httplib::TaskQueue {
 
   const int max_pending_;
   const std::shared_ptr<std::atomic<int64_t>> oldest_;
-  // std::mutex rather than absl::Mutex: the system Abseil is not built with
-  // TSAN, which then cannot see its synchronization.
-  std::mutex mu_;
+  // std::mutex (annotated) rather than absl::Mutex: the system Abseil is not
+  // built with TSAN, which then cannot see its synchronization.
+  mutable StdMutex mu_;
   std::condition_variable room_;  // queue_ shrank
   std::condition_variable work_;  // queue_ grew, or stopping_
-  // Guarded by mu_: accepted connections and when they were queued (NowNanos).
-  std::deque<std::pair<std::function<void()>, int64_t>> queue_;
-  bool stopping_ = false;
+  // Accepted connections and when they were queued (NowNanos).
+  std::deque<std::pair<std::function<void()>, int64_t>> queue_
+      ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
 };
 
@@ -169,7 +176,7 @@ class CertStore {
         std::move(cert_file), std::move(key_file), check_interval));
     absl::StatusOr<std::shared_ptr<const Material>> m = store->Read();
     if (!m.ok()) return m.status();
-    std::lock_guard<std::mutex> lock(store->mu_);
+    StdMutexLock lock(&store->mu_);
     store->current_ = *std::move(m);
     store->next_check_ = absl::Now() + check_interval;
     return store;
@@ -258,7 +265,7 @@ class CertStore {
   }
 
   std::shared_ptr<const Material> Current() {
-    std::lock_guard<std::mutex> lock(mu_);
+    StdMutexLock lock(&mu_);
     const absl::Time now = absl::Now();
     if (now >= next_check_) {
       next_check_ = now + check_interval_;
@@ -291,9 +298,9 @@ class CertStore {
   const std::string cert_file_;
   const std::string key_file_;
   const absl::Duration check_interval_;
-  std::mutex mu_;                            // see BoundedTaskQueue::mu_
-  std::shared_ptr<const Material> current_;  // guarded by mu_
-  absl::Time next_check_;                    // guarded by mu_
+  StdMutex mu_;  // see BoundedTaskQueue::mu_
+  std::shared_ptr<const Material> current_ ABSL_GUARDED_BY(mu_);
+  absl::Time next_check_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::Status SplitHostPort(const std::string& address, std::string* host,

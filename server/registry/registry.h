@@ -108,9 +108,11 @@ class Registry {
 
   const RegistryOptions options_;
   const TopologyDiffer differ_;
-  RegistryObserver* observer_ = nullptr;
 
   mutable absl::Mutex mu_;
+  // Called with mu_ held, so the observer sees changes in the order they
+  // happen.
+  RegistryObserver* observer_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::map<std::string, Entry, std::less<>> nodes_ ABSL_GUARDED_BY(mu_);
 };
 
