@@ -6,6 +6,9 @@ set -euo pipefail
 PACKAGES=(
   bazel-bootstrap
   g++
+  # scripts/test.sh's checks: the Clang build (thread-safety analysis) and scripts/format.sh.
+  clang-14
+  clang-format-14
   libgrpc++-dev
   protobuf-compiler-grpc
   libprotobuf-dev

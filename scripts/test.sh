@@ -2,8 +2,9 @@
 # The whole test suite: installs what is missing, builds everything, runs every test.
 #   scripts/test.sh                  # all tests
 #   scripts/test.sh --config=asan    # the same suite under AddressSanitizer
-# Extra arguments go to `bazel test`. Ends with "N passed, N failed, N skipped" (Bazel
-# targets), the skipped ones listed with their reason above that line.
+# Extra arguments go to `bazel test`. Ends with "N passed, N failed, N skipped": the Bazel
+# test targets plus the checks below (run_checks), one entry each; the skipped ones are
+# listed with their reason above that line.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +12,47 @@ cd "$(dirname "$0")/.."
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+
+# Checks beside the GCC test run, each one more passed/failed entry in the closing line:
+#   clang-thread-safety: `bazel build --config=clang //...` (Clang's -Wthread-safety as
+#     errors), in its own output base so the GCC build keeps its analysis cache;
+#     $MONTA_CLANG_OUTPUT_BASE overrides where.
+#   format: scripts/format.sh --check.
+checks_passed=0
+checks_failed=0
+check() {  # NAME COMMAND...
+  local name=$1
+  shift
+  echo "check ${name}: $*"
+  if "$@"; then
+    echo "check ${name} PASSED"
+    checks_passed=$((checks_passed + 1))
+  else
+    echo "check ${name} FAILED"
+    checks_failed=$((checks_failed + 1))
+  fi
+}
+# //... spelled as its top-level directories: from another output base, Bazel would
+# descend into the GCC build's bazel-* links (they point outside its own) and fail.
+top_level_packages() {
+  local d
+  [[ -f BUILD || -f BUILD.bazel ]] && echo "//:all"
+  for d in */; do
+    d=${d%/}
+    [[ -L $d ]] && continue
+    if [[ -n $(find "$d" \( -name BUILD -o -name BUILD.bazel \) -print -quit) ]]; then
+      echo "//$d/..."
+    fi
+  done
+}
+run_checks() {
+  local clang_base="${MONTA_CLANG_OUTPUT_BASE:-${HOME}/.cache/bazel/_monta_clang/$(pwd | md5sum | cut -c1-32)}"
+  local packages
+  mapfile -t packages < <(top_level_packages)
+  check clang-thread-safety bazel --output_base="$clang_base" --max_idle_secs=300 \
+    build --config=clang --color=no --curses=no -- "${packages[@]}"
+  check format ./scripts/format.sh --check
+}
 bazel test --color=no --curses=no "$@" -- //... 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 
@@ -43,5 +85,10 @@ done
 failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FLAKY|INCOMPLETE)' "$log")
 # A build failure leaves no per-target lines: count it as a failure.
 if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
+
+run_checks
+passed=$((passed + checks_passed))
+failed=$((failed + checks_failed))
+if [[ $rc -eq 0 && $checks_failed -gt 0 ]]; then rc=1; fi
 echo "${passed} passed, ${failed} failed, ${skipped} skipped"
 exit $rc
