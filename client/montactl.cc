@@ -466,7 +466,7 @@ int main(int argc, char** argv) {
   }
   ctx.json = output == "json";
   if (args.empty()) {
-    std::cerr << absl::ProgramUsageMessage();
+    std::cerr << absl::ProgramUsageMessage() << "\n";
     return 2;
   }
   ctx.channel = grpc::CreateChannel(absl::GetFlag(FLAGS_planner),
@@ -482,7 +482,7 @@ int main(int argc, char** argv) {
   auto it = commands.find(command);
   if (it == commands.end()) {
     std::cerr << "montactl: unknown command \"" << command << "\"\n"
-              << absl::ProgramUsageMessage();
+              << absl::ProgramUsageMessage() << "\n";
     return 2;
   }
   return it->second(ctx, args);
