@@ -9,6 +9,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "agent/runtime/agent_metrics.h"
@@ -63,6 +64,75 @@ std::string DefaultNodeName() {
   return absl::AsciiStrToLower(Hostname());
 }
 
+// The discovery inputs the flags (and $NODE_NAME) declare.
+absl::StatusOr<monta::topology::DiscoveryOptions> DiscoveryFromFlags() {
+  monta::topology::DiscoveryOptions discovery;
+  discovery.sysfs_root = absl::GetFlag(FLAGS_sysfs_root);
+  discovery.topology_file = absl::GetFlag(FLAGS_topology_file);
+  discovery.labels_file = absl::GetFlag(FLAGS_labels_file);
+  if (const char* env = std::getenv("NODE_NAME"); env != nullptr) {
+    discovery.kubernetes_node_name = env;
+  }
+  for (absl::string_view item :
+       absl::StrSplit(absl::GetFlag(FLAGS_labels), ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv =
+        absl::StrSplit(item, absl::MaxSplits('=', 1));
+    if (kv.first.empty() || kv.second.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--labels: expected key=value, got \"", item, "\""));
+    }
+    discovery.labels[kv.first] = kv.second;
+  }
+  return discovery;
+}
+
+// Serves `registry` and the agent's scrape-time gauges on --metrics_listen
+// (nothing when it is empty; `exposer` stays null) and writes --port_file.
+absl::Status ServeMetrics(std::shared_ptr<prometheus::Registry> registry,
+                          const monta::agent::AgentMetrics& metrics,
+                          std::unique_ptr<prometheus::Exposer>& exposer) {
+  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  int metrics_port = 0;
+  if (!metrics_listen.empty()) {
+    try {
+      exposer = std::make_unique<prometheus::Exposer>(metrics_listen);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(
+          absl::StrCat("--metrics_listen ", metrics_listen, ": ", e.what()));
+    }
+    exposer->RegisterCollectable(registry);
+    exposer->RegisterCollectable(metrics.collectable());
+    const std::vector<int> ports = exposer->GetListeningPorts();
+    metrics_port = ports.empty() ? 0 : ports.front();
+  }
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (port_file.empty()) return absl::OkStatus();
+  const absl::Status written =
+      monta::WritePortFile(port_file, {{"metrics", metrics_port}});
+  if (!written.ok()) {
+    return absl::Status(written.code(),
+                        absl::StrCat("--port_file: ", written.message()));
+  }
+  return absl::OkStatus();
+}
+
+// Benchmark tasks run on this node, their outcomes and the errors dropped on
+// the way counted in `metrics` (which must outlive the runtime).
+void SetUpBenchRunner(monta::agent::AgentOptions& options,
+                      monta::agent::AgentMetrics& metrics) {
+  monta::agent::BenchRunnerOptions bench;
+  bench.node_name = options.node_name;
+  bench.bench_address = options.bench_address;
+  bench.on_finished = [&metrics](const std::string& result) {
+    metrics.RecordBenchmarkRun(result);
+  };
+  options.on_discarded_error = [&metrics](const std::string& site) {
+    metrics.RecordDiscardedError(site);
+  };
+  bench.on_discarded_error = options.on_discarded_error;
+  options.runner = monta::agent::MakeBenchRunner(bench);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -87,24 +157,13 @@ int main(int argc, char** argv) {
   if (options.node_name.empty()) options.node_name = DefaultNodeName();
   options.instance_id = absl::GetFlag(FLAGS_instance_id);
   options.bench_address = absl::GetFlag(FLAGS_bench_address);
-  monta::topology::DiscoveryOptions discovery;
-  discovery.sysfs_root = absl::GetFlag(FLAGS_sysfs_root);
-  discovery.topology_file = absl::GetFlag(FLAGS_topology_file);
-  discovery.labels_file = absl::GetFlag(FLAGS_labels_file);
-  if (const char* env = std::getenv("NODE_NAME"); env != nullptr) {
-    discovery.kubernetes_node_name = env;
+  absl::StatusOr<monta::topology::DiscoveryOptions> discovery_flags =
+      DiscoveryFromFlags();
+  if (!discovery_flags.ok()) {
+    std::cerr << "monta-agent: " << discovery_flags.status().message() << "\n";
+    return 2;
   }
-  for (absl::string_view item :
-       absl::StrSplit(absl::GetFlag(FLAGS_labels), ',', absl::SkipEmpty())) {
-    std::pair<std::string, std::string> kv =
-        absl::StrSplit(item, absl::MaxSplits('=', 1));
-    if (kv.first.empty() || kv.second.empty()) {
-      std::cerr << "monta-agent: --labels: expected key=value, got \"" << item
-                << "\"\n";
-      return 2;
-    }
-    discovery.labels[kv.first] = kv.second;
-  }
+  const monta::topology::DiscoveryOptions discovery = *discovery_flags;
   // Fail at start, not in the background, when the declared inputs are broken.
   absl::StatusOr<monta::v1::NodeTopology> first =
       monta::topology::DiscoverTopology(discovery);
@@ -135,42 +194,13 @@ int main(int argc, char** argv) {
         monta::agent::AgentRuntime* runtime = runtime_ptr.load();
         return runtime != nullptr && runtime->registered();
       });
-  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  int metrics_port = 0;
-  if (!metrics_listen.empty()) {
-    try {
-      exposer = std::make_unique<prometheus::Exposer>(metrics_listen);
-    } catch (const std::exception& e) {
-      std::cerr << "monta-agent: --metrics_listen " << metrics_listen << ": "
-                << e.what() << "\n";
-      return 1;
-    }
-    exposer->RegisterCollectable(metrics_registry);
-    exposer->RegisterCollectable(metrics.collectable());
-    const std::vector<int> ports = exposer->GetListeningPorts();
-    metrics_port = ports.empty() ? 0 : ports.front();
-  }
-  const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty()) {
-    const absl::Status written =
-        monta::WritePortFile(port_file, {{"metrics", metrics_port}});
-    if (!written.ok()) {
-      std::cerr << "monta-agent: --port_file: " << written.message() << "\n";
-      return 1;
-    }
+  if (absl::Status served = ServeMetrics(metrics_registry, metrics, exposer);
+      !served.ok()) {
+    std::cerr << "monta-agent: " << served.message() << "\n";
+    return 1;
   }
 
-  monta::agent::BenchRunnerOptions bench;
-  bench.node_name = options.node_name;
-  bench.bench_address = options.bench_address;
-  bench.on_finished = [&metrics](const std::string& result) {
-    metrics.RecordBenchmarkRun(result);
-  };
-  options.on_discarded_error = [&metrics](const std::string& site) {
-    metrics.RecordDiscardedError(site);
-  };
-  bench.on_discarded_error = options.on_discarded_error;
-  options.runner = monta::agent::MakeBenchRunner(bench);
+  SetUpBenchRunner(options, metrics);
 
   monta::agent::AgentRuntime runtime(options);
   runtime_ptr = &runtime;
