@@ -1,0 +1,118 @@
+"""A minimal top-k gated MoE layer with DeepSpeed's MOELayer dataflow, on a monta.Plan.
+
+    gate -> einsum dispatch -> monta.dispatch -> local experts -> monta.combine -> einsum
+
+Where DeepSpeed's MOELayer.forward calls `drop_tokens`, `_AllToAll.apply` and
+`gather_tokens`, this layer calls monta.dispatch / monta.combine, which run whatever the
+plan says (flat, tp_dedup, tp_dedup_pipelined(K), hierarchical). expert_overlap runs the
+capacity in K chunks through dispatch -> experts -> combine (correct; the overlap of one
+chunk's experts with the next chunk's AllToAll is not implemented here).
+"""
+
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+try:
+    import monta
+except ImportError:  # a source checkout: python/ next to examples/
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    import monta
+
+
+def capacity(tokens: int, num_experts: int, top_k: int, capacity_factor: float) -> int:
+    """C = ceil(k * S * cf / E), as the planner's model (docs/MODEL.md section 2)."""
+    return max(1, math.ceil(top_k * tokens * capacity_factor / num_experts))
+
+
+class TopKGate(torch.nn.Module):
+    """Softmax top-k gate with capacity (DeepSpeed's top1/top2gating, generalised to k).
+
+    Runs in fp32 whatever the activations' dtype, as DeepSpeed's gate does."""
+
+    def __init__(self, hidden: int, num_experts: int, top_k: int, capacity_factor: float):
+        super().__init__()
+        self.wg = torch.nn.Linear(hidden, num_experts, bias=False).float()
+        self.num_experts, self.top_k, self.capacity_factor = num_experts, top_k, capacity_factor
+
+    def forward(self, x: torch.Tensor):
+        tokens, experts = x.shape[0], self.num_experts
+        cap = capacity(tokens, experts, self.top_k, self.capacity_factor)
+        gates = F.softmax(self.wg(x.float()), dim=1)  # [S, E]
+        top_vals, top_idx = gates.topk(self.top_k, dim=1)
+        top_vals = top_vals / top_vals.sum(dim=1, keepdim=True)
+        combine = gates.new_zeros((tokens, experts, cap))
+        filled = torch.zeros(experts, dtype=torch.long, device=x.device)
+        for choice in range(self.top_k):  # first choices claim capacity first
+            mask = F.one_hot(top_idx[:, choice], experts)  # [S, E]
+            slot = torch.cumsum(mask, dim=0) - 1 + filled  # position in the expert's buffer
+            filled = filled + mask.sum(dim=0)
+            keep = mask * (slot < cap)
+            slot_1h = F.one_hot((slot * keep).sum(dim=1), cap)  # [S, C]
+            weight = (top_vals[:, choice:choice + 1] * keep)  # [S, E]
+            combine = combine + weight.unsqueeze(2) * slot_1h.unsqueeze(1)
+        return combine, combine > 0
+
+
+class Experts(torch.nn.Module):
+    """This rank's E/e experts, two-layer FFNs; expert i's weights seeded by its global id."""
+
+    def __init__(self, hidden: int, ffn: int, first_expert: int, count: int, dtype):
+        super().__init__()
+        w1, w2 = [], []
+        for i in range(first_expert, first_expert + count):
+            g = torch.Generator().manual_seed(1000 + i)
+            w1.append(torch.randn(hidden, ffn, generator=g) / math.sqrt(hidden))
+            w2.append(torch.randn(ffn, hidden, generator=g) / math.sqrt(ffn))
+        self.w1 = torch.nn.Parameter(torch.stack(w1).to(dtype))
+        self.w2 = torch.nn.Parameter(torch.stack(w2).to(dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: [e (source rank), local experts, C, M] -> same shape
+        e, local, cap, hidden = x.shape
+        tokens = x.transpose(0, 1).reshape(local, e * cap, hidden)
+        out = torch.bmm(F.relu(torch.bmm(tokens, self.w1)), self.w2)
+        return out.reshape(local, e, cap, hidden).transpose(0, 1)
+
+
+class MoELayer(torch.nn.Module):
+    def __init__(self, hidden: int, ffn: int, num_experts: int, top_k: int,
+                 capacity_factor: float, plan: "monta.Plan", groups: "monta.MoeGroups",
+                 dtype=torch.float32):
+        super().__init__()
+        if num_experts % groups.ep_size:
+            raise ValueError(f"num_experts {num_experts} not divisible by EP size {groups.ep_size}")
+        groups.check(plan)  # a plan for another layout is refused here, before any step
+        self.plan, self.groups = plan, groups
+        self.local = num_experts // groups.ep_size
+        g = torch.Generator().manual_seed(7)  # the gate is the same on every rank
+        self.gate = TopKGate(hidden, num_experts, top_k, capacity_factor)
+        with torch.no_grad():
+            self.gate.wg.weight.copy_(torch.randn(self.gate.wg.weight.shape, generator=g) * 0.1)
+        self.experts = Experts(hidden, ffn, groups.ep_rank * self.local, self.local, dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = x.shape[-1]
+        tokens = x.reshape(-1, hidden)
+        combine_w, dispatch_mask = self.gate(tokens)
+        dispatched = torch.einsum("sec,sm->ecm", dispatch_mask.type_as(x), tokens)
+        if self.plan.strategy == monta.EXPERT_OVERLAP:
+            out = self._chunked(dispatched)
+        else:
+            out = self._through_experts(dispatched)
+        return torch.einsum("sec,ecm->sm", combine_w.type_as(x), out).reshape(x.shape)
+
+    def _through_experts(self, dispatched: torch.Tensor) -> torch.Tensor:
+        e, hidden = self.groups.ep_size, dispatched.shape[-1]
+        received = monta.dispatch(dispatched, self.plan, self.groups)
+        expert_out = self.experts(received.reshape(e, self.local, -1, hidden))
+        return monta.combine(expert_out.reshape(dispatched.shape), self.plan, self.groups)
+
+    def _chunked(self, dispatched: torch.Tensor) -> torch.Tensor:
+        cap = dispatched.shape[1]
+        size = -(-cap // self.plan.chunks_for(cap))
+        return torch.cat([self._through_experts(c.contiguous())
+                          for c in dispatched.split(size, dim=1)], dim=1)

@@ -1,0 +1,276 @@
+"""MoE dispatch / combine AllToAll over torch.distributed, one function per strategy.
+
+Tensors are [E, C, ...]: dim 0 the experts in expert-parallel (EP) rank order (E divisible by
+the EP size e), dim 1 the capacity axis. Every strategy computes what DeepSpeed's
+`_AllToAll` computes on the EP group (block i of dim 0 goes to EP rank i; the output's block
+i came from EP rank i), so dispatch and combine are the same operation:
+
+- flat: one AllToAll of the whole tensor (every TP rank sends the same bytes).
+- tp_dedup: TP rank j keeps rows [j*C/t, (j+1)*C/t) of the capacity axis (DeepSpeed's
+  `drop_tokens`), AllToAll of that 1/t, AllGather over the TP group (`gather_tokens`).
+- tp_dedup_pipelined(K): the same cut into K_eff chunks of the local 1/t; the AllToAll of
+  chunk i+1 is in flight while chunk i is gathered and chunk i-1 is copied into place.
+- hierarchical: an AllToAll among the EP members on the node that groups the data by
+  destination node, then an AllToAll among the same-local-rank members of every node.
+
+Tensors in the TP "replicated region" are the same on every TP rank (as in DeepSpeed and
+Megatron-LM), so, as there, the backward of a drop is a gather and the backward of a gather
+is a drop: the backward of each strategy is the strategy itself applied to the gradient.
+Buffers keep the input's dtype and device. Collectives are async handles waited for in
+order, which is what makes the overlap real on NCCL (one stream per communicator) and on
+Gloo (one worker per process group).
+"""
+
+from typing import List, Optional
+
+import torch
+import torch.distributed as dist
+
+from monta.groups import MoeGroups
+from monta.plan import (EXPERT_OVERLAP, FLAT, HIERARCHICAL, TP_DEDUP, TP_DEDUP_PIPELINED, Plan,
+                        PlanError, effective_chunks)
+
+
+class CommError(RuntimeError):
+    """A collective failed (a peer died, a timeout): says which op, group and chunk."""
+
+
+# Gloo (torch 1.13) has no bfloat16 kernels; AllToAll and AllGather only move bytes, so a
+# same-width integer view is bit-exact. NCCL takes bf16 as is.
+_GLOO_WIRE = {torch.bfloat16: torch.int16}
+
+
+def _wire(t: torch.Tensor, group) -> torch.Tensor:
+    if t.dtype in _GLOO_WIRE and dist.get_backend(group) == dist.Backend.GLOO:
+        return t.view(_GLOO_WIRE[t.dtype])
+    return t
+
+
+def _wait(work, what: str) -> None:
+    try:
+        work.wait()
+    except RuntimeError as e:
+        raise CommError(f"monta: {what} failed ({e}); a peer rank may have died or timed "
+                        "out: stopping this rank rather than hanging") from e
+
+
+def _all_to_all_start(inp: torch.Tensor, group):
+    """Starts an equal-split AllToAll over dim 0; returns (output, work)."""
+    out = torch.empty_like(inp)
+    try:
+        work = dist.all_to_all_single(_wire(out, group), _wire(inp, group), group=group,
+                                      async_op=True)
+    except RuntimeError as e:
+        raise CommError(f"monta: starting an AllToAll failed ({e})") from e
+    return out, work
+
+
+class _Gather:
+    """An async AllGather of `inp` over `group`; `into(dst)` copies piece j to dst[:, j]."""
+
+    def __init__(self, inp: torch.Tensor, group, size: int):
+        self.size = size
+        try:
+            if dist.get_backend(group) == dist.Backend.GLOO:
+                # Gloo has no all_gather_into_tensor: t separate buffers.
+                self.pieces = [torch.empty_like(inp) for _ in range(size)]
+                self.buffer = None
+                self.work = dist.all_gather([_wire(p, group) for p in self.pieces],
+                                            _wire(inp, group), group=group, async_op=True)
+            else:
+                self.buffer = inp.new_empty((size,) + tuple(inp.shape))
+                self.work = dist.all_gather_into_tensor(self.buffer, inp, group=group,
+                                                        async_op=True)
+        except RuntimeError as e:
+            raise CommError(f"monta: starting an AllGather failed ({e})") from e
+
+    def into(self, dst: torch.Tensor, what: str) -> None:
+        """dst: [E, t, rows, ...]; the reorder copy of the gathered chunk."""
+        _wait(self.work, what)
+        if self.buffer is not None:
+            dst.copy_(self.buffer.transpose(0, 1))
+        else:
+            for j, piece in enumerate(self.pieces):
+                dst[:, j].copy_(piece)
+
+
+def flat_all_to_all(x: torch.Tensor, groups: MoeGroups) -> torch.Tensor:
+    out, work = _all_to_all_start(x.contiguous(), groups.ep_group)
+    _wait(work, "AllToAll (flat) on the expert-parallel group")
+    return out
+
+
+def dedup_all_to_all(x: torch.Tensor, groups: MoeGroups, chunks: int = 1) -> torch.Tensor:
+    """tp_dedup (chunks=1) and tp_dedup_pipelined(chunks)."""
+    t = groups.tp_size
+    cap = x.shape[1]
+    n = cap // t
+    k = effective_chunks(n, chunks)
+    size = -(-n // k) if n else 0
+    name = "tp_dedup" if chunks <= 1 else f"tp_dedup_pipelined(K={k})"
+    mine = x.narrow(1, groups.tp_rank * n, n)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    # out as [E, t, n, ...]: TP rank j's rows are out[:, j]; chunk i is rows [i*size, ...).
+    out_v = out.view((x.shape[0], t, n) + tuple(x.shape[2:]))
+    bounds = [(s, min(size, n - s)) for s in range(0, n, size)] if n else []
+
+    def start(i):
+        s, rows = bounds[i]
+        return _all_to_all_start(mine.narrow(1, s, rows).contiguous(), groups.ep_group)
+
+    pending = start(0) if bounds else None
+    gathering = None  # (gather, chunk index)
+    for i in range(len(bounds)):
+        received, work = pending
+        _wait(work, f"AllToAll ({name}, chunk {i + 1}/{k}) on the expert-parallel group")
+        if i + 1 < len(bounds):
+            pending = start(i + 1)  # in flight while chunk i is gathered
+        gather = _Gather(received, groups.tp_group, t)
+        if gathering is not None:
+            _finish(gathering, out_v, bounds, name, k)
+        gathering = (gather, i)
+    if gathering is not None:
+        _finish(gathering, out_v, bounds, name, k)
+    return out
+
+
+def _finish(gathering, out_v, bounds, name, k):
+    gather, i = gathering
+    s, rows = bounds[i]
+    gather.into(out_v.narrow(2, s, rows),
+                f"AllGather ({name}, chunk {i + 1}/{k}) on the tensor-parallel group")
+
+
+def hierarchical_all_to_all(x: torch.Tensor, groups: MoeGroups) -> torch.Tensor:
+    nodes, local = groups.inter_size, groups.intra_size
+    rest = tuple(x.shape[1:])
+    per = x.shape[0] // (nodes * local)
+    y = x.reshape((nodes, local, per) + rest)  # [dest node, dest local, ...]
+    if local > 1:
+        # Step 1, inside the node: block l goes to local peer l, who shares dest local index.
+        y, work = _all_to_all_start(y.transpose(0, 1).contiguous(), groups.intra_group)
+        _wait(work, "AllToAll (hierarchical, intra-node step) on the node's EP members")
+        y = y.transpose(0, 1)  # [dest node, src local, ...]
+    if nodes > 1:
+        # Step 2, across nodes: one n_s-times larger message per destination node.
+        y, work = _all_to_all_start(y.contiguous(), groups.inter_group)
+        _wait(work, "AllToAll (hierarchical, inter-node step) on the same-local-rank peers")
+    return y.reshape(x.shape)  # [src node, src local, ...] = EP rank order, as flat
+
+
+def _run(x: torch.Tensor, strategy: str, chunks: int, groups: MoeGroups) -> torch.Tensor:
+    if strategy in (TP_DEDUP, TP_DEDUP_PIPELINED):
+        return dedup_all_to_all(x, groups, chunks if strategy == TP_DEDUP_PIPELINED else 1)
+    if strategy == HIERARCHICAL:
+        return hierarchical_all_to_all(x, groups)
+    return flat_all_to_all(x, groups)
+
+
+class _MoeAllToAll(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, strategy, chunks, groups):
+        ctx.args = (strategy, chunks, groups)
+        return _run(x, strategy, chunks, groups)
+
+    @staticmethod
+    def backward(ctx, grad):
+        # Each strategy is its own adjoint (see the module docstring).
+        return _run(grad.contiguous(), *ctx.args), None, None, None
+
+
+def moe_all_to_all(x: torch.Tensor, plan: Plan, groups: MoeGroups) -> torch.Tensor:
+    """The plan's AllToAll of x [E, C, ...] on groups; differentiable; dtype and device kept.
+
+    expert_overlap runs as flat here: its chunks overlap the experts, which is the MoE
+    layer's business (examples/moe_layer.py)."""
+    if x.dim() < 2:
+        raise PlanError(f"monta: expected [experts, capacity, ...], got shape {tuple(x.shape)}")
+    if x.shape[0] % groups.ep_size:
+        raise PlanError(f"monta: {x.shape[0]} experts are not divisible by the expert-parallel "
+                        f"size {groups.ep_size}")
+    strategy = plan.strategy
+    if strategy == EXPERT_OVERLAP:
+        strategy = FLAT
+    if strategy in (TP_DEDUP, TP_DEDUP_PIPELINED) and x.shape[1] % groups.tp_size:
+        raise PlanError(f"monta: {plan.strategy} needs capacity C mod t == 0, got C={x.shape[1]}"
+                        f" and tensor-parallel size t={groups.tp_size}")
+    if strategy == HIERARCHICAL:
+        groups.check(plan)
+    return _MoeAllToAll.apply(x, strategy, plan.num_chunks, groups)
+
+
+dispatch = moe_all_to_all
+combine = moe_all_to_all
+
+
+# DeepSpeed-shaped primitives (deepspeed.moe.mappings / sharded_moe), for code that wires
+# the pieces itself.
+class _AllToAll(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, group, x):
+        ctx.group = group
+        out, work = _all_to_all_start(x.contiguous(), group)
+        _wait(work, "AllToAll")
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None, _AllToAll.apply(ctx.group, grad)
+
+
+def _gather_along(x: torch.Tensor, dim: int, group) -> torch.Tensor:
+    size = dist.get_world_size(group)
+    if size == 1:
+        return x
+    gather = _Gather(x.contiguous(), group, size)
+    _wait(gather.work, "AllGather of tokens on the tensor-parallel group")
+    pieces = gather.pieces if gather.buffer is None else list(gather.buffer.unbind(0))
+    return torch.cat(pieces, dim)
+
+
+def _drop_along(x: torch.Tensor, dim: int, group) -> torch.Tensor:
+    size = dist.get_world_size(group)
+    if size == 1:
+        return x
+    if x.shape[dim] % size:
+        raise PlanError(f"monta: dimension {dim} of size {x.shape[dim]} is not divisible by the "
+                        f"group size {size}")
+    n = x.shape[dim] // size
+    return x.narrow(dim, dist.get_rank(group) * n, n).contiguous()
+
+
+class _DropTokens(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dim, group):
+        ctx.dim, ctx.group = dim, group
+        return _drop_along(x, dim, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _gather_along(grad, ctx.dim, ctx.group), None, None
+
+
+class _GatherTokens(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dim, group):
+        ctx.dim, ctx.group = dim, group
+        return _gather_along(x, dim, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _drop_along(grad, ctx.dim, ctx.group), None, None
+
+
+def all_to_all(x: torch.Tensor, group) -> torch.Tensor:
+    """DeepSpeed's `_AllToAll.apply(group, x)`."""
+    return _AllToAll.apply(group, x)
+
+
+def drop_tokens(x: torch.Tensor, dim: int, group) -> torch.Tensor:
+    """DeepSpeed's `drop_tokens(x, dim)` on an explicit TP group."""
+    return _DropTokens.apply(x, dim, group)
+
+
+def gather_tokens(x: torch.Tensor, dim: int, group) -> torch.Tensor:
+    """DeepSpeed's `gather_tokens(x, dim)` on an explicit TP group."""
+    return _GatherTokens.apply(x, dim, group)
