@@ -35,14 +35,14 @@ class CommError(RuntimeError):
     """A collective failed (a peer died, a timeout): says which op, group and chunk."""
 
 
-# Gloo (torch 1.13) has no bfloat16 kernels; AllToAll and AllGather only move bytes, so a
-# same-width integer view is bit-exact. NCCL takes bf16 as is.
-_GLOO_WIRE = {torch.bfloat16: torch.int16}
+# Gloo (torch 1.13) has no bfloat16 (nor int16) kernels; AllToAll and AllGather only move
+# bytes, so a byte view (last dim x2) is bit-exact. NCCL takes bf16 as is.
+_GLOO_BYTES = (torch.bfloat16,)
 
 
 def _wire(t: torch.Tensor, group) -> torch.Tensor:
-    if t.dtype in _GLOO_WIRE and dist.get_backend(group) == dist.Backend.GLOO:
-        return t.view(_GLOO_WIRE[t.dtype])
+    if t.dtype in _GLOO_BYTES and dist.get_backend(group) == dist.Backend.GLOO:
+        return t.view(torch.uint8)
     return t
 
 

@@ -1,0 +1,237 @@
+"""The MoE AllToAll strategies on 4 Gloo ranks: 2 emulated nodes x 2 ranks on loopback.
+
+Every strategy and K in {1, 2, 3, 8} against flat: forward outputs and the gradients of
+the inputs and of the expert weights equal flat's exactly in fp32 and within tolerance in
+bf16; dtype kept; capacity not divisible by K; plans that do not fit the groups refused; a
+killed rank makes the others fail with a clear error, no hang."""
+
+import datetime
+import os
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path[:0] = [HERE, os.path.join(ROOT, "python"), os.path.join(ROOT, "examples")]
+
+import torch  # noqa: E402
+
+import monta  # noqa: E402
+import mp_harness  # noqa: E402
+from monta import groups as groups_mod  # noqa: E402
+
+WORLD, GPUS_PER_NODE = 4, 2
+KS = (1, 2, 3, 8)
+# (tensor, expert) parallel sizes: TP inside a node with EP across nodes (the MoNTA case),
+# and TP 1 with EP over both nodes (where hierarchical has both steps).
+LAYOUTS = ((2, 2), (1, 4))
+
+
+def plans():
+    out = [monta.Plan(strategy=monta.TP_DEDUP), monta.Plan(strategy=monta.HIERARCHICAL)]
+    for k in KS:
+        out.append(monta.Plan(strategy=monta.TP_DEDUP_PIPELINED, num_chunks=k))
+        out.append(monta.Plan(strategy=monta.EXPERT_OVERLAP, num_chunks=k))
+    return out
+
+
+def compare(label, got, want, dtype, failures, exact=True):
+    """fp32: bit-exact (the strategies only move bytes). bf16, or a sum in another order:
+    within a tolerance relative to the tensor's largest value (a sum of K_eff rounded bf16
+    partial gradients, with cancellation, is off by a few percent of the largest value)."""
+    if got.dtype != want.dtype:
+        failures.append(f"{label}: dtype {got.dtype} != {want.dtype}")
+        return
+    if dtype == torch.float32 and exact:
+        if not torch.equal(got, want):
+            failures.append(f"{label}: max |diff| {(got - want).abs().max().item()} (fp32 must "
+                            "be exact)")
+        return
+    rtol = 1e-5 if dtype == torch.float32 else (2e-2 if exact else 1.5e-1)
+    diff = (got.float() - want.float()).abs().max().item()
+    scale = want.float().abs().max().item()
+    if diff > rtol * scale + rtol:
+        failures.append(f"{label}: max |diff| {diff} over max |value| {scale}")
+
+
+def op_case(x_seed, shape, dtype, plan, groups):
+    """The bare AllToAll: output and input gradient for a given upstream gradient."""
+    g = torch.Generator().manual_seed(x_seed)
+    x = torch.randn(shape, generator=g).to(dtype).requires_grad_()
+    upstream = torch.randn(shape, generator=g).to(dtype)
+    y = monta.dispatch(x, plan, groups)
+    y.backward(upstream)
+    return y.detach(), x.grad
+
+
+def layer_case(seed, dtype, plan, groups):
+    import moe_layer
+    layer = moe_layer.MoELayer(hidden=16, ffn=24, num_experts=4, top_k=2, capacity_factor=0.9,
+                               plan=plan, groups=groups, dtype=dtype)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, 15, 16, generator=g).to(dtype).requires_grad_()  # S=30, C=14
+    y = layer(x)
+    (y.float() * torch.linspace(-1, 1, y.numel()).reshape(y.shape)).sum().backward()
+    return y.detach(), x.grad, layer.experts.w1.grad, layer.experts.w2.grad
+
+
+def strategies_worker(rank, world):
+    failures = []
+    for t, e in LAYOUTS:
+        groups = monta.MoeGroups.build(t, e, GPUS_PER_NODE)
+        seed = rank // t  # inputs are replicated over the TP group, as in the model
+        for dtype in (torch.float32, torch.bfloat16):
+            # E=4 experts, capacity 14 (7 rows per TP rank: 7 mod 2, 3 and 8 != 0).
+            op_ref = op_case(seed, (4, 14, 5), dtype, monta.Plan(), groups)
+            layer_ref = layer_case(seed, dtype, monta.Plan(), groups)
+            if layer_ref[0].dtype != dtype:
+                failures.append(f"flat layer output dtype {layer_ref[0].dtype} != {dtype}")
+            for plan in plans():
+                label = f"rank {rank} t={t} e={e} {dtype} {plan.strategy}(K={plan.num_chunks})"
+                for name, got, want in zip(("output", "input grad"),
+                                           op_case(seed, (4, 14, 5), dtype, plan, groups),
+                                           op_ref):
+                    compare(f"{label} op {name}", got, want, dtype, failures)
+                for name, got, want in zip(("output", "input grad", "w1 grad", "w2 grad"),
+                                           layer_case(seed, dtype, plan, groups), layer_ref):
+                    # expert_overlap runs the experts per chunk: its gradients are the same
+                    # sums in another order (other GEMM shapes).
+                    exact = plan.strategy != monta.EXPERT_OVERLAP or name == "output"
+                    compare(f"{label} layer {name}", got, want, dtype, failures, exact)
+    return failures
+
+
+def refusal_worker(rank, world):
+    """Plans that do not fit the groups are refused, naming the variable; nothing hangs."""
+    groups = monta.MoeGroups.build(2, 2, GPUS_PER_NODE)
+    seen = []
+    env = {"MONTA_STRATEGY": "tp_dedup", "MONTA_NUM_CHUNKS": "1"}
+    for var, value in (("MONTA_WORLD_SIZE", "8"), ("MONTA_TENSOR_PARALLEL_SIZE", "4"),
+                       ("MONTA_EXPERT_PARALLEL_SIZE", "1"), ("MONTA_GPUS_PER_NODE", "8")):
+        try:
+            groups.check(monta.Plan.from_env(dict(env, **{var: value})))
+            seen.append(f"{var}={value}: accepted")
+        except monta.PlanError as e:
+            if var not in str(e):
+                seen.append(f"{var}={value}: error does not name it: {e}")
+    spec = '{"job": {"world_size": 4, "tensor_parallel_size": 4}, "placement": {}}'
+    try:
+        groups.check(monta.Plan.from_env(dict(env, MONTA_MOE_SPEC=spec)))
+        seen.append("MONTA_MOE_SPEC with tensor_parallel_size 4: accepted")
+    except monta.PlanError as e:
+        if "MONTA_MOE_SPEC" not in str(e) or "tensor_parallel_size" not in str(e):
+            seen.append(f"MONTA_MOE_SPEC: unclear error {e}")
+    groups.check(monta.Plan.from_env(dict(env, MONTA_WORLD_SIZE="4")))  # fits
+    # tp_dedup needs C mod t == 0: refused before any collective starts.
+    try:
+        monta.dispatch(torch.zeros(4, 7, 3), monta.Plan(strategy=monta.TP_DEDUP), groups)
+        seen.append("C=7, t=2 accepted")
+    except monta.PlanError as e:
+        if "C=7" not in str(e):
+            seen.append(f"C=7: unclear error {e}")
+    # Hierarchical with an EP group spread unevenly over the nodes.
+    reason = groups_mod._hierarchical_unfit([[0, 1, 2]], 2)
+    if "same count" not in reason:
+        seen.append(f"uneven EP group not refused: {reason!r}")
+    unfit = monta.MoeGroups(tp_group=None, ep_group=None, tp_size=1, tp_rank=0, ep_size=3,
+                            ep_rank=0, hierarchical_unfit=reason)
+    try:
+        unfit.check(monta.Plan.from_env({"MONTA_STRATEGY": "hierarchical"}))
+        seen.append("hierarchical on an unfit layout accepted")
+    except monta.PlanError as e:
+        if "MONTA_STRATEGY=hierarchical" not in str(e):
+            seen.append(f"hierarchical: unclear error {e}")
+    return seen
+
+
+def killed_worker(rank, world, victim):
+    groups = monta.MoeGroups.build(2, 2, GPUS_PER_NODE,
+                                   timeout=datetime.timedelta(seconds=20))
+    plan = monta.Plan(strategy=monta.TP_DEDUP_PIPELINED, num_chunks=4)
+    x = torch.ones(4, 64, 32)
+    monta.dispatch(x, plan, groups)  # everyone alive: fine
+    torch.distributed.barrier()
+    if rank == victim:
+        os._exit(17)  # dies without a word, as a killed process does
+    for _ in range(1000):
+        monta.dispatch(x, plan, groups)
+    return "no error"
+
+
+def traffic_worker(rank, world):
+    """What each strategy puts on the wire: AllToAll sizes and counts per op."""
+    from monta import alltoall
+    sent = []
+    start = alltoall._all_to_all_start
+
+    def recording(inp, group):
+        sent.append((inp.numel(), torch.distributed.get_world_size(group)))
+        return start(inp, group)
+
+    alltoall._all_to_all_start = recording
+    out = {}
+    for t, e in LAYOUTS:
+        groups = monta.MoeGroups.build(t, e, GPUS_PER_NODE)
+        for plan in plans():
+            del sent[:]
+            monta.dispatch(torch.zeros(4, 14, 5), plan, groups)
+            out[(t, e, plan.strategy, plan.num_chunks)] = list(sent)
+    return out
+
+
+class StrategiesTest(unittest.TestCase):
+    def test_every_strategy_matches_flat(self):
+        results = mp_harness.run(strategies_worker, WORLD, deadline_s=600)
+        for rank in range(WORLD):
+            status, value = results[rank]
+            self.assertEqual(status, "ok", f"rank {rank}: {value}")
+            self.assertEqual(value, [], "\n".join(value))
+
+    def test_what_each_strategy_sends(self):
+        results = mp_harness.run(traffic_worker, WORLD, deadline_s=120)
+        status, sent = results[0]
+        self.assertEqual(status, "ok", sent)
+        full = 4 * 14 * 5
+        # TP 2: dedup sends half the capacity, in K_eff = 1, 2, 3, 7 chunks of 7 rows.
+        self.assertEqual(sent[(2, 2, "tp_dedup", 1)], [(full // 2, 2)])
+        for k, rows in ((1, [7]), (2, [4, 3]), (3, [3, 3, 1]), (8, [1] * 7)):
+            self.assertEqual(sent[(2, 2, "tp_dedup_pipelined", k)],
+                             [(4 * r * 5, 2) for r in rows], k)
+        self.assertEqual(sent[(2, 2, "expert_overlap", 8)], [(full, 2)])  # flat op
+        # EP 4 over 2 nodes x 2: hierarchical = intra-node step (2) then inter-node step (2).
+        self.assertEqual(sent[(1, 4, "hierarchical", 1)], [(full, 2), (full, 2)])
+        # EP 2 across the nodes, one member per node: only the inter-node step.
+        self.assertEqual(sent[(2, 2, "hierarchical", 1)], [(full, 2)])
+
+    def test_plans_that_do_not_fit_are_refused(self):
+        results = mp_harness.run(refusal_worker, WORLD, deadline_s=120)
+        for rank in range(WORLD):
+            status, value = results[rank]
+            self.assertEqual(status, "ok", f"rank {rank}: {value}")
+            self.assertEqual(value, [], "\n".join(value))
+
+    def test_killed_rank_fails_the_others_clearly(self):
+        victim = 3
+        results = mp_harness.run(killed_worker, WORLD, args=(victim,), pg_timeout_s=20,
+                                 deadline_s=120)
+        self.assertEqual(results[victim], ("died", 17))
+        for rank in range(WORLD):
+            if rank == victim:
+                continue
+            status, value = results[rank]
+            self.assertEqual(status, "error", f"rank {rank}: {status} {value}")
+            self.assertIn("CommError: monta:", value)
+            self.assertIn("a peer rank may have died", value)
+
+
+class ChunksTest(unittest.TestCase):
+    def test_effective_chunks(self):
+        self.assertEqual(monta.effective_chunks(6, 4), 3)
+        self.assertEqual(monta.effective_chunks(7, 8), 7)
+        self.assertEqual(monta.effective_chunks(7, 3), 3)
+        self.assertEqual(monta.effective_chunks(16, 8), 8)
+        self.assertEqual(monta.effective_chunks(0, 8), 1)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

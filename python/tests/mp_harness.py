@@ -1,0 +1,62 @@
+"""Runs a function on N Gloo ranks (forked processes on loopback) and collects results.
+
+A rank that raises reports its traceback; the harness waits for every process up to a
+deadline and kills (then reports) any that is still running, so a hang is a failure, not a
+stuck test."""
+
+import datetime
+import multiprocessing as mp
+import os
+import socket
+import time
+import traceback
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(fn, rank, world, port, timeout_s, queue, args):
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        dist.init_process_group("gloo", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        result = fn(rank, world, *args)
+        queue.put((rank, "ok", result))
+    except BaseException as e:  # report everything, incl. SystemExit
+        queue.put((rank, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+    finally:
+        queue.close()
+        queue.join_thread()
+
+
+def run(fn, world: int, args=(), pg_timeout_s: float = 30, deadline_s: float = 300):
+    """Returns {rank: ("ok", result) | ("error", text) | ("hung", "") | ("died", exitcode)}."""
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_entry, args=(fn, r, world, port, pg_timeout_s, queue, args))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    results = {}
+    end = time.monotonic() + deadline_s
+    while len(results) < world and time.monotonic() < end:
+        try:
+            rank, status, value = queue.get(timeout=0.5)
+            results[rank] = (status, value)
+        except Exception:  # queue.Empty: poll the processes
+            if all(not p.is_alive() for p in procs) and queue.empty():
+                break
+    for r, p in enumerate(procs):
+        p.join(timeout=max(0.1, end - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()
+            results.setdefault(r, ("hung", ""))
+        else:
+            results.setdefault(r, ("died", p.exitcode))
+    return results
