@@ -152,11 +152,11 @@ class Plan:
                         chunks, strategy)
             chunks = 1
         decision_id = env.get(ENV_DECISION_ID, "")
-        if ENV_DECISION_ID in env and not _DECISION_ID.match(decision_id):
+        if ENV_DECISION_ID in env and not _DECISION_ID.fullmatch(decision_id):
             raise PlanError(f"{ENV_DECISION_ID}={decision_id!r}: expected 1..128 characters of "
                             "[A-Za-z0-9._:-] (a UUID)")
         evidence = env.get(ENV_EVIDENCE, "")
-        if ENV_EVIDENCE in env and not _TOKEN.match(evidence):
+        if ENV_EVIDENCE in env and not _TOKEN.fullmatch(evidence):
             raise PlanError(f"{ENV_EVIDENCE}={evidence!r}: expected a word such as measured, "
                             "profile or mixed")
         return Plan(
