@@ -29,6 +29,11 @@ PACKAGES=(
   iproute2
   curl
   python3
+  # The training-side package python/monta and its tests (Debian's /usr/bin/python3).
+  python3-torch
+  python3-numpy
+  python3-grpcio
+  python3-protobuf
 )
 # Extra packages for the consumer tests (real Prometheus server, promtool).
 if [[ "${MONTA_SETUP_EXTRAS:-1}" == "1" ]]; then

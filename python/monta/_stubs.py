@@ -64,14 +64,19 @@ def _import_stubs():
     cache = os.environ.get("MONTA_STUBS_DIR") or os.path.join(
         tempfile.gettempdir(), f"monta-py-stubs-{os.getuid()}-{digest.hexdigest()[:16]}")
     if not os.path.isfile(os.path.join(cache, PROTO_DIR, "planner_pb2_grpc.py")):
-        tmp = tempfile.mkdtemp(prefix="monta-stubs-")
+        parent = os.path.dirname(os.path.abspath(cache))
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".monta-stubs-", dir=parent)  # same file system
         generate(tmp, root)
         try:
             os.rename(tmp, cache)  # atomic: concurrent ranks never see half a tree
-        except OSError:
-            pass  # another process won the race; its tree is complete
+        except OSError as e:
+            if not os.path.isfile(os.path.join(cache, PROTO_DIR, "planner_pb2_grpc.py")):
+                raise PlanError(f"monta: cannot place the gRPC stubs in {cache}: {e}") from None
+            # else another process won the race; its tree is complete
     # `proto` is a namespace package: this portion joins any other on sys.path.
     sys.path.insert(0, cache)
+    importlib.invalidate_caches()
     for name in [m for m in sys.modules if m == "proto" or m.startswith("proto.")]:
         del sys.modules[name]
     return (importlib.import_module("proto.monta.v1.planner_pb2"),

@@ -25,6 +25,8 @@ def _entry(fn, rank, world, port, timeout_s, queue, args):
         dist.init_process_group("gloo", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout_s))
         result = fn(rank, world, *args)
+        # Rank 0 hosts the rendezvous store: nobody leaves while another still needs it.
+        dist.barrier()
         queue.put((rank, "ok", result))
     except BaseException as e:  # report everything, incl. SystemExit
         queue.put((rank, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))

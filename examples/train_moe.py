@@ -1,0 +1,69 @@
+#!/usr/bin/python3
+"""One rank of a toy MoE training job that runs the AllToAll its admission decided.
+
+Launched torchrun-style (RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) with
+the env the admission webhook injected plus MONTA_MOE_SPEC (the monta.io/moe annotation,
+from the downward API), e.g. by examples/admission_to_step.py. Gloo on CPU; NCCL when CUDA
+is there. Logs the plan and decision id, then one line per step.
+"""
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import moe_layer  # noqa: E402  (puts python/ on the path when monta is not installed)
+import monta  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--timeout_s", type=float, default=60)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    logging.getLogger("monta").setLevel(logging.INFO)
+    cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if cuda else "gloo",
+                            timeout=datetime.timedelta(seconds=args.timeout_s))
+    rank = dist.get_rank()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else "cpu"
+    if cuda:
+        torch.cuda.set_device(device)
+    spec = json.loads(os.environ["MONTA_MOE_SPEC"])
+    job = spec["job"]
+    plan = monta.Plan.from_env()  # refuses malformed variables, naming them
+    groups = monta.MoeGroups.build(job["tensor_parallel_size"], job["expert_parallel_size"],
+                                   spec.get("placement", {}).get("gpus_per_node"),
+                                   timeout=datetime.timedelta(seconds=args.timeout_s))
+    t = groups.tp_size
+    layer = moe_layer.MoELayer(hidden=job["hidden_size"], ffn=2 * job["hidden_size"],
+                               num_experts=job["num_experts"], top_k=job["top_k"],
+                               capacity_factor=job["capacity_factor"], plan=plan,
+                               groups=groups).to(device)
+    print(f"rank {rank}: monta plan {plan} (K={plan.num_chunks}, predicted "
+          f"{plan.predicted_alltoall_seconds_per_layer} s/layer, evidence "
+          f"{plan.evidence_source or '-'})", flush=True)
+    optimizer = torch.optim.SGD(layer.experts.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(rank // t)  # replicated over the TP group
+    shape = (job["micro_batch_size"], job["sequence_length"], job["hidden_size"])
+    for step in range(1, args.steps + 1):
+        x = torch.randn(shape, generator=g).to(device)
+        loss = layer(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        print(f"rank {rank}: step {step} loss {loss.item():.6f} strategy {plan.strategy} "
+              f"decision {plan.decision_id or '-'}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
