@@ -1,0 +1,123 @@
+#!/usr/bin/python3
+"""Times monta's MoE AllToAll strategies (python/monta) per op: forward, and forward +
+backward, at given dispatch sizes per rank. Numbers for notes, not a test.
+
+On loopback, spawning the ranks itself (one emulated node of 4 ranks by default):
+  /usr/bin/python3 perf/moe_alltoall_bench.py --world 4 --gpus_per_node 4 --tp 2 --ep 2 \
+      --strategies tp_dedup_pipelined:1,tp_dedup_pipelined:8 --mib 1,4,16
+Under a launcher (torchrun, or one process per emulated node namespace) it uses RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and LOCAL_WORLD_SIZE) from the env instead.
+Prints one line per (strategy, size): the median over --iters of the slowest rank.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "python"))
+import monta  # noqa: E402
+
+
+def parse_plans(text):
+    plans = []
+    for item in text.split(","):
+        name, _, k = item.partition(":")
+        plans.append(monta.Plan(strategy=name, num_chunks=int(k or 1)))
+    return plans
+
+
+def timed(fn, iters):
+    samples = []
+    for _ in range(iters):
+        dist.barrier()
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    # The op takes as long as its slowest rank.
+    worst = torch.tensor(samples, dtype=torch.float64)
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    return statistics.median(worst.tolist())
+
+
+def bench(args):
+    groups = monta.MoeGroups.build(args.tp, args.ep, args.gpus_per_node,
+                                   timeout=datetime.timedelta(seconds=120))
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" \
+        else torch.device("cpu")
+    experts, hidden = 2 * args.ep, args.hidden
+    rows = []
+    for mib in [float(m) for m in args.mib.split(",")]:
+        elems = int(mib * 2**20) // torch.tensor([], dtype=dtype).element_size()
+        cap = max(args.tp, elems // (experts * hidden) // args.tp * args.tp)
+        x = torch.randn(experts, cap, hidden, device=device).to(dtype).requires_grad_()
+        grad = torch.ones_like(x)
+        for plan in parse_plans(args.strategies):
+            fwd = lambda: monta.dispatch(x, plan, groups)  # noqa: E731
+            both = lambda: monta.dispatch(x, plan, groups).backward(grad)  # noqa: E731
+            for _ in range(args.warmup):
+                both()
+            row = {"strategy": plan.strategy, "K": plan.num_chunks,
+                   "K_eff": plan.chunks_for(cap // args.tp), "mib_per_rank": mib,
+                   "capacity": cap, "forward_s": timed(fwd, args.iters),
+                   "forward_backward_s": timed(both, args.iters)}
+            rows.append(row)
+            if dist.get_rank() == 0:
+                print(json.dumps(row) if args.json else
+                      f"{plan.strategy:>20} K={plan.num_chunks:<2} K_eff={row['K_eff']:<2} "
+                      f"{mib:7.2f} MiB/rank  C={cap:<6} fwd {row['forward_s'] * 1e3:9.3f} ms  "
+                      f"fwd+bwd {row['forward_backward_s'] * 1e3:9.3f} ms", flush=True)
+    return rows
+
+
+def rank_main(rank, world, port, args):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    bench(args)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--world", type=int, default=4)
+    parser.add_argument("--gpus_per_node", type=int, default=None)
+    parser.add_argument("--tp", type=int, default=2)
+    parser.add_argument("--ep", type=int, default=2)
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--mib", default="1,4,16", help="dispatch MiB per rank, comma list")
+    parser.add_argument("--strategies", default="tp_dedup_pipelined:1,tp_dedup_pipelined:8")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if "RANK" in os.environ:  # under a launcher
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend)
+        bench(args)
+        dist.destroy_process_group()
+        return
+    if args.gpus_per_node is None:
+        args.gpus_per_node = args.world
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torch.multiprocessing.start_processes(rank_main, args=(args.world, port, args),
+                                          nprocs=args.world, start_method="fork")
+
+
+if __name__ == "__main__":
+    main()
