@@ -65,22 +65,28 @@ def _all_to_all_start(inp: torch.Tensor, group):
     return out, work
 
 
+def _has_gather_into_tensor(group) -> bool:
+    """NCCL (and MPI/UCC) have all_gather_into_tensor; Gloo in torch 1.13 does not."""
+    return dist.get_backend(group) != dist.Backend.GLOO
+
+
 class _Gather:
     """An async AllGather of `inp` over `group`; `into(dst)` copies piece j to dst[:, j]."""
 
     def __init__(self, inp: torch.Tensor, group, size: int):
         self.size = size
         try:
-            if dist.get_backend(group) == dist.Backend.GLOO:
-                # Gloo has no all_gather_into_tensor: t separate buffers.
+            if _has_gather_into_tensor(group):
+                self.buffer = inp.new_empty((size,) + tuple(inp.shape))
+                self.work = dist.all_gather_into_tensor(_wire(self.buffer, group),
+                                                        _wire(inp, group), group=group,
+                                                        async_op=True)
+            else:
+                # t separate buffers.
                 self.pieces = [torch.empty_like(inp) for _ in range(size)]
                 self.buffer = None
                 self.work = dist.all_gather([_wire(p, group) for p in self.pieces],
                                             _wire(inp, group), group=group, async_op=True)
-            else:
-                self.buffer = inp.new_empty((size,) + tuple(inp.shape))
-                self.work = dist.all_gather_into_tensor(self.buffer, inp, group=group,
-                                                        async_op=True)
         except RuntimeError as e:
             raise CommError(f"monta: starting an AllGather failed ({e})") from e
 

@@ -158,6 +158,50 @@ def killed_worker(rank, world, victim):
     return "no error"
 
 
+def gather_into_tensor_worker(rank, world):
+    """The NCCL-shaped path (one all_gather_into_tensor buffer, one reorder copy), with the
+    collective emulated over Gloo: same results as flat."""
+    from monta import alltoall
+
+    class Done:
+        def wait(self):
+            return True
+
+    def emulated(out, inp, group=None, async_op=False):
+        pieces = list(out.view((-1,) + tuple(inp.shape)).unbind(0))
+        torch.distributed.all_gather(pieces, inp, group=group)
+        return Done()
+
+    alltoall._has_gather_into_tensor = lambda group: True
+    torch.distributed.all_gather_into_tensor = emulated
+    failures = []
+    groups = monta.MoeGroups.build(2, 2, GPUS_PER_NODE)
+    for dtype in (torch.float32, torch.float16):
+        ref = op_case(rank // 2, (4, 14, 5), dtype, monta.Plan(), groups)
+        for plan in plans():
+            got = op_case(rank // 2, (4, 14, 5), dtype, plan, groups)
+            for name, a, b in zip(("output", "input grad"), got, ref):
+                compare(f"{plan.strategy}(K={plan.num_chunks}) {dtype} {name}", a, b,
+                        torch.float32, failures)
+        x = torch.arange(12.0, dtype=dtype).reshape(3, 4) + 100 * rank
+        gathered = monta.gather_tokens(x, 1, groups.tp_group)
+        want = torch.cat([torch.arange(12.0, dtype=dtype).reshape(3, 4) + 100 * (rank // 2 * 2 + j)
+                          for j in range(2)], 1)
+        compare(f"gather_tokens {dtype}", gathered, want, torch.float32, failures)
+        # DeepSpeed's pair on a replicated tensor: drop then gather is the identity, and the
+        # backward of each is the other.
+        rep = (torch.arange(24.0, dtype=dtype).reshape(2, 4, 3) + rank // 2).requires_grad_()
+        dropped = monta.drop_tokens(rep, 1, groups.tp_group)
+        if dropped.shape != (2, 2, 3):
+            failures.append(f"drop_tokens shape {tuple(dropped.shape)}")
+        back = monta.gather_tokens(dropped, 1, groups.tp_group)
+        compare(f"drop+gather {dtype}", back, rep.detach(), torch.float32, failures)
+        back.backward(torch.ones_like(back) * (rank // 2 + 1))
+        compare(f"drop+gather grad {dtype}", rep.grad,
+                torch.full_like(rep, rank // 2 + 1).detach(), torch.float32, failures)
+    return failures
+
+
 def traffic_worker(rank, world):
     """What each strategy puts on the wire: AllToAll sizes and counts per op."""
     from monta import alltoall
@@ -202,6 +246,13 @@ class StrategiesTest(unittest.TestCase):
         self.assertEqual(sent[(1, 4, "hierarchical", 1)], [(full, 2), (full, 2)])
         # EP 2 across the nodes, one member per node: only the inter-node step.
         self.assertEqual(sent[(2, 2, "hierarchical", 1)], [(full, 2)])
+
+    def test_gather_into_tensor_path(self):
+        results = mp_harness.run(gather_into_tensor_worker, WORLD, deadline_s=120)
+        for rank in range(WORLD):
+            status, value = results[rank]
+            self.assertEqual(status, "ok", f"rank {rank}: {value}")
+            self.assertEqual(value, [], "\n".join(value))
 
     def test_plans_that_do_not_fit_are_refused(self):
         results = mp_harness.run(refusal_worker, WORLD, deadline_s=120)
