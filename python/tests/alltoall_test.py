@@ -7,6 +7,7 @@ killed rank makes the others fail with a clear error, no hang."""
 
 import datetime
 import os
+import time
 import sys
 import unittest
 
@@ -144,13 +145,16 @@ def refusal_worker(rank, world):
     return seen
 
 
-def killed_worker(rank, world, victim):
+def killed_worker(rank, world, victim, stall_s=0.0, timeout_s=20):
     groups = monta.MoeGroups.build(2, 2, GPUS_PER_NODE,
-                                   timeout=datetime.timedelta(seconds=20))
+                                   timeout=datetime.timedelta(seconds=timeout_s))
     plan = monta.Plan(strategy=monta.TP_DEDUP_PIPELINED, num_chunks=4)
     x = torch.ones(4, 64, 32)
     monta.dispatch(x, plan, groups)  # everyone alive: fine
     torch.distributed.barrier()
+    if rank == victim and stall_s:
+        time.sleep(stall_s)  # a stuck rank (alive, silent), not a synchronisation
+        os._exit(18)
     if rank == victim:
         os._exit(17)  # dies without a word, as a killed process does
     for _ in range(1000):
@@ -273,6 +277,19 @@ class StrategiesTest(unittest.TestCase):
             self.assertEqual(status, "error", f"rank {rank}: {status} {value}")
             self.assertIn("CommError: monta:", value)
             self.assertIn("a peer rank may have died", value)
+
+
+    def test_stalled_rank_times_the_others_out(self):
+        victim = 2
+        results = mp_harness.run(killed_worker, WORLD, args=(victim, 12.0, 5), pg_timeout_s=5,
+                                 deadline_s=120)
+        self.assertEqual(results[victim], ("died", 18))
+        for rank in range(WORLD):
+            if rank == victim:
+                continue
+            status, value = results[rank]
+            self.assertEqual(status, "error", f"rank {rank}: {status} {value}")
+            self.assertIn("CommError: monta:", value)
 
 
 class ChunksTest(unittest.TestCase):
