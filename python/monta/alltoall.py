@@ -21,7 +21,6 @@ order, which is what makes the overlap real on NCCL (one stream per communicator
 Gloo (one worker per process group).
 """
 
-from typing import List, Optional
 
 import torch
 import torch.distributed as dist

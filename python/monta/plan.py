@@ -258,8 +258,9 @@ def _layout_from_env(env: Mapping[str, str]) -> Layout:
     if ENV_MOE_SPEC in env:
         spec_sizes = _layout_from_spec(env[ENV_MOE_SPEC])
         for name, value in spec_sizes.items():
+            where = "placement" if name == "gpus_per_node" else "job"
             sizes[name] = value
-            sources[name] = f"{ENV_MOE_SPEC} ({'placement' if name == 'gpus_per_node' else 'job'}.{name})"
+            sources[name] = f"{ENV_MOE_SPEC} ({where}.{name})"
     for name, var in (("world_size", ENV_WORLD_SIZE), ("tensor_parallel_size", ENV_TP_SIZE),
                       ("expert_parallel_size", ENV_EP_SIZE),
                       ("gpus_per_node", ENV_GPUS_PER_NODE)):
