@@ -4,9 +4,9 @@
 
 Where DeepSpeed's MOELayer.forward calls `drop_tokens`, `_AllToAll.apply` and
 `gather_tokens`, this layer calls monta.dispatch / monta.combine, which run whatever the
-plan says (flat, tp_dedup, tp_dedup_pipelined(K), hierarchical). expert_overlap runs the
-capacity in K chunks through dispatch -> experts -> combine (correct; the overlap of one
-chunk's experts with the next chunk's AllToAll is not implemented here).
+plan says (flat, tp_dedup, tp_dedup_pipelined(K), hierarchical); for expert_overlap(K) it
+hands its experts to monta.experts_overlapped, which runs the capacity in K chunks with the
+next chunk's AllToAll in flight while the experts work on the current one.
 """
 
 import math
@@ -112,7 +112,9 @@ class MoELayer(torch.nn.Module):
         return monta.combine(expert_out.reshape(dispatched.shape), self.plan, self.groups)
 
     def _chunked(self, dispatched: torch.Tensor) -> torch.Tensor:
-        cap = dispatched.shape[1]
-        size = -(-cap // self.plan.chunks_for(cap))
-        return torch.cat([self._through_experts(c.contiguous())
-                          for c in dispatched.split(size, dim=1)], dim=1)
+        e, hidden = self.groups.ep_size, dispatched.shape[-1]
+
+        def experts(received):
+            out = self.experts(received.reshape(e, self.local, -1, hidden))
+            return out.reshape(received.shape)
+        return monta.experts_overlapped(dispatched, experts, self.plan, self.groups)

@@ -7,7 +7,7 @@
 """
 
 from monta.alltoall import (CommError, all_to_all, combine, dispatch, drop_tokens,
-                            gather_tokens, moe_all_to_all)
+                            experts_overlapped, gather_tokens, moe_all_to_all)
 from monta.groups import MoeGroups
 from monta.plan import (EXPERT_OVERLAP, FLAT, HIERARCHICAL, STRATEGIES, TP_DEDUP,
                         TP_DEDUP_PIPELINED, Plan, PlanError, effective_chunks)
@@ -15,5 +15,5 @@ from monta.plan import (EXPERT_OVERLAP, FLAT, HIERARCHICAL, STRATEGIES, TP_DEDUP
 __all__ = [
     "CommError", "EXPERT_OVERLAP", "FLAT", "HIERARCHICAL", "MoeGroups", "Plan", "PlanError",
     "STRATEGIES", "TP_DEDUP", "TP_DEDUP_PIPELINED", "all_to_all", "combine", "dispatch",
-    "drop_tokens", "effective_chunks", "gather_tokens", "moe_all_to_all",
+    "drop_tokens", "effective_chunks", "experts_overlapped", "gather_tokens", "moe_all_to_all",
 ]

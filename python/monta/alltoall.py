@@ -12,6 +12,8 @@ i came from EP rank i), so dispatch and combine are the same operation:
   chunk i+1 is in flight while chunk i is gathered and chunk i-1 is copied into place.
 - hierarchical: an AllToAll among the EP members on the node that groups the data by
   destination node, then an AllToAll among the same-local-rank members of every node.
+- expert_overlap(K): experts_overlapped() runs dispatch -> experts -> combine per capacity
+  chunk with the neighbouring chunks' AllToAlls in flight.
 
 Tensors in the TP "replicated region" are the same on every TP rank (as in DeepSpeed and
 Megatron-LM), so, as there, the backward of a drop is a gather and the backward of a gather
@@ -132,14 +134,14 @@ def dedup_all_to_all(x: torch.Tensor, groups: MoeGroups, chunks: int = 1) -> tor
             pending = start(i + 1)  # in flight while chunk i is gathered
         gather = _Gather(received, groups.tp_group, t)
         if gathering is not None:
-            _finish(gathering, out_v, bounds, name, k)
+            _place(gathering, out_v, bounds, name, k)
         gathering = (gather, i)
     if gathering is not None:
-        _finish(gathering, out_v, bounds, name, k)
+        _place(gathering, out_v, bounds, name, k)
     return out
 
 
-def _finish(gathering, out_v, bounds, name, k):
+def _place(gathering, out_v, bounds, name, k):
     gather, i = gathering
     s, rows = bounds[i]
     gather.into(out_v.narrow(2, s, rows),
@@ -186,8 +188,8 @@ class _MoeAllToAll(torch.autograd.Function):
 def moe_all_to_all(x: torch.Tensor, plan: Plan, groups: MoeGroups) -> torch.Tensor:
     """The plan's AllToAll of x [E, C, ...] on groups; differentiable; dtype and device kept.
 
-    expert_overlap runs as flat here: its chunks overlap the experts, which is the MoE
-    layer's business (examples/moe_layer.py)."""
+    expert_overlap runs as flat here: its chunks overlap the experts, so the layer calls
+    experts_overlapped (below) instead of dispatch -> experts -> combine."""
     if x.dim() < 2:
         raise PlanError(f"monta: expected [experts, capacity, ...], got shape {tuple(x.shape)}")
     if x.shape[0] % groups.ep_size:
@@ -206,6 +208,69 @@ def moe_all_to_all(x: torch.Tensor, plan: Plan, groups: MoeGroups) -> torch.Tens
 
 dispatch = moe_all_to_all
 combine = moe_all_to_all
+
+
+# expert_overlap: an AllToAll split into a start and a wait, so that the experts of one
+# capacity chunk run while the next chunk's dispatch and the previous chunk's combine are in
+# flight. `state` carries the work handles between the two halves, forward and backward.
+class _StartAllToAll(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group, state):
+        ctx.group, ctx.state = group, state
+        out, state["work"] = _all_to_all_start(x.contiguous(), group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        _wait(ctx.state.pop("grad_work"), "AllToAll (expert_overlap, backward)")
+        return grad, None, None
+
+
+class _WaitAllToAll(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, out, state, what):
+        ctx.group, ctx.state = state["group"], state
+        _wait(state.pop("work"), what)
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, grad):
+        # Started here, waited for in _StartAllToAll.backward: the experts' backward of
+        # other chunks runs in between.
+        out, ctx.state["grad_work"] = _all_to_all_start(grad.contiguous(), ctx.group)
+        return out, None, None
+
+
+def _start(x: torch.Tensor, group) -> tuple:
+    state = {"group": group}
+    return _StartAllToAll.apply(x, group, state), state
+
+
+def _finish(pending: tuple, what: str) -> torch.Tensor:
+    out, state = pending
+    return _WaitAllToAll.apply(out, state, what)
+
+
+def experts_overlapped(x: torch.Tensor, experts, plan: Plan, groups: MoeGroups) -> torch.Tensor:
+    """expert_overlap(K): dispatch -> experts -> combine of x [E, C, ...] in K_eff capacity
+    chunks, the AllToAll of chunk i+1 (and the combine of chunk i-1) in flight while the
+    experts work on chunk i. `experts` maps the dispatched [E, c, ...] (EP-rank-major) to
+    the same shape. Same result as flat dispatch -> experts -> combine."""
+    cap = x.shape[1]
+    size = -(-cap // plan.chunks_for(cap)) if cap else 1
+    chunks = list(x.split(size, dim=1))
+    k = len(chunks)
+    ep = groups.ep_group
+    pending = _start(chunks[0], ep)
+    combined = []
+    for i in range(k):
+        received = _finish(pending, f"AllToAll (expert_overlap dispatch, chunk {i + 1}/{k})")
+        if i + 1 < k:
+            pending = _start(chunks[i + 1], ep)
+        combined.append(_start(experts(received), ep))
+    outs = [_finish(c, f"AllToAll (expert_overlap combine, chunk {i + 1}/{k})")
+            for i, c in enumerate(combined)]
+    return torch.cat(outs, dim=1)
 
 
 # DeepSpeed-shaped primitives (deepspeed.moe.mappings / sharded_moe), for code that wires
