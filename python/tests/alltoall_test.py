@@ -281,7 +281,7 @@ class StrategiesTest(unittest.TestCase):
 
     def test_stalled_rank_times_the_others_out(self):
         victim = 2
-        results = mp_harness.run(killed_worker, WORLD, args=(victim, 12.0, 5), pg_timeout_s=5,
+        results = mp_harness.run(killed_worker, WORLD, args=(victim, 12.0, 5), pg_timeout_s=30,
                                  deadline_s=120)
         self.assertEqual(results[victim], ("died", 18))
         for rank in range(WORLD):
