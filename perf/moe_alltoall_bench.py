@@ -7,7 +7,9 @@ On loopback, spawning the ranks itself (one emulated node of 4 ranks by default)
       --strategies tp_dedup_pipelined:1,tp_dedup_pipelined:8 --mib 1,4,16
 Under a launcher (torchrun, or one process per emulated node namespace) it uses RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and LOCAL_WORLD_SIZE) from the env instead.
-Prints one line per (strategy, size): the median over --iters of the slowest rank.
+Prints one line per (strategy, size): the median over --iters of the slowest rank; with
+--strategies env, the admission's plan (MONTA_* env) against flat, and --json rows carry
+the measured and predicted AllToAll seconds per layer.
 """
 
 import argparse
@@ -28,6 +30,8 @@ import monta  # noqa: E402
 
 
 def parse_plans(text):
+    if text == "env":  # the admission decision's plan, against flat
+        return [monta.Plan.from_env(), monta.Plan()]
     plans = []
     for item in text.split(","):
         name, _, k = item.partition(":")
@@ -70,6 +74,11 @@ def bench(args):
                    "K_eff": plan.chunks_for(cap // args.tp), "mib_per_rank": mib,
                    "capacity": cap, "forward_s": timed(fwd, args.iters),
                    "forward_backward_s": timed(both, args.iters)}
+            # A layer runs the op twice forward (dispatch, combine) and twice backward.
+            row["alltoall_seconds_per_layer"] = 2 * row["forward_backward_s"]
+            if plan.predicted_alltoall_seconds_per_layer is not None:
+                row["predicted_alltoall_seconds_per_layer"] = \
+                    plan.predicted_alltoall_seconds_per_layer
             rows.append(row)
             if dist.get_rank() == 0:
                 print(json.dumps(row) if args.json else
@@ -97,7 +106,9 @@ def main():
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--mib", default="1,4,16", help="dispatch MiB per rank, comma list")
-    parser.add_argument("--strategies", default="tp_dedup_pipelined:1,tp_dedup_pipelined:8")
+    parser.add_argument("--strategies", default="tp_dedup_pipelined:1,tp_dedup_pipelined:8",
+                        help="name[:K],... or 'env' (Plan.from_env() and flat; the JSON rows "
+                             "then carry the predicted seconds per layer)")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--json", action="store_true")
