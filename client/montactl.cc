@@ -95,10 +95,15 @@ int Health(const Context& ctx, const std::vector<std::string>& args) {
                                                                           : 1;
 }
 
+// The wire carries bytes per second; people read NIC rates in Gb/s.
+double Gbps(const monta::v1::Nic& nic) {
+  return nic.rate_bytes_per_second() * 8 / 1e9;
+}
+
 std::string NicSummary(const monta::v1::NodeTopology& topology) {
   if (topology.nics().empty()) return "none";
   std::map<double, int> by_rate;
-  for (const auto& nic : topology.nics()) ++by_rate[nic.rate_gbps()];
+  for (const auto& nic : topology.nics()) ++by_rate[Gbps(nic)];
   std::vector<std::string> parts;
   for (const auto& [rate, count] : by_rate) {
     parts.push_back(absl::StrFormat("%dx%gG", count, rate));
@@ -204,7 +209,7 @@ int Topology(const Context& ctx, const std::vector<std::string>& args) {
       events.AddRow({absl::FormatTime("%Y-%m-%d %H:%M:%S",
                                       absl::FromUnixSeconds(e.time().seconds()),
                                       absl::UTCTimeZone()),
-                     e.kind(), e.message()});
+                     monta::ShortName(e.change()), e.message()});
     }
     std::cout << events.Render();
   }
@@ -224,7 +229,7 @@ int Profiles(const Context& ctx, const std::vector<std::string>& args) {
     summary.AddRow(
         {p.name(), p.version(), absl::StrCat(p.gpus_per_node()),
          absl::StrCat(p.nics_per_node()),
-         absl::StrFormat("%g Gb/s", p.nic_rate_gbps()),
+         absl::StrFormat("%g Gb/s", p.nic_bytes_per_second() * 8 / 1e9),
          absl::StrFormat("%g GB/s", p.nvlink_bytes_per_second() / 1e9),
          p.description()});
   }
@@ -273,7 +278,8 @@ void PrintPlan(const monta::v1::StrategyReply& reply) {
       chunks = absl::StrCat(c.chunks_effective(), " (asked ",
                             c.chunks_requested(), ")");
     }
-    table.AddRow({chosen ? "*" : "", absl::StrCat(c.rank()), c.name(), chunks,
+    table.AddRow({chosen ? "*" : "", absl::StrCat(c.rank()),
+                  monta::ShortName(c.kind()), chunks,
                   Seconds(c.forward_seconds_per_layer()),
                   Seconds(c.backward_seconds_per_layer()),
                   Seconds(c.total_seconds_per_layer()),
@@ -282,15 +288,16 @@ void PrintPlan(const monta::v1::StrategyReply& reply) {
                   c.speedup_over_flat() > 0
                       ? absl::StrFormat("%.2fx", c.speedup_over_flat())
                       : "-",
-                  c.bottleneck()});
+                  monta::ShortName(c.limited_by())});
   }
   std::cout << table.Render();
   for (const auto* c : infeasible) {
-    std::cout << "  infeasible: " << c->name() << ": " << c->infeasible_reason()
+    std::cout << "  infeasible: " << monta::ShortName(c->kind()) << ": "
+              << c->infeasible_reason()
               << "\n";
   }
   const auto& chosen = reply.chosen();
-  std::cout << "\nChosen: " << chosen.name() << " with "
+  std::cout << "\nChosen: " << monta::ShortName(chosen.kind()) << " with "
             << chosen.chunks_effective() << " chunk(s), "
             << absl::StrFormat("%.2fx", chosen.speedup_over_flat())
             << " faster AllToAll than flat";
@@ -298,15 +305,16 @@ void PrintPlan(const monta::v1::StrategyReply& reply) {
     std::cout << absl::StrFormat(", predicted step time -%.1f%%",
                                  100 * chosen.predicted_step_gain_ratio());
   }
-  std::cout << "\n\nEvidence: " << reply.evidence().source();
+  std::cout << "\n\nEvidence: " << monta::ShortName(reply.evidence().origin());
   if (!reply.evidence().profile().empty()) {
     std::cout << " (profile " << reply.evidence().profile() << " "
               << reply.evidence().profile_version() << ")";
   }
   std::cout << "\n";
   for (const auto& curve : reply.evidence().curves()) {
-    std::cout << "  " << curve.role() << ": " << curve.source();
-    if (curve.source() == "measured") {
+    std::cout << "  " << monta::ShortName(curve.used_as()) << ": "
+              << monta::ShortName(curve.origin());
+    if (curve.origin() == monta::v1::EVIDENCE_SOURCE_MEASURED) {
       std::cout << " on " << absl::StrJoin(curve.nodes(), ",") << ", "
                 << ShortDuration(curve.age_seconds()) << " old, "
                 << monta::client::HumanBytes(curve.min_bytes()) << ".."
@@ -408,7 +416,7 @@ int Bench(const Context& ctx, const std::vector<std::string>& args) {
       for (const auto& curve : node.curves()) {
         if (curve.task_id() != s.task_id()) continue;
         std::cout << "\n"
-                  << curve.strategy() << " "
+                  << monta::CurveStrategyName(curve.strategy_kind()) << " "
                   << (curve.collective() == monta::v1::COLLECTIVE_ALLTOALL
                           ? "alltoall"
                       : curve.collective() == monta::v1::COLLECTIVE_ALLGATHER

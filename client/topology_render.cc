@@ -187,7 +187,9 @@ std::string RenderNicTable(const monta::v1::NodeTopology& topology) {
   };
   for (const monta::v1::Nic& nic : topology.nics()) {
     std::ostringstream rate;
-    rate << nic.rate_gbps();
+    // The wire carries bytes per second; the table shows Gb/s as ibstat does.
+    const double gbps = nic.rate_bytes_per_second() * 8 / 1e9;
+    rate << gbps;
     std::string provenance = "-";
     if (nic.provenance() == monta::v1::PROVENANCE_DISCOVERED) {
       provenance = "discovered";
@@ -196,7 +198,7 @@ std::string RenderNicTable(const monta::v1::NodeTopology& topology) {
     }
     table.AddRow({nic.name(), absl::StrCat(nic.port()),
                   or_dash(nic.link_layer()),
-                  nic.rate_gbps() > 0 ? rate.str() : "-", or_dash(nic.state()),
+                  gbps > 0 ? rate.str() : "-", or_dash(nic.state()),
                   or_dash(nic.phys_state()), or_dash(nic.pci_address()),
                   nic.numa_node() >= 0 ? absl::StrCat(nic.numa_node()) : "-",
                   provenance});

@@ -127,7 +127,7 @@ TEST(RenderTopoMatrix, EmptyTopologyHasHeaderAndLegendOnly) {
 
 TEST(RenderNicTable, ListsEveryPort) {
   monta::v1::NodeTopology topology = DiscoveredH100();
-  topology.mutable_nics(3)->set_rate_gbps(200);
+  topology.mutable_nics(3)->set_rate_bytes_per_second(200e9 / 8);
   monta::v1::Nic* declared = topology.add_nics();
   declared->set_name("mlx5_8");
   declared->set_port(1);

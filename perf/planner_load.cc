@@ -46,6 +46,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/table.h"
+#include "common/proto_names.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/client_unary_call.h"
 #include "grpcpp/impl/rpc_method.h"
@@ -482,7 +483,7 @@ int Main(int argc, char** argv) {
     out["request_bytes"] = job->ByteSizeLong();
     out["reply_bytes"] = sample.ByteSizeLong();
     out["candidates"] = sample.candidates_size();
-    out["chosen"] = sample.chosen().name();
+    out["chosen"] = monta::ShortName(sample.chosen().kind());
     for (const auto& p : phases) {
       nlohmann::json j = {
           {"name", p.name},
@@ -525,7 +526,7 @@ int Main(int argc, char** argv) {
         cores,
         server != nullptr ? ", shared by the server and the clients" : "",
         load_before, load_after, absl::GetFlag(FLAGS_job), job->ByteSizeLong(),
-        sample.ByteSizeLong(), sample.candidates_size(), sample.chosen().name(),
+        sample.ByteSizeLong(), sample.candidates_size(), monta::ShortName(sample.chosen().kind()),
         absl::GetFlag(FLAGS_client_decode)
             ? "use the generated stubs"
             : "send pre-serialized bytes, replies unparsed",

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/topology/topology_diff.h"
+#include "common/proto_names.h"
 #include "common/rpc_metrics.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -56,7 +57,8 @@ absl::Status PlannerServer::OpenRegistry() {
         std::vector<monta::v1::TopologyEvent> events;
         for (const auto& change : topology::DiffTopology(before, after)) {
           monta::v1::TopologyEvent event;
-          event.set_kind(change.kind);
+          event.set_change(FromShortName<monta::v1::TopologyChange>(change.kind)
+                               .value_or(monta::v1::TOPOLOGY_CHANGE_UNSPECIFIED));
           event.set_message(change.message);
           events.push_back(std::move(event));
         }

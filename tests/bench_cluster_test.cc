@@ -84,11 +84,12 @@ TEST_F(BenchClusterTest, InterNodeSweepFeedsGetStrategy) {
   nlohmann::json plan = Json(
       cluster_.Montactl({"--output=json", "plan", "--job=" + job,
                          "--node_names=node-a,node-b", "--gpus_per_node=2"}));
-  EXPECT_NE(plan["evidence"]["source"], "profile") << plan["evidence"].dump(1);
+  EXPECT_NE(plan["evidence"]["origin"], "EVIDENCE_SOURCE_PROFILE")
+      << plan["evidence"].dump(1);
   bool cited = false;
   for (const auto& c : plan["evidence"]["curves"]) {
-    if (c["role"] == "alltoall_inter") {
-      EXPECT_EQ(c["source"], "measured");
+    if (c["used_as"] == "CURVE_ROLE_ALLTOALL_INTER") {
+      EXPECT_EQ(c["origin"], "EVIDENCE_SOURCE_MEASURED");
       EXPECT_EQ(c["task_id"], task_id);
       EXPECT_GE(c["age_seconds"].get<double>(), 0);
       cited = true;

@@ -34,7 +34,7 @@ TEST(TopologyEventsTest, NicRateChangeBecomesAnEvent) {
       << ReadFile(cluster.agent("dgx-01").log_path());
   EXPECT_EQ(node["topology"]["labels"]["network.topology.nvidia.com/leaf"], "leaf-07");
   for (const auto& nic : node["topology"]["nics"]) {
-    EXPECT_EQ(nic["rate_gbps"].get<double>(), 400) << nic.dump();
+    EXPECT_EQ(nic["rate_bytes_per_second"].get<double>(), 400e9 / 8) << nic.dump();
     EXPECT_EQ(nic["provenance"], "PROVENANCE_DISCOVERED");
   }
   EXPECT_TRUE(node["events"].empty());
@@ -45,14 +45,14 @@ TEST(TopologyEventsTest, NicRateChangeBecomesAnEvent) {
   auto has_event = [&] {
     if (!fetch()) return false;
     for (const auto& e : node["events"]) {
-      if (e["kind"] == "nic_rate_changed") return true;
+      if (e["change"] == "TOPOLOGY_CHANGE_NIC_RATE_CHANGED") return true;
     }
     return false;
   };
   ASSERT_TRUE(WaitFor(has_event, absl::Seconds(15))) << node.dump(1);
   bool found = false;
   for (const auto& e : node["events"]) {
-    if (e["kind"] != "nic_rate_changed") continue;
+    if (e["change"] != "TOPOLOGY_CHANGE_NIC_RATE_CHANGED") continue;
     found = true;
     const std::string message = e["message"];
     EXPECT_NE(message.find("mlx5_3"), std::string::npos) << message;

@@ -25,7 +25,7 @@ monta::v1::BandwidthCurve ToBandwidthCurve(
   std::vector<std::string> nodes = info.nodes;
   std::sort(nodes.begin(), nodes.end());
   for (const std::string& n : nodes) curve.add_nodes(n);
-  curve.set_strategy(info.strategy);
+  curve.set_strategy_kind(info.strategy);
   curve.set_chunks(info.chunks);
   curve.set_task_id(info.task_id);
   const int64_t nanos = absl::ToUnixNanos(info.measured_at);

@@ -19,7 +19,8 @@ struct CurveInfo {
   int nranks = 0;
   int n_nodes = 1;
   std::vector<std::string> nodes;  // sorted by the converter
-  std::string strategy;            // empty for a plain collective
+  // UNSPECIFIED for a plain collective.
+  monta::v1::StrategyKind strategy = monta::v1::STRATEGY_KIND_UNSPECIFIED;
   int chunks = 1;
   std::string task_id;
   absl::Time measured_at = absl::UnixEpoch();

@@ -76,7 +76,7 @@ TEST(SweepTest, StrategySweepIsCorrectAndAgreedByAllRanks) {
 
     CurveInfo info;
     info.nranks = world.size();
-    info.strategy = "tp_dedup_pipelined";
+    info.strategy = monta::v1::STRATEGY_KIND_TP_DEDUP_PIPELINED;
     info.chunks = 3;
     monta::v1::BandwidthCurve curve = ToBandwidthCurve(*points, info);
     ASSERT_EQ(curve.points_size(), 3);

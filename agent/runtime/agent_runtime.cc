@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_status.h"
+#include "common/status_proto.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 
@@ -237,8 +238,8 @@ void AgentRuntime::WatchLoop() {
         monta::v1::ReportBenchmarkRequest report;
         report.set_task_id(task.task_id());
         report.set_node_name(options_.node_name);
-        report.set_ok(false);
-        report.set_error("this agent has no benchmark runner");
+        *report.mutable_status() = StatusToProto(absl::FailedPreconditionError(
+            "this agent has no benchmark runner"));
         monta::v1::ReportBenchmarkReply reply;
         auto report_context = NewContext();
         const absl::Status reported = FromGrpc(

@@ -12,6 +12,7 @@
 #include "agent/bench/sweep.h"
 #include "agent/comm/communicator_factory.h"
 #include "common/grpc_status.h"
+#include "common/status_proto.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace monta::agent {
@@ -180,10 +181,10 @@ TaskRunner MakeBenchRunner(BenchRunnerOptions options) {
     monta::v1::ReportBenchmarkRequest report;
     report.set_task_id(task.task_id());
     report.set_node_name(options.node_name);
-    report.set_ok(true);
+    absl::Status outcome;
     if (node_index >= nodes.size() || task.ranks_per_node() < 1) {
-      report.set_ok(false);
-      report.set_error(absl::StrCat("task does not place node ", options.node_name));
+      outcome = absl::InvalidArgumentError(
+          absl::StrCat("task does not place node ", options.node_name));
     } else {
       const int first_rank = node_index * task.ranks_per_node();
       report.set_rank(first_rank);
@@ -197,17 +198,17 @@ TaskRunner MakeBenchRunner(BenchRunnerOptions options) {
       }
       for (auto& t : threads) t.join();
       for (int i = 0; i < task.ranks_per_node(); ++i) {
-        if (!results[i].status.ok() && report.ok()) {
-          report.set_ok(false);
+        if (!results[i].status.ok() && outcome.ok()) {
+          outcome = results[i].status;
           report.set_rank(first_rank + i);
-          report.set_error(results[i].status.ToString());
         }
         for (auto& c : results[i].curves) *report.add_curves() = std::move(c);
       }
     }
-    if (!report.ok()) report.clear_curves();
+    if (!outcome.ok()) report.clear_curves();
+    *report.mutable_status() = StatusToProto(outcome);
     std::cerr << "monta-agent[" << options.node_name << "]: task " << task.task_id() << " "
-              << (report.ok() ? "done" : "failed: " + report.error()) << std::endl;
+              << (outcome.ok() ? "done" : "failed: " + outcome.ToString()) << std::endl;
     monta::v1::ReportBenchmarkReply reply;
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
@@ -219,7 +220,7 @@ TaskRunner MakeBenchRunner(BenchRunnerOptions options) {
                    absl::StrCat("report of task ", task.task_id()), reported,
                    options.on_discarded_error);
     }
-    if (options.on_finished) options.on_finished(report.ok() ? "succeeded" : "failed");
+    if (options.on_finished) options.on_finished(outcome.ok() ? "succeeded" : "failed");
   };
 }
 

@@ -99,7 +99,7 @@ TEST_F(DgxH100, DiscoversGpusNvLinksNicsAndNuma) {
   }
   ASSERT_EQ(topo->nics_size(), 8);
   for (const auto& nic : topo->nics()) {
-    EXPECT_EQ(nic.rate_gbps(), 400);
+    EXPECT_EQ(nic.rate_bytes_per_second(), 400e9 / 8);
     EXPECT_EQ(nic.state(), "ACTIVE");
   }
 }
@@ -187,7 +187,7 @@ TEST(HgxA800, DiscoversNv8AndSharedHdrNics) {
     EXPECT_EQ(link.nvlink_count(), 8);
   }
   ASSERT_EQ(topo->nics_size(), 4);
-  for (const auto& nic : topo->nics()) EXPECT_EQ(nic.rate_gbps(), 200);
+  for (const auto& nic : topo->nics()) EXPECT_EQ(nic.rate_bytes_per_second(), 200e9 / 8);
 }
 
 TEST(Discovery, NothingPresentStillSucceedsAndSaysWhy) {

@@ -195,7 +195,7 @@ void ReadNicPort(const SysfsTree& sysfs, const std::string& dir,
   } else {
     absl::StatusOr<double> gbps = ParseIbRateGbps(*rate);
     if (gbps.ok()) {
-      nic.set_rate_gbps(*gbps);
+      nic.set_rate_bytes_per_second(*gbps * 1e9 / 8);
     } else {
       errors.push_back(absl::StrCat(where, ": ", gbps.status().message()));
     }

@@ -79,7 +79,7 @@ TEST(ScanNics, ReadsEveryPortOfTheH100Fixture) {
   const monta::v1::Nic& nic = scan.nics[0];
   EXPECT_EQ(nic.name(), "mlx5_0");
   EXPECT_EQ(nic.port(), 1);
-  EXPECT_EQ(nic.rate_gbps(), 400);
+  EXPECT_EQ(nic.rate_bytes_per_second(), 400e9 / 8);
   EXPECT_EQ(nic.state(), "ACTIVE");
   EXPECT_EQ(nic.phys_state(), "LinkUp");
   EXPECT_EQ(nic.link_layer(), "InfiniBand");
@@ -98,14 +98,14 @@ TEST(ScanNics, BrokenInputsAreReportedPerNicAndNeverHideOthers) {
   for (const auto& nic : scan.nics) names.push_back(nic.name());
   // mlx5_9 has no ports, so it has nothing to report; the rest are there.
   EXPECT_THAT(names, ElementsAre("mlx5_0", "mlx5_1", "mlx5_2", "rxe0"));
-  EXPECT_EQ(scan.nics[0].rate_gbps(), 400);
-  EXPECT_EQ(scan.nics[1].rate_gbps(), 0);  // garbage rate: unknown
+  EXPECT_EQ(scan.nics[0].rate_bytes_per_second(), 400e9 / 8);
+  EXPECT_EQ(scan.nics[1].rate_bytes_per_second(), 0);  // garbage rate: unknown
   EXPECT_EQ(scan.nics[1].state(), "ACTIVE");
   EXPECT_EQ(scan.nics[2].state(), "");
-  EXPECT_EQ(scan.nics[2].rate_gbps(), 100);
+  EXPECT_EQ(scan.nics[2].rate_bytes_per_second(), 100e9 / 8);
   EXPECT_EQ(scan.nics[3].pci_address(), "");
   EXPECT_EQ(scan.nics[3].numa_node(), -1);
-  EXPECT_EQ(scan.nics[3].rate_gbps(), 25);
+  EXPECT_EQ(scan.nics[3].rate_bytes_per_second(), 25e9 / 8);
   const std::string errors = absl::StrJoin(scan.errors, "\n");
   EXPECT_THAT(errors, HasSubstr("mlx5_1 port 1: rate \"fast\""));
   EXPECT_THAT(errors, HasSubstr("mlx5_2 port 1: state:"));

@@ -44,6 +44,10 @@ std::string NicLabel(const Nic& nic) {
   return StrCat(nic.name(), " port ", nic.port());
 }
 
+// People read NIC rates in Gb/s (ibstat, the topology file); the wire carries
+// bytes per second.
+double Gbps(const Nic& nic) { return nic.rate_bytes_per_second() * 8 / 1e9; }
+
 std::string StateText(const Nic& nic) {
   return StrCat(nic.state().empty() ? "?" : nic.state(), "/",
                 nic.phys_state().empty() ? "?" : nic.phys_state());
@@ -107,15 +111,15 @@ std::vector<TopologyChange> DiffTopology(const NodeTopology& before,
     const Nic& now = *new_nic->second;
     if (old_nic == nics_before.end()) {
       changes.push_back({"nic_added", subject,
-                         StrCat(NicLabel(now), " added: ", now.rate_gbps(),
+                         StrCat(NicLabel(now), " added: ", Gbps(now),
                                 " Gb/s ", StateText(now))});
       continue;
     }
     const Nic& was = *old_nic->second;
-    if (was.rate_gbps() != now.rate_gbps()) {
+    if (was.rate_bytes_per_second() != now.rate_bytes_per_second()) {
       changes.push_back({"nic_rate_changed", subject,
-                         StrCat(NicLabel(now), ": rate ", was.rate_gbps(),
-                                " -> ", now.rate_gbps(), " Gb/s")});
+                         StrCat(NicLabel(now), ": rate ", Gbps(was), " -> ",
+                                Gbps(now), " Gb/s")});
     }
     if (was.state() != now.state() || was.phys_state() != now.phys_state()) {
       changes.push_back({"nic_state_changed", subject,

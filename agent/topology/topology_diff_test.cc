@@ -26,7 +26,7 @@ NodeTopology TwoGpusOneNic() {
   auto* nic = topo.add_nics();
   nic->set_name("mlx5_3");
   nic->set_port(1);
-  nic->set_rate_gbps(400);
+  nic->set_rate_bytes_per_second(400e9 / 8);
   nic->set_state("ACTIVE");
   nic->set_phys_state("LinkUp");
   return topo;
@@ -44,7 +44,7 @@ TEST(DiffTopology, IdenticalIsEmpty) {
 
 TEST(DiffTopology, NicRenegotiatedAndWentDown) {
   NodeTopology after = TwoGpusOneNic();
-  after.mutable_nics(0)->set_rate_gbps(200);
+  after.mutable_nics(0)->set_rate_bytes_per_second(200e9 / 8);
   after.mutable_nics(0)->set_state("DOWN");
   after.mutable_nics(0)->set_phys_state("Polling");
   std::vector<TopologyChange> changes = DiffTopology(TwoGpusOneNic(), after);

@@ -423,7 +423,7 @@ bool ReadNic(const YAML::Node& node, const std::string& field, int position,
            absl::StrCat("must be >= 0 Gb/s, got ", rate_gbps));
     return false;
   }
-  nic.set_rate_gbps(rate_gbps);
+  nic.set_rate_bytes_per_second(rate_gbps * 1e9 / 8);
   if (r.String(node, field, "link_layer", &text)) {
     if (text != "InfiniBand" && text != "Ethernet") {
       r.Fail(

@@ -12,7 +12,8 @@
 //   all_gpu_pairs: NV18         # default for every pair links does not list
 //   links:                      # gpus must name two different declared GPUs
 //     - {gpus: [0, 1], path: NV18, nvlink_inactive_count: 0, peer_access: true}
-//   nics:                       # (name, port) unique; rate_gbps >= 0
+//   nics:                       # (name, port) unique; rate_gbps >= 0 (Gb/s,
+//                               # as ibstat prints; stored as bytes per second)
 //     - {name: mlx5_0, port: 1, link_layer: InfiniBand, rate_gbps: 400,
 //        state: ACTIVE, phys_state: LinkUp, pci_address: "0000:1a:00.0",
 //        numa_node: 0}

@@ -29,7 +29,7 @@ TEST(LoadTopologyFile, ReadsTheDeclaredH100) {
   }
   ASSERT_EQ(topo->nics_size(), 8);
   EXPECT_EQ(topo->nics(1).port(), 1);  // default port
-  EXPECT_EQ(topo->nics(0).rate_gbps(), 400);
+  EXPECT_EQ(topo->nics(0).rate_bytes_per_second(), 400e9 / 8);
   EXPECT_EQ(topo->nics(0).provenance(), monta::v1::PROVENANCE_DECLARED);
 }
 

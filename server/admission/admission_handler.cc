@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/types/optional.h"
+#include "common/proto_names.h"
 #include "nlohmann/json.hpp"
 #include "server/api/planner_service.h"
 #include "server/planning/job_file.h"
@@ -91,11 +92,6 @@ std::string EscapeJsonPointer(absl::string_view token) {
   }
   return out;
 }
-
-struct AdmissionHandler::Outcome {
-  HttpReply reply;
-  std::string result;  // metrics label
-};
 
 namespace {
 
@@ -203,15 +199,15 @@ json DecisionJson(const std::string& id,
                   const monta::v1::StrategyRequest& request,
                   const monta::v1::StrategyReply& reply, absl::Time now) {
   const monta::v1::Candidate& c = reply.chosen();
-  json evidence = {{"source", reply.evidence().source()}};
+  json evidence = {{"source", ShortName(reply.evidence().origin())}};
   if (!reply.evidence().profile().empty()) {
     evidence["profile"] = reply.evidence().profile();
     evidence["profile_version"] = reply.evidence().profile_version();
   }
   json curves = json::array();
   for (const monta::v1::CurveEvidence& e : reply.evidence().curves()) {
-    json curve = {{"role", e.role()},
-                  {"source", e.source()},
+    json curve = {{"role", ShortName(e.used_as())},
+                  {"source", ShortName(e.origin())},
                   {"age_seconds", Round6(e.age_seconds())}};
     if (e.nodes_size() > 0) {
       curve["nodes"] =
@@ -226,14 +222,14 @@ json DecisionJson(const std::string& id,
       {"decided_at",
        absl::FormatTime("%Y-%m-%d%ET%H:%M:%SZ", now, absl::UTCTimeZone())},
       {"job", request.job().name()},
-      {"strategy", c.name()},
+      {"strategy", ShortName(c.kind())},
       {"chunks", c.chunks_effective()},
       {"chunks_requested", c.chunks_requested()},
       {"predicted_alltoall_seconds_per_layer",
        Round6(c.total_seconds_per_layer())},
       {"predicted_alltoall_seconds_per_step", Round6(c.step_seconds())},
       {"speedup_over_flat", Round6(c.speedup_over_flat())},
-      {"bottleneck", c.bottleneck()},
+      {"bottleneck", ShortName(c.limited_by())},
       {"placement", PlacementJson(request.placement())},
       {"evidence", std::move(evidence)},
   };
@@ -244,13 +240,13 @@ std::vector<std::pair<std::string, std::string>> DecisionEnv(
     const std::string& id, const monta::v1::StrategyReply& reply) {
   const monta::v1::Candidate& c = reply.chosen();
   return {
-      {"MONTA_STRATEGY", c.name()},
+      {"MONTA_STRATEGY", ShortName(c.kind())},
       {"MONTA_NUM_CHUNKS", absl::StrCat(std::max(1, c.chunks_effective()))},
       {"MONTA_PREDICTED_ALLTOALL_SECONDS",
        FormatNumber(c.total_seconds_per_layer())},
       {"MONTA_PREDICTED_STEP_ALLTOALL_SECONDS", FormatNumber(c.step_seconds())},
       {"MONTA_SPEEDUP_OVER_FLAT", FormatNumber(c.speedup_over_flat())},
-      {"MONTA_EVIDENCE_SOURCE", reply.evidence().source()},
+      {"MONTA_EVIDENCE_SOURCE", ShortName(reply.evidence().origin())},
       {"MONTA_DECISION_ID", id},
   };
 }
@@ -338,7 +334,7 @@ AdmissionHandler::AdmissionHandler(Decider decide,
 
 HttpReply AdmissionHandler::Handle(Operation op, absl::string_view body) const {
   const auto start = std::chrono::steady_clock::now();
-  Outcome outcome;
+  ReviewOutcome outcome;
   try {
     outcome = Review(op, body);
   } catch (const std::exception& e) {
@@ -361,222 +357,267 @@ void AdmissionHandler::RecordRefused(Operation op) const {
     metrics_->RecordAdmission(OperationName(op), "error", 0);
 }
 
-AdmissionHandler::Outcome AdmissionHandler::Review(
-    Operation op, absl::string_view body) const {
-  Outcome out;
-  out.result = "error";
-  const json review = json::parse(body.begin(), body.end(), nullptr,
-                                  /*allow_exceptions=*/false);
+namespace {
+
+// The object under review, once the AdmissionReview is read.
+struct ReviewedObject {
+  bool is_pod = false;  // else a batch/v1 Job
+  bool dry_run = false;
+  const json* object = nullptr;
+  const json* metadata = nullptr;
+  const json* annotations = nullptr;
+  const json* spec_text = nullptr;  // the monta.io/moe annotation
+  std::string name;                 // namespace/name, for the log
+};
+
+// The envelope: apiVersion, kind and request.uid. An error is a malformed
+// review (HTTP 400).
+absl::Status CheckEnvelope(const json& review) {
   if (review.is_discarded() || !review.is_object()) {
-    out.reply = BadReview("body is not a JSON object");
-    return out;
+    return absl::InvalidArgumentError("body is not a JSON object");
   }
   if (StringMember(&review, "apiVersion") != kReviewApiVersion ||
       StringMember(&review, "kind") != "AdmissionReview") {
-    out.reply =
-        BadReview(absl::StrCat("expected apiVersion ", kReviewApiVersion,
-                               " and kind AdmissionReview"));
-    return out;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected apiVersion ", kReviewApiVersion, " and kind AdmissionReview"));
   }
-  const json* request = Member(&review, "request");
-  const json* uid = Member(request, "uid");
+  const json* uid = Member(Member(&review, "request"), "uid");
   if (uid == nullptr || !uid->is_string() || uid->get<std::string>().empty()) {
-    out.reply = BadReview("request.uid: expected a non-empty string");
-    return out;
+    return absl::InvalidArgumentError(
+        "request.uid: expected a non-empty string");
   }
-  json response = ReviewResponse(*uid);
-  json& answer = response["response"];
+  return absl::OkStatus();
+}
 
-  // Only CREATE of v1 Pods and batch/v1 Jobs; everything else passes untouched.
-  const json* kind = Member(request, "kind");
+// The object the webhook acts on: a CREATE of a v1 Pod or batch/v1 Job that
+// carries monta.io/moe and no decision yet. nullopt for everything else, which
+// passes untouched; an error for such a CREATE without an object.
+absl::StatusOr<absl::optional<ReviewedObject>> FindObject(
+    const json& request) {
+  const json* kind = Member(&request, "kind");
   const std::string group = StringMember(kind, "group");
   const std::string kind_name = StringMember(kind, "kind");
   const bool is_pod = group.empty() && kind_name == "Pod";
   const bool is_job = group == "batch" && kind_name == "Job";
-  const std::string operation = StringMember(request, "operation");
-  const json* dry_run_member = Member(request, "dryRun");
-  const bool dry_run = dry_run_member != nullptr &&
-                       dry_run_member->is_boolean() &&
-                       dry_run_member->get<bool>();
+  const std::string operation = StringMember(&request, "operation");
   if ((!is_pod && !is_job) || (!operation.empty() && operation != "CREATE")) {
-    out.result = "skipped";
-    out.reply = Json200(response);
-    return out;
+    return absl::nullopt;
   }
-  const json* object = Member(request, "object");
-  if (object == nullptr || !object->is_object()) {
-    out.reply =
-        BadReview("request.object: expected the Pod or Job being created");
-    return out;
+  ReviewedObject o;
+  o.is_pod = is_pod;
+  const json* dry_run = Member(&request, "dryRun");
+  o.dry_run = dry_run != nullptr && dry_run->is_boolean() && dry_run->get<bool>();
+  o.object = Member(&request, "object");
+  if (o.object == nullptr || !o.object->is_object()) {
+    return absl::InvalidArgumentError(
+        "request.object: expected the Pod or Job being created");
   }
-  const json* metadata = Member(object, "metadata");
-  const json* annotations = Member(metadata, "annotations");
-  const json* spec_text = Member(annotations, kMoeAnnotation);
-  if (spec_text == nullptr ||
-      Member(annotations, kDecisionAnnotation) != nullptr) {
-    out.result = "skipped";
-    out.reply = Json200(response);
-    return out;
+  o.metadata = Member(o.object, "metadata");
+  o.annotations = Member(o.metadata, "annotations");
+  o.spec_text = Member(o.annotations, kMoeAnnotation);
+  if (o.spec_text == nullptr ||
+      Member(o.annotations, kDecisionAnnotation) != nullptr) {
+    return absl::nullopt;
   }
-  const std::string object_name =
-      absl::StrCat(StringMember(request, "namespace"), "/",
-                   StringMember(metadata, "name").empty()
-                       ? StringMember(metadata, "generateName")
-                       : StringMember(metadata, "name"));
+  const std::string name = StringMember(o.metadata, "name");
+  o.name = absl::StrCat(StringMember(&request, "namespace"), "/",
+                        name.empty() ? StringMember(o.metadata, "generateName")
+                                     : name);
+  return o;
+}
 
-  // The spec, the placement and the planner's answer; any failure is either the
-  // spec's fault (SpecError) or the planner's (planner_error).
+// The monta.io/moe text as a request whose placement is complete, or what is
+// wrong with it (400 malformed, 422 impossible).
+absl::optional<SpecError> ParseSpec(
+    const json& spec_text, const json* annotations,
+    const std::map<std::string, int>& profile_gpus,
+    monta::v1::StrategyRequest* request) {
+  if (!spec_text.is_string()) {
+    return SpecError{400, absl::StrCat(kMoeAnnotation, ": expected a string")};
+  }
+  const std::string text = spec_text.get<std::string>();
+  try {
+    if (!json::parse(text).is_object()) {
+      return SpecError{
+          400, absl::StrCat(kMoeAnnotation,
+                            ": expected a JSON object {\"job\": {...}, "
+                            "\"placement\": {...}, \"options\": {...}}")};
+    }
+  } catch (const json::parse_error& e) {
+    return SpecError{400, absl::StrCat(kMoeAnnotation, ": not valid JSON: ",
+                                       ParseErrorText(e.what()))};
+  }
+  absl::StatusOr<monta::v1::StrategyRequest> parsed =
+      planning::ParseJobFile(text, planning::JobFileFormat::kJson);
+  if (!parsed.ok()) return SpecError{400, std::string(parsed.status().message())};
+  *request = *std::move(parsed);
+  // Job errors first (they name job.* fields), then the placement.
+  if (absl::Status s = planning::ValidateJob(request->job()); !s.ok()) {
+    return SpecError{422, std::string(s.message())};
+  }
+  return CompletePlacement(annotations, profile_gpus, request);
+}
+
+// The spec and the planner's answer. At most one of spec_error and
+// planner_error is set; with neither, `reply` chose a feasible strategy.
+struct SpecPlan {
+  monta::v1::StrategyRequest request;
+  monta::v1::StrategyReply reply;
   absl::optional<SpecError> spec_error;
   absl::Status planner_error;
-  monta::v1::StrategyRequest plan_request;
-  absl::StatusOr<monta::v1::StrategyReply> decided;
-  if (!spec_text->is_string()) {
-    spec_error =
-        SpecError{400, absl::StrCat(kMoeAnnotation, ": expected a string")};
-  } else {
-    const std::string text = spec_text->get<std::string>();
-    try {
-      if (!json::parse(text).is_object()) {
-        spec_error = SpecError{
-            400, absl::StrCat(kMoeAnnotation,
-                              ": expected a JSON object {\"job\": {...}, "
-                              "\"placement\": {...}, \"options\": {...}}")};
-      }
-    } catch (const json::parse_error& e) {
-      spec_error = SpecError{
-          400, absl::StrCat(kMoeAnnotation,
-                            ": not valid JSON: ", ParseErrorText(e.what()))};
-    }
-    if (!spec_error.has_value()) {
-      absl::StatusOr<monta::v1::StrategyRequest> parsed =
-          planning::ParseJobFile(text, planning::JobFileFormat::kJson);
-      if (!parsed.ok()) {
-        spec_error = SpecError{400, std::string(parsed.status().message())};
-      } else {
-        plan_request = *std::move(parsed);
-      }
-    }
-    if (!spec_error.has_value()) {
-      // Job errors first (they name job.* fields), then the placement.
-      if (absl::Status s = planning::ValidateJob(plan_request.job()); !s.ok()) {
-        spec_error = SpecError{422, std::string(s.message())};
-      } else {
-        spec_error =
-            CompletePlacement(annotations, profile_gpus_, &plan_request);
-      }
-    }
-    if (!spec_error.has_value()) {
-      // A dry run (kubectl --dry-run=server) is answered the same way but is
-      // neither counted as a decision nor logged.
-      decided = decide_(plan_request, op == Operation::kMutate && !dry_run);
-      if (!decided.ok()) {
-        if (IsSpecError(decided.status())) {
-          spec_error = SpecError{422, std::string(decided.status().message())};
-        } else {
-          planner_error = decided.status();
-        }
-      } else if (!decided->chosen().feasible() ||
-                 decided->chosen().kind() ==
-                     monta::v1::STRATEGY_KIND_UNSPECIFIED) {
-        std::string reasons;
-        for (const monta::v1::Candidate& c : decided->candidates()) {
-          absl::StrAppend(&reasons, reasons.empty() ? "" : "; ", c.name(), ": ",
-                          c.infeasible_reason());
-        }
-        spec_error = SpecError{
-            422, absl::StrCat("no AllToAll strategy can run this job (",
-                              reasons, ")")};
-      }
-    }
-  }
-  if (spec_error.has_value() &&
-      !absl::StartsWith(spec_error->message, kMoeAnnotation)) {
-    spec_error->message =
-        absl::StrCat(kMoeAnnotation, ": ", spec_error->message);
-  }
+};
 
-  if (!planner_error.ok()) {
-    // Not the spec's fault: admit unchanged (as failurePolicy Ignore would) and
-    // say so.
-    out.result = "error";
-    answer["warnings"] = {
-        Truncate(absl::StrCat("monta planner could not decide (",
-                              planner_error.message(),
-                              "); admitted without a Monta strategy (the "
-                              "launcher uses its default "
-                              "AllToAll)"),
-                 kMaxWarningChars)};
-    out.reply = Json200(response);
-    return out;
+// A planner answer without a feasible strategy, as the user's error.
+SpecError NoStrategy(const monta::v1::StrategyReply& reply) {
+  std::string reasons;
+  for (const monta::v1::Candidate& c : reply.candidates()) {
+    absl::StrAppend(&reasons, reasons.empty() ? "" : "; ", ShortName(c.kind()),
+                    ": ", c.infeasible_reason());
   }
+  return SpecError{422, absl::StrCat("no AllToAll strategy can run this job (",
+                                     reasons, ")")};
+}
 
-  if (op == Operation::kValidate) {
-    if (spec_error.has_value()) {
-      out.result = "denied";
-      answer["allowed"] = false;
-      answer["status"] = {
-          {"status", "Failure"},
-          {"code", spec_error->code},
-          {"reason", spec_error->code == 400 ? "BadRequest" : "Invalid"},
-          {"message", spec_error->message}};
+SpecPlan PlanSpec(const ReviewedObject& o,
+                  const std::map<std::string, int>& profile_gpus,
+                  const AdmissionHandler::Decider& decide,
+                  bool record_decision) {
+  SpecPlan plan;
+  plan.spec_error =
+      ParseSpec(*o.spec_text, o.annotations, profile_gpus, &plan.request);
+  if (!plan.spec_error.has_value()) {
+    absl::StatusOr<monta::v1::StrategyReply> decided =
+        decide(plan.request, record_decision);
+    if (!decided.ok() && IsSpecError(decided.status())) {
+      plan.spec_error = SpecError{422, std::string(decided.status().message())};
+    } else if (!decided.ok()) {
+      plan.planner_error = decided.status();
+    } else if (!decided->chosen().feasible() ||
+               decided->chosen().kind() ==
+                   monta::v1::STRATEGY_KIND_UNSPECIFIED) {
+      plan.spec_error = NoStrategy(*decided);
     } else {
-      out.result = "allowed";
+      plan.reply = *std::move(decided);
     }
-    out.reply = Json200(response);
-    return out;
   }
+  if (plan.spec_error.has_value() &&
+      !absl::StartsWith(plan.spec_error->message, kMoeAnnotation)) {
+    plan.spec_error->message =
+        absl::StrCat(kMoeAnnotation, ": ", plan.spec_error->message);
+  }
+  return plan;
+}
 
-  // Mutate.
-  if (spec_error.has_value()) {
+ReviewOutcome Answer(json response, std::string result) {
+  return {Json200(response), std::move(result)};
+}
+
+// Not the spec's fault: admit unchanged (as failurePolicy Ignore would) and
+// say so.
+ReviewOutcome PlannerErrorAnswer(const absl::Status& error, json response) {
+  response["response"]["warnings"] = {Truncate(
+      absl::StrCat("monta planner could not decide (", error.message(),
+                   "); admitted without a Monta strategy (the launcher uses "
+                   "its default AllToAll)"),
+      kMaxWarningChars)};
+  return Answer(std::move(response), "error");
+}
+
+ReviewOutcome ValidationAnswer(const absl::optional<SpecError>& spec_error,
+                               json response) {
+  if (!spec_error.has_value()) return Answer(std::move(response), "allowed");
+  response["response"]["allowed"] = false;
+  response["response"]["status"] = {
+      {"status", "Failure"},
+      {"code", spec_error->code},
+      {"reason", spec_error->code == 400 ? "BadRequest" : "Invalid"},
+      {"message", spec_error->message}};
+  return Answer(std::move(response), "denied");
+}
+
+// The JSONPatch that records the decision on the object: env vars in every
+// container, annotations on the object (and on a Job's Pod template, so the
+// webhook leaves its Pods as they are).
+json DecisionPatch(const ReviewedObject& o, const json& new_annotations,
+                   const std::vector<std::pair<std::string, std::string>>& env) {
+  json ops = json::array();
+  if (o.is_pod) {
+    const json* pod_spec = Member(o.object, "spec");
+    if (pod_spec != nullptr) AddEnvOps(*pod_spec, "/spec", env, &ops);
+    AddAnnotationOps(o.metadata, "/metadata", new_annotations, &ops);
+    return ops;
+  }
+  const json* tmpl = Member(Member(o.object, "spec"), "template");
+  const json* pod_spec = Member(tmpl, "spec");
+  if (pod_spec != nullptr) AddEnvOps(*pod_spec, "/spec/template/spec", env, &ops);
+  AddAnnotationOps(o.metadata, "/metadata", new_annotations, &ops);
+  if (tmpl != nullptr && tmpl->is_object()) {
+    AddAnnotationOps(Member(tmpl, "metadata"), "/spec/template/metadata",
+                     new_annotations, &ops);
+  }
+  return ops;
+}
+
+ReviewOutcome MutationAnswer(const ReviewedObject& o, const SpecPlan& plan,
+                             const AdmissionOptions& options, json response) {
+  if (plan.spec_error.has_value()) {
     // The validating webhook denies it with the same message; admitting here
     // keeps the two webhooks' jobs apart.
-    out.result = "allowed";
-    answer["warnings"] = {Truncate(
-        absl::StrCat(spec_error->message, " (no Monta strategy applied)"),
+    response["response"]["warnings"] = {Truncate(
+        absl::StrCat(plan.spec_error->message, " (no Monta strategy applied)"),
         kMaxWarningChars)};
-    out.reply = Json200(response);
-    return out;
+    return Answer(std::move(response), "allowed");
   }
-  const std::string id = options_.new_decision_id();
-  const absl::Time now = options_.now();
-  const json decision = DecisionJson(id, plan_request, *decided, now);
-  const json new_annotations = {{kStrategyAnnotation, decided->chosen().name()},
+  const monta::v1::Candidate& c = plan.reply.chosen();
+  const std::string id = options.new_decision_id();
+  const json decision = DecisionJson(id, plan.request, plan.reply, options.now());
+  const json new_annotations = {{kStrategyAnnotation, ShortName(c.kind())},
                                 {kDecisionIdAnnotation, id},
                                 {kDecisionAnnotation, decision.dump()}};
-  const auto env = DecisionEnv(id, *decided);
-  json ops = json::array();
-  if (is_pod) {
-    const json* pod_spec = Member(object, "spec");
-    if (pod_spec != nullptr) AddEnvOps(*pod_spec, "/spec", env, &ops);
-    AddAnnotationOps(metadata, "/metadata", new_annotations, &ops);
-  } else {
-    const json* tmpl = Member(Member(object, "spec"), "template");
-    const json* pod_spec = Member(tmpl, "spec");
-    if (pod_spec != nullptr)
-      AddEnvOps(*pod_spec, "/spec/template/spec", env, &ops);
-    AddAnnotationOps(metadata, "/metadata", new_annotations, &ops);
-    // The Job's Pods carry the decision too, so the webhook leaves them as they
-    // are.
-    if (tmpl != nullptr && tmpl->is_object()) {
-      AddAnnotationOps(Member(tmpl, "metadata"), "/spec/template/metadata",
-                       new_annotations, &ops);
-    }
-  }
-  answer["patchType"] = "JSONPatch";
-  answer["patch"] = absl::Base64Escape(ops.dump());
-  out.result = "patched";
-  out.reply = Json200(response);
-  if (options_.log && !dry_run) {
-    const monta::v1::Candidate& c = decided->chosen();
-    options_.log(absl::StrCat(
-        "admission: ", is_pod ? "Pod " : "Job ", object_name, " decision ", id,
-        ": ", c.name(), " chunks=", c.chunks_effective(),
+  const json ops = DecisionPatch(o, new_annotations, DecisionEnv(id, plan.reply));
+  response["response"]["patchType"] = "JSONPatch";
+  response["response"]["patch"] = absl::Base64Escape(ops.dump());
+  if (options.log && !o.dry_run) {
+    options.log(absl::StrCat(
+        "admission: ", o.is_pod ? "Pod " : "Job ", o.name, " decision ", id,
+        ": ", ShortName(c.kind()), " chunks=", c.chunks_effective(),
         " predicted_alltoall_seconds_per_layer=",
         FormatNumber(c.total_seconds_per_layer()),
         " speedup_over_flat=", FormatNumber(c.speedup_over_flat()),
-        " evidence=", decided->evidence().source()));
+        " evidence=", ShortName(plan.reply.evidence().origin())));
   }
-  return out;
+  return Answer(std::move(response), "patched");
+}
+
+}  // namespace
+
+// Read the review, plan the spec, answer: each step in its own function above.
+ReviewOutcome AdmissionHandler::Review(Operation op,
+                                       absl::string_view body) const {
+  const json review = json::parse(body.begin(), body.end(), nullptr,
+                                  /*allow_exceptions=*/false);
+  if (absl::Status s = CheckEnvelope(review); !s.ok()) {
+    return {BadReview(std::string(s.message())), "error"};
+  }
+  const json& request = review["request"];
+  json response = ReviewResponse(request["uid"]);
+  absl::StatusOr<absl::optional<ReviewedObject>> object = FindObject(request);
+  if (!object.ok()) {
+    return {BadReview(std::string(object.status().message())), "error"};
+  }
+  if (!object->has_value()) return Answer(std::move(response), "skipped");
+  const ReviewedObject& o = **object;
+  // A dry run (kubectl --dry-run=server) is answered the same way but is
+  // neither counted as a decision nor logged.
+  const SpecPlan plan = PlanSpec(o, profile_gpus_, decide_,
+                                 op == Operation::kMutate && !o.dry_run);
+  if (!plan.planner_error.ok()) {
+    return PlannerErrorAnswer(plan.planner_error, std::move(response));
+  }
+  if (op == Operation::kValidate) {
+    return ValidationAnswer(plan.spec_error, std::move(response));
+  }
+  return MutationAnswer(o, plan, options_, std::move(response));
 }
 
 AdmissionHandler::Decider RegistryDecider(const registry::Registry* registry,

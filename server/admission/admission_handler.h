@@ -64,6 +64,13 @@ struct AdmissionOptions {
   std::function<absl::Time()> now;
 };
 
+// One answered review: the HTTP reply and the metrics' result label
+// ("patched", "allowed", "denied", "skipped" or "error").
+struct ReviewOutcome {
+  HttpReply reply;
+  std::string result;
+};
+
 class AdmissionHandler {
  public:
   // Plans a request. `record_decision` is true for /mutate only: a validation
@@ -85,8 +92,7 @@ class AdmissionHandler {
   void RecordRefused(Operation op) const;
 
  private:
-  struct Outcome;
-  Outcome Review(Operation op, absl::string_view body) const;
+  ReviewOutcome Review(Operation op, absl::string_view body) const;
 
   Decider decide_;
   metrics::PlannerMetrics* metrics_;

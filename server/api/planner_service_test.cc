@@ -73,7 +73,7 @@ TEST_F(PlannerServiceTest, PaperSettingPicksPipelinedDedupWithLargeSpeedup) {
   EXPECT_EQ(reply.chosen().kind(), monta::v1::STRATEGY_KIND_TP_DEDUP_PIPELINED);
   EXPECT_GT(reply.chosen().chunks_effective(), 1);
   EXPECT_GE(reply.chosen().speedup_over_flat(), 4.0);
-  EXPECT_EQ(reply.evidence().source(), "profile");
+  EXPECT_EQ(reply.evidence().origin(), monta::v1::EVIDENCE_SOURCE_PROFILE);
   EXPECT_EQ(reply.evidence().profile(), "a800-hgx");
   ASSERT_GT(reply.candidates_size(), 2);
   for (const auto& c : reply.candidates()) {
@@ -199,7 +199,7 @@ TEST_F(PlannerServiceTest, RegisteredNodesWithoutCurvesFallBackToTheirProfile) {
   monta::v1::StrategyReply reply;
   grpc::Status status = Plan(r, &reply);
   ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(reply.evidence().source(), "profile");
+  EXPECT_EQ(reply.evidence().origin(), monta::v1::EVIDENCE_SOURCE_PROFILE);
   EXPECT_EQ(reply.evidence().profile(), "cpu-gloo");
 }
 

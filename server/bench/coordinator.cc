@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_proto.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace monta::bench {
@@ -220,13 +221,13 @@ absl::Status Coordinator::Report(const monta::v1::ReportBenchmarkRequest& reques
         "node_name: \"", request.node_name(), "\" is not part of task ", request.task_id()));
   }
   if (IsFinished(task.status)) return absl::OkStatus();  // late report after a failure
-  if (!request.ok()) {
+  if (const absl::Status outcome = StatusFromProto(request.status()); !outcome.ok()) {
     // The reporter's error is often a symptom (a peer's connection reset); the ranks
     // that never reported are the likely cause, so name them too.
     task.reported_nodes.insert(request.node_name());
     std::string reason =
         absl::StrCat("node ", request.node_name(), " rank ", request.rank(), ": ",
-                     request.error().empty() ? "failed without a reason" : request.error());
+                     outcome.message().empty() ? "failed without a reason" : outcome.ToString());
     if (task.reported_nodes.size() < static_cast<size_t>(nodes.size())) {
       absl::StrAppend(&reason, "; ", MissingRanks(task));
     }

@@ -4,6 +4,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/status_proto.h"
 #include "gtest/gtest.h"
 
 namespace monta::bench {
@@ -31,7 +32,6 @@ class CoordinatorTest : public ::testing::Test {
     monta::v1::ReportBenchmarkRequest r;
     r.set_task_id(task);
     r.set_node_name(node);
-    r.set_ok(true);
     return r;
   }
 
@@ -126,13 +126,13 @@ TEST_F(CoordinatorTest, OverdueTaskNamesMissingRanksAndAbortsWaiters) {
 TEST_F(CoordinatorTest, FailureReportFailsTaskWithReason) {
   auto status = coordinator_.Schedule(Pair(), now_);
   auto report = Ok(status->task_id(), "b");
-  report.set_ok(false);
   report.set_rank(2);
-  report.set_error("connection reset by rank 0");
+  *report.mutable_status() =
+      StatusToProto(absl::UnavailableError("connection reset by rank 0"));
   ASSERT_TRUE(coordinator_.Report(report, now_).ok());
   auto s = coordinator_.Status(status->task_id());
   EXPECT_EQ(s->state(), monta::v1::TASK_STATE_FAILED);
-  EXPECT_NE(s->reason().find("node b rank 2: connection reset"),
+  EXPECT_NE(s->reason().find("node b rank 2: UNAVAILABLE: connection reset"),
             std::string::npos);
   // Node a never reported: its ranks are named as the likely cause.
   EXPECT_NE(s->reason().find("rank 0 (node a)"), std::string::npos)

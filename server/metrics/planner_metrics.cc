@@ -4,6 +4,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_names.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/model/hardware_profile.h"
 
@@ -105,20 +106,20 @@ double BottleneckLineRate(const monta::v1::NodeTopology& topology,
     return profile != nullptr ? profile->nvlink_bytes_per_second : 0;
   }
   const int ranks = std::max(1, ranks_per_node);
-  double nic_bits = 0;
+  double nic_bytes_per_second = 0;
   for (const auto& nic : topology.nics()) {
     if (nic.state() == "ACTIVE" || nic.state().empty()) {
-      nic_bits += nic.rate_gbps() * 1e9;
+      nic_bytes_per_second += nic.rate_bytes_per_second();
     }
   }
-  if (nic_bits > 0) return nic_bits / 8 / ranks;
+  if (nic_bytes_per_second > 0) return nic_bytes_per_second / ranks;
   // No NIC known: only a GPU node class (declared or recognised) says what its
   // network is. A CPU node's traffic may be loopback or any Ethernet: unknown,
   // so no efficiency rather than a ratio above 1.
   const bool gpu_class =
       !topology.gpus().empty() || !topology.profile_name().empty();
   if (!gpu_class || profile == nullptr || profile->gpus_per_node == 0) return 0;
-  return profile->nics_per_node * profile->nic_rate_gbps * 1e9 / 8 /
+  return profile->nics_per_node * profile->nic_bytes_per_second /
          profile->gpus_per_node;
 }
 
@@ -156,7 +157,10 @@ std::vector<MetricFamily> ClusterCollector::Collect() const {
       const std::string collective = CollectiveLabel(curve.collective());
       // Strategy schedules other than the plain collective are evidence for the
       // model, not link health: only plain curves become series.
-      if (!curve.strategy().empty() && curve.strategy() != "flat") continue;
+      if (curve.strategy_kind() != monta::v1::STRATEGY_KIND_UNSPECIFIED &&
+          curve.strategy_kind() != monta::v1::STRATEGY_KIND_FLAT) {
+        continue;
+      }
       if (curve.has_measured_at()) {
         const absl::Time measured = absl::FromUnixNanos(
             TimeUtil::TimestampToNanoseconds(curve.measured_at()));
@@ -198,20 +202,8 @@ std::vector<MetricFamily> ClusterCollector::Collect() const {
 }
 
 std::string StrategyLabel(monta::v1::StrategyKind kind) {
-  switch (kind) {
-    case monta::v1::STRATEGY_KIND_FLAT:
-      return "flat";
-    case monta::v1::STRATEGY_KIND_TP_DEDUP:
-      return "tp_dedup";
-    case monta::v1::STRATEGY_KIND_TP_DEDUP_PIPELINED:
-      return "tp_dedup_pipelined";
-    case monta::v1::STRATEGY_KIND_HIERARCHICAL:
-      return "hierarchical";
-    case monta::v1::STRATEGY_KIND_EXPERT_OVERLAP:
-      return "expert_overlap";
-    default:
-      return "none";
-  }
+  if (kind == monta::v1::STRATEGY_KIND_UNSPECIFIED) return "none";
+  return ShortName(kind);
 }
 
 PlannerMetrics::PlannerMetrics(prometheus::Registry& registry)

@@ -20,7 +20,7 @@ TEST(PlannerMetricsTest, LineRateFromNicsOrProfile) {
   t.add_gpus()->set_name("NVIDIA H100 80GB HBM3");
   for (int i = 0; i < 8; ++i) {
     auto* nic = t.add_nics();
-    nic->set_rate_gbps(400);
+    nic->set_rate_bytes_per_second(400e9 / 8);
     nic->set_state("ACTIVE");
   }
   // 8 x 400 Gb/s shared by 8 ranks: 50 GB/s per rank.

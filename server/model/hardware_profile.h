@@ -16,7 +16,7 @@ namespace monta::model {
 struct ProfileConstant {
   std::string name;
   double value = 0;
-  std::string unit;  // "bytes_per_second", "seconds", "count", "ratio", "gbps"
+  std::string unit;  // "bytes_per_second", "seconds", "count", "ratio"
   std::string source;  // public source or "assumption: why"
 };
 
@@ -27,7 +27,7 @@ struct HardwareProfile {
 
   int gpus_per_node = 0;  // ranks per node (CPU ranks for cpu-gloo)
   int nics_per_node = 0;
-  double nic_rate_gbps = 0;  // per NIC, per direction
+  double nic_bytes_per_second = 0;  // per NIC, per direction
   // Intra-node fabric line rate per GPU per direction (NVLink, or loopback).
   double nvlink_bytes_per_second = 0;
   // Achieved fractions of line rate for collectives.

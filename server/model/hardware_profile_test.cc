@@ -44,7 +44,7 @@ TEST(HardwareProfile, A800RatiosMatchThePaper) {
   ASSERT_TRUE(h200.ok());
   EXPECT_DOUBLE_EQ(h200->nvlink_bytes_per_second, 450e9);
   EXPECT_EQ(h200->nics_per_node, 8);
-  EXPECT_DOUBLE_EQ(h200->nic_rate_gbps, 400);
+  EXPECT_DOUBLE_EQ(h200->nic_bytes_per_second, 400e9 / 8);
 }
 
 TEST(HardwareProfile, UnknownNamesAreNotFound) {

@@ -175,8 +175,8 @@ TEST(StrategySearch, PipelinedSpeedupRisesTowardTWithBandwidthRatio) {
     for (int ratio = 8; ratio <= 18; ratio += 2) {
       HardwareProfile p = *base;
       // Keep NVLink fixed and set the NIC so that line rates are ratio:1.
-      p.nic_rate_gbps =
-          p.nvlink_bytes_per_second / ratio * 8 * 8 / p.nics_per_node / 1e9;
+      p.nic_bytes_per_second =
+          p.nvlink_bytes_per_second / ratio * 8 / p.nics_per_node;
       auto view = ProfileClusterView(p, 16, 8);
       ASSERT_TRUE(view.ok());
       SearchOptions options;

@@ -62,7 +62,7 @@ monta::v1::HardwareProfile ProfileToProto(
   out.set_description(profile.description);
   out.set_gpus_per_node(profile.gpus_per_node);
   out.set_nics_per_node(profile.nics_per_node);
-  out.set_nic_rate_gbps(profile.nic_rate_gbps);
+  out.set_nic_bytes_per_second(profile.nic_bytes_per_second);
   out.set_nvlink_bytes_per_second(profile.nvlink_bytes_per_second);
   for (const monta::model::ProfileConstant& c : profile.constants) {
     monta::v1::ProfileConstant* pc = out.add_constants();

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/proto_names.h"
 #include "server/model/cost_model.h"
 #include "server/model/hardware_profile.h"
 #include "server/model/profile_view.h"
@@ -160,24 +161,30 @@ enum class Role { kAllToAllIntra, kAllToAllInter, kAllGatherIntra, kCopy };
 constexpr Role kRoles[] = {Role::kAllToAllIntra, Role::kAllToAllInter,
                            Role::kAllGatherIntra, Role::kCopy};
 
-const char* RoleName(Role role) {
+v1::CurveRole ToProtoRole(Role role) {
   switch (role) {
     case Role::kAllToAllIntra:
-      return "alltoall_intra";
+      return v1::CURVE_ROLE_ALLTOALL_INTRA;
     case Role::kAllToAllInter:
-      return "alltoall_inter";
+      return v1::CURVE_ROLE_ALLTOALL_INTER;
     case Role::kAllGatherIntra:
-      return "allgather_intra";
+      return v1::CURVE_ROLE_ALLGATHER_INTRA;
     case Role::kCopy:
-      return "copy";
+      return v1::CURVE_ROLE_COPY;
   }
-  return "unknown";
+  return v1::CURVE_ROLE_UNSPECIFIED;
 }
+
+// "alltoall_inter", ...: the name notes use.
+std::string RoleName(Role role) { return ShortName(ToProtoRole(role)); }
 
 // Only plain collectives describe the fabric; a strategy schedule's curve
 // measures that schedule, not a link.
 bool Matches(const v1::BandwidthCurve& c, Role role) {
-  if (!c.strategy().empty() && c.strategy() != "flat") return false;
+  if (c.strategy_kind() != v1::STRATEGY_KIND_UNSPECIFIED &&
+      c.strategy_kind() != v1::STRATEGY_KIND_FLAT) {
+    return false;
+  }
   if (c.chunks() > 1) return false;
   const bool inter = c.scope() == v1::SCOPE_INTER_NODE || (c.n_nodes() > 1);
   switch (role) {
@@ -254,111 +261,148 @@ double Score(const model::BandwidthCurve& c, Role role,
   return c.alpha_seconds() + (rate > 0 ? link / rate : 0);
 }
 
+// Gathers the options for one role: measured curves and the profiles that
+// stand in for what no measurement covers.
+class OptionSet {
+ public:
+  OptionSet(Role role, const Resolved& where,
+            const std::vector<model::ClusterView>& profile_views,
+            std::vector<std::string>* notes)
+      : role_(role), where_(where), profile_views_(profile_views),
+        notes_(notes) {}
+
+  // The profile of member i (or the one profile), once per profile.
+  void AddProfile(size_t i) {
+    const std::string& name = where_.node_profiles[i]->name;
+    for (const Option& o : options_) {
+      if (o.measured == nullptr && o.profile == name) return;
+    }
+    options_.push_back({CurveOf(profile_views_[i], role_), nullptr, name});
+    choice_.any_profile = true;
+  }
+
+  // A measured curve; false (with a note) when it cannot be used.
+  bool AddMeasured(const v1::BandwidthCurve& c) {
+    absl::StatusOr<model::BandwidthCurve> curve = CurveFromProto(c);
+    if (!curve.ok()) {
+      notes_->push_back(absl::StrCat(RoleName(role_), ": curve of task \"",
+                                     c.task_id(), "\" ignored: ",
+                                     curve.status().message()));
+      return false;
+    }
+    options_.push_back({*std::move(curve), &c, ""});
+    choice_.any_measured = true;
+    return true;
+  }
+
+  bool any_measured() const { return choice_.any_measured; }
+
+  // The slowest node or pair bounds every rank's collective.
+  RoleChoice Bound(const model::Traffic& traffic) {
+    size_t slowest = 0;
+    double worst = -1;
+    for (size_t i = 0; i < options_.size(); ++i) {
+      const double s = Score(options_[i].curve, role_, traffic);
+      if (s > worst) {
+        worst = s;
+        slowest = i;
+      }
+    }
+    choice_.bound = options_[slowest];
+    return choice_;
+  }
+
+ private:
+  const Role role_;
+  const Resolved& where_;
+  const std::vector<model::ClusterView>& profile_views_;
+  std::vector<std::string>* notes_;
+  std::vector<Option> options_;
+  RoleChoice choice_;
+};
+
+// Inter-node AllToAll: curves over a subset of the job's nodes, newest per
+// node set; the profile stands in for nodes no measurement covered.
+void AddInterNodeOptions(const Resolved& where, OptionSet* options,
+                         std::vector<std::string>* notes) {
+  const Role role = Role::kAllToAllInter;
+  std::set<std::string> names;
+  for (const NodeFacts& n : where.members) names.insert(n.name);
+  std::map<std::vector<std::string>, const v1::BandwidthCurve*> newest;
+  for (const NodeFacts& n : where.members) {
+    for (const v1::BandwidthCurve& c : n.curves) {
+      if (!Matches(c, role) || c.nodes_size() < 2) continue;
+      std::vector<std::string> key(c.nodes().begin(), c.nodes().end());
+      std::sort(key.begin(), key.end());
+      if (!std::all_of(key.begin(), key.end(), [&](const std::string& s) {
+            return names.count(s) > 0;
+          })) {
+        continue;
+      }
+      auto [it, inserted] = newest.emplace(key, &c);
+      if (!inserted && MeasuredAt(c) > MeasuredAt(*it->second))
+        it->second = &c;
+    }
+  }
+  std::set<std::string> covered;
+  for (const auto& [key, c] : newest) {
+    if (options->AddMeasured(*c)) covered.insert(key.begin(), key.end());
+  }
+  if (covered.size() >= names.size()) return;
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < where.members.size(); ++i) {
+    if (!covered.count(where.members[i].name)) {
+      missing.push_back(where.members[i].name);
+      options->AddProfile(i);
+    }
+  }
+  if (options->any_measured()) {
+    notes->push_back(absl::StrCat(
+        RoleName(role), ": no inter-node measurement covers ",
+        absl::StrJoin(missing, ", "), "; their profile also bounds"));
+  }
+}
+
+// Intra-node roles: per node its newest measured curve, else its profile.
+void AddPerNodeOptions(Role role, const Resolved& where, OptionSet* options,
+                       std::vector<std::string>* notes) {
+  std::vector<std::string> unmeasured;
+  for (size_t i = 0; i < where.members.size(); ++i) {
+    const NodeFacts& n = where.members[i];
+    const v1::BandwidthCurve* best = nullptr;
+    for (const v1::BandwidthCurve& c : n.curves) {
+      if (!Matches(c, role)) continue;
+      if (c.nodes_size() > 0 && std::find(c.nodes().begin(), c.nodes().end(),
+                                          n.name) == c.nodes().end()) {
+        continue;
+      }
+      if (best == nullptr || MeasuredAt(c) > MeasuredAt(*best)) best = &c;
+    }
+    if (best == nullptr || !options->AddMeasured(*best)) {
+      unmeasured.push_back(n.name);
+      options->AddProfile(i);
+    }
+  }
+  if (options->any_measured() && !unmeasured.empty()) {
+    notes->push_back(absl::StrCat(RoleName(role), ": ",
+                                  absl::StrJoin(unmeasured, ", "),
+                                  " not measured; profile used for them"));
+  }
+}
+
 RoleChoice ChooseRole(Role role, const Resolved& where,
                       const std::vector<model::ClusterView>& profile_views,
                       const model::Traffic& traffic,
                       std::vector<std::string>* notes) {
-  std::vector<Option> options;
-  RoleChoice choice;
-  auto add_profile = [&](size_t i) {
-    const std::string& name = where.node_profiles[i]->name;
-    for (const Option& o : options) {
-      if (o.measured == nullptr && o.profile == name) return;
-    }
-    options.push_back({CurveOf(profile_views[i], role), nullptr, name});
-    choice.any_profile = true;
-  };
-  auto convert = [&](const v1::BandwidthCurve& c) -> bool {
-    absl::StatusOr<model::BandwidthCurve> curve = CurveFromProto(c);
-    if (!curve.ok()) {
-      notes->push_back(absl::StrCat(RoleName(role), ": curve of task \"",
-                                    c.task_id(),
-                                    "\" ignored: ", curve.status().message()));
-      return false;
-    }
-    options.push_back({*std::move(curve), &c, ""});
-    choice.any_measured = true;
-    return true;
-  };
-
+  OptionSet options(role, where, profile_views, notes);
   if (where.members.empty()) {
-    add_profile(0);
+    options.AddProfile(0);
   } else if (role == Role::kAllToAllInter) {
-    // Curves over a subset of the job's nodes, newest per node set; the
-    // profile stands in for nodes no measurement covered.
-    std::set<std::string> names;
-    for (const NodeFacts& n : where.members) names.insert(n.name);
-    std::map<std::vector<std::string>, const v1::BandwidthCurve*> newest;
-    for (const NodeFacts& n : where.members) {
-      for (const v1::BandwidthCurve& c : n.curves) {
-        if (!Matches(c, role) || c.nodes_size() < 2) continue;
-        std::vector<std::string> key(c.nodes().begin(), c.nodes().end());
-        std::sort(key.begin(), key.end());
-        if (!std::all_of(key.begin(), key.end(), [&](const std::string& s) {
-              return names.count(s) > 0;
-            })) {
-          continue;
-        }
-        auto [it, inserted] = newest.emplace(key, &c);
-        if (!inserted && MeasuredAt(c) > MeasuredAt(*it->second))
-          it->second = &c;
-      }
-    }
-    std::set<std::string> covered;
-    for (const auto& [key, c] : newest) {
-      if (convert(*c)) covered.insert(key.begin(), key.end());
-    }
-    if (covered.size() < names.size()) {
-      std::vector<std::string> missing;
-      for (size_t i = 0; i < where.members.size(); ++i) {
-        if (!covered.count(where.members[i].name)) {
-          missing.push_back(where.members[i].name);
-          add_profile(i);
-        }
-      }
-      if (choice.any_measured) {
-        notes->push_back(absl::StrCat(
-            RoleName(role), ": no inter-node measurement covers ",
-            absl::StrJoin(missing, ", "), "; their profile also bounds"));
-      }
-    }
+    AddInterNodeOptions(where, &options, notes);
   } else {
-    // Per node: its newest measured curve, else its profile.
-    std::vector<std::string> unmeasured;
-    for (size_t i = 0; i < where.members.size(); ++i) {
-      const NodeFacts& n = where.members[i];
-      const v1::BandwidthCurve* best = nullptr;
-      for (const v1::BandwidthCurve& c : n.curves) {
-        if (!Matches(c, role)) continue;
-        if (c.nodes_size() > 0 && std::find(c.nodes().begin(), c.nodes().end(),
-                                            n.name) == c.nodes().end()) {
-          continue;
-        }
-        if (best == nullptr || MeasuredAt(c) > MeasuredAt(*best)) best = &c;
-      }
-      if (best == nullptr || !convert(*best)) {
-        unmeasured.push_back(n.name);
-        add_profile(i);
-      }
-    }
-    if (choice.any_measured && !unmeasured.empty()) {
-      notes->push_back(absl::StrCat(RoleName(role), ": ",
-                                    absl::StrJoin(unmeasured, ", "),
-                                    " not measured; profile used for them"));
-    }
+    AddPerNodeOptions(role, where, &options, notes);
   }
-  // The slowest node or pair bounds every rank's collective.
-  size_t slowest = 0;
-  double worst = -1;
-  for (size_t i = 0; i < options.size(); ++i) {
-    const double s = Score(options[i].curve, role, traffic);
-    if (s > worst) {
-      worst = s;
-      slowest = i;
-    }
-  }
-  choice.bound = options[slowest];
-  return choice;
+  return options.Bound(traffic);
 }
 
 v1::StrategyKind ToProtoKind(model::StrategyKind k) {
@@ -383,7 +427,6 @@ uint64_t Bytes(double v) {
 
 void FillCandidate(const model::Candidate& c, v1::Candidate* out) {
   out->set_kind(ToProtoKind(c.kind));
-  out->set_name(c.name);
   out->set_chunks_requested(c.chunks_requested);
   out->set_chunks_effective(c.chunks_effective);
   out->set_feasible(c.feasible);
@@ -397,7 +440,9 @@ void FillCandidate(const model::Candidate& c, v1::Candidate* out) {
   out->set_step_seconds(c.step_seconds);
   out->set_intra_node_bytes_per_rank(Bytes(c.intra_node_bytes_per_rank));
   out->set_inter_node_bytes_per_rank(Bytes(c.inter_node_bytes_per_rank));
-  out->set_bottleneck(c.bottleneck);
+  // The model names the busiest resource; its names are the enum's short names.
+  out->set_limited_by(FromShortName<v1::Bottleneck>(c.bottleneck)
+                          .value_or(v1::BOTTLENECK_UNSPECIFIED));
   out->set_speedup_over_flat(c.speedup_over_flat);
   out->set_speedup_over_tp_dedup(c.speedup_over_tp_dedup);
   out->set_predicted_step_gain_ratio(c.predicted_step_gain_ratio);
@@ -418,12 +463,9 @@ bool Extrapolated(const model::ExtrapolationFlags& f, Role role) {
   return false;
 }
 
-}  // namespace
-
-absl::StatusOr<v1::StrategyReply> PlanStrategy(
-    const v1::StrategyRequest& request, const NodeLookup* lookup,
-    absl::Time now) {
-  const absl::Time started = absl::Now();
+// The request checked and its placement resolved, or the first error.
+absl::StatusOr<Resolved> CheckRequest(const v1::StrategyRequest& request,
+                                      const NodeLookup* lookup) {
   if (!request.has_job()) {
     return absl::InvalidArgumentError("job: required");
   }
@@ -438,24 +480,25 @@ absl::StatusOr<v1::StrategyReply> PlanStrategy(
       !s.ok()) {
     return s;
   }
+  return where;
+}
 
-  const model::MoeJobShape shape = ToJobShape(job);
-  const model::NodeShape node_shape{where->nodes, where->gpus_per_node};
-  absl::StatusOr<model::Traffic> traffic =
-      model::ComputeTraffic(shape, node_shape);
-  if (!traffic.ok())
-    return absl::InvalidArgumentError(traffic.status().message());
+using RoleChoices = std::vector<std::pair<Role, RoleChoice>>;
 
+// The cluster the model sees: per role the curve that bounds it (measured or
+// the profile's), and the choices behind them for the evidence.
+absl::StatusOr<model::ClusterView> BuildView(const Resolved& where,
+                                             const model::Traffic& traffic,
+                                             RoleChoices* choices,
+                                             std::vector<std::string>* notes) {
   // Profile views, one per resolved node (or the one profile).
   std::vector<model::ClusterView> profile_views;
-  for (const model::HardwareProfile* p : where->node_profiles) {
+  for (const model::HardwareProfile* p : where.node_profiles) {
     absl::StatusOr<model::ClusterView> v =
-        model::ProfileClusterView(*p, where->nodes, where->gpus_per_node);
+        model::ProfileClusterView(*p, where.nodes, where.gpus_per_node);
     if (!v.ok()) return absl::InternalError(v.status().message());
     profile_views.push_back(*std::move(v));
   }
-
-  std::vector<std::string> notes;
   model::ClusterView view;
   view.alltoall_per_peer_latency_seconds = 0;
   for (const model::ClusterView& v : profile_views) {
@@ -463,39 +506,62 @@ absl::StatusOr<v1::StrategyReply> PlanStrategy(
         std::max(view.alltoall_per_peer_latency_seconds,
                  v.alltoall_per_peer_latency_seconds);
   }
-  std::vector<std::pair<Role, RoleChoice>> choices;
   for (Role role : kRoles) {
-    RoleChoice c = ChooseRole(role, *where, profile_views, *traffic, &notes);
+    RoleChoice c = ChooseRole(role, where, profile_views, traffic, notes);
     CurveOf(view, role) = c.bound.curve;
-    choices.emplace_back(role, std::move(c));
+    choices->emplace_back(role, std::move(c));
   }
+  return view;
+}
 
-  absl::StatusOr<model::Decision> decision = model::Decide(
-      shape, node_shape, view, ToSearchOptions(request.options()));
-  if (!decision.ok()) {
-    return absl::InvalidArgumentError(decision.status().message());
-  }
+void FillTraffic(const model::Traffic& in, v1::Traffic* t) {
+  t->set_capacity_tokens(in.capacity_tokens);
+  t->set_dispatch_bytes(Bytes(in.dispatch_bytes));
+  t->set_tokens_per_rank(in.tokens_per_rank);
+  t->set_ep_members_on_node(in.ep_members_on_node);
+  t->set_ep_group_size(in.ep_group_size);
+  t->set_gpus_per_node(in.gpus_per_node);
+  t->set_nodes(in.nodes);
+}
 
-  v1::StrategyReply reply;
-  v1::Traffic* t = reply.mutable_traffic();
-  t->set_capacity_tokens(decision->traffic.capacity_tokens);
-  t->set_dispatch_bytes(Bytes(decision->traffic.dispatch_bytes));
-  t->set_tokens_per_rank(decision->traffic.tokens_per_rank);
-  t->set_ep_members_on_node(decision->traffic.ep_members_on_node);
-  t->set_ep_group_size(decision->traffic.ep_group_size);
-  t->set_gpus_per_node(decision->traffic.gpus_per_node);
-  t->set_nodes(decision->traffic.nodes);
-  for (const model::Candidate& c : decision->candidates) {
-    FillCandidate(c, reply.add_candidates());
+// Where one role's curve came from; `notes` gains a warning when a measured
+// inter-node curve ran fewer ranks per node than the job.
+void FillCurveEvidence(Role role, const RoleChoice& choice,
+                       const Resolved& where,
+                       const model::ExtrapolationFlags& extrapolated,
+                       absl::Time now, std::vector<std::string>* notes,
+                       v1::CurveEvidence* ce) {
+  ce->set_used_as(ToProtoRole(role));
+  const v1::BandwidthCurve* m = choice.bound.measured;
+  if (m == nullptr) {
+    ce->set_origin(v1::EVIDENCE_SOURCE_PROFILE);
+    return;
   }
-  if (decision->chosen >= 0) {
-    *reply.mutable_chosen() = reply.candidates(decision->chosen);
+  if (role == Role::kAllToAllInter &&
+      choice.bound.curve.ranks_per_node() != where.gpus_per_node) {
+    // The NICs are shared by the ranks of a node; a curve measured with
+    // fewer ranks per node can overstate what each of the job's ranks gets.
+    notes->push_back(absl::StrCat(
+        "alltoall_inter: measured with ", choice.bound.curve.ranks_per_node(),
+        " ranks per node, the job runs ", where.gpus_per_node,
+        "; link rate per rank taken as measured"));
   }
+  ce->set_origin(v1::EVIDENCE_SOURCE_MEASURED);
+  for (const std::string& n : m->nodes()) ce->add_nodes(n);
+  ce->set_age_seconds(
+      std::max(0.0, absl::ToDoubleSeconds(now - MeasuredAt(*m))));
+  ce->set_min_bytes(Bytes(choice.bound.curve.min_bytes()));
+  ce->set_max_bytes(Bytes(choice.bound.curve.max_bytes()));
+  ce->set_task_id(m->task_id());
+  ce->set_extrapolated(Extrapolated(extrapolated, role));
+}
 
-  v1::Evidence* ev = reply.mutable_evidence();
+void FillEvidence(const Resolved& where, const RoleChoices& choices,
+                  const model::Decision& decision, absl::Time now,
+                  std::vector<std::string> notes, v1::Evidence* ev) {
   std::vector<std::string> profile_names;
   std::vector<std::string> profile_versions;
-  for (const model::HardwareProfile* p : where->node_profiles) {
+  for (const model::HardwareProfile* p : where.node_profiles) {
     if (std::find(profile_names.begin(), profile_names.end(), p->name) ==
         profile_names.end()) {
       profile_names.push_back(p->name);
@@ -508,45 +574,62 @@ absl::StatusOr<v1::StrategyReply> PlanStrategy(
   int profile_roles = 0;
   for (const auto& [role, choice] : choices) {
     // A single node never crosses the network: that curve is not evidence.
-    if (role == Role::kAllToAllInter && where->nodes == 1) continue;
-    v1::CurveEvidence* ce = ev->add_curves();
-    ce->set_role(RoleName(role));
-    const v1::BandwidthCurve* m = choice.bound.measured;
-    if (m != nullptr && role == Role::kAllToAllInter &&
-        choice.bound.curve.ranks_per_node() != where->gpus_per_node) {
-      // The NICs are shared by the ranks of a node; a curve measured with
-      // fewer ranks per node can overstate what each of the job's ranks gets.
-      notes.push_back(absl::StrCat(
-          "alltoall_inter: measured with ", choice.bound.curve.ranks_per_node(),
-          " ranks per node, the job runs ", where->gpus_per_node,
-          "; link rate per rank taken as measured"));
-    }
-    if (m != nullptr) {
-      ce->set_source("measured");
-      for (const std::string& n : m->nodes()) ce->add_nodes(n);
-      ce->set_age_seconds(
-          std::max(0.0, absl::ToDoubleSeconds(now - MeasuredAt(*m))));
-      ce->set_min_bytes(Bytes(choice.bound.curve.min_bytes()));
-      ce->set_max_bytes(Bytes(choice.bound.curve.max_bytes()));
-      ce->set_task_id(m->task_id());
-      ce->set_extrapolated(Extrapolated(decision->extrapolated, role));
-    } else {
-      ce->set_source("profile");
-    }
+    if (role == Role::kAllToAllInter && where.nodes == 1) continue;
+    FillCurveEvidence(role, choice, where, decision.extrapolated, now, &notes,
+                      ev->add_curves());
     if (choice.any_measured) ++measured_roles;
     if (choice.any_profile) ++profile_roles;
   }
-  ev->set_source(profile_roles == 0    ? "measured"
-                 : measured_roles == 0 ? "profile"
-                                       : "mixed");
+  ev->set_origin(profile_roles == 0    ? v1::EVIDENCE_SOURCE_MEASURED
+                 : measured_roles == 0 ? v1::EVIDENCE_SOURCE_PROFILE
+                                       : v1::EVIDENCE_SOURCE_MIXED);
   for (const std::string& n : notes) ev->add_notes(n);
-  for (const std::string& n : decision->notes) ev->add_notes(n);
-  if (decision->extrapolated.any()) {
+  for (const std::string& n : decision.notes) ev->add_notes(n);
+  if (decision.extrapolated.any()) {
     ev->add_notes(
         "measured curves were extrapolated beyond their sizes (alpha-beta "
         "fit); see curves[].extrapolated");
   }
-  reply.set_decision_seconds(absl::ToDoubleSeconds(absl::Now() - started));
+}
+
+}  // namespace
+
+// Check and resolve, build the model's view, decide, render the reply. The
+// decision's duration is the caller's to measure (decision_seconds): only
+// `now` is read here, so a reply depends on its inputs alone.
+absl::StatusOr<v1::StrategyReply> PlanStrategy(
+    const v1::StrategyRequest& request, const NodeLookup* lookup,
+    absl::Time now) {
+  absl::StatusOr<Resolved> where = CheckRequest(request, lookup);
+  if (!where.ok()) return where.status();
+  const model::MoeJobShape shape = ToJobShape(request.job());
+  const model::NodeShape node_shape{where->nodes, where->gpus_per_node};
+  absl::StatusOr<model::Traffic> traffic =
+      model::ComputeTraffic(shape, node_shape);
+  if (!traffic.ok())
+    return absl::InvalidArgumentError(traffic.status().message());
+
+  std::vector<std::string> notes;
+  RoleChoices choices;
+  absl::StatusOr<model::ClusterView> view =
+      BuildView(*where, *traffic, &choices, &notes);
+  if (!view.ok()) return view.status();
+  absl::StatusOr<model::Decision> decision = model::Decide(
+      shape, node_shape, *view, ToSearchOptions(request.options()));
+  if (!decision.ok()) {
+    return absl::InvalidArgumentError(decision.status().message());
+  }
+
+  v1::StrategyReply reply;
+  FillTraffic(decision->traffic, reply.mutable_traffic());
+  for (const model::Candidate& c : decision->candidates) {
+    FillCandidate(c, reply.add_candidates());
+  }
+  if (decision->chosen >= 0) {
+    *reply.mutable_chosen() = reply.candidates(decision->chosen);
+  }
+  FillEvidence(*where, choices, *decision, now, std::move(notes),
+               reply.mutable_evidence());
   return reply;
 }
 

@@ -76,9 +76,9 @@ v1::BandwidthCurve Curve(v1::Collective collective,
 }
 
 const v1::CurveEvidence* Evidence(const v1::StrategyReply& r,
-                                  const std::string& role) {
+                                  v1::CurveRole role) {
   for (const v1::CurveEvidence& c : r.evidence().curves()) {
-    if (c.role() == role) return &c;
+    if (c.used_as() == role) return &c;
   }
   return nullptr;
 }
@@ -93,7 +93,7 @@ TEST(PlanStrategy, ProfilePlacementReproducesThePaper) {
   EXPECT_GE(reply->chosen().speedup_over_flat(), 4.0);
   EXPECT_GT(reply->chosen().predicted_step_gain_ratio(), 0.1);
   EXPECT_EQ(reply->chosen().rank(), 1);
-  EXPECT_EQ(reply->evidence().source(), "profile");
+  EXPECT_EQ(reply->evidence().origin(), v1::EVIDENCE_SOURCE_PROFILE);
   EXPECT_EQ(reply->evidence().profile(), "a800-hgx");
   EXPECT_FALSE(reply->evidence().profile_version().empty());
   EXPECT_EQ(reply->traffic().nodes(), 2);
@@ -111,7 +111,7 @@ TEST(PlanStrategy, RegisteredNodesInferTheirProfile) {
   auto reply = PlanStrategy(PaperJobOn({"a", "b"}), &lookup, kNow);
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->evidence().profile(), "a800-hgx");
-  EXPECT_EQ(reply->evidence().source(), "profile");
+  EXPECT_EQ(reply->evidence().origin(), v1::EVIDENCE_SOURCE_PROFILE);
   EXPECT_EQ(reply->chosen().kind(), v1::STRATEGY_KIND_TP_DEDUP_PIPELINED);
 }
 
@@ -170,10 +170,10 @@ TEST(PlanStrategy, MeasuredCurvesWinAndCarryTheirAge) {
   }
   auto reply = PlanStrategy(PaperJobOn({"a", "b"}), &lookup, kNow);
   ASSERT_TRUE(reply.ok()) << reply.status();
-  EXPECT_EQ(reply->evidence().source(), "measured");
-  const v1::CurveEvidence* inter = Evidence(*reply, "alltoall_inter");
+  EXPECT_EQ(reply->evidence().origin(), v1::EVIDENCE_SOURCE_MEASURED);
+  const v1::CurveEvidence* inter = Evidence(*reply, v1::CURVE_ROLE_ALLTOALL_INTER);
   ASSERT_NE(inter, nullptr);
-  EXPECT_EQ(inter->source(), "measured");
+  EXPECT_EQ(inter->origin(), v1::EVIDENCE_SOURCE_MEASURED);
   EXPECT_EQ(inter->task_id(), "t-inter");
   EXPECT_DOUBLE_EQ(inter->age_seconds(), 120);
   EXPECT_EQ(inter->nodes_size(), 2);
@@ -215,10 +215,10 @@ TEST(PlanStrategy, SlowestNodeBoundsAndMissingNodesMakeItMixed) {
   r.mutable_job()->set_data_parallel_size(8);
   auto reply = PlanStrategy(r, &lookup, kNow);
   ASSERT_TRUE(reply.ok()) << reply.status();
-  const v1::CurveEvidence* intra = Evidence(*reply, "alltoall_intra");
+  const v1::CurveEvidence* intra = Evidence(*reply, v1::CURVE_ROLE_ALLTOALL_INTRA);
   ASSERT_NE(intra, nullptr);
   EXPECT_EQ(intra->task_id(), "slow");
-  EXPECT_EQ(reply->evidence().source(), "mixed");
+  EXPECT_EQ(reply->evidence().origin(), v1::EVIDENCE_SOURCE_MIXED);
 
   // With c and d unmeasured the profile (164 GB/s) is faster than b's 40
   // GB/s, so b still bounds, and the notes say who fell back.
@@ -228,7 +228,7 @@ TEST(PlanStrategy, SlowestNodeBoundsAndMissingNodesMakeItMixed) {
   r.mutable_job()->set_data_parallel_size(16);
   reply = PlanStrategy(r, &lookup, kNow);
   ASSERT_TRUE(reply.ok()) << reply.status();
-  EXPECT_EQ(Evidence(*reply, "alltoall_intra")->task_id(), "slow");
+  EXPECT_EQ(Evidence(*reply, v1::CURVE_ROLE_ALLTOALL_INTRA)->task_id(), "slow");
   bool noted = false;
   for (const std::string& n : reply->evidence().notes()) {
     if (n.find("c, d not measured") != std::string::npos) noted = true;
@@ -246,11 +246,11 @@ TEST(PlanStrategy, ShortCurvesAreExtrapolatedAndSaySo) {
                                         kNow - absl::Hours(1), "short"));
   auto reply = PlanStrategy(PaperJobOn({"a", "b"}), &lookup, kNow);
   ASSERT_TRUE(reply.ok()) << reply.status();
-  const v1::CurveEvidence* inter = Evidence(*reply, "alltoall_inter");
+  const v1::CurveEvidence* inter = Evidence(*reply, v1::CURVE_ROLE_ALLTOALL_INTER);
   ASSERT_NE(inter, nullptr);
-  EXPECT_EQ(inter->source(), "measured");
+  EXPECT_EQ(inter->origin(), v1::EVIDENCE_SOURCE_MEASURED);
   EXPECT_TRUE(inter->extrapolated());
-  EXPECT_EQ(reply->evidence().source(), "mixed");
+  EXPECT_EQ(reply->evidence().origin(), v1::EVIDENCE_SOURCE_MIXED);
 }
 
 TEST(PlanStrategy, BrokenCurvesAreIgnoredWithANote) {
@@ -263,7 +263,7 @@ TEST(PlanStrategy, BrokenCurvesAreIgnoredWithANote) {
   lookup.at("a").curves.push_back(bad);
   auto reply = PlanStrategy(PaperJobOn({"a", "b"}), &lookup, kNow);
   ASSERT_TRUE(reply.ok()) << reply.status();
-  EXPECT_EQ(Evidence(*reply, "alltoall_intra")->source(), "profile");
+  EXPECT_EQ(Evidence(*reply, v1::CURVE_ROLE_ALLTOALL_INTRA)->origin(), v1::EVIDENCE_SOURCE_PROFILE);
   bool noted = false;
   for (const std::string& n : reply->evidence().notes()) {
     if (n.find("\"bad\" ignored") != std::string::npos) noted = true;

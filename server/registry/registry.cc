@@ -57,7 +57,7 @@ absl::Status ValidateInstanceId(absl::string_view id) {
 
 std::string CurveKey(const BandwidthCurve& c) {
   return absl::StrCat(c.collective(), "|", c.scope(), "|", c.backend(), "|",
-                      c.strategy(), "|", c.chunks(), "|", c.nranks(), "|",
+                      CurveStrategyName(c.strategy_kind()), "|", c.chunks(), "|", c.nranks(), "|",
                       absl::StrJoin(c.nodes(), ","));
 }
 

@@ -90,7 +90,7 @@ TEST_F(RegistryTest, InvalidNamesRejectedWithField) {
 TEST_F(RegistryTest, BrokenTopologyIsRefusedAtRegisterAndHeartbeat) {
   Registry r(Options());
   auto req = Req("node-a", "i1");
-  req.mutable_topology()->add_nics()->set_rate_gbps(-1);
+  req.mutable_topology()->add_nics()->set_rate_bytes_per_second(-1);
   absl::Status s = r.Register(req, t0_);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("topology.nics[0]"), std::string::npos) << s;
@@ -121,9 +121,9 @@ TEST_F(RegistryTest, TopologyChangesBecomeEvents) {
                              const monta::v1::NodeTopology& b) {
     std::vector<monta::v1::TopologyEvent> events;
     if (a.nics_size() == 1 && b.nics_size() == 1 &&
-        a.nics(0).rate_gbps() != b.nics(0).rate_gbps()) {
+        a.nics(0).rate_bytes_per_second() != b.nics(0).rate_bytes_per_second()) {
       monta::v1::TopologyEvent e;
-      e.set_kind("nic_rate_changed");
+      e.set_change(monta::v1::TOPOLOGY_CHANGE_NIC_RATE_CHANGED);
       events.push_back(e);
     }
     return events;
@@ -132,18 +132,18 @@ TEST_F(RegistryTest, TopologyChangesBecomeEvents) {
   auto req = Req("node-a", "i1");
   auto* nic = req.mutable_topology()->add_nics();
   nic->set_name("mlx5_0");
-  nic->set_rate_gbps(400);
+  nic->set_rate_bytes_per_second(400e9 / 8);
   ASSERT_TRUE(r.Register(req, t0_).ok());
   monta::v1::HeartbeatRequest hb;
   hb.set_node_name("node-a");
   hb.set_instance_id("i1");
   *hb.mutable_topology() = req.topology();
-  hb.mutable_topology()->mutable_nics(0)->set_rate_gbps(200);
+  hb.mutable_topology()->mutable_nics(0)->set_rate_bytes_per_second(200e9 / 8);
   ASSERT_TRUE(r.Heartbeat(hb, t0_ + absl::Seconds(1)).ok());
   auto info = r.Get("node-a", t0_ + absl::Seconds(1));
   ASSERT_EQ(info->events_size(), 1);
-  EXPECT_EQ(info->events(0).kind(), "nic_rate_changed");
-  EXPECT_EQ(info->topology().nics(0).rate_gbps(), 200);
+  EXPECT_EQ(info->events(0).change(), monta::v1::TOPOLOGY_CHANGE_NIC_RATE_CHANGED);
+  EXPECT_EQ(info->topology().nics(0).rate_bytes_per_second(), 200e9 / 8);
 }
 
 TEST_F(RegistryTest, CurvesReplaceSameMeasurementAndNeedKnownNodes) {

@@ -18,8 +18,8 @@ constexpr size_t kMaxLabelKey = 317;  // Kubernetes: 253 prefix + '/' + 63 name
 constexpr size_t kMaxLabelValue = 63;
 constexpr size_t kMaxText = 256;
 constexpr size_t kMaxStatus = 4096;
-constexpr double kMaxNicRateGbps =
-    10000;  // 10 Tb/s per port: far above any NIC
+// 10 Tb/s per port: far above any NIC.
+constexpr double kMaxNicBytesPerSecond = 10000e9 / 8;
 
 absl::Status Bad(const std::string& field, const std::string& expected) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", expected));
@@ -111,9 +111,11 @@ absl::Status ValidateTopology(const monta::v1::NodeTopology& t,
     if (nic.name().empty() || nic.name().size() > kMaxText) {
       return Bad(f + ".name", "1..256 characters");
     }
-    if (!(nic.rate_gbps() >= 0 && nic.rate_gbps() <= kMaxNicRateGbps)) {
-      return Bad(f + ".rate_gbps", absl::StrCat("in 0..", kMaxNicRateGbps,
-                                                ", got ", nic.rate_gbps()));
+    if (!(nic.rate_bytes_per_second() >= 0 &&
+          nic.rate_bytes_per_second() <= kMaxNicBytesPerSecond)) {
+      return Bad(f + ".rate_bytes_per_second",
+                 absl::StrCat("in 0..", kMaxNicBytesPerSecond,
+                              " (10 Tb/s), got ", nic.rate_bytes_per_second()));
     }
     if (nic.port() < 0 || nic.port() > 255)
       return Bad(f + ".port", "in 0..255");

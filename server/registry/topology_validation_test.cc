@@ -18,7 +18,7 @@ monta::v1::NodeTopology Good() {
   auto* nic = t.add_nics();
   nic->set_name("mlx5_0");
   nic->set_port(1);
-  nic->set_rate_gbps(400);
+  nic->set_rate_bytes_per_second(400e9 / 8);
   (*t.mutable_labels())["network.topology.nvidia.com/leaf"] = "leaf-07";
   return t;
 }
@@ -49,12 +49,13 @@ TEST(TopologyValidationTest, BrokenFactsNameTheirField) {
   ExpectBad(t, "topology.gpu_links[0]");
 
   t = Good();
-  t.mutable_nics(0)->set_rate_gbps(-400);
-  ExpectBad(t, "topology.nics[0].rate_gbps");
+  t.mutable_nics(0)->set_rate_bytes_per_second(-400);
+  ExpectBad(t, "topology.nics[0].rate_bytes_per_second");
 
   t = Good();
-  t.mutable_nics(0)->set_rate_gbps(std::numeric_limits<double>::quiet_NaN());
-  ExpectBad(t, "topology.nics[0].rate_gbps");
+  t.mutable_nics(0)->set_rate_bytes_per_second(
+      std::numeric_limits<double>::quiet_NaN());
+  ExpectBad(t, "topology.nics[0].rate_bytes_per_second");
 
   t = Good();
   t.mutable_nics(0)->clear_name();

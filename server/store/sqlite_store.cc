@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/proto_names.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace monta::store {
@@ -24,7 +25,7 @@ CREATE TABLE IF NOT EXISTS curves (
   nodes TEXT NOT NULL,           -- comma-separated, sorted
   collective INTEGER NOT NULL,
   scope INTEGER NOT NULL,
-  strategy TEXT NOT NULL,
+  strategy TEXT NOT NULL,        -- CurveStrategyName: "" for a plain collective
   measured_unix_seconds REAL NOT NULL,
   measurement TEXT NOT NULL,     -- registry::CurveKey: rows with one key are one
                                  -- measurement's history, the newest is current
@@ -36,7 +37,7 @@ CREATE TABLE IF NOT EXISTS decisions (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
   decided_unix_seconds REAL NOT NULL,
   job_name TEXT NOT NULL,
-  strategy TEXT NOT NULL,          -- chosen candidate's name
+  strategy TEXT NOT NULL,          -- chosen StrategyKind's short name
   chunks INTEGER NOT NULL,         -- K_eff of the chosen candidate
   speedup_over_flat REAL NOT NULL,
   total_seconds_per_layer REAL NOT NULL,
@@ -221,8 +222,9 @@ void SqliteStore::CurveAdded(const monta::v1::BandwidthCurve& curve) {
                     SQLITE_TRANSIENT);
   sqlite3_bind_int(stmt.get(), 3, curve.collective());
   sqlite3_bind_int(stmt.get(), 4, curve.scope());
-  sqlite3_bind_text(stmt.get(), 5, curve.strategy().data(),
-                    curve.strategy().size(), SQLITE_TRANSIENT);
+  const std::string strategy = CurveStrategyName(curve.strategy_kind());
+  sqlite3_bind_text(stmt.get(), 5, strategy.data(), strategy.size(),
+                    SQLITE_TRANSIENT);
   sqlite3_bind_double(stmt.get(), 6, measured);
   sqlite3_bind_text(stmt.get(), 7, measurement.data(), measurement.size(),
                     SQLITE_TRANSIENT);
@@ -256,13 +258,15 @@ void SqliteStore::RecordDecision(const monta::v1::StrategyRequest& request,
   sqlite3_bind_double(stmt.get(), 1, NowSeconds());
   sqlite3_bind_text(stmt.get(), 2, request.job().name().data(),
                     request.job().name().size(), SQLITE_TRANSIENT);
-  sqlite3_bind_text(stmt.get(), 3, chosen.name().data(), chosen.name().size(),
+  const std::string strategy = ShortName(chosen.kind());
+  sqlite3_bind_text(stmt.get(), 3, strategy.data(), strategy.size(),
                     SQLITE_TRANSIENT);
   sqlite3_bind_int(stmt.get(), 4, chosen.chunks_effective());
   sqlite3_bind_double(stmt.get(), 5, chosen.speedup_over_flat());
   sqlite3_bind_double(stmt.get(), 6, chosen.total_seconds_per_layer());
-  sqlite3_bind_text(stmt.get(), 7, reply.evidence().source().data(),
-                    reply.evidence().source().size(), SQLITE_TRANSIENT);
+  const std::string source = ShortName(reply.evidence().origin());
+  sqlite3_bind_text(stmt.get(), 7, source.data(), source.size(),
+                    SQLITE_TRANSIENT);
   sqlite3_bind_blob(stmt.get(), 8, request_blob.data(), request_blob.size(),
                     SQLITE_TRANSIENT);
   sqlite3_bind_blob(stmt.get(), 9, reply_blob.data(), reply_blob.size(),

@@ -100,9 +100,9 @@ TEST(SqliteStoreTest, DecisionsAreKeptWhole) {
   monta::v1::StrategyRequest request;
   request.mutable_job()->set_name("paper");
   monta::v1::StrategyReply reply;
-  reply.mutable_chosen()->set_name("tp_dedup_pipelined");
+  reply.mutable_chosen()->set_kind(monta::v1::STRATEGY_KIND_TP_DEDUP_PIPELINED);
   reply.mutable_chosen()->set_chunks_effective(6);
-  reply.mutable_evidence()->set_source("profile");
+  reply.mutable_evidence()->set_origin(monta::v1::EVIDENCE_SOURCE_PROFILE);
   (*store)->RecordDecision(request, reply);
   (*store)->RecordDecision(request, reply);
   EXPECT_EQ(*(*store)->DecisionCount(), 2);
