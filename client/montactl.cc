@@ -278,23 +278,21 @@ void PrintPlan(const monta::v1::StrategyReply& reply) {
       chunks = absl::StrCat(c.chunks_effective(), " (asked ",
                             c.chunks_requested(), ")");
     }
-    table.AddRow({chosen ? "*" : "", absl::StrCat(c.rank()),
-                  monta::ShortName(c.kind()), chunks,
-                  Seconds(c.forward_seconds_per_layer()),
-                  Seconds(c.backward_seconds_per_layer()),
-                  Seconds(c.total_seconds_per_layer()),
-                  Seconds(c.step_seconds()),
-                  monta::client::HumanBytes(c.inter_node_bytes_per_rank()),
-                  c.speedup_over_flat() > 0
-                      ? absl::StrFormat("%.2fx", c.speedup_over_flat())
-                      : "-",
-                  monta::ShortName(c.limited_by())});
+    table.AddRow(
+        {chosen ? "*" : "", absl::StrCat(c.rank()), monta::ShortName(c.kind()),
+         chunks, Seconds(c.forward_seconds_per_layer()),
+         Seconds(c.backward_seconds_per_layer()),
+         Seconds(c.total_seconds_per_layer()), Seconds(c.step_seconds()),
+         monta::client::HumanBytes(c.inter_node_bytes_per_rank()),
+         c.speedup_over_flat() > 0
+             ? absl::StrFormat("%.2fx", c.speedup_over_flat())
+             : "-",
+         monta::ShortName(c.limited_by())});
   }
   std::cout << table.Render();
   for (const auto* c : infeasible) {
     std::cout << "  infeasible: " << monta::ShortName(c->kind()) << ": "
-              << c->infeasible_reason()
-              << "\n";
+              << c->infeasible_reason() << "\n";
   }
   const auto& chosen = reply.chosen();
   std::cout << "\nChosen: " << monta::ShortName(chosen.kind()) << " with "

@@ -197,9 +197,9 @@ std::string RenderNicTable(const monta::v1::NodeTopology& topology) {
       provenance = "declared";
     }
     table.AddRow({nic.name(), absl::StrCat(nic.port()),
-                  or_dash(nic.link_layer()),
-                  gbps > 0 ? rate.str() : "-", or_dash(nic.state()),
-                  or_dash(nic.phys_state()), or_dash(nic.pci_address()),
+                  or_dash(nic.link_layer()), gbps > 0 ? rate.str() : "-",
+                  or_dash(nic.state()), or_dash(nic.phys_state()),
+                  or_dash(nic.pci_address()),
                   nic.numa_node() >= 0 ? absl::StrCat(nic.numa_node()) : "-",
                   provenance});
   }

@@ -2,8 +2,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace monta {
 namespace proto_names_internal {
@@ -21,8 +21,7 @@ absl::string_view Prefix(const google::protobuf::EnumDescriptor* type) {
 
 }  // namespace
 
-std::string ShortName(const google::protobuf::EnumDescriptor* type,
-                      int value) {
+std::string ShortName(const google::protobuf::EnumDescriptor* type, int value) {
   const google::protobuf::EnumValueDescriptor* v =
       type->FindValueByNumber(value);
   if (v == nullptr) return absl::StrCat(value);

@@ -526,7 +526,8 @@ int Main(int argc, char** argv) {
         cores,
         server != nullptr ? ", shared by the server and the clients" : "",
         load_before, load_after, absl::GetFlag(FLAGS_job), job->ByteSizeLong(),
-        sample.ByteSizeLong(), sample.candidates_size(), monta::ShortName(sample.chosen().kind()),
+        sample.ByteSizeLong(), sample.candidates_size(),
+        monta::ShortName(sample.chosen().kind()),
         absl::GetFlag(FLAGS_client_decode)
             ? "use the generated stubs"
             : "send pre-serialized bytes, replies unparsed",

@@ -57,8 +57,9 @@ absl::Status PlannerServer::OpenRegistry() {
         std::vector<monta::v1::TopologyEvent> events;
         for (const auto& change : topology::DiffTopology(before, after)) {
           monta::v1::TopologyEvent event;
-          event.set_change(FromShortName<monta::v1::TopologyChange>(change.kind)
-                               .value_or(monta::v1::TOPOLOGY_CHANGE_UNSPECIFIED));
+          event.set_change(
+              FromShortName<monta::v1::TopologyChange>(change.kind)
+                  .value_or(monta::v1::TOPOLOGY_CHANGE_UNSPECIFIED));
           event.set_message(change.message);
           events.push_back(std::move(event));
         }

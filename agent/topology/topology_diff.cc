@@ -111,8 +111,8 @@ std::vector<TopologyChange> DiffTopology(const NodeTopology& before,
     const Nic& now = *new_nic->second;
     if (old_nic == nics_before.end()) {
       changes.push_back({"nic_added", subject,
-                         StrCat(NicLabel(now), " added: ", Gbps(now),
-                                " Gb/s ", StateText(now))});
+                         StrCat(NicLabel(now), " added: ", Gbps(now), " Gb/s ",
+                                StateText(now))});
       continue;
     }
     const Nic& was = *old_nic->second;

@@ -378,8 +378,9 @@ absl::Status CheckEnvelope(const json& review) {
   }
   if (StringMember(&review, "apiVersion") != kReviewApiVersion ||
       StringMember(&review, "kind") != "AdmissionReview") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "expected apiVersion ", kReviewApiVersion, " and kind AdmissionReview"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected apiVersion ", kReviewApiVersion,
+                     " and kind AdmissionReview"));
   }
   const json* uid = Member(Member(&review, "request"), "uid");
   if (uid == nullptr || !uid->is_string() || uid->get<std::string>().empty()) {
@@ -392,8 +393,7 @@ absl::Status CheckEnvelope(const json& review) {
 // The object the webhook acts on: a CREATE of a v1 Pod or batch/v1 Job that
 // carries monta.io/moe and no decision yet. nullopt for everything else, which
 // passes untouched; an error for such a CREATE without an object.
-absl::StatusOr<absl::optional<ReviewedObject>> FindObject(
-    const json& request) {
+absl::StatusOr<absl::optional<ReviewedObject>> FindObject(const json& request) {
   const json* kind = Member(&request, "kind");
   const std::string group = StringMember(kind, "group");
   const std::string kind_name = StringMember(kind, "kind");
@@ -406,7 +406,8 @@ absl::StatusOr<absl::optional<ReviewedObject>> FindObject(
   ReviewedObject o;
   o.is_pod = is_pod;
   const json* dry_run = Member(&request, "dryRun");
-  o.dry_run = dry_run != nullptr && dry_run->is_boolean() && dry_run->get<bool>();
+  o.dry_run =
+      dry_run != nullptr && dry_run->is_boolean() && dry_run->get<bool>();
   o.object = Member(&request, "object");
   if (o.object == nullptr || !o.object->is_object()) {
     return absl::InvalidArgumentError(
@@ -420,9 +421,9 @@ absl::StatusOr<absl::optional<ReviewedObject>> FindObject(
     return absl::nullopt;
   }
   const std::string name = StringMember(o.metadata, "name");
-  o.name = absl::StrCat(StringMember(&request, "namespace"), "/",
-                        name.empty() ? StringMember(o.metadata, "generateName")
-                                     : name);
+  o.name = absl::StrCat(
+      StringMember(&request, "namespace"), "/",
+      name.empty() ? StringMember(o.metadata, "generateName") : name);
   return o;
 }
 
@@ -449,7 +450,8 @@ absl::optional<SpecError> ParseSpec(
   }
   absl::StatusOr<monta::v1::StrategyRequest> parsed =
       planning::ParseJobFile(text, planning::JobFileFormat::kJson);
-  if (!parsed.ok()) return SpecError{400, std::string(parsed.status().message())};
+  if (!parsed.ok())
+    return SpecError{400, std::string(parsed.status().message())};
   *request = *std::move(parsed);
   // Job errors first (they name job.* fields), then the placement.
   if (absl::Status s = planning::ValidateJob(request->job()); !s.ok()) {
@@ -538,8 +540,9 @@ ReviewOutcome ValidationAnswer(const absl::optional<SpecError>& spec_error,
 // The JSONPatch that records the decision on the object: env vars in every
 // container, annotations on the object (and on a Job's Pod template, so the
 // webhook leaves its Pods as they are).
-json DecisionPatch(const ReviewedObject& o, const json& new_annotations,
-                   const std::vector<std::pair<std::string, std::string>>& env) {
+json DecisionPatch(
+    const ReviewedObject& o, const json& new_annotations,
+    const std::vector<std::pair<std::string, std::string>>& env) {
   json ops = json::array();
   if (o.is_pod) {
     const json* pod_spec = Member(o.object, "spec");
@@ -549,7 +552,8 @@ json DecisionPatch(const ReviewedObject& o, const json& new_annotations,
   }
   const json* tmpl = Member(Member(o.object, "spec"), "template");
   const json* pod_spec = Member(tmpl, "spec");
-  if (pod_spec != nullptr) AddEnvOps(*pod_spec, "/spec/template/spec", env, &ops);
+  if (pod_spec != nullptr)
+    AddEnvOps(*pod_spec, "/spec/template/spec", env, &ops);
   AddAnnotationOps(o.metadata, "/metadata", new_annotations, &ops);
   if (tmpl != nullptr && tmpl->is_object()) {
     AddAnnotationOps(Member(tmpl, "metadata"), "/spec/template/metadata",
@@ -570,11 +574,13 @@ ReviewOutcome MutationAnswer(const ReviewedObject& o, const SpecPlan& plan,
   }
   const monta::v1::Candidate& c = plan.reply.chosen();
   const std::string id = options.new_decision_id();
-  const json decision = DecisionJson(id, plan.request, plan.reply, options.now());
+  const json decision =
+      DecisionJson(id, plan.request, plan.reply, options.now());
   const json new_annotations = {{kStrategyAnnotation, ShortName(c.kind())},
                                 {kDecisionIdAnnotation, id},
                                 {kDecisionAnnotation, decision.dump()}};
-  const json ops = DecisionPatch(o, new_annotations, DecisionEnv(id, plan.reply));
+  const json ops =
+      DecisionPatch(o, new_annotations, DecisionEnv(id, plan.reply));
   response["response"]["patchType"] = "JSONPatch";
   response["response"]["patch"] = absl::Base64Escape(ops.dump());
   if (options.log && !o.dry_run) {

@@ -86,9 +86,8 @@ void SetCount(HardwareProfile& p, int HardwareProfile::*field, const char* name,
 void SetGbps(HardwareProfile& p, double gbps, const char* source) {
   // Datasheets give Gb/s; the contract carries bytes per second only.
   p.nic_bytes_per_second = gbps * 1e9 / 8;
-  p.constants.push_back(
-      {"nic_bytes_per_second", p.nic_bytes_per_second, "bytes_per_second",
-       source});
+  p.constants.push_back({"nic_bytes_per_second", p.nic_bytes_per_second,
+                         "bytes_per_second", source});
 }
 
 // Constants shared by the NVIDIA HGX profiles; fabric rates differ per class.
@@ -206,8 +205,7 @@ double HardwareProfile::InterNodeLinkBytesPerSecond() const {
   // With PXN every GPU can use every NIC of its node, so a rank's network
   // share is the node's NIC capacity split over its GPUs.
   if (gpus_per_node <= 0) return 0;
-  return nics_per_node * nic_bytes_per_second * nic_efficiency /
-         gpus_per_node;
+  return nics_per_node * nic_bytes_per_second * nic_efficiency / gpus_per_node;
 }
 
 double HardwareProfile::CopyBytesPerSecond() const {

@@ -120,9 +120,10 @@ const char* StrategyName(StrategyKind kind) {
   return "unknown";
 }
 
-absl::StatusOr<Decision> Decide(const MoeJobShape& job, const NodeShape& shape,
-                                const ClusterView& cluster,
-                                const SearchOptions& options) {
+namespace {
+
+absl::Status CheckInputs(const ClusterView& cluster,
+                         const SearchOptions& options) {
   if (options.max_chunks < 1 || options.max_chunks > 1024) {
     return absl::InvalidArgumentError(absl::StrCat(
         "options.max_chunks: must be in 1..1024, got ", options.max_chunks));
@@ -139,6 +140,137 @@ absl::StatusOr<Decision> Decide(const MoeJobShape& job, const NodeShape& shape,
         "cluster view: every curve (alltoall intra/inter, allgather, copy) "
         "must be set");
   }
+  return absl::OkStatus();
+}
+
+StrategyTime Evaluate(const CostModel& model, StrategyKind kind,
+                      ExtrapolationFlags* flags, int k) {
+  switch (kind) {
+    case StrategyKind::kFlat:
+      return model.Flat(flags);
+    case StrategyKind::kTpDedup:
+      return model.TpDedup(flags);
+    case StrategyKind::kTpDedupPipelined:
+      return model.TpDedupPipelined(k, flags);
+    case StrategyKind::kHierarchical:
+      return model.Hierarchical(flags);
+    case StrategyKind::kExpertOverlap:
+      return model.ExpertOverlap(k, flags);
+  }
+  return {};
+}
+
+// What every candidate is compared with, whether or not it is allowed.
+struct References {
+  double flat_total = 0;
+  double dedup_total = 0;  // 0 when tp_dedup cannot run
+  double share = 0;        // f, the AllToAll share of the step under flat
+  double steps = 0;        // MoE layers times micro-batches per step: L * m
+};
+
+References ComputeReferences(const MoeJobShape& job, const Traffic& tr,
+                             const CostModel& model) {
+  References r;
+  r.flat_total = Total(model.Flat(nullptr));
+  if (!InfeasibleReason(StrategyKind::kTpDedup, job, tr)) {
+    r.dedup_total = Total(model.TpDedup(nullptr));
+  }
+  r.steps = static_cast<double>(job.moe_layers) *
+            std::max(1, job.microbatches_per_step);
+  if (job.alltoall_share_ratio > 0) {
+    r.share = std::min(1.0, job.alltoall_share_ratio);
+  } else if (job.step_time_seconds > 0) {
+    r.share = std::min(1.0, r.steps * r.flat_total / job.step_time_seconds);
+  }
+  return r;
+}
+
+std::vector<StrategyKind> KindsToConsider(const SearchOptions& options) {
+  std::vector<StrategyKind> kinds = options.allowed;
+  if (kinds.empty()) kinds.assign(std::begin(kAllKinds), std::end(kAllKinds));
+  std::sort(kinds.begin(), kinds.end());
+  kinds.erase(std::unique(kinds.begin(), kinds.end()), kinds.end());
+  return kinds;
+}
+
+// A feasible kind at its best chunk count, with its times and speedups;
+// `extrapolated` learns which curves the winner read outside their sizes.
+Candidate EvaluateFeasible(StrategyKind kind, const Traffic& tr,
+                           const CostModel& model, const SearchOptions& options,
+                           const References& refs,
+                           ExtrapolationFlags* extrapolated) {
+  Candidate c;
+  c.kind = kind;
+  c.name = StrategyName(kind);
+  c.feasible = true;
+  auto at = [&](int k) { return Evaluate(model, kind, nullptr, k); };
+  Evaluated best;
+  if (kind == StrategyKind::kTpDedupPipelined) {
+    best = BestChunks(tr.split_rows / tr.tensor_parallel_size,
+                      options.max_chunks, at);
+  } else if (kind == StrategyKind::kExpertOverlap) {
+    best = BestChunks(tr.split_rows, options.max_chunks, at);
+  } else {
+    best.time = at(1);
+  }
+  // Evaluate the winner once more to learn which curves it extrapolated.
+  Evaluate(model, kind, extrapolated, best.chunks);
+  c.chunks_requested = best.chunks;
+  c.chunks_effective = best.chunks;
+  c.forward_seconds_per_layer = best.time.forward_seconds;
+  c.backward_seconds_per_layer = best.time.backward_seconds;
+  c.total_seconds_per_layer = Total(best.time);
+  c.step_seconds = refs.steps * c.total_seconds_per_layer;
+  c.intra_node_bytes_per_rank = best.time.intra_node_bytes;
+  c.inter_node_bytes_per_rank = best.time.inter_node_bytes;
+  c.bottleneck = best.time.busy.Bottleneck();
+  if (c.total_seconds_per_layer > 0) {
+    if (refs.flat_total > 0) {
+      c.speedup_over_flat = refs.flat_total / c.total_seconds_per_layer;
+    }
+    if (refs.dedup_total > 0) {
+      c.speedup_over_tp_dedup = refs.dedup_total / c.total_seconds_per_layer;
+    }
+  }
+  if (refs.share > 0 && c.speedup_over_flat > 0) {
+    c.predicted_step_gain_ratio = refs.share * (1 - 1 / c.speedup_over_flat);
+  }
+  return c;
+}
+
+// Fastest first; equal times keep the strategies' order (simpler first).
+void RankFeasible(std::vector<Candidate>* feasible) {
+  std::stable_sort(
+      feasible->begin(), feasible->end(),
+      [](const Candidate& a, const Candidate& b) {
+        if (a.total_seconds_per_layer != b.total_seconds_per_layer) {
+          return a.total_seconds_per_layer < b.total_seconds_per_layer;
+        }
+        return KindOrder(a.kind) < KindOrder(b.kind);
+      });
+  for (size_t i = 0; i < feasible->size(); ++i) (*feasible)[i].rank = i + 1;
+}
+
+void AddJobNotes(const MoeJobShape& job, const Traffic& tr,
+                 std::vector<std::string>* notes) {
+  if (tr.ep_group_size <= 1) {
+    notes->push_back(
+        "expert_parallel_size is 1: experts are local, no AllToAll runs");
+  }
+  if (!job.experts_tensor_parallel && tr.tensor_parallel_size > 1) {
+    notes->push_back(
+        "experts are not tensor-parallel: DeepSpeed already drops duplicate "
+        "tokens before the AllToAll, so flat overstates what such a job "
+        "runs today");
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Decision> Decide(const MoeJobShape& job, const NodeShape& shape,
+                                const ClusterView& cluster,
+                                const SearchOptions& options) {
+  if (absl::Status s = CheckInputs(cluster, options); !s.ok()) return s;
   absl::StatusOr<Traffic> traffic = ComputeTraffic(job, shape);
   if (!traffic.ok()) return traffic.status();
 
@@ -147,113 +279,26 @@ absl::StatusOr<Decision> Decide(const MoeJobShape& job, const NodeShape& shape,
   const Traffic& tr = decision.traffic;
   const CostModel model(tr, cluster, options.contention_factor,
                         options.backward, job.expert_compute_seconds);
-  const int64_t rows_per_tp_rank = tr.split_rows / tr.tensor_parallel_size;
-
-  auto evaluate = [&](StrategyKind kind, ExtrapolationFlags* flags,
-                      int k) -> StrategyTime {
-    switch (kind) {
-      case StrategyKind::kFlat:
-        return model.Flat(flags);
-      case StrategyKind::kTpDedup:
-        return model.TpDedup(flags);
-      case StrategyKind::kTpDedupPipelined:
-        return model.TpDedupPipelined(k, flags);
-      case StrategyKind::kHierarchical:
-        return model.Hierarchical(flags);
-      case StrategyKind::kExpertOverlap:
-        return model.ExpertOverlap(k, flags);
-    }
-    return {};
-  };
-
-  // References for the speedups, whether or not they are allowed.
-  const double flat_total = Total(model.Flat(nullptr));
-  double dedup_total = 0;
-  if (!InfeasibleReason(StrategyKind::kTpDedup, job, tr)) {
-    dedup_total = Total(model.TpDedup(nullptr));
-  }
-  double share = 0;  // f, the AllToAll share of the step under flat
-  const double steps = static_cast<double>(job.moe_layers) *
-                       std::max(1, job.microbatches_per_step);
-  if (job.alltoall_share_ratio > 0) {
-    share = std::min(1.0, job.alltoall_share_ratio);
-  } else if (job.step_time_seconds > 0) {
-    share = std::min(1.0, steps * flat_total / job.step_time_seconds);
-  }
-
-  std::vector<StrategyKind> kinds = options.allowed;
-  if (kinds.empty()) kinds.assign(std::begin(kAllKinds), std::end(kAllKinds));
-  std::sort(kinds.begin(), kinds.end());
-  kinds.erase(std::unique(kinds.begin(), kinds.end()), kinds.end());
+  const References refs = ComputeReferences(job, tr, model);
 
   std::vector<Candidate> feasible;
   std::vector<Candidate> infeasible;
-  for (StrategyKind kind : kinds) {
-    Candidate c;
-    c.kind = kind;
-    c.name = StrategyName(kind);
+  for (StrategyKind kind : KindsToConsider(options)) {
     if (std::optional<std::string> why = InfeasibleReason(kind, job, tr)) {
+      Candidate c;
+      c.kind = kind;
+      c.name = StrategyName(kind);
       c.infeasible_reason = *why;
       decision.notes.push_back(absl::StrCat(c.name, " infeasible: ", *why));
       infeasible.push_back(std::move(c));
       continue;
     }
-    c.feasible = true;
-    Evaluated best;
-    if (kind == StrategyKind::kTpDedupPipelined) {
-      best = BestChunks(rows_per_tp_rank, options.max_chunks,
-                        [&](int k) { return evaluate(kind, nullptr, k); });
-    } else if (kind == StrategyKind::kExpertOverlap) {
-      best = BestChunks(tr.split_rows, options.max_chunks,
-                        [&](int k) { return evaluate(kind, nullptr, k); });
-    } else {
-      best.time = evaluate(kind, nullptr, 1);
-    }
-    // Evaluate the winner once more to learn which curves it extrapolated.
-    evaluate(kind, &decision.extrapolated, best.chunks);
-    c.chunks_requested = best.chunks;
-    c.chunks_effective = best.chunks;
-    c.forward_seconds_per_layer = best.time.forward_seconds;
-    c.backward_seconds_per_layer = best.time.backward_seconds;
-    c.total_seconds_per_layer = Total(best.time);
-    c.step_seconds = steps * c.total_seconds_per_layer;
-    c.intra_node_bytes_per_rank = best.time.intra_node_bytes;
-    c.inter_node_bytes_per_rank = best.time.inter_node_bytes;
-    c.bottleneck = best.time.busy.Bottleneck();
-    if (c.total_seconds_per_layer > 0) {
-      if (flat_total > 0) {
-        c.speedup_over_flat = flat_total / c.total_seconds_per_layer;
-      }
-      if (dedup_total > 0) {
-        c.speedup_over_tp_dedup = dedup_total / c.total_seconds_per_layer;
-      }
-    }
-    if (share > 0 && c.speedup_over_flat > 0) {
-      c.predicted_step_gain_ratio = share * (1 - 1 / c.speedup_over_flat);
-    }
-    feasible.push_back(std::move(c));
+    feasible.push_back(EvaluateFeasible(kind, tr, model, options, refs,
+                                        &decision.extrapolated));
   }
-
-  std::stable_sort(
-      feasible.begin(), feasible.end(),
-      [](const Candidate& a, const Candidate& b) {
-        if (a.total_seconds_per_layer != b.total_seconds_per_layer) {
-          return a.total_seconds_per_layer < b.total_seconds_per_layer;
-        }
-        return KindOrder(a.kind) < KindOrder(b.kind);
-      });
-  for (size_t i = 0; i < feasible.size(); ++i) feasible[i].rank = i + 1;
+  RankFeasible(&feasible);
   decision.chosen = feasible.empty() ? -1 : 0;
-  if (tr.ep_group_size <= 1) {
-    decision.notes.push_back(
-        "expert_parallel_size is 1: experts are local, no AllToAll runs");
-  }
-  if (!job.experts_tensor_parallel && tr.tensor_parallel_size > 1) {
-    decision.notes.push_back(
-        "experts are not tensor-parallel: DeepSpeed already drops duplicate "
-        "tokens before the AllToAll, so flat overstates what such a job "
-        "runs today");
-  }
+  AddJobNotes(job, tr, &decision.notes);
   decision.candidates = std::move(feasible);
   for (Candidate& c : infeasible) decision.candidates.push_back(std::move(c));
   return decision;

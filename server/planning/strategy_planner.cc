@@ -59,6 +59,34 @@ absl::StatusOr<Resolved> ResolveProfilePlacement(const v1::Placement& p) {
   return r;
 }
 
+// The profile a registered node belongs to: its declared profile_name, else
+// the one its GPU name (or the lack of GPUs) implies.
+absl::StatusOr<const model::HardwareProfile*> NodeProfile(
+    const std::string& field, const std::string& name, const NodeFacts& facts) {
+  std::string profile_name = facts.profile_name;
+  if (profile_name.empty()) {
+    if (facts.gpu_count > 0 && facts.gpu_name.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": node \"", name, "\" reports ", facts.gpu_count,
+                       " GPUs without a name; declare its profile_name"));
+    }
+    absl::StatusOr<std::string> inferred =
+        model::ProfileNameForGpu(facts.gpu_count > 0 ? facts.gpu_name : "");
+    if (!inferred.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": node \"", name, "\": ", inferred.status().message()));
+    }
+    profile_name = *inferred;
+  }
+  absl::StatusOr<const model::HardwareProfile*> found =
+      model::LookupProfile(profile_name);
+  if (!found.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": node \"", name, "\": ", found.status().message()));
+  }
+  return *found;
+}
+
 absl::StatusOr<Resolved> ResolveNodePlacement(const v1::Placement& p,
                                               const NodeLookup* lookup) {
   if (lookup == nullptr) {
@@ -91,32 +119,13 @@ absl::StatusOr<Resolved> ResolveNodePlacement(const v1::Placement& p,
       return absl::NotFoundError(
           absl::StrCat(field, ": node \"", name, "\" is not registered"));
     }
-    std::string profile_name = facts->profile_name;
-    if (profile_name.empty()) {
-      if (facts->gpu_count > 0 && facts->gpu_name.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            field, ": node \"", name, "\" reports ", facts->gpu_count,
-            " GPUs without a name; declare its profile_name"));
-      }
-      absl::StatusOr<std::string> inferred =
-          model::ProfileNameForGpu(facts->gpu_count > 0 ? facts->gpu_name : "");
-      if (!inferred.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            field, ": node \"", name, "\": ", inferred.status().message()));
-      }
-      profile_name = *inferred;
-    }
-    absl::StatusOr<const model::HardwareProfile*> found =
-        model::LookupProfile(profile_name);
-    if (!found.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ": node \"", name, "\": ", found.status().message()));
-    }
-    const model::HardwareProfile* profile = *found;
+    absl::StatusOr<const model::HardwareProfile*> profile =
+        NodeProfile(field, name, *facts);
+    if (!profile.ok()) return profile.status();
     // Ranks this node runs: the request's, else its GPUs, else the CPU
     // profile's rank count.
     const int available =
-        facts->gpu_count > 0 ? facts->gpu_count : profile->gpus_per_node;
+        facts->gpu_count > 0 ? facts->gpu_count : (*profile)->gpus_per_node;
     int ranks = available;
     if (p.gpus_per_node() > 0) {
       if (facts->gpu_count > 0 && p.gpus_per_node() > facts->gpu_count) {
@@ -135,7 +144,7 @@ absl::StatusOr<Resolved> ResolveNodePlacement(const v1::Placement& p,
           "\"); set gpus_per_node to the ranks each node runs"));
     }
     r.members.push_back(*std::move(facts));
-    r.node_profiles.push_back(profile);
+    r.node_profiles.push_back(*profile);
   }
   r.nodes = static_cast<int>(r.members.size());
   return r;
@@ -268,7 +277,9 @@ class OptionSet {
   OptionSet(Role role, const Resolved& where,
             const std::vector<model::ClusterView>& profile_views,
             std::vector<std::string>* notes)
-      : role_(role), where_(where), profile_views_(profile_views),
+      : role_(role),
+        where_(where),
+        profile_views_(profile_views),
         notes_(notes) {}
 
   // The profile of member i (or the one profile), once per profile.
@@ -286,8 +297,8 @@ class OptionSet {
     absl::StatusOr<model::BandwidthCurve> curve = CurveFromProto(c);
     if (!curve.ok()) {
       notes_->push_back(absl::StrCat(RoleName(role_), ": curve of task \"",
-                                     c.task_id(), "\" ignored: ",
-                                     curve.status().message()));
+                                     c.task_id(),
+                                     "\" ignored: ", curve.status().message()));
       return false;
     }
     options_.push_back({*std::move(curve), &c, ""});
@@ -340,8 +351,7 @@ void AddInterNodeOptions(const Resolved& where, OptionSet* options,
         continue;
       }
       auto [it, inserted] = newest.emplace(key, &c);
-      if (!inserted && MeasuredAt(c) > MeasuredAt(*it->second))
-        it->second = &c;
+      if (!inserted && MeasuredAt(c) > MeasuredAt(*it->second)) it->second = &c;
     }
   }
   std::set<std::string> covered;

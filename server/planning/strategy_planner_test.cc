@@ -171,7 +171,8 @@ TEST(PlanStrategy, MeasuredCurvesWinAndCarryTheirAge) {
   auto reply = PlanStrategy(PaperJobOn({"a", "b"}), &lookup, kNow);
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->evidence().origin(), v1::EVIDENCE_SOURCE_MEASURED);
-  const v1::CurveEvidence* inter = Evidence(*reply, v1::CURVE_ROLE_ALLTOALL_INTER);
+  const v1::CurveEvidence* inter =
+      Evidence(*reply, v1::CURVE_ROLE_ALLTOALL_INTER);
   ASSERT_NE(inter, nullptr);
   EXPECT_EQ(inter->origin(), v1::EVIDENCE_SOURCE_MEASURED);
   EXPECT_EQ(inter->task_id(), "t-inter");
@@ -215,7 +216,8 @@ TEST(PlanStrategy, SlowestNodeBoundsAndMissingNodesMakeItMixed) {
   r.mutable_job()->set_data_parallel_size(8);
   auto reply = PlanStrategy(r, &lookup, kNow);
   ASSERT_TRUE(reply.ok()) << reply.status();
-  const v1::CurveEvidence* intra = Evidence(*reply, v1::CURVE_ROLE_ALLTOALL_INTRA);
+  const v1::CurveEvidence* intra =
+      Evidence(*reply, v1::CURVE_ROLE_ALLTOALL_INTRA);
   ASSERT_NE(intra, nullptr);
   EXPECT_EQ(intra->task_id(), "slow");
   EXPECT_EQ(reply->evidence().origin(), v1::EVIDENCE_SOURCE_MIXED);
@@ -246,7 +248,8 @@ TEST(PlanStrategy, ShortCurvesAreExtrapolatedAndSaySo) {
                                         kNow - absl::Hours(1), "short"));
   auto reply = PlanStrategy(PaperJobOn({"a", "b"}), &lookup, kNow);
   ASSERT_TRUE(reply.ok()) << reply.status();
-  const v1::CurveEvidence* inter = Evidence(*reply, v1::CURVE_ROLE_ALLTOALL_INTER);
+  const v1::CurveEvidence* inter =
+      Evidence(*reply, v1::CURVE_ROLE_ALLTOALL_INTER);
   ASSERT_NE(inter, nullptr);
   EXPECT_EQ(inter->origin(), v1::EVIDENCE_SOURCE_MEASURED);
   EXPECT_TRUE(inter->extrapolated());
@@ -263,7 +266,8 @@ TEST(PlanStrategy, BrokenCurvesAreIgnoredWithANote) {
   lookup.at("a").curves.push_back(bad);
   auto reply = PlanStrategy(PaperJobOn({"a", "b"}), &lookup, kNow);
   ASSERT_TRUE(reply.ok()) << reply.status();
-  EXPECT_EQ(Evidence(*reply, v1::CURVE_ROLE_ALLTOALL_INTRA)->origin(), v1::EVIDENCE_SOURCE_PROFILE);
+  EXPECT_EQ(Evidence(*reply, v1::CURVE_ROLE_ALLTOALL_INTRA)->origin(),
+            v1::EVIDENCE_SOURCE_PROFILE);
   bool noted = false;
   for (const std::string& n : reply->evidence().notes()) {
     if (n.find("\"bad\" ignored") != std::string::npos) noted = true;

@@ -121,7 +121,8 @@ TEST_F(RegistryTest, TopologyChangesBecomeEvents) {
                              const monta::v1::NodeTopology& b) {
     std::vector<monta::v1::TopologyEvent> events;
     if (a.nics_size() == 1 && b.nics_size() == 1 &&
-        a.nics(0).rate_bytes_per_second() != b.nics(0).rate_bytes_per_second()) {
+        a.nics(0).rate_bytes_per_second() !=
+            b.nics(0).rate_bytes_per_second()) {
       monta::v1::TopologyEvent e;
       e.set_change(monta::v1::TOPOLOGY_CHANGE_NIC_RATE_CHANGED);
       events.push_back(e);
@@ -142,7 +143,8 @@ TEST_F(RegistryTest, TopologyChangesBecomeEvents) {
   ASSERT_TRUE(r.Heartbeat(hb, t0_ + absl::Seconds(1)).ok());
   auto info = r.Get("node-a", t0_ + absl::Seconds(1));
   ASSERT_EQ(info->events_size(), 1);
-  EXPECT_EQ(info->events(0).change(), monta::v1::TOPOLOGY_CHANGE_NIC_RATE_CHANGED);
+  EXPECT_EQ(info->events(0).change(),
+            monta::v1::TOPOLOGY_CHANGE_NIC_RATE_CHANGED);
   EXPECT_EQ(info->topology().nics(0).rate_bytes_per_second(), 200e9 / 8);
 }
 
