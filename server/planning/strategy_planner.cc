@@ -435,7 +435,18 @@ uint64_t Bytes(double v) {
   return v <= 0 ? 0 : static_cast<uint64_t>(std::llround(v));
 }
 
-void FillCandidate(const model::Candidate& c, v1::Candidate* out) {
+// Whether every node runs CPU ranks (the profile a GPU-less node gets), whose
+// intra-node path is loopback rather than NVLink.
+bool CpuRanks(const Resolved& where) {
+  absl::StatusOr<std::string> cpu = model::ProfileNameForGpu("");
+  return cpu.ok() &&
+         std::all_of(
+             where.node_profiles.begin(), where.node_profiles.end(),
+             [&](const model::HardwareProfile* p) { return p->name == *cpu; });
+}
+
+void FillCandidate(const model::Candidate& c, bool cpu_ranks,
+                   v1::Candidate* out) {
   out->set_kind(ToProtoKind(c.kind));
   out->set_chunks_requested(c.chunks_requested);
   out->set_chunks_effective(c.chunks_effective);
@@ -451,8 +462,12 @@ void FillCandidate(const model::Candidate& c, v1::Candidate* out) {
   out->set_intra_node_bytes_per_rank(Bytes(c.intra_node_bytes_per_rank));
   out->set_inter_node_bytes_per_rank(Bytes(c.inter_node_bytes_per_rank));
   // The model names the busiest resource; its names are the enum's short names.
-  out->set_limited_by(FromShortName<v1::Bottleneck>(c.bottleneck)
-                          .value_or(v1::BOTTLENECK_UNSPECIFIED));
+  v1::Bottleneck limited_by = FromShortName<v1::Bottleneck>(c.bottleneck)
+                                  .value_or(v1::BOTTLENECK_UNSPECIFIED);
+  if (cpu_ranks && limited_by == v1::BOTTLENECK_NVLINK) {
+    limited_by = v1::BOTTLENECK_LOOPBACK;
+  }
+  out->set_limited_by(limited_by);
   out->set_speedup_over_flat(c.speedup_over_flat);
   out->set_speedup_over_tp_dedup(c.speedup_over_tp_dedup);
   out->set_predicted_step_gain_ratio(c.predicted_step_gain_ratio);
@@ -633,7 +648,7 @@ absl::StatusOr<v1::StrategyReply> PlanStrategy(
   v1::StrategyReply reply;
   FillTraffic(decision->traffic, reply.mutable_traffic());
   for (const model::Candidate& c : decision->candidates) {
-    FillCandidate(c, reply.add_candidates());
+    FillCandidate(c, CpuRanks(*where), reply.add_candidates());
   }
   if (decision->chosen >= 0) {
     *reply.mutable_chosen() = reply.candidates(decision->chosen);

@@ -101,7 +101,13 @@ TEST(PlanStrategy, ProfilePlacementReproducesThePaper) {
   EXPECT_EQ(reply->traffic().capacity_tokens(), 4096);
   EXPECT_EQ(reply->traffic().dispatch_bytes(), 2ull * 4096 * 8192 * 2);
   EXPECT_EQ(reply->candidates_size(), 5);
-  EXPECT_GE(reply->decision_seconds(), 0);
+  // Every feasible candidate names its bottleneck: the model's resource names
+  // all map onto the Bottleneck enum.
+  for (const v1::Candidate& c : reply->candidates()) {
+    if (c.feasible()) {
+      EXPECT_NE(c.limited_by(), v1::BOTTLENECK_UNSPECIFIED) << c.DebugString();
+    }
+  }
 }
 
 TEST(PlanStrategy, RegisteredNodesInferTheirProfile) {
@@ -303,6 +309,10 @@ TEST(PlanStrategy, CpuNodesUseTheGlooProfile) {
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->evidence().profile(), "cpu-gloo");
   EXPECT_EQ(reply->traffic().gpus_per_node(), 2);
+  // CPU ranks have no NVLink: their intra-node path is loopback.
+  for (const v1::Candidate& c : reply->candidates()) {
+    EXPECT_NE(c.limited_by(), v1::BOTTLENECK_NVLINK) << c.DebugString();
+  }
 }
 
 TEST(ListProfiles, EveryConstantCarriesItsSource) {
