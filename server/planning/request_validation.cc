@@ -32,9 +32,8 @@ absl::Status InRange(absl::string_view field, T value, T lo, T hi) {
     if (!_status.ok()) return _status; \
   } while (0)
 
-}  // namespace
-
-absl::Status ValidateJob(const MoeJob& job) {
+// The layer and batch shape: sizes, routing, sequence, element width, layers.
+absl::Status ValidateLayerShape(const MoeJob& job) {
   if (job.name().size() > 253) {
     return Bad("job.name", "must be at most 253 characters",
                absl::StrCat(job.name().size(), " characters"));
@@ -77,6 +76,14 @@ absl::Status ValidateJob(const MoeJob& job) {
       InRange<int32_t>("job.moe_layers", job.moe_layers(), 1, 10000));
   MONTA_RETURN_IF_ERROR(InRange<int32_t>(
       "job.microbatches_per_step", job.microbatches_per_step(), 0, 1 << 20));
+  return absl::OkStatus();
+}
+
+// The parallel layout: sizes in range and their relations (strategy.proto's
+// MoeJob comment states them).
+absl::Status ValidateParallelism(const MoeJob& job) {
+  const int cp =
+      job.context_parallel_size() == 0 ? 1 : job.context_parallel_size();
   MONTA_RETURN_IF_ERROR(
       InRange<int32_t>("job.world_size", job.world_size(), 1, 1 << 20));
   MONTA_RETURN_IF_ERROR(InRange<int32_t>(
@@ -123,6 +130,11 @@ absl::Status ValidateJob(const MoeJob& job) {
                  absl::StrCat(job.tensor_parallel_size()));
     }
   }
+  return absl::OkStatus();
+}
+
+// The optional inputs: imbalance, expert compute and step time or share.
+absl::Status ValidateOptionalInputs(const MoeJob& job) {
   const double imbalance = job.imbalance_factor();
   if (!std::isfinite(imbalance) || (imbalance != 0 && imbalance < 1) ||
       imbalance > 64) {
@@ -145,6 +157,14 @@ absl::Status ValidateJob(const MoeJob& job) {
                absl::StrCat(f));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateJob(const MoeJob& job) {
+  MONTA_RETURN_IF_ERROR(ValidateLayerShape(job));
+  MONTA_RETURN_IF_ERROR(ValidateParallelism(job));
+  return ValidateOptionalInputs(job);
 }
 
 absl::Status ValidateOptions(const monta::v1::StrategyOptions& options) {

@@ -25,11 +25,8 @@ absl::Status Bad(const std::string& field, const std::string& expected) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", expected));
 }
 
-}  // namespace
-
-absl::Status ValidateTopology(const monta::v1::NodeTopology& t,
-                              const char* prefix) {
-  const std::string p = prefix;
+absl::Status ValidateTexts(const monta::v1::NodeTopology& t,
+                           const std::string& p) {
   if (t.hostname().size() > kMaxText)
     return Bad(p + ".hostname", "at most 256 characters");
   if (t.kubernetes_node_name().size() > kMaxText) {
@@ -43,6 +40,11 @@ absl::Status ValidateTopology(const monta::v1::NodeTopology& t,
     if (s->size() > kMaxStatus)
       return Bad(p + ".*_status", "at most 4096 characters");
   }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLabels(const monta::v1::NodeTopology& t,
+                            const std::string& p) {
   if (t.labels_size() > kMaxLabels) {
     return Bad(p + ".labels", absl::StrCat("at most ", kMaxLabels,
                                            " labels, got ", t.labels_size()));
@@ -54,11 +56,16 @@ absl::Status ValidateTopology(const monta::v1::NodeTopology& t,
                  "a Kubernetes label: key 1..317 characters, value at most 63");
     }
   }
+  return absl::OkStatus();
+}
+
+// The GPUs; `indices` receives their (unique) indices.
+absl::Status ValidateGpus(const monta::v1::NodeTopology& t,
+                          const std::string& p, std::set<int>* indices) {
   if (t.gpus_size() > kMaxGpus) {
     return Bad(p + ".gpus", absl::StrCat("at most ", kMaxGpus, " GPUs, got ",
                                          t.gpus_size()));
   }
-  std::set<int> indices;
   for (int i = 0; i < t.gpus_size(); ++i) {
     const auto& gpu = t.gpus(i);
     const std::string f = absl::StrCat(p, ".gpus[", i, "]");
@@ -66,7 +73,7 @@ absl::Status ValidateTopology(const monta::v1::NodeTopology& t,
       return Bad(f + ".index",
                  absl::StrCat("in 0..", kMaxGpus - 1, ", got ", gpu.index()));
     }
-    if (!indices.insert(gpu.index()).second) {
+    if (!indices->insert(gpu.index()).second) {
       return Bad(f + ".index",
                  absl::StrCat("unique, but ", gpu.index(), " appears twice"));
     }
@@ -77,6 +84,13 @@ absl::Status ValidateTopology(const monta::v1::NodeTopology& t,
     }
     if (gpu.sm_count() < 0) return Bad(f + ".sm_count", "at least 0");
   }
+  return absl::OkStatus();
+}
+
+// GPU pairs, each once, between GPUs in `indices`.
+absl::Status ValidateGpuLinks(const monta::v1::NodeTopology& t,
+                              const std::string& p,
+                              const std::set<int>& indices) {
   const int max_links = kMaxGpus * (kMaxGpus - 1) / 2;
   if (t.gpu_links_size() > max_links) {
     return Bad(p + ".gpu_links", absl::StrCat("at most ", max_links, " pairs"));
@@ -101,6 +115,11 @@ absl::Status ValidateTopology(const monta::v1::NodeTopology& t,
       return Bad(f, "NVLink counts in 0..64");
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateNics(const monta::v1::NodeTopology& t,
+                          const std::string& p) {
   if (t.nics_size() > kMaxNics) {
     return Bad(p + ".nics", absl::StrCat("at most ", kMaxNics,
                                          " NIC ports, got ", t.nics_size()));
@@ -120,6 +139,20 @@ absl::Status ValidateTopology(const monta::v1::NodeTopology& t,
     if (nic.port() < 0 || nic.port() > 255)
       return Bad(f + ".port", "in 0..255");
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateTopology(const monta::v1::NodeTopology& t,
+                              const char* prefix) {
+  const std::string p = prefix;
+  if (absl::Status s = ValidateTexts(t, p); !s.ok()) return s;
+  if (absl::Status s = ValidateLabels(t, p); !s.ok()) return s;
+  std::set<int> gpu_indices;
+  if (absl::Status s = ValidateGpus(t, p, &gpu_indices); !s.ok()) return s;
+  if (absl::Status s = ValidateGpuLinks(t, p, gpu_indices); !s.ok()) return s;
+  if (absl::Status s = ValidateNics(t, p); !s.ok()) return s;
   if (t.numa_nodes_size() > kMaxNumaNodes) {
     return Bad(p + ".numa_nodes", absl::StrCat("at most ", kMaxNumaNodes));
   }
