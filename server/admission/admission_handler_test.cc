@@ -207,8 +207,15 @@ TEST_F(AdmissionHandlerTest, PodGetsDecisionInEveryContainerAndAnnotations) {
   EXPECT_EQ(decision["evidence"]["source"], "profile");
   EXPECT_EQ(decision["evidence"]["profile"], "a800-hgx");
   ASSERT_FALSE(decision["evidence"]["curves"].empty());
+  // The annotation keeps the lowercase names users script against, not the
+  // proto's enum value names.
+  EXPECT_EQ(decision["bottleneck"], "network");
   for (const json& curve : decision["evidence"]["curves"]) {
     EXPECT_TRUE(curve.contains("role"));
+    EXPECT_EQ(curve["role"].get<std::string>().find("CURVE_ROLE"),
+              std::string::npos)
+        << curve.dump();
+    EXPECT_EQ(curve["source"], "profile");
     EXPECT_TRUE(curve.contains("age_seconds"));
   }
   EXPECT_EQ(AdmissionCount("mutate", "patched"), 1);
