@@ -187,7 +187,8 @@ TEST(HgxA800, DiscoversNv8AndSharedHdrNics) {
     EXPECT_EQ(link.nvlink_count(), 8);
   }
   ASSERT_EQ(topo->nics_size(), 4);
-  for (const auto& nic : topo->nics()) EXPECT_EQ(nic.rate_bytes_per_second(), 200e9 / 8);
+  for (const auto& nic : topo->nics())
+    EXPECT_EQ(nic.rate_bytes_per_second(), 200e9 / 8);
 }
 
 TEST(Discovery, NothingPresentStillSucceedsAndSaysWhy) {

@@ -16,7 +16,7 @@ namespace monta::model {
 struct ProfileConstant {
   std::string name;
   double value = 0;
-  std::string unit;  // "bytes_per_second", "seconds", "count", "ratio"
+  std::string unit;    // "bytes_per_second", "seconds", "count", "ratio"
   std::string source;  // public source or "assumption: why"
 };
 

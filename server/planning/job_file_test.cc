@@ -122,7 +122,8 @@ TEST(Examples, PaperExampleChoosesPipelinedDedup) {
   ASSERT_TRUE(request.ok()) << request.status();
   auto reply = PlanStrategy(*request, nullptr, absl::UnixEpoch());
   ASSERT_TRUE(reply.ok()) << reply.status();
-  EXPECT_EQ(reply->chosen().kind(), monta::v1::STRATEGY_KIND_TP_DEDUP_PIPELINED);
+  EXPECT_EQ(reply->chosen().kind(),
+            monta::v1::STRATEGY_KIND_TP_DEDUP_PIPELINED);
   EXPECT_GT(reply->chosen().chunks_effective(), 1);
   EXPECT_GE(reply->chosen().speedup_over_flat(), 4.0);
 }

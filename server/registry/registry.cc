@@ -57,8 +57,8 @@ absl::Status ValidateInstanceId(absl::string_view id) {
 
 std::string CurveKey(const BandwidthCurve& c) {
   return absl::StrCat(c.collective(), "|", c.scope(), "|", c.backend(), "|",
-                      CurveStrategyName(c.strategy_kind()), "|", c.chunks(), "|", c.nranks(), "|",
-                      absl::StrJoin(c.nodes(), ","));
+                      CurveStrategyName(c.strategy_kind()), "|", c.chunks(),
+                      "|", c.nranks(), "|", absl::StrJoin(c.nodes(), ","));
 }
 
 Registry::Registry(RegistryOptions options, TopologyDiffer differ)
