@@ -6,6 +6,15 @@
 //   monta-a2a-bench --mode=compare_gloo --min_bytes=65536 --max_bytes=16777216
 //   monta-a2a-bench --mode=pipeline_report --tp=2
 //
+// Several hosts, the way nccl-tests runs under MPI: every host starts its ranks
+// with the same --world and a rendezvous directory all of them can reach
+// (a shared file system), and listens on its own address (--hostname):
+//   host A: monta-a2a-bench --world=4 --host_index=0 --ranks_per_host=2
+//             --rendezvous_dir=/shared/run1 --hostname=10.0.0.1 --strategy=flat
+//   host B: monta-a2a-bench --world=4 --host_index=1 --ranks_per_host=2
+//             --rendezvous_dir=/shared/run1 --hostname=10.0.0.2 --strategy=flat
+// or one process per rank: --world=4 --rank=R. Global rank 0 prints.
+//
 // Exit status: 0 when every point's data check passed, 1 on wrong bytes,
 // 2 on errors (including "no GPU" for --backend=nccl on a machine without).
 #include <gloo/alltoall.h>
@@ -68,6 +77,22 @@ ABSL_FLAG(uint64_t, row_bytes, 1024,
 ABSL_FLAG(bool, json, false, "print JSON instead of the table");
 ABSL_FLAG(std::string, hostname, "127.0.0.1", "Gloo listen address");
 ABSL_FLAG(int, timeout_s, 120, "rendezvous and per-operation timeout");
+ABSL_FLAG(int, world, 0,
+          "multi-host: ranks on all hosts together (0 = single machine: "
+          "--ranks ranks here)");
+ABSL_FLAG(int, rank, -1,
+          "multi-host: the one global rank this process runs (with --world)");
+ABSL_FLAG(int, host_index, -1,
+          "multi-host: this host runs global ranks [host_index * "
+          "ranks_per_host, + ranks_per_host) (with --world)");
+ABSL_FLAG(int, ranks_per_host, 0,
+          "multi-host with --host_index: ranks on this host (0 = --ranks); "
+          "also the node size of hierarchical unless --ranks_per_node is set");
+ABSL_FLAG(std::string, rendezvous_dir, "",
+          "multi-host: a directory every host reads and writes (shared file "
+          "system); use a fresh one, or a fresh --run_id, per run");
+ABSL_FLAG(std::string, run_id, "a2a",
+          "multi-host: scopes the rendezvous keys of one run");
 
 namespace monta::perf {
 namespace {
@@ -407,82 +432,176 @@ int RunRank(std::shared_ptr<comm::RendezvousStore> store, Shared* shared,
   return result->wrong ? 1 : 0;
 }
 
+// Which global ranks this process runs, out of how many.
+struct Placement {
+  int world = 0;
+  std::vector<int> ranks;
+};
+
+absl::StatusOr<Placement> PlaceRanks(int ranks_here) {
+  const int world = absl::GetFlag(FLAGS_world);
+  const int rank = absl::GetFlag(FLAGS_rank);
+  const int host_index = absl::GetFlag(FLAGS_host_index);
+  Placement p;
+  if (world == 0) {
+    if (rank >= 0 || host_index >= 0) {
+      return absl::InvalidArgumentError("--rank and --host_index need --world");
+    }
+    p.world = ranks_here;
+    for (int r = 0; r < ranks_here; ++r) p.ranks.push_back(r);
+    return p;
+  }
+  if (world < 1) return absl::InvalidArgumentError("--world must be >= 1");
+  if (absl::GetFlag(FLAGS_rendezvous_dir).empty()) {
+    return absl::InvalidArgumentError(
+        "--world needs --rendezvous_dir (a directory all hosts share)");
+  }
+  if ((rank >= 0) == (host_index >= 0)) {
+    return absl::InvalidArgumentError(
+        "--world needs exactly one of --rank and --host_index");
+  }
+  p.world = world;
+  if (rank >= 0) {
+    if (rank >= world) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--rank ", rank, " is not in [0, ", world, ")"));
+    }
+    p.ranks.push_back(rank);
+    return p;
+  }
+  const int per_host = absl::GetFlag(FLAGS_ranks_per_host) > 0
+                           ? absl::GetFlag(FLAGS_ranks_per_host)
+                           : ranks_here;
+  if (per_host < 1 || world % per_host != 0 || host_index >= world / per_host) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--host_index ", host_index, " with ", per_host,
+                     " ranks per host does not fit --world ", world));
+  }
+  for (int r = 0; r < per_host; ++r)
+    p.ranks.push_back(host_index * per_host + r);
+  // Hierarchical's node is the host unless said otherwise.
+  if (absl::GetFlag(FLAGS_ranks_per_node) == 0) {
+    absl::SetFlag(&FLAGS_ranks_per_node, per_host);
+  }
+  return p;
+}
+
+// Runs `placement`'s ranks as threads sharing `store`; the worst exit code.
+int RunThreads(const Placement& placement,
+               std::shared_ptr<comm::RendezvousStore> store, Shared* shared) {
+  std::vector<int> codes(placement.ranks.size(), 0);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < placement.ranks.size(); ++i) {
+    threads.emplace_back([&, i] {
+      codes[i] = RunRank(store, shared, placement.ranks[i], placement.world);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return *std::max_element(codes.begin(), codes.end());
+}
+
+// Runs `placement`'s ranks as forked processes meeting in `directory` (under
+// `prefix`); the worst exit code.
+int RunProcesses(const Placement& placement, const std::string& directory,
+                 const std::string& prefix) {
+  // Fork before any thread exists.
+  std::vector<pid_t> children;
+  for (int r : placement.ranks) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("fork");
+      return 2;
+    }
+    if (pid == 0) {
+      auto store = std::make_shared<comm::PrefixStore>(
+          prefix, std::make_shared<comm::FileStore>(directory));
+      const int code = RunRank(store, nullptr, r, placement.world);
+      // _exit skips stdio's flush at exit.
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(code);
+    }
+    children.push_back(pid);
+  }
+  int worst = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 2;
+    worst = std::max(worst, code);
+  }
+  return worst;
+}
+
+// NCCL's ranks here: --ranks, or one per GPU; -1 after printing why not.
+int NcclRanksHere(int ranks) {
+  // The pipelined schedules run NCCL kernels of two communicators (EP and
+  // TP) concurrently on one GPU; ordering their launches by host program
+  // order (the same on every rank) rules out cross-communicator deadlock.
+  setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", /*overwrite=*/0);
+  // CUDA must not be initialized before fork(), so only thread mode asks
+  // for the device count here (in process mode each rank fails by itself).
+  if (absl::GetFlag(FLAGS_launch) != "processes" || !comm::NcclBuilt()) {
+    absl::StatusOr<int> gpus = comm::GpuCount();
+    if (!gpus.ok()) {
+      std::fprintf(stderr, "%s\n",
+                   std::string(gpus.status().message()).c_str());
+      return -1;
+    }
+    if (ranks <= 0) ranks = *gpus;
+  }
+  return ranks;
+}
+
 int Main() {
   int ranks = absl::GetFlag(FLAGS_ranks);
-  const std::string backend = absl::GetFlag(FLAGS_backend);
-  if (backend == "nccl") {
-    // The pipelined schedules run NCCL kernels of two communicators (EP and
-    // TP) concurrently on one GPU; ordering their launches by host program
-    // order (the same on every rank) rules out cross-communicator deadlock.
-    setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", /*overwrite=*/0);
-    // CUDA must not be initialized before fork(), so only thread mode asks
-    // for the device count here (in process mode each rank fails by itself).
-    if (absl::GetFlag(FLAGS_launch) != "processes" || !comm::NcclBuilt()) {
-      absl::StatusOr<int> gpus = comm::GpuCount();
-      if (!gpus.ok()) {
-        std::fprintf(stderr, "%s\n",
-                     std::string(gpus.status().message()).c_str());
-        return 2;
-      }
-      if (ranks <= 0) ranks = *gpus;
-    }
+  if (absl::GetFlag(FLAGS_backend) == "nccl") {
+    ranks = NcclRanksHere(ranks);
+    if (ranks < 0) return 2;
   }
   if (ranks < 1) {
     std::fprintf(stderr, "--ranks must be >= 1\n");
     return 2;
   }
+  absl::StatusOr<Placement> placement = PlaceRanks(ranks);
+  if (!placement.ok()) {
+    std::fprintf(stderr, "%s\n",
+                 std::string(placement.status().message()).c_str());
+    return 2;
+  }
   const std::string launch = absl::GetFlag(FLAGS_launch);
+  if (launch != "threads" && launch != "processes") {
+    std::fprintf(stderr, "unknown --launch '%s'\n", launch.c_str());
+    return 2;
+  }
+  const std::string shared_dir = absl::GetFlag(FLAGS_rendezvous_dir);
+  const std::string run_id = absl::GetFlag(FLAGS_run_id);
+  if (!shared_dir.empty()) {  // several hosts (or processes) meet in files
+    if (launch == "processes") {
+      return RunProcesses(*placement, shared_dir, run_id);
+    }
+    return RunThreads(
+        *placement,
+        std::make_shared<comm::PrefixStore>(
+            run_id, std::make_shared<comm::FileStore>(shared_dir)),
+        nullptr);
+  }
   if (launch == "threads") {
-    auto store = std::make_shared<comm::InMemoryStore>();
     Shared shared;
-    std::vector<int> codes(ranks, 0);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < ranks; ++r) {
-      threads.emplace_back(
-          [&, r] { codes[r] = RunRank(store, &shared, r, ranks); });
-    }
-    for (auto& t : threads) t.join();
-    return *std::max_element(codes.begin(), codes.end());
+    return RunThreads(*placement, std::make_shared<comm::InMemoryStore>(),
+                      &shared);
   }
-  if (launch == "processes") {
-    // Fork before any thread exists; ranks meet through files.
-    char dir_template[] = "/tmp/monta-a2a-bench-XXXXXX";
-    if (mkdtemp(dir_template) == nullptr) {
-      std::perror("mkdtemp");
-      return 2;
-    }
-    std::vector<pid_t> children;
-    for (int r = 0; r < ranks; ++r) {
-      const pid_t pid = fork();
-      if (pid < 0) {
-        std::perror("fork");
-        return 2;
-      }
-      if (pid == 0) {
-        auto store = std::make_shared<comm::FileStore>(dir_template);
-        const int code = RunRank(store, nullptr, r, ranks);
-        // _exit skips stdio's flush at exit.
-        std::fflush(stdout);
-        std::fflush(stderr);
-        _exit(code);
-      }
-      children.push_back(pid);
-    }
-    int worst = 0;
-    for (pid_t pid : children) {
-      int status = 0;
-      waitpid(pid, &status, 0);
-      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 2;
-      worst = std::max(worst, code);
-    }
-    std::string cleanup = absl::StrCat("rm -rf '", dir_template, "'");
-    if (std::system(cleanup.c_str()) != 0) {
-      std::fprintf(stderr, "could not remove %s\n", dir_template);
-    }
-    return worst;
+  char dir_template[] = "/tmp/monta-a2a-bench-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) {
+    std::perror("mkdtemp");
+    return 2;
   }
-  std::fprintf(stderr, "unknown --launch '%s'\n", launch.c_str());
-  return 2;
+  const int worst = RunProcesses(*placement, dir_template, run_id);
+  std::string cleanup = absl::StrCat("rm -rf '", dir_template, "'");
+  if (std::system(cleanup.c_str()) != 0) {
+    std::fprintf(stderr, "could not remove %s\n", dir_template);
+  }
+  return worst;
 }
 
 }  // namespace

@@ -26,6 +26,9 @@ ABSL_FLAG(double, bench_interval_seconds, 3600,
           "re-measure idle nodes (intra-node) and neighbouring pairs "
           "(inter-node) this often; "
           "0 disables");
+ABSL_FLAG(int, cpu_ranks_per_node, 2,
+          "ranks per node of a benchmark on nodes without GPUs when the "
+          "request does not say (1..64)");
 ABSL_FLAG(std::string, db, "",
           "SQLite file for nodes and measured curves (created if missing); "
           "empty keeps state "
@@ -79,6 +82,12 @@ int main(int argc, char** argv) {
   }
   options.bench_interval =
       absl::Seconds(absl::GetFlag(FLAGS_bench_interval_seconds));
+  const int cpu_ranks = absl::GetFlag(FLAGS_cpu_ranks_per_node);
+  if (cpu_ranks < 1 || cpu_ranks > 64) {
+    std::cerr << "monta-planner: --cpu_ranks_per_node must be in 1..64\n";
+    return 2;
+  }
+  options.coordinator.default_cpu_ranks_per_node = cpu_ranks;
   options.coordinator.default_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_bench_timeout_seconds));
   options.webhook_address = absl::GetFlag(FLAGS_webhook_listen);
