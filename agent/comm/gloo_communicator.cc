@@ -1,8 +1,8 @@
 #include "agent/comm/gloo_communicator.h"
 
 #include <gloo/allgather.h>
-#include <gloo/alltoall.h>
 #include <gloo/common/error.h>
+#include <gloo/context.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
@@ -27,6 +27,8 @@ namespace {
 // Gloo matches messages per (peer, slot) in posting order, so one slot serves
 // every SendRecv of a stream.
 constexpr uint8_t kSendRecvSlotPrefix = 0xA5;
+// Slot namespace of AllToAll (one slot per operation, from its tag).
+constexpr uint8_t kAllToAllSlotPrefix = 0xA6;
 
 std::chrono::milliseconds ToChrono(absl::Duration d) {
   return std::chrono::milliseconds(
@@ -85,6 +87,51 @@ class GlooStoreAdapter : public gloo::rendezvous::Store {
   const std::string scope_;
   const absl::Time deadline_;
 };
+
+// Flat AllToAll with every receive posted before any send. gloo::alltoall
+// posts the send to rank+i before the receive from rank-i. On Gloo's TCP
+// pairs a posted receive is announced to the peer by a small message on the
+// pair's one connection, and that message queues behind data this rank is
+// already writing there: the peer's data toward us then waits for ours
+// toward it, so the two directions of a pair run one after the other or at
+// once depending on timing (a bimodal time, and half a duplex link).
+// Announcing all receives first, while no data of this operation is in
+// flight, lets both directions of every pair stream together.
+absl::Status RecvFirstAllToAll(gloo::Context& context, const void* send,
+                               void* recv, size_t bytes_per_peer, uint32_t tag,
+                               std::chrono::milliseconds timeout) {
+  const int n = context.size;
+  const int me = context.rank;
+  const size_t total = bytes_per_peer * static_cast<size_t>(n);
+  const uint64_t slot = gloo::Slot::build(kAllToAllSlotPrefix, tag);
+  // Gloo takes non-const pointers but only reads a send buffer.
+  std::unique_ptr<gloo::transport::UnboundBuffer> in =
+      context.createUnboundBuffer(const_cast<void*>(send), total);
+  std::unique_ptr<gloo::transport::UnboundBuffer> out =
+      context.createUnboundBuffer(recv, total);
+  for (int i = 1; i < n; ++i) {
+    const int from = (me + n - i) % n;
+    out->recv(from, slot, from * bytes_per_peer, bytes_per_peer);
+  }
+  for (int i = 1; i < n; ++i) {
+    const int to = (me + i) % n;
+    in->send(to, slot, to * bytes_per_peer, bytes_per_peer);
+  }
+  std::memcpy(static_cast<char*>(recv) + me * bytes_per_peer,
+              static_cast<const char*>(send) + me * bytes_per_peer,
+              bytes_per_peer);
+  for (int i = 1; i < n; ++i) {
+    if (!out->waitRecv(timeout)) {
+      return absl::AbortedError("AllToAll: receive aborted");
+    }
+  }
+  for (int i = 1; i < n; ++i) {
+    if (!in->waitSend(timeout)) {
+      return absl::AbortedError("AllToAll: send aborted");
+    }
+  }
+  return absl::OkStatus();
+}
 
 class StreamCore;
 
@@ -409,7 +456,6 @@ WorkPtr GlooCommunicator::AllToAll(const void* send, void* recv,
   if (stream == nullptr) {
     return Failed(BadStream(options.stream, num_streams()));
   }
-  const size_t total = bytes_per_peer * static_cast<size_t>(size_);
   const std::chrono::milliseconds timeout = stream->timeout();
   return stream->Enqueue(
       "AllToAll", options.after,
@@ -420,14 +466,8 @@ WorkPtr GlooCommunicator::AllToAll(const void* send, void* recv,
           std::memcpy(recv, send, bytes_per_peer);
           return absl::OkStatus();
         }
-        gloo::AlltoallOptions opts(context);
-        // Gloo takes non-const pointers but only reads the input.
-        opts.setInput(static_cast<uint8_t*>(const_cast<void*>(send)), total);
-        opts.setOutput(static_cast<uint8_t*>(recv), total);
-        opts.setTag(tag);
-        opts.setTimeout(timeout);
-        gloo::alltoall(opts);
-        return absl::OkStatus();
+        return RecvFirstAllToAll(*context, send, recv, bytes_per_peer, tag,
+                                 timeout);
       });
 }
 
