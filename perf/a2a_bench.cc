@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -48,6 +49,7 @@
 #include "agent/comm/communicator_factory.h"
 #include "agent/comm/rendezvous_store.h"
 #include "common/flags.h"
+#include "perf/tcp_store.h"
 
 ABSL_FLAG(std::string, backend, "gloo", "gloo | nccl");
 ABSL_FLAG(int, ranks, 4,
@@ -91,6 +93,10 @@ ABSL_FLAG(int, ranks_per_host, 0,
 ABSL_FLAG(std::string, rendezvous_dir, "",
           "multi-host: a directory every host reads and writes (shared file "
           "system); use a fresh one, or a fresh --run_id, per run");
+ABSL_FLAG(std::string, rendezvous, "",
+          "multi-host: rendezvous over TCP instead of a directory: host:port "
+          "(IPv4) that the process running global rank 0 serves and every "
+          "rank reaches");
 ABSL_FLAG(std::string, run_id, "a2a",
           "multi-host: scopes the rendezvous keys of one run");
 
@@ -452,9 +458,11 @@ absl::StatusOr<Placement> PlaceRanks(int ranks_here) {
     return p;
   }
   if (world < 1) return absl::InvalidArgumentError("--world must be >= 1");
-  if (absl::GetFlag(FLAGS_rendezvous_dir).empty()) {
+  if (absl::GetFlag(FLAGS_rendezvous_dir).empty() ==
+      absl::GetFlag(FLAGS_rendezvous).empty()) {
     return absl::InvalidArgumentError(
-        "--world needs --rendezvous_dir (a directory all hosts share)");
+        "--world needs one of --rendezvous_dir (a directory all hosts share) "
+        "and --rendezvous (host:port)");
   }
   if ((rank >= 0) == (host_index >= 0)) {
     return absl::InvalidArgumentError(
@@ -500,10 +508,14 @@ int RunThreads(const Placement& placement,
   return *std::max_element(codes.begin(), codes.end());
 }
 
-// Runs `placement`'s ranks as forked processes meeting in `directory` (under
-// `prefix`); the worst exit code.
-int RunProcesses(const Placement& placement, const std::string& directory,
-                 const std::string& prefix) {
+using StoreFactory = std::function<std::shared_ptr<comm::RendezvousStore>()>;
+
+// Runs `placement`'s ranks as forked processes, each meeting the others
+// through a store of its own from `make_store`, and `after_fork` in the
+// parent (which has no threads before it); the worst exit code.
+int RunProcesses(
+    const Placement& placement, const StoreFactory& make_store,
+    const std::function<void()>& after_fork = [] {}) {
   // Fork before any thread exists.
   std::vector<pid_t> children;
   for (int r : placement.ranks) {
@@ -513,9 +525,7 @@ int RunProcesses(const Placement& placement, const std::string& directory,
       return 2;
     }
     if (pid == 0) {
-      auto store = std::make_shared<comm::PrefixStore>(
-          prefix, std::make_shared<comm::FileStore>(directory));
-      const int code = RunRank(store, nullptr, r, placement.world);
+      const int code = RunRank(make_store(), nullptr, r, placement.world);
       // _exit skips stdio's flush at exit.
       std::fflush(stdout);
       std::fflush(stderr);
@@ -523,6 +533,7 @@ int RunProcesses(const Placement& placement, const std::string& directory,
     }
     children.push_back(pid);
   }
+  after_fork();
   int worst = 0;
   for (pid_t pid : children) {
     int status = 0;
@@ -553,6 +564,41 @@ int NcclRanksHere(int ranks) {
   return ranks;
 }
 
+// Ranks of several hosts: they meet in --rendezvous_dir or through the TCP
+// store at --rendezvous, which the process with global rank 0 serves (started
+// after any fork: the parent of forked ranks only waits).
+int RunMultiHost(const Placement& placement, const std::string& launch) {
+  const std::string shared_dir = absl::GetFlag(FLAGS_rendezvous_dir);
+  const std::string tcp_address = absl::GetFlag(FLAGS_rendezvous);
+  const std::string run_id = absl::GetFlag(FLAGS_run_id);
+  const bool serve = !tcp_address.empty() && placement.ranks[0] == 0;
+  const StoreFactory make_store = [&]() {
+    std::shared_ptr<comm::RendezvousStore> base;
+    if (tcp_address.empty()) {
+      base = std::make_shared<comm::FileStore>(shared_dir);
+    } else {
+      base = std::make_shared<TcpStore>(tcp_address);
+    }
+    return std::make_shared<comm::PrefixStore>(run_id, std::move(base));
+  };
+  std::unique_ptr<TcpStoreServer> server;
+  const auto start_server = [&] {
+    if (!serve) return;
+    absl::StatusOr<std::unique_ptr<TcpStoreServer>> started =
+        TcpStoreServer::Start(tcp_address);
+    if (started.ok()) {
+      server = std::move(*started);
+    } else {  // the ranks say so too: they time out naming the address
+      std::fprintf(stderr, "%s\n", started.status().ToString().c_str());
+    }
+  };
+  if (launch == "processes") {
+    return RunProcesses(placement, make_store, start_server);
+  }
+  start_server();
+  return RunThreads(placement, make_store(), nullptr);
+}
+
 int Main() {
   int ranks = absl::GetFlag(FLAGS_ranks);
   if (absl::GetFlag(FLAGS_backend) == "nccl") {
@@ -574,18 +620,8 @@ int Main() {
     std::fprintf(stderr, "unknown --launch '%s'\n", launch.c_str());
     return 2;
   }
-  const std::string shared_dir = absl::GetFlag(FLAGS_rendezvous_dir);
   const std::string run_id = absl::GetFlag(FLAGS_run_id);
-  if (!shared_dir.empty()) {  // several hosts (or processes) meet in files
-    if (launch == "processes") {
-      return RunProcesses(*placement, shared_dir, run_id);
-    }
-    return RunThreads(
-        *placement,
-        std::make_shared<comm::PrefixStore>(
-            run_id, std::make_shared<comm::FileStore>(shared_dir)),
-        nullptr);
-  }
+  if (absl::GetFlag(FLAGS_world) > 0) return RunMultiHost(*placement, launch);
   if (launch == "threads") {
     Shared shared;
     return RunThreads(*placement, std::make_shared<comm::InMemoryStore>(),
@@ -596,7 +632,11 @@ int Main() {
     std::perror("mkdtemp");
     return 2;
   }
-  const int worst = RunProcesses(*placement, dir_template, run_id);
+  const std::string directory = dir_template;
+  const int worst = RunProcesses(*placement, [&]() {
+    return std::make_shared<comm::PrefixStore>(
+        run_id, std::make_shared<comm::FileStore>(directory));
+  });
   std::string cleanup = absl::StrCat("rm -rf '", dir_template, "'");
   if (std::system(cleanup.c_str()) != 0) {
     std::fprintf(stderr, "could not remove %s\n", dir_template);
