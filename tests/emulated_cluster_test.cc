@@ -55,7 +55,7 @@ class EmulatedClusterTest : public ::testing::Test {
   void TearDown() override {
     const CommandResult down = Script({"down"}, absl::Seconds(30));
     EXPECT_EQ(down.exit_code, 0) << down.out << down.err;
-    const CommandResult left = Run({"ip", "netns", "list"});
+    const CommandResult left = monta::testing::Run({"ip", "netns", "list"});
     EXPECT_FALSE(absl::StrContains(left.out, name_ + "-")) << left.out;
   }
 
@@ -65,7 +65,7 @@ class EmulatedClusterTest : public ::testing::Test {
     argv.push_back("--name=" + name_);
     argv.push_back("--run_dir=" + run_dir_);
     argv.insert(argv.end(), args.begin() + 1, args.end());
-    return Run(argv, timeout);
+    return monta::testing::Run(argv, timeout);
   }
 
   // montactl --output=json ARGS in the hub namespace, parsed.
