@@ -87,9 +87,12 @@ parse_options() {
     esac
   done
   [[ "$NAME" =~ ^[a-z][a-z0-9-]{0,30}$ ]] || die "--name: expected [a-z][a-z0-9-]{0,30}, got '$NAME'"
-  [[ "$NODES" =~ ^[0-9]+$ ]] && ((NODES >= 1 && NODES <= 250)) || die "--nodes: expected 1..250"
-  [[ "$RANKS_PER_NODE" =~ ^[0-9]+$ ]] && ((RANKS_PER_NODE >= 1 && RANKS_PER_NODE <= 64)) ||
+  if ! [[ "$NODES" =~ ^[0-9]+$ ]] || ((NODES < 1 || NODES > 250)); then
+    die "--nodes: expected 1..250"
+  fi
+  if ! [[ "$RANKS_PER_NODE" =~ ^[0-9]+$ ]] || ((RANKS_PER_NODE < 1 || RANKS_PER_NODE > 64)); then
     die "--ranks_per_node: expected 1..64"
+  fi
   [[ "$RATE" =~ ^[0-9]+(\.[0-9]+)?([kmg]?bit)$ ]] || die "--rate: expected e.g. 400mbit or 1gbit, got '$RATE'"
   [[ "$SELF_BENCH" == true || "$SELF_BENCH" == false ]] || die "--self_bench: true or false"
   [[ "$TIMEOUT_S" =~ ^[0-9]+$ ]] || die "--timeout: seconds"
@@ -175,8 +178,9 @@ wait_ready() {
       return 0
     fi
     local pid
-    for pid in $(cat "$RUN_DIR"/*.pid); do
-      kill -0 "$pid" 2>/dev/null || die "process $pid exited; logs in $RUN_DIR"
+    local pidfile
+    for pidfile in "$RUN_DIR"/*.pid; do
+      kill -0 "$(<"$pidfile")" 2>/dev/null || die "$(basename "$pidfile" .pid) exited; logs in $RUN_DIR"
     done
     sleep 0.5
   done
@@ -198,14 +202,22 @@ start_processes() {
   done
 }
 
+# EXIT trap while `up` runs: a failed start leaves nothing behind (status kept).
+undo_failed_up() {
+  local rc=$?
+  if ((rc != 0)); then cmd_down >/dev/null 2>&1 || true; fi
+  exit "$rc"
+}
+
 cmd_up() {
   [[ $EUID -eq 0 ]] || cannot "needs root (network namespaces)"
-  command -v ip >/dev/null && command -v tc >/dev/null || cannot "needs iproute2 (ip, tc)"
+  if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
+    cannot "needs iproute2 (ip, tc)"
+  fi
   [[ -z "$(cluster_namespaces)" ]] || die "cluster '$NAME' is already up; run: $0 down --name=$NAME"
   mkdir -p "$RUN_DIR"
   rm -f "$RUN_DIR"/*.pid "$RUN_DIR/planner.db"
-  # A failed start leaves nothing behind (exit status preserved).
-  trap 'rc=$?; if ((rc != 0)); then cmd_down >/dev/null 2>&1 || true; fi; exit $rc' EXIT
+  trap undo_failed_up EXIT
   make_network
   copy_binaries
   start_processes
@@ -273,8 +285,8 @@ cmd_status() {
 target_ns() {
   case "$1" in
     hub) echo "$HUB" ;;
-    node-[0-9]*) echo "$(node_ns "${1#node-}")" ;;
-    [0-9]*) echo "$(node_ns "$1")" ;;
+    node-[0-9]*) node_ns "${1#node-}" ;;
+    [0-9]*) node_ns "$1" ;;
     *) die "expected hub or node-I, got '$1'" ;;
   esac
 }
