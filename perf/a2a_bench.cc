@@ -656,7 +656,9 @@ int main(int argc, char** argv) {
       "Examples:\n"
       "  monta-a2a-bench --backend=gloo --ranks=4 --strategy=flat\n"
       "  monta-a2a-bench --mode=compare_gloo --min_bytes=65536 "
-      "--max_bytes=16777216",
+      "--max_bytes=16777216\n"
+      "  monta-a2a-bench --world=4 --host_index=0 --ranks_per_host=2 "
+      "--rendezvous=10.0.0.1:29500 --hostname=10.0.0.1  # host 0 of 2",
       __FILE__);
   return monta::perf::Main();
 }
