@@ -18,14 +18,15 @@
 #include "absl/time/time.h"
 #include "client/table.h"
 #include "client/topology_render.h"
+#include "common/bandwidth/collective_proto.h"
 #include "common/flags.h"
+#include "common/job_file.h"
 #include "common/proto_json.h"
 #include "common/proto_names.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/monta/v1/planner.grpc.pb.h"
-#include "server/planning/job_file.h"
 
 ABSL_FLAG(std::string, planner, "127.0.0.1:7400", "planner gRPC address");
 ABSL_FLAG(std::string, output, "table", "output format: table or json");
@@ -336,7 +337,7 @@ int Plan(const Context& ctx, const std::vector<std::string>& args) {
     return 2;
   }
   absl::StatusOr<monta::v1::StrategyRequest> request =
-      monta::planning::LoadJobFile(job_path);
+      monta::LoadJobFile(job_path);
   if (!request.ok()) {
     std::cerr << "montactl: " << job_path << ": " << request.status().message()
               << "\n";
@@ -415,11 +416,7 @@ int Bench(const Context& ctx, const std::vector<std::string>& args) {
         if (curve.task_id() != s.task_id()) continue;
         std::cout << "\n"
                   << monta::CurveStrategyName(curve.strategy_kind()) << " "
-                  << (curve.collective() == monta::v1::COLLECTIVE_ALLTOALL
-                          ? "alltoall"
-                      : curve.collective() == monta::v1::COLLECTIVE_ALLGATHER
-                          ? "allgather"
-                          : "copy")
+                  << monta::bandwidth::CollectiveProtoName(curve.collective())
                   << ", " << curve.nranks() << " ranks on " << curve.n_nodes()
                   << " node(s):\n";
         Table t({"SIZE", "TIME", "ALGBW", "BUSBW", "WRONG"});

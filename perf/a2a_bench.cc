@@ -41,13 +41,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "agent/bench/bandwidth_math.h"
 #include "agent/bench/moe_groups.h"
 #include "agent/bench/schedule.h"
 #include "agent/bench/sweep.h"
 #include "agent/comm/communicator.h"
 #include "agent/comm/communicator_factory.h"
 #include "agent/comm/rendezvous_store.h"
+#include "common/bandwidth/bandwidth.h"
 #include "common/flags.h"
 #include "perf/tcp_store.h"
 
@@ -206,10 +206,10 @@ absl::StatusOr<RankResult> RunSweep(comm::Communicator& world) {
                        : Table(heading, points, with_chunks);
   };
   if (strategy == "alltoall" || strategy == "allgather" || strategy == "copy") {
-    const bench::Collective c =
-        strategy == "alltoall"    ? bench::Collective::kAllToAll
-        : strategy == "allgather" ? bench::Collective::kAllGather
-                                  : bench::Collective::kCopy;
+    using bandwidth::Collective;
+    const Collective c = strategy == "alltoall"    ? Collective::kAllToAll
+                         : strategy == "allgather" ? Collective::kAllGather
+                                                   : Collective::kCopy;
     absl::StatusOr<std::vector<SweepPoint>> points =
         bench::SweepCollective(world, c, options);
     if (!points.ok()) return points.status();
@@ -310,14 +310,15 @@ absl::StatusOr<RankResult> RunCompareGloo(comm::Communicator& world,
     }
     // Both sides reported like the sweeps: the slowest rank's median.
     absl::StatusOr<std::pair<double, uint64_t>> e_agreed =
-        bench::AgreeAcrossRanks(world, bench::Median(engine_us), *wrong);
+        bench::AgreeAcrossRanks(world, bandwidth::Median(engine_us), *wrong);
     if (!e_agreed.ok()) return e_agreed.status();
     absl::StatusOr<std::pair<double, uint64_t>> d_agreed =
-        bench::AgreeAcrossRanks(world, bench::Median(direct_us), 0);
+        bench::AgreeAcrossRanks(world, bandwidth::Median(direct_us), 0);
     if (!d_agreed.ok()) return d_agreed.status();
     const auto busbw_gbps = [&](double us) {
-      return bench::BusBwBytesPerSecond(bench::Collective::kAllToAll, bytes,
-                                        us * 1e-6, n) /
+      return bandwidth::BusBwBytesPerSecond(bandwidth::Collective::kAllToAll, n,
+                                            static_cast<double>(bytes),
+                                            us * 1e-6) /
              1e9;
     };
     const double e_bus = busbw_gbps(e_agreed->first);

@@ -46,6 +46,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/table.h"
+#include "common/job_file.h"
 #include "common/proto_names.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/client_unary_call.h"
@@ -56,7 +57,6 @@
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/monta/v1/planner.grpc.pb.h"
 #include "server/planner_server.h"
-#include "server/planning/job_file.h"
 
 ABSL_FLAG(std::string, planner, "",
           "planner gRPC address; empty: start a planner in this process on "
@@ -323,7 +323,7 @@ PhaseResult RunPhase(const std::string& name, Rpc rpc, double seconds,
 }
 
 absl::StatusOr<monta::v1::StrategyRequest> LoadJob(const std::string& path) {
-  absl::StatusOr<monta::v1::StrategyRequest> job = planning::LoadJobFile(path);
+  absl::StatusOr<monta::v1::StrategyRequest> job = LoadJobFile(path);
   if (job.ok() || path.empty() || path[0] == '/' ||
       !absl::IsNotFound(job.status()))
     return job;
@@ -334,7 +334,7 @@ absl::StatusOr<monta::v1::StrategyRequest> LoadJob(const std::string& path) {
     const char* dir = std::getenv(env);
     if (dir == nullptr) continue;
     absl::StatusOr<monta::v1::StrategyRequest> other =
-        planning::LoadJobFile(absl::StrCat(dir, "/", path));
+        LoadJobFile(absl::StrCat(dir, "/", path));
     if (other.ok() || !absl::IsNotFound(other.status())) return other;
   }
   return job;

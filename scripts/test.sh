@@ -18,6 +18,7 @@ trap 'rm -f "$log"' EXIT
 #     errors), in its own output base so the GCC build keeps its analysis cache;
 #     $MONTA_CLANG_OUTPUT_BASE overrides where.
 #   format: scripts/format.sh --check.
+#   layers: scripts/check_layers.sh (the allowed arrows between rooms, over `bazel query`).
 checks_passed=0
 checks_failed=0
 check() {  # NAME COMMAND...
@@ -52,6 +53,7 @@ run_checks() {
   check clang-thread-safety bazel --output_base="$clang_base" --max_idle_secs=300 \
     build --config=clang --color=no --curses=no -- "${packages[@]}"
   check format ./scripts/format.sh --check
+  check layers ./scripts/check_layers.sh
 }
 bazel test --color=no --curses=no "$@" -- //... 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}

@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "agent/topology/topology_diff.h"
 #include "common/proto_names.h"
 #include "common/rpc_metrics.h"
+#include "common/topology_diff.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"

@@ -1,32 +1,55 @@
 """Protobuf + gRPC C++ code generation with Debian's protoc and grpc_cpp_plugin."""
 
-def monta_proto_library(name, srcs, deps = [], grpc = True):
-    """Generates <src>.pb.{h,cc} (and .grpc.pb.{h,cc}) and wraps them in cc_library `name`.
+def monta_proto_library(name, srcs, deps = [], grpc = True, visibility = None):
+    """Generates <src>.pb.{h,cc} (and .grpc.pb.{h,cc}) and wraps them in cc_libraries.
+
+    `name` holds the messages only (protobuf, no gRPC), so code below the gRPC
+    handlers can use the messages without the service headers. With grpc = True,
+    `<name minus _proto>_grpc_proto` (e.g. planner_grpc_proto) adds the service
+    stubs and depends on `name`; only handlers and clients depend on it.
 
     srcs are relative to the package; imports resolve from the repository root
-    (import "proto/monta/v1/foo.proto").
+    (import "proto/monta/v1/foo.proto"). deps name other monta_proto_library
+    message targets.
     """
-    outs_h = []
-    outs_cc = []
+    msg_h = []
+    msg_cc = []
+    grpc_h = []
+    grpc_cc = []
     for src in srcs:
         base = src[:-len(".proto")]
-        outs_h.append(base + ".pb.h")
-        outs_cc.append(base + ".pb.cc")
+        msg_h.append(base + ".pb.h")
+        msg_cc.append(base + ".pb.cc")
         if grpc:
-            outs_h.append(base + ".grpc.pb.h")
-            outs_cc.append(base + ".grpc.pb.cc")
+            grpc_h.append(base + ".grpc.pb.h")
+            grpc_cc.append(base + ".grpc.pb.cc")
     plugin_flags = "--grpc_out=$(GENDIR) --plugin=protoc-gen-grpc=/usr/bin/grpc_cpp_plugin " if grpc else ""
     native.genrule(
         name = name + "_gen",
         srcs = srcs + [d + "_srcs" for d in deps],
-        outs = outs_h + outs_cc,
+        outs = msg_h + grpc_h + msg_cc + grpc_cc,
         cmd = "/usr/bin/protoc -I. --cpp_out=$(GENDIR) " + plugin_flags +
               " ".join(["$(location %s)" % s for s in srcs]),
+        visibility = ["//visibility:private"],
     )
-    native.filegroup(name = name + "_srcs", srcs = srcs)
+    native.filegroup(name = name + "_srcs", srcs = srcs, visibility = visibility)
     native.cc_library(
         name = name,
-        srcs = outs_cc,
-        hdrs = outs_h,
-        deps = deps + ["//third_party:grpc", "//third_party:protobuf"],
+        srcs = msg_cc,
+        hdrs = msg_h,
+        deps = deps + ["//third_party:protobuf"],
+        visibility = visibility,
     )
+    if grpc:
+        stem = name[:-len("_proto")] if name.endswith("_proto") else name
+        native.cc_library(
+            name = stem + "_grpc_proto",
+            srcs = grpc_cc,
+            hdrs = grpc_h,
+            deps = [
+                ":" + name,
+                "//third_party:grpc",
+                "//third_party:protobuf",
+            ],
+            visibility = visibility,
+        )

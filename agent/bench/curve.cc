@@ -2,22 +2,14 @@
 
 #include <algorithm>
 
+#include "common/bandwidth/collective_proto.h"
+
 namespace monta::bench {
 
 monta::v1::BandwidthCurve ToBandwidthCurve(
     const std::vector<SweepPoint>& points, const CurveInfo& info) {
   monta::v1::BandwidthCurve curve;
-  switch (info.collective) {
-    case Collective::kAllToAll:
-      curve.set_collective(monta::v1::COLLECTIVE_ALLTOALL);
-      break;
-    case Collective::kAllGather:
-      curve.set_collective(monta::v1::COLLECTIVE_ALLGATHER);
-      break;
-    case Collective::kCopy:
-      curve.set_collective(monta::v1::COLLECTIVE_COPY);
-      break;
-  }
+  curve.set_collective(bandwidth::CollectiveToProto(info.collective));
   curve.set_scope(info.scope);
   curve.set_backend(info.backend);
   curve.set_nranks(info.nranks);

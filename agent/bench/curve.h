@@ -6,14 +6,14 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "agent/bench/bandwidth_math.h"
 #include "agent/bench/sweep.h"
+#include "common/bandwidth/bandwidth.h"
 #include "proto/monta/v1/benchmark.pb.h"
 
 namespace monta::bench {
 
 struct CurveInfo {
-  Collective collective = Collective::kAllToAll;
+  bandwidth::Collective collective = bandwidth::Collective::kAllToAll;
   monta::v1::Scope scope = monta::v1::SCOPE_INTRA_NODE;
   monta::v1::Backend backend = monta::v1::BACKEND_GLOO;
   int nranks = 0;

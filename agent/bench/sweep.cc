@@ -11,6 +11,9 @@
 #include "agent/bench/data_pattern.h"
 
 namespace monta::bench {
+
+using ::monta::bandwidth::Collective;
+
 namespace {
 
 // Times `run` over warm-up and timed iterations; returns the median in us.
@@ -27,7 +30,7 @@ absl::StatusOr<double> MedianTimeUs(const SweepOptions& options,
     if (!s.ok()) return s;
     samples.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
   }
-  return Median(std::move(samples));
+  return bandwidth::Median(std::move(samples));
 }
 
 SweepPoint MakePoint(Collective collective, uint64_t bytes, int nranks,
@@ -36,9 +39,12 @@ SweepPoint MakePoint(Collective collective, uint64_t bytes, int nranks,
   p.bytes = bytes;
   p.count = bytes;
   p.time_us = time_us;
-  p.algbw_gbps = AlgBwBytesPerSecond(bytes, time_us * 1e-6) / 1e9;
-  p.busbw_gbps =
-      BusBwBytesPerSecond(collective, bytes, time_us * 1e-6, nranks) / 1e9;
+  const double message_bytes = static_cast<double>(bytes);
+  p.algbw_gbps =
+      bandwidth::AlgBwBytesPerSecond(message_bytes, time_us * 1e-6) / 1e9;
+  p.busbw_gbps = bandwidth::BusBwBytesPerSecond(collective, nranks,
+                                                message_bytes, time_us * 1e-6) /
+                 1e9;
   p.wrong = wrong;
   return p;
 }

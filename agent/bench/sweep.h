@@ -1,6 +1,6 @@
 // Message-size sweeps in the style of nccl-tests: for each size, warm-up
 // iterations, then timed iterations whose median is the time; bandwidths from
-// bandwidth_math; a data check of a poisoned output on every size.
+// common/bandwidth; a data check of a poisoned output on every size.
 #ifndef MONTA_AGENT_BENCH_SWEEP_H_
 #define MONTA_AGENT_BENCH_SWEEP_H_
 
@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "agent/bench/bandwidth_math.h"
 #include "agent/bench/moe_groups.h"
 #include "agent/bench/schedule.h"
 #include "agent/comm/communicator.h"
+#include "common/bandwidth/bandwidth.h"
 
 namespace monta::bench {
 
@@ -30,7 +30,7 @@ struct SweepOptions {
 // One row of the nccl-tests-style table, agreed by all ranks: the slowest
 // rank's median time and the sum of every rank's wrong bytes.
 struct SweepPoint {
-  uint64_t bytes = 0;  // nccl-tests "size" (see AlgBwBytesPerSecond)
+  uint64_t bytes = 0;  // nccl-tests "size" (see bandwidth::AlgBwBytesPerSecond)
   uint64_t count = 0;  // elements of `type`
   std::string type = "uint8";
   double time_us = 0;
@@ -69,7 +69,7 @@ absl::StatusOr<std::vector<ChunkCurve>> SweepChunks(
 // nccl-tests: AllToAll = bytes each rank sends, AllGather = gathered output,
 // copy = bytes copied.
 absl::StatusOr<std::vector<SweepPoint>> SweepCollective(
-    comm::Communicator& comm, Collective collective,
+    comm::Communicator& comm, bandwidth::Collective collective,
     const SweepOptions& options);
 
 // Collective over `comm`: (max over ranks of `time_us`, sum of `wrong`).

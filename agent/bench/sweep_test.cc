@@ -15,6 +15,10 @@
 namespace monta::bench {
 namespace {
 
+using ::monta::bandwidth::BusBwFactor;
+using ::monta::bandwidth::Collective;
+using ::monta::bandwidth::CollectiveName;
+
 constexpr int kRanks = 4;
 
 void RunRanks(const std::string& scope,

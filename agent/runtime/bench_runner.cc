@@ -11,6 +11,7 @@
 #include "agent/bench/curve.h"
 #include "agent/bench/sweep.h"
 #include "agent/comm/communicator_factory.h"
+#include "common/bandwidth/collective_proto.h"
 #include "common/grpc_status.h"
 #include "common/status_proto.h"
 #include "google/protobuf/util/time_util.h"
@@ -26,17 +27,6 @@ absl::Time RankDeadline(const monta::v1::BenchmarkTask& task) {
   const absl::Time deadline =
       absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(task.deadline()));
   return deadline - absl::Seconds(1);
-}
-
-bench::Collective ToCollective(monta::v1::Collective c) {
-  switch (c) {
-    case monta::v1::COLLECTIVE_ALLGATHER:
-      return bench::Collective::kAllGather;
-    case monta::v1::COLLECTIVE_COPY:
-      return bench::Collective::kCopy;
-    default:
-      return bench::Collective::kAllToAll;
-  }
 }
 
 struct RankResult {
@@ -94,9 +84,17 @@ RankResult RunRank(const monta::v1::BenchmarkTask& task, int rank,
   sweep.warmup_iterations = std::max(0, task.warmup_iterations());
   sweep.iterations = std::max(1, task.iterations());
   for (int c : task.collectives()) {
-    const auto collective = static_cast<monta::v1::Collective>(c);
+    // A collective this agent does not know fails the task by name rather
+    // than measuring something else under the planner's label.
+    absl::StatusOr<bandwidth::Collective> collective =
+        bandwidth::CollectiveFromProto(static_cast<monta::v1::Collective>(c));
+    if (!collective.ok()) {
+      result.status = collective.status();
+      (*comm)->Abort();
+      return result;
+    }
     absl::StatusOr<std::vector<bench::SweepPoint>> points =
-        bench::SweepCollective(**comm, ToCollective(collective), sweep);
+        bench::SweepCollective(**comm, *collective, sweep);
     if (!points.ok()) {
       result.status = points.status();
       (*comm)->Abort();
@@ -105,14 +103,14 @@ RankResult RunRank(const monta::v1::BenchmarkTask& task, int rank,
     for (const auto& p : *points) {
       if (p.wrong > 0) {
         result.status = absl::DataLossError(absl::StrCat(
-            bench::CollectiveName(ToCollective(collective)), " at ", p.bytes, " bytes: ",
+            bandwidth::CollectiveName(*collective), " at ", p.bytes, " bytes: ",
             p.wrong, " wrong bytes"));
         return result;
       }
     }
     if (rank != 0) continue;  // every rank agrees on the points; rank 0 reports
     bench::CurveInfo info;
-    info.collective = ToCollective(collective);
+    info.collective = *collective;
     info.scope = task.scope();
     info.backend = backend == comm::Backend::kNccl ? monta::v1::BACKEND_NCCL
                                                    : monta::v1::BACKEND_GLOO;

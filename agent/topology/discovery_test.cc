@@ -6,7 +6,7 @@
 
 #include "agent/topology/recorded_sources.h"
 #include "agent/topology/sysfs_fixture.h"
-#include "agent/topology/topology_diff.h"
+#include "common/topology_diff.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

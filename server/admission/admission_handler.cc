@@ -13,10 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/types/optional.h"
+#include "common/job_file.h"
 #include "common/proto_names.h"
 #include "nlohmann/json.hpp"
-#include "server/api/planner_service.h"
-#include "server/planning/job_file.h"
+#include "server/planning/decide_strategy.h"
 #include "server/planning/request_validation.h"
 #include "server/planning/strategy_planner.h"
 
@@ -449,7 +449,7 @@ absl::optional<SpecError> ParseSpec(
                                        ParseErrorText(e.what()))};
   }
   absl::StatusOr<monta::v1::StrategyRequest> parsed =
-      planning::ParseJobFile(text, planning::JobFileFormat::kJson);
+      ParseJobFile(text, JobFileFormat::kJson);
   if (!parsed.ok())
     return SpecError{400, std::string(parsed.status().message())};
   *request = *std::move(parsed);
@@ -631,9 +631,9 @@ AdmissionHandler::Decider RegistryDecider(const registry::Registry* registry,
                                           store::DecisionLog* decisions) {
   return [registry, metrics, decisions](
              const monta::v1::StrategyRequest& request, bool record_decision) {
-    return api::DecideStrategy(request, registry,
-                               record_decision ? metrics : nullptr,
-                               record_decision ? decisions : nullptr);
+    return planning::DecideStrategy(request, registry,
+                                    record_decision ? metrics : nullptr,
+                                    record_decision ? decisions : nullptr);
   };
 }
 

@@ -102,7 +102,7 @@ class AdmissionHandler {
   std::map<std::string, int> profile_gpus_;
 };
 
-// The planner's decider: api::DecideStrategy against `registry`; decisions
+// The planner's decider: planning::DecideStrategy against `registry`; decisions
 // recorded in `metrics` and logged to `decisions` (either may be null) when
 // asked to. All must outlive it.
 AdmissionHandler::Decider RegistryDecider(

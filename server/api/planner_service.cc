@@ -1,48 +1,10 @@
 #include "server/api/planner_service.h"
 
-#include <chrono>
-
 #include "absl/strings/str_cat.h"
 #include "server/api/grpc_status.h"
+#include "server/planning/decide_strategy.h"
 
 namespace monta::api {
-
-std::optional<planning::NodeFacts> RegistryNodeLookup::Find(
-    absl::string_view name) const {
-  absl::StatusOr<monta::v1::NodeInfo> node = registry_->Get(name, now_);
-  if (!node.ok() || node->state() == monta::v1::NODE_STATE_GONE)
-    return std::nullopt;
-  planning::NodeFacts facts;
-  facts.name = node->name();
-  facts.gpu_count = node->topology().gpus_size();
-  facts.gpu_name =
-      node->topology().gpus().empty() ? "" : node->topology().gpus(0).name();
-  facts.profile_name = node->topology().profile_name();
-  facts.curves.assign(node->curves().begin(), node->curves().end());
-  return facts;
-}
-
-absl::StatusOr<monta::v1::StrategyReply> DecideStrategy(
-    const monta::v1::StrategyRequest& request,
-    const registry::Registry* registry, metrics::PlannerMetrics* metrics,
-    store::DecisionLog* decisions) {
-  const auto start = std::chrono::steady_clock::now();
-  const absl::Time now = absl::Now();
-  RegistryNodeLookup lookup(registry, now);
-  absl::StatusOr<monta::v1::StrategyReply> reply =
-      planning::PlanStrategy(request, &lookup, now);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
-  if (reply.ok()) reply->set_decision_seconds(seconds);
-  if (metrics != nullptr) {
-    metrics->RecordDecision(reply.status(), reply.ok() ? &*reply : nullptr,
-                            seconds);
-  }
-  if (decisions != nullptr && reply.ok())
-    decisions->RecordDecision(request, *reply);
-  return reply;
-}
 
 PlannerService::PlannerService(registry::Registry* registry,
                                bench::Coordinator* coordinator,
@@ -57,7 +19,7 @@ grpc::Status PlannerService::GetStrategy(
     grpc::ServerContext* context, const monta::v1::StrategyRequest* request,
     monta::v1::StrategyReply* reply) {
   absl::StatusOr<monta::v1::StrategyReply> decided =
-      DecideStrategy(*request, registry_, metrics_, decisions_);
+      planning::DecideStrategy(*request, registry_, metrics_, decisions_);
   if (!decided.ok()) return ToGrpc(decided.status());
   *reply = *std::move(decided);
   return grpc::Status::OK;

@@ -43,27 +43,6 @@ class PlannerService final : public monta::v1::Planner::Service {
   store::DecisionLog* const decisions_;
 };
 
-// Resolves node names for the strategy planner from the registry (gone nodes
-// are unknown).
-class RegistryNodeLookup : public planning::NodeLookup {
- public:
-  RegistryNodeLookup(const registry::Registry* registry, absl::Time now)
-      : registry_(registry), now_(now) {}
-  std::optional<planning::NodeFacts> Find(
-      absl::string_view name) const override;
-
- private:
-  const registry::Registry* registry_;
-  absl::Time now_;
-};
-
-// Plans one request against the registry, records the decision metrics and logs
-// a successful decision (both optional); shared by GetStrategy and the webhook.
-absl::StatusOr<monta::v1::StrategyReply> DecideStrategy(
-    const monta::v1::StrategyRequest& request,
-    const registry::Registry* registry, metrics::PlannerMetrics* metrics,
-    store::DecisionLog* decisions = nullptr);
-
 }  // namespace monta::api
 
 #endif  // MONTA_SERVER_API_PLANNER_SERVICE_H_

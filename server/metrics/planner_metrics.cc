@@ -4,6 +4,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "common/bandwidth/collective_proto.h"
 #include "common/proto_names.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/model/hardware_profile.h"
@@ -17,19 +18,6 @@ using prometheus::MetricType;
 
 std::string ScopeLabel(monta::v1::Scope scope) {
   return scope == monta::v1::SCOPE_INTER_NODE ? "inter" : "intra";
-}
-
-std::string CollectiveLabel(monta::v1::Collective c) {
-  switch (c) {
-    case monta::v1::COLLECTIVE_ALLTOALL:
-      return "alltoall";
-    case monta::v1::COLLECTIVE_ALLGATHER:
-      return "allgather";
-    case monta::v1::COLLECTIVE_COPY:
-      return "copy";
-    default:
-      return "unknown";
-  }
 }
 
 ClientMetric Gauge(std::vector<ClientMetric::Label> labels, double value) {
@@ -154,7 +142,8 @@ std::vector<MetricFamily> ClusterCollector::Collect() const {
         Gauge({{"node", node.name()}}, node.lease_age_seconds()));
     for (const auto& curve : node.curves()) {
       const std::string scope = ScopeLabel(curve.scope());
-      const std::string collective = CollectiveLabel(curve.collective());
+      const std::string collective =
+          bandwidth::CollectiveProtoName(curve.collective());
       // Strategy schedules other than the plain collective are evidence for the
       // model, not link health: only plain curves become series.
       if (curve.strategy_kind() != monta::v1::STRATEGY_KIND_UNSPECIFIED &&

@@ -8,6 +8,9 @@
 #include "absl/strings/str_cat.h"
 
 namespace monta::model {
+
+using ::monta::bandwidth::Collective;
+
 namespace {
 
 bool PositiveFinite(double v) { return std::isfinite(v) && v > 0; }
@@ -36,30 +39,6 @@ absl::Status CheckShape(Collective collective, int nranks, int ranks_per_node) {
 }
 
 }  // namespace
-
-double BusBandwidthFactor(Collective collective, int nranks) {
-  if (collective == Collective::kCopy || nranks <= 1) return 1.0;
-  return static_cast<double>(nranks - 1) / nranks;
-}
-
-double AlgBandwidthBytesPerSecond(double message_bytes, double time_seconds) {
-  return time_seconds > 0 ? message_bytes / time_seconds : 0.0;
-}
-
-double BusBandwidthBytesPerSecond(Collective collective, int nranks,
-                                  double message_bytes, double time_seconds) {
-  return AlgBandwidthBytesPerSecond(message_bytes, time_seconds) *
-         BusBandwidthFactor(collective, nranks);
-}
-
-double TimeFromBusBandwidthSeconds(Collective collective, int nranks,
-                                   double message_bytes,
-                                   double busbw_bytes_per_second) {
-  if (busbw_bytes_per_second <= 0) return 0.0;
-  const double algbw =
-      busbw_bytes_per_second / BusBandwidthFactor(collective, nranks);
-  return message_bytes / algbw;
-}
 
 absl::StatusOr<BandwidthCurve> BandwidthCurve::FromSamples(
     Collective collective, int nranks, int ranks_per_node,
@@ -179,8 +158,8 @@ CurveTime BandwidthCurve::TimeSeconds(double x) const {
 }
 
 double BandwidthCurve::BusBandwidthAt(double message_bytes) const {
-  return BusBandwidthBytesPerSecond(collective_, nranks_, message_bytes,
-                                    TimeSeconds(message_bytes).seconds);
+  return bandwidth::BusBwBytesPerSecond(collective_, nranks_, message_bytes,
+                                        TimeSeconds(message_bytes).seconds);
 }
 
 LinkRate BandwidthCurve::LinkRateAt(double x) const {

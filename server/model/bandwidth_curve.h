@@ -1,10 +1,9 @@
 // Bandwidth curves: how long a collective takes at a given message size.
 //
-// This file is the one place that holds the nccl-tests bandwidth definitions
-// (NVIDIA/nccl-tests doc/PERFORMANCE.md): algbw = message bytes per rank /
-// time, busbw = algbw * (n-1)/n for AllToAll and AllGather, busbw = algbw for
-// copies. A measured curve and a hardware profile's alpha-beta constants
-// produce the same type, so the cost model never knows which one it was given.
+// The nccl-tests bandwidth definitions (algbw, busbw) are common/bandwidth's;
+// this file only builds curves on them. A measured curve and a hardware
+// profile's alpha-beta constants produce the same type, so the cost model
+// never knows which one it was given.
 
 #ifndef MONTA_SERVER_MODEL_BANDWIDTH_CURVE_H_
 #define MONTA_SERVER_MODEL_BANDWIDTH_CURVE_H_
@@ -12,21 +11,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/bandwidth/bandwidth.h"
 
 namespace monta::model {
-
-enum class Collective { kAllToAll, kAllGather, kCopy };
-
-// nccl-tests: busbw / algbw. (n-1)/n for AllToAll and AllGather, 1 for copies.
-double BusBandwidthFactor(Collective collective, int nranks);
-// algbw: bytes each rank sends (AllToAll) or gathers (AllGather) per second.
-double AlgBandwidthBytesPerSecond(double message_bytes, double time_seconds);
-double BusBandwidthBytesPerSecond(Collective collective, int nranks,
-                                  double message_bytes, double time_seconds);
-// Inverse of BusBandwidthBytesPerSecond: the time a busbw implies.
-double TimeFromBusBandwidthSeconds(Collective collective, int nranks,
-                                   double message_bytes,
-                                   double busbw_bytes_per_second);
 
 // One measured point: `message_bytes` per rank took `time_seconds`.
 struct CurveSample {
@@ -57,14 +44,14 @@ class BandwidthCurve {
   // ranks_per_node dividing nranks, at least one sample, sizes strictly
   // increasing and every size and time > 0 and finite.
   static absl::StatusOr<BandwidthCurve> FromSamples(
-      Collective collective, int nranks, int ranks_per_node,
+      bandwidth::Collective collective, int nranks, int ranks_per_node,
       std::vector<CurveSample> samples);
 
   // A profile curve: T(x) = alpha + link_share * x / link_bytes_per_second,
   // i.e. a latency plus the bytes on the bottleneck link at its line rate.
   // Never extrapolated. Needs alpha >= 0 and a rate > 0.
   static absl::StatusOr<BandwidthCurve> FromAlphaBeta(
-      Collective collective, int nranks, int ranks_per_node,
+      bandwidth::Collective collective, int nranks, int ranks_per_node,
       double alpha_seconds, double link_bytes_per_second);
 
   // T(x). Between samples: linear interpolation of log(time) over log(size)
@@ -93,7 +80,7 @@ class BandwidthCurve {
 
   bool valid() const { return nranks_ > 0; }
   bool measured() const { return !samples_.empty(); }
-  Collective collective() const { return collective_; }
+  bandwidth::Collective collective() const { return collective_; }
   int nranks() const { return nranks_; }
   int ranks_per_node() const { return ranks_per_node_; }
   // Measured size range; 0 for a profile curve.
@@ -101,7 +88,7 @@ class BandwidthCurve {
   double max_bytes() const;
 
  private:
-  Collective collective_ = Collective::kAllToAll;
+  bandwidth::Collective collective_ = bandwidth::Collective::kAllToAll;
   int nranks_ = 0;
   int ranks_per_node_ = 0;
   double link_share_ = 1;

@@ -8,18 +8,7 @@
 namespace monta::model {
 namespace {
 
-TEST(NcclTestsMath, BusBandwidthFollowsNcclTests) {
-  // 8 ranks, 1 GB per rank in 10 ms: algbw 100 GB/s, busbw 87.5 GB/s.
-  EXPECT_DOUBLE_EQ(AlgBandwidthBytesPerSecond(1e9, 0.01), 1e11);
-  EXPECT_DOUBLE_EQ(
-      BusBandwidthBytesPerSecond(Collective::kAllToAll, 8, 1e9, 0.01), 87.5e9);
-  EXPECT_DOUBLE_EQ(
-      BusBandwidthBytesPerSecond(Collective::kAllGather, 8, 1e9, 0.01), 87.5e9);
-  EXPECT_DOUBLE_EQ(BusBandwidthBytesPerSecond(Collective::kCopy, 1, 1e9, 0.01),
-                   1e11);
-  EXPECT_DOUBLE_EQ(
-      TimeFromBusBandwidthSeconds(Collective::kAllToAll, 8, 1e9, 87.5e9), 0.01);
-}
+using ::monta::bandwidth::Collective;
 
 TEST(BandwidthCurve, ProfileCurveIsAlphaPlusLinkBytesOverRate) {
   // 16 ranks on 2 nodes: half of each rank's message leaves the node.

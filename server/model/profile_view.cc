@@ -6,6 +6,9 @@
 #include "absl/strings/str_cat.h"
 
 namespace monta::model {
+
+using ::monta::bandwidth::Collective;
+
 namespace {
 
 // The profile's AllToAll latency is quoted for 8 ranks.

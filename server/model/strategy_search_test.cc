@@ -299,8 +299,8 @@ TEST(StrategySearch, MeasuredCurveOutsideItsRangeIsReported) {
   for (double x = 1024; x <= (1 << 20); x *= 4) {
     samples.push_back({x, 30e-6 + 0.5 * x / 11e9});
   }
-  auto measured = BandwidthCurve::FromSamples(Collective::kAllToAll, 16, 8,
-                                              std::move(samples));
+  auto measured = BandwidthCurve::FromSamples(bandwidth::Collective::kAllToAll,
+                                              16, 8, std::move(samples));
   ASSERT_TRUE(measured.ok());
   view.alltoall_inter = *measured;
   const Decision d = DecideOrDie(PaperJobShape(), {2, 8}, view);

@@ -5,26 +5,17 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/bandwidth/collective_proto.h"
 
 namespace monta::planning {
 
-using monta::model::Collective;
-
 absl::StatusOr<monta::model::BandwidthCurve> CurveFromProto(
     const monta::v1::BandwidthCurve& curve) {
-  Collective collective;
-  switch (curve.collective()) {
-    case monta::v1::COLLECTIVE_ALLTOALL:
-      collective = Collective::kAllToAll;
-      break;
-    case monta::v1::COLLECTIVE_ALLGATHER:
-      collective = Collective::kAllGather;
-      break;
-    case monta::v1::COLLECTIVE_COPY:
-      collective = Collective::kCopy;
-      break;
-    default:
-      return absl::InvalidArgumentError("curve collective: unspecified");
+  absl::StatusOr<bandwidth::Collective> collective =
+      bandwidth::CollectiveFromProto(curve.collective());
+  if (!collective.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("curve ", collective.status().message()));
   }
   const int nranks = curve.nranks();
   const int n_nodes = curve.n_nodes() > 0 ? curve.n_nodes() : 1;
@@ -44,14 +35,14 @@ absl::StatusOr<monta::model::BandwidthCurve> CurveFromProto(
     }
     double seconds = p.time_seconds();
     if (seconds <= 0) {
-      seconds = monta::model::TimeFromBusBandwidthSeconds(
-          collective, nranks, static_cast<double>(p.message_bytes()),
+      seconds = bandwidth::TimeFromBusBwSeconds(
+          *collective, nranks, static_cast<double>(p.message_bytes()),
           p.busbw_bytes_per_second());
     }
     samples.push_back({static_cast<double>(p.message_bytes()), seconds});
   }
   return monta::model::BandwidthCurve::FromSamples(
-      collective, nranks, nranks / n_nodes, std::move(samples));
+      *collective, nranks, nranks / n_nodes, std::move(samples));
 }
 
 monta::v1::HardwareProfile ProfileToProto(

@@ -1,4 +1,4 @@
-#include "server/planning/job_file.h"
+#include "common/job_file.h"
 
 #include <string>
 

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/job_file.h"
 #include "google/protobuf/util/json_util.h"
-#include "server/planning/job_file.h"
 
 namespace monta::testing {
 namespace {
@@ -25,7 +25,7 @@ std::string PaperJobPath() {
 monta::v1::StrategyRequest PaperJobRequest() {
   static const monta::v1::StrategyRequest* const kRequest = [] {
     absl::StatusOr<monta::v1::StrategyRequest> request =
-        monta::planning::LoadJobFile(PaperJobPath());
+        monta::LoadJobFile(PaperJobPath());
     if (!request.ok()) {
       std::cerr << "paper_job: " << request.status()
                 << " (the test target needs //tests/testing:paper_job, whose "

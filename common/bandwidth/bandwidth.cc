@@ -1,8 +1,9 @@
-#include "agent/bench/bandwidth_math.h"
+#include "common/bandwidth/bandwidth.h"
 
 #include <algorithm>
+#include <cstddef>
 
-namespace monta::bench {
+namespace monta::bandwidth {
 
 const char* CollectiveName(Collective collective) {
   switch (collective) {
@@ -16,17 +17,16 @@ const char* CollectiveName(Collective collective) {
   return "unknown";
 }
 
-double AlgBwBytesPerSecond(uint64_t bytes, double time_seconds) {
+double AlgBwBytesPerSecond(double message_bytes, double time_seconds) {
   if (time_seconds <= 0) return 0;
-  return static_cast<double>(bytes) / time_seconds;
+  return message_bytes / time_seconds;
 }
 
 double BusBwFactor(Collective collective, int nranks) {
   switch (collective) {
     case Collective::kAllToAll:
     case Collective::kAllGather:
-      // Of the n blocks a rank sends (or gathers), one stays local.
-      if (nranks < 1) return 0;
+      if (nranks <= 1) return 0;
       return static_cast<double>(nranks - 1) / nranks;
     case Collective::kCopy:
       return 1;
@@ -34,10 +34,19 @@ double BusBwFactor(Collective collective, int nranks) {
   return 0;
 }
 
-double BusBwBytesPerSecond(Collective collective, uint64_t bytes,
-                           double time_seconds, int nranks) {
-  return AlgBwBytesPerSecond(bytes, time_seconds) *
+double BusBwBytesPerSecond(Collective collective, int nranks,
+                           double message_bytes, double time_seconds) {
+  return AlgBwBytesPerSecond(message_bytes, time_seconds) *
          BusBwFactor(collective, nranks);
+}
+
+double TimeFromBusBwSeconds(Collective collective, int nranks,
+                            double message_bytes,
+                            double busbw_bytes_per_second) {
+  const double factor = BusBwFactor(collective, nranks);
+  if (busbw_bytes_per_second <= 0 || factor <= 0) return 0;
+  const double algbw_bytes_per_second = busbw_bytes_per_second / factor;
+  return message_bytes / algbw_bytes_per_second;
 }
 
 double Median(std::vector<double> samples) {
@@ -51,4 +60,4 @@ double Median(std::vector<double> samples) {
   return (lower + upper) / 2;
 }
 
-}  // namespace monta::bench
+}  // namespace monta::bandwidth

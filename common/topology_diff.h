@@ -1,7 +1,7 @@
 // What changed between two snapshots of one node's topology, as events the
 // planner's registry can log, export and react to (re-plan, reject admissions).
-#ifndef MONTA_AGENT_TOPOLOGY_TOPOLOGY_DIFF_H_
-#define MONTA_AGENT_TOPOLOGY_TOPOLOGY_DIFF_H_
+#ifndef MONTA_COMMON_TOPOLOGY_DIFF_H_
+#define MONTA_COMMON_TOPOLOGY_DIFF_H_
 
 #include <string>
 #include <vector>
@@ -33,4 +33,4 @@ std::vector<TopologyChange> DiffTopology(const monta::v1::NodeTopology& before,
 
 }  // namespace monta::topology
 
-#endif  // MONTA_AGENT_TOPOLOGY_TOPOLOGY_DIFF_H_
+#endif  // MONTA_COMMON_TOPOLOGY_DIFF_H_

@@ -1,4 +1,4 @@
-#include "server/planning/job_file.h"
+#include "common/job_file.h"
 
 #include <cmath>
 #include <cstdint>
@@ -18,7 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "yaml-cpp/yaml.h"
 
-namespace monta::planning {
+namespace monta {
 namespace {
 
 using google::protobuf::Descriptor;
@@ -317,4 +317,4 @@ absl::StatusOr<monta::v1::StrategyRequest> LoadJobFile(
   return request;
 }
 
-}  // namespace monta::planning
+}  // namespace monta

@@ -14,8 +14,8 @@
 // unknown key"). Enum values may be written in full (STRATEGY_KIND_FLAT) or
 // short (flat).
 
-#ifndef MONTA_SERVER_PLANNING_JOB_FILE_H_
-#define MONTA_SERVER_PLANNING_JOB_FILE_H_
+#ifndef MONTA_COMMON_JOB_FILE_H_
+#define MONTA_COMMON_JOB_FILE_H_
 
 #include <string>
 
@@ -23,7 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "proto/monta/v1/strategy.pb.h"
 
-namespace monta::planning {
+namespace monta {
 
 enum class JobFileFormat { kAuto, kYaml, kJson };
 
@@ -36,6 +36,6 @@ absl::StatusOr<monta::v1::StrategyRequest> ParseJobFile(
 // picks the format. NOT_FOUND when the file cannot be read.
 absl::StatusOr<monta::v1::StrategyRequest> LoadJobFile(const std::string& path);
 
-}  // namespace monta::planning
+}  // namespace monta
 
-#endif  // MONTA_SERVER_PLANNING_JOB_FILE_H_
+#endif  // MONTA_COMMON_JOB_FILE_H_

@@ -1,4 +1,4 @@
-#include "agent/topology/topology_diff.h"
+#include "common/topology_diff.h"
 
 #include <map>
 #include <set>

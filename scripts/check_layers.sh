@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The layering check: asserts the allowed arrows between Monta's rooms over the real
+# Bazel graph (`bazel query`), so a new wrong dependency fails CI with a message that
+# names it:
+#
+#   //client:montactl -> //server/planning:request_validation violates: client may depend only on proto/ and common/
+#
+# Each rule takes the shipped targets of a room (cc_library and cc_binary, minus test
+# and testonly targets: tests may cross rooms, e.g. client's topology_render_test
+# renders what agent discovery produces) and walks everything they depend on,
+# transitively. Every edge a -> b in that graph that steps out of the rule's allowed
+# set (a inside, b outside) is reported: the message names the step out of bounds,
+# not the far end of a chain. Visibility (in each BUILD file) keeps packages private
+# to their room; this check says which rooms may use which, including the public
+# ones (common/, proto/, third_party/) that visibility cannot police.
+#
+# Usage: scripts/check_layers.sh [bazel query flags]. Exit status 1 on a violation.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+QUERY_FLAGS=("$@")
+errors=$(mktemp)
+trap 'rm -f "$errors"' EXIT
+violations=0
+checked=0
+
+# Edges "a b" of the rule graph reachable from the shipped targets of `room` (a
+# query expression), without toolchains and implicit dependencies.
+edges() {
+  local room=$1 graph
+  local sources="kind('cc_library|cc_binary', $room) except attr(testonly, 1, $room)"
+  if ! graph=$(bazel query "${QUERY_FLAGS[@]}" --noimplicit_deps --notool_deps \
+    --output=graph --nograph:factored "kind(rule, deps($sources))" 2>"$errors"); then
+    cat "$errors" >&2
+    echo "check_layers: bazel query failed for $room" >&2
+    exit 2
+  fi
+  sed -nE 's/^ *"([^"]+)" -> "([^"]+)"$/\1 \2/p' <<<"$graph"
+}
+
+# check ROOM MODE PATTERN MESSAGE: every edge a -> b reachable from ROOM must have b
+# match PATTERN (MODE allow) or must not (MODE forbid), an ERE over Bazel labels.
+check() {
+  local room=$1 mode=$2 pattern=$3 message=$4 graph out
+  graph=$(edges "$room") || exit 2
+  if [[ -z "$graph" ]]; then
+    echo "check_layers: no dependency graph for $room: does 'bazel query' work?" >&2
+    exit 2
+  fi
+  out=$(awk -v mode="$mode" -v pattern="$pattern" -v message="$message" '
+    function out(label) { return (mode == "allow") ? (label !~ pattern) : (label ~ pattern) }
+    # Only the step out of bounds: edges beyond it follow from it.
+    !out($1) && out($2) && !seen[$0]++ { print $1 " -> " $2 " violates: " message }' <<<"$graph")
+  checked=$((checked + 1))
+  if [[ -n "$out" ]]; then
+    echo "$out"
+    violations=$((violations + $(wc -l <<<"$out")))
+  fi
+}
+
+check //server/model/... allow '^//(server/model|common/bandwidth)[:/]|^//third_party:absl$' \
+  "server/model may depend only on the standard library, Abseil and common/ (its pure part, common/bandwidth: no protobuf, no I/O)"
+check //server/... allow '^//(server|common|proto|third_party)[:/]' \
+  "the planner (server/) may depend only on server/, common/, proto/ and third_party/, never on agent/ or client/"
+check //agent/... allow '^//(agent|common|proto|third_party)[:/]|^@local_cuda//' \
+  "the agent may depend only on agent/, common/, proto/ and third_party/, never on server/ or client/"
+check //client/... allow '^//(client|common|proto|third_party)[:/]' \
+  "client may depend only on proto/ and common/"
+check //common/... allow '^//(common|proto|third_party)[:/]' \
+  "common/ is shared by every room and may depend only on proto/ and third_party/"
+check //proto/... allow '^//(proto|third_party)[:/]' \
+  "proto/ is the contract and may depend only on third_party/"
+# Below the gRPC handlers (server/api) the planner uses messages, never services.
+check "//server/model/... + //server/planning/... + //server/registry/... + //server/store/... + //server/bench/... + //server/metrics/... + //server/admission/..." \
+  forbid '_grpc_proto$|^//third_party:grpc$' \
+  "nothing below server/api may depend on gRPC service headers (*_grpc_proto) or //third_party:grpc; use the message targets (*_proto)"
+
+if [[ $violations -gt 0 ]]; then
+  echo "check_layers: $violations forbidden dependencies (rooms and arrows: README.md, Layout)"
+  exit 1
+fi
+echo "check_layers: $checked rules hold"

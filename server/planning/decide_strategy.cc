@@ -1,0 +1,46 @@
+#include "server/planning/decide_strategy.h"
+
+#include <chrono>
+
+#include "absl/time/clock.h"
+
+namespace monta::planning {
+
+std::optional<NodeFacts> RegistryNodeLookup::Find(
+    absl::string_view name) const {
+  absl::StatusOr<monta::v1::NodeInfo> node = registry_->Get(name, now_);
+  if (!node.ok() || node->state() == monta::v1::NODE_STATE_GONE)
+    return std::nullopt;
+  NodeFacts facts;
+  facts.name = node->name();
+  facts.gpu_count = node->topology().gpus_size();
+  facts.gpu_name =
+      node->topology().gpus().empty() ? "" : node->topology().gpus(0).name();
+  facts.profile_name = node->topology().profile_name();
+  facts.curves.assign(node->curves().begin(), node->curves().end());
+  return facts;
+}
+
+absl::StatusOr<monta::v1::StrategyReply> DecideStrategy(
+    const monta::v1::StrategyRequest& request,
+    const registry::Registry* registry, metrics::PlannerMetrics* metrics,
+    store::DecisionLog* decisions) {
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Time now = absl::Now();
+  RegistryNodeLookup lookup(registry, now);
+  absl::StatusOr<monta::v1::StrategyReply> reply =
+      PlanStrategy(request, &lookup, now);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  if (reply.ok()) reply->set_decision_seconds(seconds);
+  if (metrics != nullptr) {
+    metrics->RecordDecision(reply.status(), reply.ok() ? &*reply : nullptr,
+                            seconds);
+  }
+  if (decisions != nullptr && reply.ok())
+    decisions->RecordDecision(request, *reply);
+  return reply;
+}
+
+}  // namespace monta::planning
