@@ -111,9 +111,10 @@ def get_strategy(address: str, job: Any, placement: Any, options: Any,
         except grpc.RpcError as e:
             raise PlanError(f"GetStrategy at {address}: {e.code().name}: {e.details()}") from None
     chosen = reply.chosen
-    if chosen.kind == strategy_pb2.STRATEGY_KIND_UNSPECIFIED:
+    if chosen.kind == 0:  # STRATEGY_KIND_UNSPECIFIED
         raise PlanError(f"GetStrategy at {address}: no strategy chosen (none feasible)")
-    kind = strategy_pb2.StrategyKind.Name(chosen.kind)
+    # The enum's own descriptor names the value, wherever in the contract it is declared.
+    kind = chosen.DESCRIPTOR.fields_by_name["kind"].enum_type.values_by_number[chosen.kind].name
     strategy = normalize_strategy(kind, "GetStrategy reply chosen.kind")
     fwd, bwd = chosen.forward_seconds_per_layer, chosen.backward_seconds_per_layer
     plan = Plan(strategy=strategy, num_chunks=max(1, chosen.chunks_effective),
