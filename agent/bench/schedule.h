@@ -1,4 +1,4 @@
-// The MoE dispatch strategies of MODEL.md §3 as real schedules on the
+// The MoE dispatch strategies of docs/MODEL.md §4 as real schedules on the
 // Communicator interface (never on Gloo or NCCL directly).
 //
 // Data: every EP rank sends `rows` capacity rows of `row_bytes` bytes to each
@@ -46,7 +46,7 @@ struct DispatchShape {
 };
 
 // What a split of `rows` into `chunks` pieces of ceil(rows/chunks) really
-// yields: ceil(rows / ceil(rows/chunks)) (MODEL.md §3; 6 rows, K=4 gives 3).
+// yields: ceil(rows / ceil(rows/chunks)) (docs/MODEL.md §4; 6 rows, K=4 gives 3).
 int EffectiveChunks(uint64_t rows, int chunks);
 
 class DispatchSchedule {

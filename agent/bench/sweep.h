@@ -55,7 +55,7 @@ absl::StatusOr<std::vector<SweepPoint>> SweepStrategy(
     MoeGroups& groups, Strategy strategy, int chunks,
     const SweepOptions& options);
 
-// One curve per K of `chunks` (MODEL.md §4 searches K; the agent measures the
+// One curve per K of `chunks` (docs/MODEL.md §5 searches K; the agent measures the
 // same K values), in the order given.
 struct ChunkCurve {
   int chunks = 1;

@@ -1,4 +1,4 @@
-// The planner's Prometheus metrics (names and labels in ARCHITECTURE.md's
+// The planner's Prometheus metrics (names and labels in docs/ARCHITECTURE.md's
 // conventions): cluster state and measured bandwidth read from the registry at
 // scrape time, plus counters and histograms of decisions, benchmark tasks and
 // admission reviews.

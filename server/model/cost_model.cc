@@ -171,7 +171,7 @@ StrategyTime CostModel::Dedup(int chunks, bool pipelined,
     // than the resource it shares with the other stages can serve them all.
     // Two resources: the network, and the GPU itself, whose SMs, copy
     // engines and HBM drive the NVLink share of the AllToAll, the AllGather
-    // and the reorder copy alike (MODEL.md sec. 3). Inside one node all three
+    // and the reorder copy alike (docs/MODEL.md §4, deviation 3 in §8). Inside one node all three
     // stages land on the GPU, so the pipeline cannot beat S1 there.
     const bool has_network = a.busy.network_seconds > 0;
     const double network =

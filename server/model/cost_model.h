@@ -1,5 +1,5 @@
 // Predicted times of the AllToAll schedules for one job on one cluster view
-// (MODEL.md sec. 3). Pure arithmetic: no search, no I/O.
+// (docs/MODEL.md §3-4). Pure arithmetic: no search, no I/O.
 
 #ifndef MONTA_SERVER_MODEL_COST_MODEL_H_
 #define MONTA_SERVER_MODEL_COST_MODEL_H_
@@ -35,7 +35,7 @@ struct ExtrapolationFlags {
   }
 };
 
-// How backward runs. kSliceOnly (the default) is MODEL.md's reading: forward
+// How backward runs. kSliceOnly (the default) is docs/MODEL.md §8.1's reading: forward
 // charges an AllGather to each of its two ops, backward runs AllToAll(D/t)
 // only. Per layer that is 4 AllToAlls and 2 AllGathers, exactly what
 // DeepSpeed's MoE layer issues (deepspeed/moe/sharded_moe.py: forward runs
@@ -84,7 +84,7 @@ class CostModel {
             double contention_factor, BackwardSchedule backward,
             double expert_compute_seconds);
 
-  // Schedules (MODEL.md sec. 3). `flags` (nullable) collects extrapolation.
+  // Schedules (docs/MODEL.md §4). `flags` (nullable) collects extrapolation.
   StrategyTime Flat(ExtrapolationFlags* flags) const;
   StrategyTime TpDedup(ExtrapolationFlags* flags) const;
   StrategyTime TpDedupPipelined(int chunks, ExtrapolationFlags* flags) const;

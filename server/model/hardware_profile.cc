@@ -12,7 +12,7 @@ namespace monta::model {
 namespace {
 
 // Sources, quoted once so every profile cites the same text. Most are listed
-// in the design's REFERENCES.md; the memory bandwidths come from NVIDIA's
+// in docs/REFERENCES.md; the memory bandwidths come from NVIDIA's
 // datasheets because the copy stage is bounded by HBM, not by a fabric.
 constexpr char kSrcA800NvLink[] =
     "A800 NVLink 400 GB/s bidirectional = 200 GB/s per direction: "
@@ -29,9 +29,9 @@ constexpr char kSrcH100NvLink[] =
     "inference_results_v4.1 H200-SXM-141GBx8 system description";
 constexpr char kSrcHdr[] =
     "InfiniBand HDR 200 Gb/s per NIC (25 GB/s per direction, MoNTA arXiv "
-    "2411.00662); 4 NICs per A800 node per the MoNTA setting, MODEL.md sec. 6";
+    "2411.00662); 4 NICs per A800 node per the MoNTA setting, docs/MODEL.md §7";
 constexpr char kSrcHdr8[] =
-    "8 x 200 Gb/s HDR, one NIC per GPU (MODEL.md sec. 6 variant; NVIDIA DGX "
+    "8 x 200 Gb/s HDR, one NIC per GPU (docs/MODEL.md §7 variant; NVIDIA DGX "
     "A100 datasheet: 8 single-port ConnectX-6 200 Gb/s)";
 constexpr char kSrcNdr[] =
     "ConnectX-7 NDR 400 Gb/s = 50 GB/s per direction, one per GPU: "

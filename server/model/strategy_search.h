@@ -1,4 +1,4 @@
-// The choice (MODEL.md sec. 4-5): every allowed strategy, its best chunk
+// The choice (docs/MODEL.md §5-6): every allowed strategy, its best chunk
 // count, ranked, with speedups and the end-to-end gain.
 
 #ifndef MONTA_SERVER_MODEL_STRATEGY_SEARCH_H_

@@ -73,7 +73,7 @@ TEST(StrategySearch, PaperSettingHoldsFrom64MiBTo1GiBPerRank) {
                     c.forward_seconds_per_layer,
                 4.0)
           << "hidden " << hidden;
-      // Forward + backward: MODEL.md's backward (AllToAlls only) keeps 4x;
+      // Forward + backward: docs/MODEL.md's backward (§8.1) (AllToAlls only) keeps 4x;
       // DeepSpeed's autograd also gathers in backward, which costs some.
       EXPECT_GE(c.speedup_over_flat,
                 backward == BackwardSchedule::kSliceOnly ? 4.0 : 3.5)

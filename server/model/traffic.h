@@ -1,6 +1,6 @@
 // What one MoE AllToAll moves: the job's shape turned into bytes per rank and
 // the shares of them that stay local, cross the node's fabric, or leave it
-// (MODEL.md sec. 2).
+// (docs/MODEL.md §1).
 
 #ifndef MONTA_SERVER_MODEL_TRAFFIC_H_
 #define MONTA_SERVER_MODEL_TRAFFIC_H_

@@ -161,7 +161,7 @@ def hgx_a800():
     # of the A100's 12 NVLink3 links enabled (400 GB/s instead of 600 GB/s) ->
     # NV8 between every pair through 6 NVSwitches; 4x ConnectX-6 200 Gb/s HDR,
     # one per PCIe switch shared by two GPUs (PIX); 2x Xeon Platinum 8358 (32
-    # cores each), GPUs 0-3 on NUMA 0. Sources: REFERENCES.md D (A800 NVLink
+    # cores each), GPUs 0-3 on NUMA 0. Sources: docs/REFERENCES.md §D (A800 NVLink
     # 400 GB/s: tweakers.net/nieuws/203182, aiwiki.ai/wiki/nvidia_a800), the
     # `nvidia-smi topo -m` of an A800 node in NVIDIA/nccl#933 (NV8 everywhere,
     # PIX GPU-NIC), NVIDIA DGX A100 User Guide for the PCIe switch layout and
