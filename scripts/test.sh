@@ -19,6 +19,8 @@ trap 'rm -f "$log"' EXIT
 #     $MONTA_CLANG_OUTPUT_BASE overrides where.
 #   format: scripts/format.sh --check.
 #   layers: scripts/check_layers.sh (the allowed arrows between rooms, over `bazel query`).
+#   function-length: scripts/check_function_length.py (no function over 80 lines unless a
+#     `// long-function:` comment above it says why).
 checks_passed=0
 checks_failed=0
 check() {  # NAME COMMAND...
@@ -54,6 +56,7 @@ run_checks() {
     build --config=clang --color=no --curses=no -- "${packages[@]}"
   check format ./scripts/format.sh --check
   check layers ./scripts/check_layers.sh
+  check function-length python3 ./scripts/check_function_length.py
 }
 bazel test --color=no --curses=no "$@" -- //... 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
