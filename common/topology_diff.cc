@@ -53,13 +53,10 @@ std::string StateText(const Nic& nic) {
                 nic.phys_state().empty() ? "?" : nic.phys_state());
 }
 
-}  // namespace
-
-std::vector<TopologyChange> DiffTopology(const NodeTopology& before,
-                                         const NodeTopology& after) {
-  std::vector<TopologyChange> changes;
-
-  // GPUs.
+// GPUs that appeared, disappeared or changed identity (index/UUID). Returns
+// the indices involved, so that link changes on them are not reported twice.
+std::set<int> DiffGpus(const NodeTopology& before, const NodeTopology& after,
+                       std::vector<TopologyChange>* changes) {
   std::map<int, const Gpu*> gpus_before;
   std::map<int, const Gpu*> gpus_after;
   for (const Gpu& gpu : before.gpus()) gpus_before[gpu.index()] = &gpu;
@@ -79,16 +76,20 @@ std::vector<TopologyChange> DiffTopology(const NodeTopology& before,
     changed_gpus.insert(index);
     const std::string subject = StrCat("gpu", index);
     if (had) {
-      changes.push_back({"gpu_removed", subject,
-                         StrCat(Describe(*old_gpu->second), " removed")});
+      changes->push_back({"gpu_removed", subject,
+                          StrCat(Describe(*old_gpu->second), " removed")});
     }
     if (has) {
-      changes.push_back(
+      changes->push_back(
           {"gpu_added", subject, StrCat(Describe(*new_gpu->second), " added")});
     }
   }
+  return changed_gpus;
+}
 
-  // NIC ports.
+// NIC ports added, removed, or with a changed rate or state.
+void DiffNics(const NodeTopology& before, const NodeTopology& after,
+              std::vector<TopologyChange>* changes) {
   using PortKey = std::pair<std::string, int>;
   std::map<PortKey, const Nic*> nics_before;
   std::map<PortKey, const Nic*> nics_after;
@@ -104,31 +105,36 @@ std::vector<TopologyChange> DiffTopology(const NodeTopology& before,
     auto new_nic = nics_after.find(port);
     const std::string subject = StrCat(port.first, ":", port.second);
     if (new_nic == nics_after.end()) {
-      changes.push_back({"nic_removed", subject,
-                         StrCat(NicLabel(*old_nic->second), " removed")});
+      changes->push_back({"nic_removed", subject,
+                          StrCat(NicLabel(*old_nic->second), " removed")});
       continue;
     }
     const Nic& now = *new_nic->second;
     if (old_nic == nics_before.end()) {
-      changes.push_back({"nic_added", subject,
-                         StrCat(NicLabel(now), " added: ", Gbps(now), " Gb/s ",
-                                StateText(now))});
+      changes->push_back({"nic_added", subject,
+                          StrCat(NicLabel(now), " added: ", Gbps(now), " Gb/s ",
+                                 StateText(now))});
       continue;
     }
     const Nic& was = *old_nic->second;
     if (was.rate_bytes_per_second() != now.rate_bytes_per_second()) {
-      changes.push_back({"nic_rate_changed", subject,
-                         StrCat(NicLabel(now), ": rate ", Gbps(was), " -> ",
-                                Gbps(now), " Gb/s")});
+      changes->push_back({"nic_rate_changed", subject,
+                          StrCat(NicLabel(now), ": rate ", Gbps(was), " -> ",
+                                 Gbps(now), " Gb/s")});
     }
     if (was.state() != now.state() || was.phys_state() != now.phys_state()) {
-      changes.push_back({"nic_state_changed", subject,
-                         StrCat(NicLabel(now), ": state ", StateText(was),
-                                " -> ", StateText(now))});
+      changes->push_back({"nic_state_changed", subject,
+                          StrCat(NicLabel(now), ": state ", StateText(was),
+                                 " -> ", StateText(now))});
     }
   }
+}
 
-  // NVLinks per GPU pair.
+// Active NVLink counts per GPU pair, skipping pairs on a GPU in
+// `changed_gpus` (its add/remove already says it).
+void DiffNvlinks(const NodeTopology& before, const NodeTopology& after,
+                 const std::set<int>& changed_gpus,
+                 std::vector<TopologyChange>* changes) {
   using PairKey = std::pair<int, int>;
   std::map<PairKey, const GpuLink*> links_before;
   for (const GpuLink& link : before.gpu_links()) {
@@ -150,7 +156,7 @@ std::vector<TopologyChange> DiffTopology(const NodeTopology& before,
     if (now.nvlink_inactive_count() > 0) {
       StrAppend(&message, " (", now.nvlink_inactive_count(), " inactive)");
     }
-    changes.push_back(
+    changes->push_back(
         {now.nvlink_count() < was_count ? "nvlink_down" : "nvlink_up", subject,
          std::move(message)});
   }
@@ -165,11 +171,21 @@ std::vector<TopologyChange> DiffTopology(const NodeTopology& before,
         changed_gpus.count(key.second) != 0 || was->nvlink_count() == 0) {
       continue;
     }
-    changes.push_back(
+    changes->push_back(
         {"nvlink_down", StrCat("gpu", key.first, "-gpu", key.second),
          StrCat("GPU", key.first, "-GPU", key.second, ": active NVLinks ",
                 was->nvlink_count(), " -> 0 (pair no longer reported)")});
   }
+}
+
+}  // namespace
+
+std::vector<TopologyChange> DiffTopology(const NodeTopology& before,
+                                         const NodeTopology& after) {
+  std::vector<TopologyChange> changes;
+  const std::set<int> changed_gpus = DiffGpus(before, after, &changes);
+  DiffNics(before, after, &changes);
+  DiffNvlinks(before, after, changed_gpus, &changes);
   return changes;
 }
 
