@@ -84,99 +84,124 @@ constexpr char kLegend[] =
     "  PIX  = Connection traversing at most a single PCIe bridge\n"
     "  NV#  = Connection traversing a bonded set of # NVLinks\n";
 
-}  // namespace
+// The node's GPUs, links, NUMA CPU lists and NIC columns indexed the way the
+// matrix reads them; each row of `nvidia-smi topo -m` is one method.
+class TopoMatrix {
+ public:
+  explicit TopoMatrix(const monta::v1::NodeTopology& topology)
+      : nics_(NicColumns(topology)) {
+    for (const monta::v1::Gpu& gpu : topology.gpus()) gpus_.push_back(&gpu);
+    std::sort(gpus_.begin(), gpus_.end(),
+              [](const monta::v1::Gpu* a, const monta::v1::Gpu* b) {
+                return a->index() < b->index();
+              });
+    for (const monta::v1::GpuLink& link : topology.gpu_links()) {
+      links_[{link.gpu_a(), link.gpu_b()}] = &link;
+    }
+    for (const monta::v1::NumaNode& node : topology.numa_nodes()) {
+      cpus_of_numa_[node.id()] = node.cpu_list();
+    }
+    for (const NicColumn& nic : nics_) {
+      pci_device_of_nic_[nic.name] = nic.pci_device;
+    }
+  }
 
-std::string RenderTopoMatrix(const monta::v1::NodeTopology& topology) {
-  std::vector<const monta::v1::Gpu*> gpus;
-  for (const monta::v1::Gpu& gpu : topology.gpus()) gpus.push_back(&gpu);
-  std::sort(gpus.begin(), gpus.end(),
-            [](const monta::v1::Gpu* a, const monta::v1::Gpu* b) {
-              return a->index() < b->index();
-            });
-  std::map<std::pair<int, int>, const monta::v1::GpuLink*> links;
-  for (const monta::v1::GpuLink& link : topology.gpu_links()) {
-    links[{link.gpu_a(), link.gpu_b()}] = &link;
+  std::string Render() const {
+    std::string out = Header();
+    for (const monta::v1::Gpu* gpu : gpus_) absl::StrAppend(&out, GpuRow(*gpu));
+    for (size_t k = 0; k < nics_.size(); ++k) absl::StrAppend(&out, NicRow(k));
+    absl::StrAppend(&out, "\n", kLegend);
+    if (!nics_.empty()) {
+      absl::StrAppend(&out, "\nNIC Legend:\n\n");
+      for (size_t k = 0; k < nics_.size(); ++k) {
+        absl::StrAppend(&out, "  NIC", k, ": ", nics_[k].name, "\n");
+      }
+    }
+    return out;
   }
-  std::map<int, std::string> cpus_of_numa;
-  for (const monta::v1::NumaNode& node : topology.numa_nodes()) {
-    cpus_of_numa[node.id()] = node.cpu_list();
-  }
-  const std::vector<NicColumn> nics = NicColumns(topology);
 
-  std::vector<std::string> header;
-  for (const monta::v1::Gpu* gpu : gpus) {
-    header.push_back(absl::StrCat("GPU", gpu->index()));
+ private:
+  std::string Header() const {
+    std::vector<std::string> header;
+    for (const monta::v1::Gpu* gpu : gpus_) {
+      header.push_back(absl::StrCat("GPU", gpu->index()));
+    }
+    for (size_t k = 0; k < nics_.size(); ++k) {
+      header.push_back(absl::StrCat("NIC", k));
+    }
+    return absl::StrCat("\t", absl::StrJoin(header, "\t"),
+                        header.empty() ? "" : "\t",
+                        "CPU Affinity\tNUMA Affinity\tGPU NUMA ID\n");
   }
-  for (size_t k = 0; k < nics.size(); ++k) {
-    header.push_back(absl::StrCat("NIC", k));
-  }
-  std::string out = absl::StrCat("\t", absl::StrJoin(header, "\t"),
-                                 header.empty() ? "" : "\t",
-                                 "CPU Affinity\tNUMA Affinity\tGPU NUMA ID\n");
 
-  std::map<std::string, std::string> pci_device_of_nic;
-  for (const NicColumn& nic : nics)
-    pci_device_of_nic[nic.name] = nic.pci_device;
-  auto same_device = [&](const std::string& nic_name, const NicColumn& nic) {
-    auto it = pci_device_of_nic.find(nic_name);
-    return it != pci_device_of_nic.end() && !nic.pci_device.empty() &&
+  bool SameDevice(const std::string& nic_name, const NicColumn& nic) const {
+    auto it = pci_device_of_nic_.find(nic_name);
+    return it != pci_device_of_nic_.end() && !nic.pci_device.empty() &&
            it->second == nic.pci_device;
-  };
-  auto gpu_nic_cell = [&](const monta::v1::Gpu& gpu, const NicColumn& nic) {
-    if (gpu.nearest_nic() == nic.name || same_device(gpu.nearest_nic(), nic)) {
+  }
+
+  std::string GpuNicCell(const monta::v1::Gpu& gpu,
+                         const NicColumn& nic) const {
+    if (gpu.nearest_nic() == nic.name || SameDevice(gpu.nearest_nic(), nic)) {
       return PathCell(gpu.nearest_nic_path(), 0);
     }
     return NumaClass(gpu.numa_node(), nic.numa_node);
-  };
+  }
 
-  for (const monta::v1::Gpu* gpu : gpus) {
+  std::string GpuRow(const monta::v1::Gpu& gpu) const {
     std::vector<std::string> cells;
-    for (const monta::v1::Gpu* peer : gpus) {
-      if (peer == gpu) {
+    for (const monta::v1::Gpu* peer : gpus_) {
+      if (peer == &gpu) {
         cells.push_back(kSelfCell);
         continue;
       }
-      auto it = links.find({std::min(gpu->index(), peer->index()),
-                            std::max(gpu->index(), peer->index())});
-      cells.push_back(it == links.end() ? "N/A"
-                                        : PathCell(it->second->path(),
-                                                   it->second->nvlink_count()));
+      auto it = links_.find({std::min(gpu.index(), peer->index()),
+                             std::max(gpu.index(), peer->index())});
+      cells.push_back(
+          it == links_.end()
+              ? "N/A"
+              : PathCell(it->second->path(), it->second->nvlink_count()));
     }
-    for (const NicColumn& nic : nics) cells.push_back(gpu_nic_cell(*gpu, nic));
-    auto cpus = cpus_of_numa.find(gpu->numa_node());
+    for (const NicColumn& nic : nics_) cells.push_back(GpuNicCell(gpu, nic));
+    auto cpus = cpus_of_numa_.find(gpu.numa_node());
     const std::string cpu_affinity =
-        cpus != cpus_of_numa.end() && !cpus->second.empty() ? cpus->second
-                                                            : "N/A";
+        cpus != cpus_of_numa_.end() && !cpus->second.empty() ? cpus->second
+                                                             : "N/A";
     const std::string numa_affinity =
-        gpu->numa_node() >= 0 ? absl::StrCat(gpu->numa_node()) : "N/A";
+        gpu.numa_node() >= 0 ? absl::StrCat(gpu.numa_node()) : "N/A";
     // Two tabs before GPU NUMA ID: nvidia-smi aligns under its wide header.
-    absl::StrAppend(&out, "GPU", gpu->index(), "\t", absl::StrJoin(cells, "\t"),
-                    "\t", cpu_affinity, "\t", numa_affinity, "\t\tN/A\n");
+    return absl::StrCat("GPU", gpu.index(), "\t", absl::StrJoin(cells, "\t"),
+                        "\t", cpu_affinity, "\t", numa_affinity, "\t\tN/A\n");
   }
-  for (size_t k = 0; k < nics.size(); ++k) {
+
+  std::string NicRow(size_t k) const {
     std::vector<std::string> cells;
-    for (const monta::v1::Gpu* gpu : gpus) {
-      cells.push_back(gpu_nic_cell(*gpu, nics[k]));
+    for (const monta::v1::Gpu* gpu : gpus_) {
+      cells.push_back(GpuNicCell(*gpu, nics_[k]));
     }
-    for (size_t l = 0; l < nics.size(); ++l) {
+    for (size_t l = 0; l < nics_.size(); ++l) {
       if (l == k) {
         cells.push_back(kSelfCell);
-      } else if (same_device(nics[k].name, nics[l])) {
+      } else if (SameDevice(nics_[k].name, nics_[l])) {
         cells.push_back("PIX");
       } else {
-        cells.push_back(NumaClass(nics[k].numa_node, nics[l].numa_node));
+        cells.push_back(NumaClass(nics_[k].numa_node, nics_[l].numa_node));
       }
     }
-    absl::StrAppend(&out, "NIC", k, "\t", absl::StrJoin(cells, "\t"), "\n");
+    return absl::StrCat("NIC", k, "\t", absl::StrJoin(cells, "\t"), "\n");
   }
-  absl::StrAppend(&out, "\n", kLegend);
-  if (!nics.empty()) {
-    absl::StrAppend(&out, "\nNIC Legend:\n\n");
-    for (size_t k = 0; k < nics.size(); ++k) {
-      absl::StrAppend(&out, "  NIC", k, ": ", nics[k].name, "\n");
-    }
-  }
-  return out;
+
+  std::vector<const monta::v1::Gpu*> gpus_;
+  std::map<std::pair<int, int>, const monta::v1::GpuLink*> links_;
+  std::map<int, std::string> cpus_of_numa_;
+  const std::vector<NicColumn> nics_;
+  std::map<std::string, std::string> pci_device_of_nic_;
+};
+
+}  // namespace
+
+std::string RenderTopoMatrix(const monta::v1::NodeTopology& topology) {
+  return TopoMatrix(topology).Render();
 }
 
 std::string RenderNicTable(const monta::v1::NodeTopology& topology) {
