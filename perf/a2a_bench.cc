@@ -239,6 +239,89 @@ absl::StatusOr<RankResult> RunSweep(comm::Communicator& world) {
   return result;
 }
 
+// The direct side of compare_gloo: plain Gloo, the way a Gloo user would
+// write it, one context per rank with its own TCP pairs.
+std::shared_ptr<gloo::rendezvous::Context> ConnectDirectGloo(
+    int me, int n, gloo::rendezvous::Store& gloo_store) {
+  gloo::transport::tcp::attr attr;
+  attr.hostname = absl::GetFlag(FLAGS_hostname);
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  auto context = std::make_shared<gloo::rendezvous::Context>(me, n);
+  context->setTimeout(std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s)));
+  gloo::rendezvous::PrefixStore prefixed("direct", gloo_store);
+  context->connectFullMesh(prefixed, device);
+  return context;
+}
+
+// One row of the compare_gloo table.
+struct ComparedSize {
+  std::string line;
+  bool wrong = false;
+};
+
+// Times the engine's flat AllToAll and direct gloo::alltoall on the same
+// bytes at one size, and formats the row.
+absl::StatusOr<ComparedSize> CompareGlooAtSize(
+    comm::Communicator& world, bench::MoeGroups& groups,
+    const std::shared_ptr<gloo::rendezvous::Context>& context,
+    const bench::SweepOptions& options, uint64_t size) {
+  const int n = world.size(), me = world.rank();
+  absl::StatusOr<std::unique_ptr<bench::DispatchSchedule>> schedule =
+      bench::DispatchSchedule::Create(
+          groups, bench::Strategy::kFlat, 1,
+          bench::ShapeForBytes(size, n, options.row_bytes));
+  if (!schedule.ok()) return schedule.status();
+  bench::DispatchSchedule& engine = **schedule;
+  absl::Status s = engine.PoisonOutput();
+  if (s.ok()) s = engine.Run();
+  if (!s.ok()) return s;
+  absl::StatusOr<uint64_t> wrong = engine.CountWrongBytes();
+  if (!wrong.ok()) return wrong.status();
+  // Same bytes as the engine moves.
+  const uint64_t bytes = engine.bytes_per_rank();
+  std::vector<uint8_t> in(bytes, static_cast<uint8_t>(me)), out_buf(bytes);
+  // Engine and direct alternate iteration by iteration, so drift in the
+  // machine's load (other work on a shared host) hits both alike.
+  std::vector<double> engine_us, direct_us;
+  for (int i = 0; i < options.warmup_iterations + options.iterations; ++i) {
+    const absl::Time t0 = absl::Now();
+    s = engine.Run();
+    if (!s.ok()) return s;
+    const absl::Time t1 = absl::Now();
+    gloo::AlltoallOptions opts(context);
+    opts.setInput(in.data(), in.size());
+    opts.setOutput(out_buf.data(), out_buf.size());
+    opts.setTag(static_cast<uint32_t>(i));
+    gloo::alltoall(opts);
+    const absl::Time t2 = absl::Now();
+    if (i >= options.warmup_iterations) {
+      engine_us.push_back(absl::ToDoubleMicroseconds(t1 - t0));
+      direct_us.push_back(absl::ToDoubleMicroseconds(t2 - t1));
+    }
+  }
+  // Both sides reported like the sweeps: the slowest rank's median.
+  absl::StatusOr<std::pair<double, uint64_t>> e_agreed =
+      bench::AgreeAcrossRanks(world, bandwidth::Median(engine_us), *wrong);
+  if (!e_agreed.ok()) return e_agreed.status();
+  absl::StatusOr<std::pair<double, uint64_t>> d_agreed =
+      bench::AgreeAcrossRanks(world, bandwidth::Median(direct_us), 0);
+  if (!d_agreed.ok()) return d_agreed.status();
+  const auto busbw_gbps = [&](double us) {
+    return bandwidth::BusBwBytesPerSecond(bandwidth::Collective::kAllToAll, n,
+                                          static_cast<double>(bytes),
+                                          us * 1e-6) /
+           1e9;
+  };
+  const double e_bus = busbw_gbps(e_agreed->first);
+  const double d_bus = busbw_gbps(d_agreed->first);
+  ComparedSize row;
+  row.wrong = e_agreed->second != 0;
+  row.line = absl::StrFormat("%15d %14.1f %14.1f %16.3f %16.3f %8.3f %8d\n",
+                             bytes, e_agreed->first, d_agreed->first, e_bus,
+                             d_bus, e_bus / d_bus, e_agreed->second);
+  return row;
+}
+
 // Direct gloo::alltoall for comparison: one context per rank with its own TCP
 // pairs, called on the rank's thread, nothing of Monta in between.
 absl::StatusOr<RankResult> RunCompareGloo(comm::Communicator& world,
@@ -249,14 +332,8 @@ absl::StatusOr<RankResult> RunCompareGloo(comm::Communicator& world,
         "compare_gloo needs --backend=gloo --launch=threads");
   }
   const int n = world.size(), me = world.rank();
-  // The direct side: plain Gloo, the way a Gloo user would write it.
-  gloo::transport::tcp::attr attr;
-  attr.hostname = absl::GetFlag(FLAGS_hostname);
-  auto device = gloo::transport::tcp::CreateDevice(attr);
-  auto context = std::make_shared<gloo::rendezvous::Context>(me, n);
-  context->setTimeout(std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s)));
-  gloo::rendezvous::PrefixStore prefixed("direct", gloo_store);
-  context->connectFullMesh(prefixed, device);
+  const std::shared_ptr<gloo::rendezvous::Context> context =
+      ConnectDirectGloo(me, n, gloo_store);
 
   bench::MoeLayout layout{1, 0};
   absl::StatusOr<bench::MoeGroups> groups = bench::MakeMoeGroups(
@@ -266,71 +343,21 @@ absl::StatusOr<RankResult> RunCompareGloo(comm::Communicator& world,
   bench::SweepOptions options = SweepFlags();
   const std::vector<uint64_t> sizes = bench::SweepSizes(
       options.min_bytes, options.max_bytes, options.step_factor);
-  std::string out = absl::StrFormat(
+  RankResult result;
+  result.text = absl::StrFormat(
       "# engine flat AllToAll (GlooCommunicator + schedule; data check "
       "outside timing) vs direct gloo::alltoall, interleaved, %d ranks, "
       "threads; busbw in GB/s, ratio = engine/direct\n"
       "#%14s %14s %14s %16s %16s %8s %8s\n",
       n, "size", "engine(us)", "direct(us)", "engine busbw", "direct busbw",
       "ratio", "#wrong");
-  bool wrong_any = false;
   for (uint64_t size : sizes) {
-    absl::StatusOr<std::unique_ptr<bench::DispatchSchedule>> schedule =
-        bench::DispatchSchedule::Create(
-            *groups, bench::Strategy::kFlat, 1,
-            bench::ShapeForBytes(size, n, options.row_bytes));
-    if (!schedule.ok()) return schedule.status();
-    bench::DispatchSchedule& engine = **schedule;
-    absl::Status s = engine.PoisonOutput();
-    if (s.ok()) s = engine.Run();
-    if (!s.ok()) return s;
-    absl::StatusOr<uint64_t> wrong = engine.CountWrongBytes();
-    if (!wrong.ok()) return wrong.status();
-    // Same bytes as the engine moves.
-    const uint64_t bytes = engine.bytes_per_rank();
-    std::vector<uint8_t> in(bytes, static_cast<uint8_t>(me)), out_buf(bytes);
-    // Engine and direct alternate iteration by iteration, so drift in the
-    // machine's load (other work on a shared host) hits both alike.
-    std::vector<double> engine_us, direct_us;
-    for (int i = 0; i < options.warmup_iterations + options.iterations; ++i) {
-      const absl::Time t0 = absl::Now();
-      s = engine.Run();
-      if (!s.ok()) return s;
-      const absl::Time t1 = absl::Now();
-      gloo::AlltoallOptions opts(context);
-      opts.setInput(in.data(), in.size());
-      opts.setOutput(out_buf.data(), out_buf.size());
-      opts.setTag(static_cast<uint32_t>(i));
-      gloo::alltoall(opts);
-      const absl::Time t2 = absl::Now();
-      if (i >= options.warmup_iterations) {
-        engine_us.push_back(absl::ToDoubleMicroseconds(t1 - t0));
-        direct_us.push_back(absl::ToDoubleMicroseconds(t2 - t1));
-      }
-    }
-    // Both sides reported like the sweeps: the slowest rank's median.
-    absl::StatusOr<std::pair<double, uint64_t>> e_agreed =
-        bench::AgreeAcrossRanks(world, bandwidth::Median(engine_us), *wrong);
-    if (!e_agreed.ok()) return e_agreed.status();
-    absl::StatusOr<std::pair<double, uint64_t>> d_agreed =
-        bench::AgreeAcrossRanks(world, bandwidth::Median(direct_us), 0);
-    if (!d_agreed.ok()) return d_agreed.status();
-    const auto busbw_gbps = [&](double us) {
-      return bandwidth::BusBwBytesPerSecond(bandwidth::Collective::kAllToAll, n,
-                                            static_cast<double>(bytes),
-                                            us * 1e-6) /
-             1e9;
-    };
-    const double e_bus = busbw_gbps(e_agreed->first);
-    const double d_bus = busbw_gbps(d_agreed->first);
-    wrong_any |= e_agreed->second != 0;
-    absl::StrAppendFormat(&out, "%15d %14.1f %14.1f %16.3f %16.3f %8.3f %8d\n",
-                          bytes, e_agreed->first, d_agreed->first, e_bus, d_bus,
-                          e_bus / d_bus, e_agreed->second);
+    absl::StatusOr<ComparedSize> row =
+        CompareGlooAtSize(world, *groups, context, options, size);
+    if (!row.ok()) return row.status();
+    result.text += row->line;
+    result.wrong |= row->wrong;
   }
-  RankResult result;
-  result.text = out;
-  result.wrong = wrong_any;
   return result;
 }
 
