@@ -8,12 +8,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "httplib.h"
@@ -72,6 +74,108 @@ double Percentile(const std::vector<double>& sorted, double p) {
   return sorted[i];
 }
 
+// An in-process planner serving the webhook on 127.0.0.1 with `certs`.
+absl::StatusOr<std::unique_ptr<monta::PlannerServer>> StartPlanner(
+    const monta::admission::TestCertFiles& certs) {
+  monta::PlannerOptions options;
+  options.grpc_address = "127.0.0.1:0";
+  options.metrics_address = "";
+  options.webhook_address = "127.0.0.1:0";
+  options.tls_cert_file = certs.cert_file;
+  options.tls_key_file = certs.key_file;
+  options.webhook_log_decisions = false;
+  return monta::PlannerServer::Start(options);
+}
+
+// What one client thread saw.
+struct ClientStats {
+  std::vector<double> latencies_ms;  // successful requests only
+  int errors = 0;
+  std::string first_error;
+};
+
+struct LoadResult {
+  std::vector<ClientStats> clients;
+  double elapsed_s = 0;
+};
+
+// Runs `clients` threads posting `body` to the webhook for `seconds`.
+LoadResult RunClients(int port, const std::string& ca_cert_file, int clients,
+                      double seconds, bool keep_alive, const std::string& path,
+                      const std::string& body) {
+  std::atomic<bool> stop{false};
+  LoadResult result;
+  result.clients.resize(clients);
+  std::vector<std::thread> threads;
+  auto make_client = [&] {
+    auto client = std::make_unique<httplib::SSLClient>("127.0.0.1", port);
+    client->set_ca_cert_path(ca_cert_file);
+    client->enable_server_certificate_verification(true);
+    client->set_keep_alive(keep_alive);
+    client->set_tcp_nodelay(true);
+    client->set_connection_timeout(5);
+    client->set_read_timeout(5);
+    client->set_write_timeout(5);
+    return client;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      ClientStats& stats = result.clients[c];
+      auto client = make_client();
+      while (!stop.load(std::memory_order_relaxed)) {
+        const auto t0 = std::chrono::steady_clock::now();
+        auto res = client->Post(path.c_str(), body, "application/json");
+        const auto t1 = std::chrono::steady_clock::now();
+        if (!res || res->status != 200) {
+          if (stats.errors++ == 0) {
+            stats.first_error = res ? absl::StrCat("HTTP ", res->status)
+                                    : httplib::to_string(res.error());
+          }
+          continue;
+        }
+        stats.latencies_ms.push_back(
+            std::chrono::duration<double, std::milli>(t1 - t0).count());
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  for (auto& t : threads) t.join();
+  result.elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  return result;
+}
+
+// Prints per-client errors and the summary; returns the number of errors.
+int Report(const LoadResult& load, const std::string& path, bool keep_alive) {
+  const int clients = static_cast<int>(load.clients.size());
+  std::vector<double> all;
+  int total_errors = 0;
+  for (const ClientStats& stats : load.clients) {
+    all.insert(all.end(), stats.latencies_ms.begin(), stats.latencies_ms.end());
+    total_errors += stats.errors;
+  }
+  std::sort(all.begin(), all.end());
+  for (int c = 0; c < clients; ++c) {
+    if (load.clients[c].errors > 0) {
+      std::cout << "client " << c << ": " << load.clients[c].errors
+                << " errors, first: " << load.clients[c].first_error << "\n";
+    }
+  }
+  const double elapsed = load.elapsed_s;
+  std::cout << absl::StrFormat(
+      "admission_load: %s, %d clients, keep_alive=%s, %.1f s, cores=%u\n"
+      "  requests ok %zu, errors %d, %.0f req/s\n"
+      "  latency ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n",
+      path, clients, keep_alive ? "true" : "false", elapsed,
+      std::thread::hardware_concurrency(), all.size(), total_errors,
+      all.size() / elapsed, Percentile(all, 0.50), Percentile(all, 0.90),
+      Percentile(all, 0.99), all.empty() ? 0.0 : all.back());
+  return total_errors;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -92,85 +196,15 @@ int main(int argc, char** argv) {
     std::cerr << certs.status() << "\n";
     return 1;
   }
-  monta::PlannerOptions options;
-  options.grpc_address = "127.0.0.1:0";
-  options.metrics_address = "";
-  options.webhook_address = "127.0.0.1:0";
-  options.tls_cert_file = certs->cert_file;
-  options.tls_key_file = certs->key_file;
-  options.webhook_log_decisions = false;
-  auto planner = monta::PlannerServer::Start(options);
+  auto planner = StartPlanner(*certs);
   if (!planner.ok()) {
     std::cerr << planner.status() << "\n";
     return 1;
   }
-  const int port = (*planner)->webhook_port();
-  const std::string body = ReviewBody(absl::GetFlag(FLAGS_annotated));
-
-  std::atomic<bool> stop{false};
-  std::vector<std::vector<double>> latencies_ms(clients);
-  std::vector<int> errors(clients, 0);
-  std::vector<std::string> first_error(clients);
-  std::vector<std::thread> threads;
-  auto make_client = [&] {
-    auto client = std::make_unique<httplib::SSLClient>("127.0.0.1", port);
-    client->set_ca_cert_path(certs->cert_file);
-    client->enable_server_certificate_verification(true);
-    client->set_keep_alive(keep_alive);
-    client->set_tcp_nodelay(true);
-    client->set_connection_timeout(5);
-    client->set_read_timeout(5);
-    client->set_write_timeout(5);
-    return client;
-  };
-  const auto start = std::chrono::steady_clock::now();
-  for (int c = 0; c < clients; ++c) {
-    threads.emplace_back([&, c] {
-      auto client = make_client();
-      while (!stop.load(std::memory_order_relaxed)) {
-        const auto t0 = std::chrono::steady_clock::now();
-        auto res = client->Post(path.c_str(), body, "application/json");
-        const auto t1 = std::chrono::steady_clock::now();
-        if (!res || res->status != 200) {
-          if (errors[c]++ == 0) {
-            first_error[c] = res ? absl::StrCat("HTTP ", res->status)
-                                 : httplib::to_string(res.error());
-          }
-          continue;
-        }
-        latencies_ms[c].push_back(
-            std::chrono::duration<double, std::milli>(t1 - t0).count());
-      }
-    });
-  }
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-  stop = true;
-  for (auto& t : threads) t.join();
-  const double elapsed =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
-
-  std::vector<double> all;
-  int total_errors = 0;
-  for (int c = 0; c < clients; ++c) {
-    all.insert(all.end(), latencies_ms[c].begin(), latencies_ms[c].end());
-    total_errors += errors[c];
-  }
-  std::sort(all.begin(), all.end());
-  for (int c = 0; c < clients; ++c) {
-    if (errors[c] > 0) {
-      std::cout << "client " << c << ": " << errors[c]
-                << " errors, first: " << first_error[c] << "\n";
-    }
-  }
-  std::cout << absl::StrFormat(
-      "admission_load: %s, %d clients, keep_alive=%s, %.1f s, cores=%u\n"
-      "  requests ok %zu, errors %d, %.0f req/s\n"
-      "  latency ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n",
-      path, clients, keep_alive ? "true" : "false", elapsed,
-      std::thread::hardware_concurrency(), all.size(), total_errors,
-      all.size() / elapsed, Percentile(all, 0.50), Percentile(all, 0.90),
-      Percentile(all, 0.99), all.empty() ? 0.0 : all.back());
+  const LoadResult load =
+      RunClients((*planner)->webhook_port(), certs->cert_file, clients, seconds,
+                 keep_alive, path, ReviewBody(absl::GetFlag(FLAGS_annotated)));
+  const int total_errors = Report(load, path, keep_alive);
   (*planner)->Shutdown();
   std::remove(certs->cert_file.c_str());
   std::remove(certs->key_file.c_str());
