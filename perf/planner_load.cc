@@ -238,25 +238,57 @@ class Client {
   std::unique_ptr<monta::v1::Planner::Stub> planner_;
 };
 
+// What one client thread saw in a phase.
+struct ThreadTally {
+  std::vector<int64_t> latencies_ns;  // successful calls only
+  int64_t errors = 0;
+  std::string first_error;
+  double cpu_seconds = 0;
+};
+
+// Fills `r`'s counts, latency percentiles and CPU shares from the client
+// threads' tallies; `cpu_seconds` is the whole process's CPU over the phase.
+void SummarizeTallies(const std::vector<ThreadTally>& per_thread,
+                      double cpu_seconds, PhaseResult* r) {
+  std::vector<int64_t> all;
+  double client_cpu = 0;
+  for (const ThreadTally& t : per_thread) {
+    client_cpu += t.cpu_seconds;
+    all.insert(all.end(), t.latencies_ns.begin(), t.latencies_ns.end());
+    r->errors += t.errors;
+    if (r->first_error.empty()) r->first_error = t.first_error;
+  }
+  std::sort(all.begin(), all.end());
+  r->ok = static_cast<int64_t>(all.size());
+  r->rps = r->ok / r->seconds;
+  r->p50_us = Percentile(all, 0.50);
+  r->p90_us = Percentile(all, 0.90);
+  r->p99_us = Percentile(all, 0.99);
+  r->max_us = all.empty() ? 0 : all.back() / 1e3;
+  double sum = 0;
+  for (int64_t v : all) sum += static_cast<double>(v);
+  r->mean_us = all.empty() ? 0 : sum / static_cast<double>(all.size()) / 1e3;
+  if (r->ok + r->errors > 0) {
+    const double calls = static_cast<double>(r->ok + r->errors);
+    r->cpu_us_per_request = cpu_seconds * 1e6 / calls;
+    r->client_cpu_us_per_request = client_cpu * 1e6 / calls;
+    r->other_cpu_us_per_request = (cpu_seconds - client_cpu) * 1e6 / calls;
+  }
+}
+
 // Every client calls `rpc` back to back for `seconds`.
 PhaseResult RunPhase(const std::string& name, Rpc rpc, double seconds,
                      std::vector<std::unique_ptr<Client>>& clients,
                      const monta::v1::StrategyRequest& job,
                      PlannerServer* server) {
   const double timeout = absl::GetFlag(FLAGS_rpc_timeout_seconds);
-  struct PerThread {
-    std::vector<int64_t> latencies_ns;
-    int64_t errors = 0;
-    std::string first_error;
-    double cpu_seconds = 0;
-  };
-  std::vector<PerThread> per_thread(clients.size());
+  std::vector<ThreadTally> per_thread(clients.size());
   absl::Notification go;
   Clock::time_point end;
   std::vector<std::thread> threads;
   for (size_t i = 0; i < clients.size(); ++i) {
     threads.emplace_back([&, i] {
-      PerThread& mine = per_thread[i];
+      ThreadTally& mine = per_thread[i];
       mine.latencies_ns.reserve(1 << 16);
       go.WaitForNotification();
       const double cpu_start = ThreadCpuSeconds();
@@ -291,30 +323,7 @@ PhaseResult RunPhase(const std::string& name, Rpc rpc, double seconds,
   r.name = name;
   r.rpc = rpc;
   r.seconds = std::chrono::duration<double>(stop - start).count();
-  std::vector<int64_t> all;
-  double client_cpu = 0;
-  for (auto& t : per_thread) {
-    client_cpu += t.cpu_seconds;
-    all.insert(all.end(), t.latencies_ns.begin(), t.latencies_ns.end());
-    r.errors += t.errors;
-    if (r.first_error.empty()) r.first_error = t.first_error;
-  }
-  std::sort(all.begin(), all.end());
-  r.ok = static_cast<int64_t>(all.size());
-  r.rps = r.ok / r.seconds;
-  r.p50_us = Percentile(all, 0.50);
-  r.p90_us = Percentile(all, 0.90);
-  r.p99_us = Percentile(all, 0.99);
-  r.max_us = all.empty() ? 0 : all.back() / 1e3;
-  double sum = 0;
-  for (int64_t v : all) sum += static_cast<double>(v);
-  r.mean_us = all.empty() ? 0 : sum / static_cast<double>(all.size()) / 1e3;
-  if (r.ok + r.errors > 0) {
-    const double calls = static_cast<double>(r.ok + r.errors);
-    r.cpu_us_per_request = cpu * 1e6 / calls;
-    r.client_cpu_us_per_request = client_cpu * 1e6 / calls;
-    r.other_cpu_us_per_request = (cpu - client_cpu) * 1e6 / calls;
-  }
+  SummarizeTallies(per_thread, cpu, &r);
   if (server != nullptr && decision_count1 > decision_count0) {
     r.decision_mean_us = (decision_sum1 - decision_sum0) /
                          (decision_count1 - decision_count0) * 1e6;
@@ -338,6 +347,280 @@ absl::StatusOr<monta::v1::StrategyRequest> LoadJob(const std::string& path) {
     if (other.ok() || !absl::IsNotFound(other.status())) return other;
   }
   return job;
+}
+
+// The server under load (when in-process), its address and the connected
+// clients, with one sample decision proving the job is valid for it.
+struct Setup {
+  std::unique_ptr<PlannerServer> server;  // null when --planner names one
+  std::string target;
+  std::vector<std::unique_ptr<Client>> clients;
+  monta::v1::StrategyReply sample;
+};
+
+// Starts the in-process planner unless --planner names one, connects
+// `n_clients` clients and asks for one decision. Messages go to stderr; the
+// caller exits 1 on an error.
+absl::StatusOr<Setup> SetUp(int n_clients,
+                            const monta::v1::StrategyRequest& job) {
+  Setup setup;
+  setup.target = absl::GetFlag(FLAGS_planner);
+  if (setup.target.empty()) {
+    PlannerOptions options;
+    options.grpc_address = "127.0.0.1:0";
+    options.metrics_address = "";
+    absl::StatusOr<std::unique_ptr<PlannerServer>> started =
+        PlannerServer::Start(options);
+    if (!started.ok()) {
+      return absl::Status(
+          started.status().code(),
+          absl::StrCat("starting the planner: ", started.status().ToString()));
+    }
+    setup.server = *std::move(started);
+    setup.target = absl::StrCat("127.0.0.1:", setup.server->grpc_port());
+  }
+  for (int i = 0; i < n_clients; ++i) {
+    setup.clients.push_back(std::make_unique<Client>(
+        setup.target, i, !absl::GetFlag(FLAGS_client_decode), job));
+    if (!setup.clients.back()->Connect(absl::Seconds(10))) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot connect to ", setup.target));
+    }
+  }
+  // One decision up front: the job must be valid for this planner.
+  grpc::Status s = setup.clients[0]->GetStrategy(job, &setup.sample);
+  if (!s.ok()) {
+    return absl::UnknownError(
+        absl::StrCat("GetStrategy(", absl::GetFlag(FLAGS_job),
+                     "): ", s.error_code(), ": ", s.error_message()));
+  }
+  return setup;
+}
+
+// The phases of --phases in order, after the warm-up.
+std::vector<PhaseResult> RunPhases(const std::string& phase_letters,
+                                   double seconds, Setup& setup,
+                                   const monta::v1::StrategyRequest& job) {
+  PlannerServer* server = setup.server.get();
+  const double warmup = absl::GetFlag(FLAGS_warmup_seconds);
+  if (warmup > 0) {
+    RunPhase("warmup", Rpc::kHealth, warmup / 2, setup.clients, job, server);
+    RunPhase("warmup", Rpc::kGetStrategy, warmup / 2, setup.clients, job,
+             server);
+  }
+  std::vector<PhaseResult> phases;
+  int a = 0, b = 0;
+  for (const char c : phase_letters) {
+    phases.push_back(
+        c == 'A'
+            ? RunPhase(absl::StrCat("A", ++a, " health.Check"), Rpc::kHealth,
+                       seconds, setup.clients, job, server)
+            : RunPhase(absl::StrCat("B", ++b, " GetStrategy"),
+                       Rpc::kGetStrategy, seconds, setup.clients, job, server));
+  }
+  return phases;
+}
+
+// The ratios the report ends with, over all phases of each kind.
+struct Summary {
+  int a = 0, b = 0;  // health and GetStrategy phases
+  double ratio = 0;
+  double ratio_vs_best_health = 0;
+  double cpu_ratio = 0;
+  double server_cpu_ratio = 0;
+  double drift = 0;
+  int64_t errors = 0;
+};
+
+constexpr double kBar = 0.8;
+
+Summary Summarize(const std::vector<PhaseResult>& phases, bool in_process) {
+  Summary out;
+  // Means over the phases of each kind; drift compares the last A with the
+  // first.
+  double health_sum = 0, health_best = 0, strategy_sum = 0;
+  double health_cpu_sum = 0, strategy_cpu_sum = 0;
+  double health_server_cpu_sum = 0, strategy_server_cpu_sum = 0;
+  double first_health = 0, last_health = 0;
+  for (const auto& p : phases) {
+    out.errors += p.errors;
+    if (p.rpc == Rpc::kHealth) {
+      ++out.a;
+      health_sum += p.rps;
+      health_cpu_sum += p.cpu_us_per_request;
+      health_server_cpu_sum += p.other_cpu_us_per_request;
+      health_best = std::max(health_best, p.rps);
+      if (first_health == 0) first_health = p.rps;
+      last_health = p.rps;
+    } else {
+      ++out.b;
+      strategy_sum += p.rps;
+      strategy_cpu_sum += p.cpu_us_per_request;
+      strategy_server_cpu_sum += p.other_cpu_us_per_request;
+    }
+  }
+  const int a = out.a, b = out.b;
+  const double health_mean = a > 0 ? health_sum / a : 0;
+  const double strategy_mean = b > 0 ? strategy_sum / b : 0;
+  out.ratio = health_mean > 0 ? strategy_mean / health_mean : 0;
+  out.ratio_vs_best_health = health_best > 0 ? strategy_mean / health_best : 0;
+  // What the ratio would be if this process were CPU-bound and alone on the
+  // machine: CPU per health call over CPU per decision. Less sensitive than rps
+  // to other work taking the cores.
+  out.cpu_ratio = a > 0 && b > 0 && strategy_cpu_sum > 0
+                      ? (health_cpu_sum / a) / (strategy_cpu_sum / b)
+                      : 0;
+  // The same for the server's share alone (in-process): the ratio a planner
+  // would reach on cores of its own, its clients elsewhere.
+  out.server_cpu_ratio =
+      in_process && a > 0 && b > 0 && strategy_server_cpu_sum > 0
+          ? (health_server_cpu_sum / a) / (strategy_server_cpu_sum / b)
+          : 0;
+  out.drift = first_health > 0 ? last_health / first_health : 0;
+  return out;
+}
+
+// Everything the report prints.
+struct Report {
+  const Setup& setup;
+  const monta::v1::StrategyRequest& job;
+  int n_clients;
+  double seconds;
+  unsigned cores;
+  double load_before, load_after;
+  const std::vector<PhaseResult>& phases;
+  Summary summary;
+};
+
+void PrintJson(const Report& report) {
+  const Summary& sum = report.summary;
+  const bool in_process = report.setup.server != nullptr;
+  nlohmann::json out;
+  out["target"] = report.setup.target;
+  out["in_process"] = in_process;
+  out["clients"] = report.n_clients;
+  out["seconds_per_phase"] = report.seconds;
+  out["cores"] = report.cores;
+  out["load_average_1m"] = {report.load_before, report.load_after};
+  out["job"] = absl::GetFlag(FLAGS_job);
+  out["client_decode"] = absl::GetFlag(FLAGS_client_decode);
+  out["mutex_deadlock_detection"] =
+      absl::GetFlag(FLAGS_mutex_deadlock_detection);
+  out["request_bytes"] = report.job.ByteSizeLong();
+  out["reply_bytes"] = report.setup.sample.ByteSizeLong();
+  out["candidates"] = report.setup.sample.candidates_size();
+  out["chosen"] = monta::ShortName(report.setup.sample.chosen().kind());
+  for (const auto& p : report.phases) {
+    nlohmann::json j = {
+        {"name", p.name},
+        {"rpc", p.rpc == Rpc::kHealth ? "health.Check" : "GetStrategy"},
+        {"seconds", p.seconds},
+        {"requests", p.ok},
+        {"errors", p.errors},
+        {"rps", p.rps},
+        {"p50_us", p.p50_us},
+        {"p90_us", p.p90_us},
+        {"p99_us", p.p99_us},
+        {"mean_us", p.mean_us},
+        {"max_us", p.max_us},
+        {"cpu_us_per_request", p.cpu_us_per_request},
+        {"client_cpu_us_per_request", p.client_cpu_us_per_request},
+        {"other_cpu_us_per_request", p.other_cpu_us_per_request}};
+    if (!p.first_error.empty()) j["first_error"] = p.first_error;
+    if (p.decision_mean_us >= 0) j["decision_mean_us"] = p.decision_mean_us;
+    out["phases"].push_back(j);
+  }
+  if (sum.a > 0 && sum.b > 0) {
+    out["ratio_getstrategy_over_health"] = sum.ratio;
+    out["ratio_getstrategy_over_best_health"] = sum.ratio_vs_best_health;
+    out["bar_met"] = sum.ratio >= kBar;
+    out["cpu_ratio_health_over_getstrategy"] = sum.cpu_ratio;
+    if (in_process) {
+      out["server_cpu_ratio_health_over_getstrategy"] = sum.server_cpu_ratio;
+    }
+  }
+  if (sum.a > 1) out["health_drift_ratio"] = sum.drift;
+  out["bar"] = kBar;
+  std::cout << out.dump(2) << std::endl;
+}
+
+// The table's heading: where the load went and what it sent.
+void PrintTableHeading(const Report& report) {
+  const bool in_process = report.setup.server != nullptr;
+  const monta::v1::StrategyReply& sample = report.setup.sample;
+  std::cout << absl::StrFormat(
+      "planner %s (%s), %d clients x %.1fs per phase, %u cores here%s\n"
+      "1-minute load average before/after: %.2f/%.2f\n"
+      "job %s: request %u bytes, reply %u bytes (%d candidates, chosen %s)\n"
+      "clients %s%s\n\n",
+      report.setup.target, in_process ? "in-process" : "remote",
+      report.n_clients, report.seconds, report.cores,
+      in_process ? ", shared by the server and the clients" : "",
+      report.load_before, report.load_after, absl::GetFlag(FLAGS_job),
+      report.job.ByteSizeLong(), sample.ByteSizeLong(),
+      sample.candidates_size(), monta::ShortName(sample.chosen().kind()),
+      absl::GetFlag(FLAGS_client_decode)
+          ? "use the generated stubs"
+          : "send pre-serialized bytes, replies unparsed",
+      absl::GetFlag(FLAGS_mutex_deadlock_detection)
+          ? ""
+          : "; Abseil Mutex deadlock detection off");
+}
+
+// The ratios under the table, and each phase's first error.
+void PrintTableFooter(const Report& report) {
+  const Summary& sum = report.summary;
+  const bool in_process = report.setup.server != nullptr;
+  if (sum.a > 0 && sum.b > 0) {
+    std::cout << absl::StrFormat(
+        "\nGetStrategy rps / health rps: %.3f (means over the phases; %.3f "
+        "vs the fastest A) -> bar %.2f %s\n",
+        sum.ratio, sum.ratio_vs_best_health, kBar,
+        sum.ratio >= kBar ? "met" : "NOT met");
+    std::cout << absl::StrFormat(
+        "CPU per health call / CPU per GetStrategy: %.3f (%s)\n", sum.cpu_ratio,
+        in_process ? "the rps ratio this process, CPU-bound and alone "
+                     "on the machine, would reach"
+                   : "the clients only: the server is elsewhere");
+    if (in_process) {
+      std::cout << absl::StrFormat(
+          "server CPU per health call / per GetStrategy: %.3f (the rps "
+          "ratio of a CPU-bound planner with its clients elsewhere)\n",
+          sum.server_cpu_ratio);
+    }
+  }
+  if (sum.a > 1) {
+    std::cout << absl::StrFormat("health drift, last A / first A: %.3f\n",
+                                 sum.drift);
+  }
+  for (const auto& p : report.phases) {
+    if (!p.first_error.empty()) {
+      std::cout << p.name << ": first error: " << p.first_error << "\n";
+    }
+  }
+}
+
+void PrintTable(const Report& report) {
+  PrintTableHeading(report);
+  client::Table table(
+      {"PHASE", "REQUESTS", "ERRORS", "RPS", "P50_US", "P90_US", "P99_US",
+       "MAX_US", "CPU_US/REQ",
+       report.setup.server != nullptr ? "CLIENTS+SERVER" : "CLIENTS+OTHER",
+       "MODEL_US"});
+  for (const auto& p : report.phases) {
+    table.AddRow(
+        {p.name, absl::StrCat(p.ok), absl::StrCat(p.errors),
+         absl::StrFormat("%.0f", p.rps), absl::StrFormat("%.0f", p.p50_us),
+         absl::StrFormat("%.0f", p.p90_us), absl::StrFormat("%.0f", p.p99_us),
+         absl::StrFormat("%.0f", p.max_us),
+         absl::StrFormat("%.1f", p.cpu_us_per_request),
+         absl::StrFormat("%.0f+%.0f", p.client_cpu_us_per_request,
+                         p.other_cpu_us_per_request),
+         p.decision_mean_us >= 0 ? absl::StrFormat("%.1f", p.decision_mean_us)
+                                 : "-"});
+  }
+  std::cout << table.Render();
+  PrintTableFooter(report);
 }
 
 int Main(int argc, char** argv) {
@@ -369,218 +652,33 @@ int Main(int argc, char** argv) {
   if (!absl::GetFlag(FLAGS_mutex_deadlock_detection)) {
     absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   }
-  std::unique_ptr<PlannerServer> server;
-  std::string target = absl::GetFlag(FLAGS_planner);
-  if (target.empty()) {
-    PlannerOptions options;
-    options.grpc_address = "127.0.0.1:0";
-    options.metrics_address = "";
-    absl::StatusOr<std::unique_ptr<PlannerServer>> started =
-        PlannerServer::Start(options);
-    if (!started.ok()) {
-      std::cerr << "planner_load: starting the planner: " << started.status()
-                << "\n";
-      return 1;
-    }
-    server = *std::move(started);
-    target = absl::StrCat("127.0.0.1:", server->grpc_port());
-  }
-
-  std::vector<std::unique_ptr<Client>> clients;
-  for (int i = 0; i < n_clients; ++i) {
-    clients.push_back(std::make_unique<Client>(
-        target, i, !absl::GetFlag(FLAGS_client_decode), *job));
-    if (!clients.back()->Connect(absl::Seconds(10))) {
-      std::cerr << "planner_load: cannot connect to " << target << "\n";
-      return 1;
-    }
-  }
-  // One decision up front: the job must be valid for this planner.
-  monta::v1::StrategyReply sample;
-  {
-    grpc::Status s = clients[0]->GetStrategy(*job, &sample);
-    if (!s.ok()) {
-      std::cerr << "planner_load: GetStrategy(" << absl::GetFlag(FLAGS_job)
-                << "): " << s.error_code() << ": " << s.error_message() << "\n";
-      return 1;
-    }
-  }
-  const double warmup = absl::GetFlag(FLAGS_warmup_seconds);
-  if (warmup > 0) {
-    RunPhase("warmup", Rpc::kHealth, warmup / 2, clients, *job, server.get());
-    RunPhase("warmup", Rpc::kGetStrategy, warmup / 2, clients, *job,
-             server.get());
+  absl::StatusOr<Setup> setup = SetUp(n_clients, *job);
+  if (!setup.ok()) {
+    std::cerr << "planner_load: " << setup.status().message() << "\n";
+    return 1;
   }
 
   const double load_before = LoadAverage();
-  std::vector<PhaseResult> phases;
-  int a = 0, b = 0;
-  for (const char c : phase_letters) {
-    phases.push_back(
-        c == 'A' ? RunPhase(absl::StrCat("A", ++a, " health.Check"),
-                            Rpc::kHealth, seconds, clients, *job, server.get())
-                 : RunPhase(absl::StrCat("B", ++b, " GetStrategy"),
-                            Rpc::kGetStrategy, seconds, clients, *job,
-                            server.get()));
-  }
-
+  const std::vector<PhaseResult> phases =
+      RunPhases(phase_letters, seconds, *setup, *job);
   const double load_after = LoadAverage();
-  // Means over the phases of each kind; drift compares the last A with the
-  // first.
-  double health_sum = 0, health_best = 0, strategy_sum = 0;
-  double health_cpu_sum = 0, strategy_cpu_sum = 0;
-  double health_server_cpu_sum = 0, strategy_server_cpu_sum = 0;
-  double first_health = 0, last_health = 0;
-  for (const auto& p : phases) {
-    if (p.rpc == Rpc::kHealth) {
-      health_sum += p.rps;
-      health_cpu_sum += p.cpu_us_per_request;
-      health_server_cpu_sum += p.other_cpu_us_per_request;
-      health_best = std::max(health_best, p.rps);
-      if (first_health == 0) first_health = p.rps;
-      last_health = p.rps;
-    } else {
-      strategy_sum += p.rps;
-      strategy_cpu_sum += p.cpu_us_per_request;
-      strategy_server_cpu_sum += p.other_cpu_us_per_request;
-    }
-  }
-  const double health_mean = a > 0 ? health_sum / a : 0;
-  const double strategy_mean = b > 0 ? strategy_sum / b : 0;
-  const double ratio = health_mean > 0 ? strategy_mean / health_mean : 0;
-  const double ratio_vs_best_health =
-      health_best > 0 ? strategy_mean / health_best : 0;
-  // What the ratio would be if this process were CPU-bound and alone on the
-  // machine: CPU per health call over CPU per decision. Less sensitive than rps
-  // to other work taking the cores.
-  const double cpu_ratio = a > 0 && b > 0 && strategy_cpu_sum > 0
-                               ? (health_cpu_sum / a) / (strategy_cpu_sum / b)
-                               : 0;
-  // The same for the server's share alone (in-process): the ratio a planner
-  // would reach on cores of its own, its clients elsewhere.
-  const double server_cpu_ratio =
-      server != nullptr && a > 0 && b > 0 && strategy_server_cpu_sum > 0
-          ? (health_server_cpu_sum / a) / (strategy_server_cpu_sum / b)
-          : 0;
-  const double drift = first_health > 0 ? last_health / first_health : 0;
-  constexpr double kBar = 0.8;
-  const unsigned cores = std::thread::hardware_concurrency();
-  int64_t errors = 0;
-  for (const auto& p : phases) errors += p.errors;
-
+  const Report report{*setup,
+                      *job,
+                      n_clients,
+                      seconds,
+                      std::thread::hardware_concurrency(),
+                      load_before,
+                      load_after,
+                      phases,
+                      Summarize(phases, setup->server != nullptr)};
   if (absl::GetFlag(FLAGS_json)) {
-    nlohmann::json out;
-    out["target"] = target;
-    out["in_process"] = server != nullptr;
-    out["clients"] = n_clients;
-    out["seconds_per_phase"] = seconds;
-    out["cores"] = cores;
-    out["load_average_1m"] = {load_before, load_after};
-    out["job"] = absl::GetFlag(FLAGS_job);
-    out["client_decode"] = absl::GetFlag(FLAGS_client_decode);
-    out["mutex_deadlock_detection"] =
-        absl::GetFlag(FLAGS_mutex_deadlock_detection);
-    out["request_bytes"] = job->ByteSizeLong();
-    out["reply_bytes"] = sample.ByteSizeLong();
-    out["candidates"] = sample.candidates_size();
-    out["chosen"] = monta::ShortName(sample.chosen().kind());
-    for (const auto& p : phases) {
-      nlohmann::json j = {
-          {"name", p.name},
-          {"rpc", p.rpc == Rpc::kHealth ? "health.Check" : "GetStrategy"},
-          {"seconds", p.seconds},
-          {"requests", p.ok},
-          {"errors", p.errors},
-          {"rps", p.rps},
-          {"p50_us", p.p50_us},
-          {"p90_us", p.p90_us},
-          {"p99_us", p.p99_us},
-          {"mean_us", p.mean_us},
-          {"max_us", p.max_us},
-          {"cpu_us_per_request", p.cpu_us_per_request},
-          {"client_cpu_us_per_request", p.client_cpu_us_per_request},
-          {"other_cpu_us_per_request", p.other_cpu_us_per_request}};
-      if (!p.first_error.empty()) j["first_error"] = p.first_error;
-      if (p.decision_mean_us >= 0) j["decision_mean_us"] = p.decision_mean_us;
-      out["phases"].push_back(j);
-    }
-    if (a > 0 && b > 0) {
-      out["ratio_getstrategy_over_health"] = ratio;
-      out["ratio_getstrategy_over_best_health"] = ratio_vs_best_health;
-      out["bar_met"] = ratio >= kBar;
-      out["cpu_ratio_health_over_getstrategy"] = cpu_ratio;
-      if (server != nullptr) {
-        out["server_cpu_ratio_health_over_getstrategy"] = server_cpu_ratio;
-      }
-    }
-    if (a > 1) out["health_drift_ratio"] = drift;
-    out["bar"] = kBar;
-    std::cout << out.dump(2) << std::endl;
+    PrintJson(report);
   } else {
-    std::cout << absl::StrFormat(
-        "planner %s (%s), %d clients x %.1fs per phase, %u cores here%s\n"
-        "1-minute load average before/after: %.2f/%.2f\n"
-        "job %s: request %u bytes, reply %u bytes (%d candidates, chosen %s)\n"
-        "clients %s%s\n\n",
-        target, server != nullptr ? "in-process" : "remote", n_clients, seconds,
-        cores,
-        server != nullptr ? ", shared by the server and the clients" : "",
-        load_before, load_after, absl::GetFlag(FLAGS_job), job->ByteSizeLong(),
-        sample.ByteSizeLong(), sample.candidates_size(),
-        monta::ShortName(sample.chosen().kind()),
-        absl::GetFlag(FLAGS_client_decode)
-            ? "use the generated stubs"
-            : "send pre-serialized bytes, replies unparsed",
-        absl::GetFlag(FLAGS_mutex_deadlock_detection)
-            ? ""
-            : "; Abseil Mutex deadlock detection off");
-    client::Table table({"PHASE", "REQUESTS", "ERRORS", "RPS", "P50_US",
-                         "P90_US", "P99_US", "MAX_US", "CPU_US/REQ",
-                         server != nullptr ? "CLIENTS+SERVER" : "CLIENTS+OTHER",
-                         "MODEL_US"});
-    for (const auto& p : phases) {
-      table.AddRow(
-          {p.name, absl::StrCat(p.ok), absl::StrCat(p.errors),
-           absl::StrFormat("%.0f", p.rps), absl::StrFormat("%.0f", p.p50_us),
-           absl::StrFormat("%.0f", p.p90_us), absl::StrFormat("%.0f", p.p99_us),
-           absl::StrFormat("%.0f", p.max_us),
-           absl::StrFormat("%.1f", p.cpu_us_per_request),
-           absl::StrFormat("%.0f+%.0f", p.client_cpu_us_per_request,
-                           p.other_cpu_us_per_request),
-           p.decision_mean_us >= 0 ? absl::StrFormat("%.1f", p.decision_mean_us)
-                                   : "-"});
-    }
-    std::cout << table.Render();
-    if (a > 0 && b > 0) {
-      std::cout << absl::StrFormat(
-          "\nGetStrategy rps / health rps: %.3f (means over the phases; %.3f "
-          "vs the fastest A) -> bar %.2f %s\n",
-          ratio, ratio_vs_best_health, kBar, ratio >= kBar ? "met" : "NOT met");
-      std::cout << absl::StrFormat(
-          "CPU per health call / CPU per GetStrategy: %.3f (%s)\n", cpu_ratio,
-          server != nullptr ? "the rps ratio this process, CPU-bound and alone "
-                              "on the machine, would reach"
-                            : "the clients only: the server is elsewhere");
-      if (server != nullptr) {
-        std::cout << absl::StrFormat(
-            "server CPU per health call / per GetStrategy: %.3f (the rps "
-            "ratio of a CPU-bound planner with its clients elsewhere)\n",
-            server_cpu_ratio);
-      }
-    }
-    if (a > 1) {
-      std::cout << absl::StrFormat("health drift, last A / first A: %.3f\n",
-                                   drift);
-    }
-    for (const auto& p : phases) {
-      if (!p.first_error.empty()) {
-        std::cout << p.name << ": first error: " << p.first_error << "\n";
-      }
-    }
+    PrintTable(report);
   }
-  clients.clear();
-  if (server != nullptr) server->Shutdown(absl::Seconds(1));
-  return errors > 0 ? 1 : 0;
+  setup->clients.clear();
+  if (setup->server != nullptr) setup->server->Shutdown(absl::Seconds(1));
+  return report.summary.errors > 0 ? 1 : 0;
 }
 
 }  // namespace
