@@ -325,36 +325,14 @@ absl::Status SplitHostPort(const std::string& address, std::string* host,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(
-    WebhookOptions options, const AdmissionHandler* handler) {
-  std::string host;
-  int port = 0;
-  if (absl::Status s = SplitHostPort(options.address, &host, &port); !s.ok())
-    return s;
-  if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
-    return absl::InvalidArgumentError(
-        "webhook: a TLS certificate and key file are required");
-  }
-  std::unique_ptr<WebhookServer> s(new WebhookServer());
-  s->options_ = std::move(options);
-  absl::StatusOr<std::unique_ptr<CertStore>> certs =
-      CertStore::Load(s->options_.tls_cert_file, s->options_.tls_key_file,
-                      s->options_.cert_check_interval);
-  if (!certs.ok()) return certs.status();
-  s->certs_ = *std::move(certs);
-  CertStore* store = s->certs_.get();
-  auto owned = std::make_unique<ListeningSslServer>(
-      [store](SSL_CTX& ctx) { return store->SetUpContext(ctx); });
-  ListeningSslServer& server = *owned;
-  s->server_ = std::move(owned);
-  if (!server.is_valid()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("webhook: TLS setup failed: ", OpenSslError()));
-  }
-  const WebhookOptions& o = s->options_;
+namespace {
+
+// Worker pool, body limit, timeouts and keep-alive from `o`. `oldest` is
+// shared with the handlers, which read how long the oldest connection waits.
+void ConfigureLimits(ListeningSslServer& server, const WebhookOptions& o,
+                     std::shared_ptr<std::atomic<int64_t>> oldest) {
   const int threads = o.worker_threads;
   const int pending = o.max_pending_connections;
-  auto oldest = std::make_shared<std::atomic<int64_t>>(0);
   server.new_task_queue = [threads, pending, oldest] {
     return new BoundedTaskQueue(threads, pending, oldest);
   };
@@ -365,8 +343,14 @@ absl::StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(
   server.set_keep_alive_max_count(
       static_cast<size_t>(std::max(1, o.keep_alive_max_requests)));
   server.set_tcp_nodelay(true);
+}
 
-  const int64_t close_after_ns = absl::ToInt64Nanoseconds(o.fair_queue_wait);
+// /mutate and /validate through `handler`, /healthz, and the error and
+// exception handlers.
+void AddRoutes(ListeningSslServer& server, const AdmissionHandler* handler,
+               std::shared_ptr<std::atomic<int64_t>> oldest,
+               absl::Duration fair_queue_wait) {
+  const int64_t close_after_ns = absl::ToInt64Nanoseconds(fair_queue_wait);
   auto serve = [handler, oldest, close_after_ns](Operation op) {
     return [handler, oldest, close_after_ns, op](const httplib::Request& req,
                                                  httplib::Response& res) {
@@ -405,21 +389,65 @@ absl::StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(
         res.set_content("internal error\n", "text/plain");
       };
   server.set_exception_handler(on_exception);
+}
 
+// Binds host:port (port 0: any free one) with the configured backlog; returns
+// the port.
+absl::StatusOr<int> Bind(ListeningSslServer& server, const std::string& host,
+                         int port, const WebhookOptions& o) {
+  int bound = 0;
   if (port == 0) {
-    s->port_ = server.bind_to_any_port(host);
+    bound = server.bind_to_any_port(host);
   } else if (server.bind_to_port(host, port)) {
-    s->port_ = port;
+    bound = port;
   }
-  if (s->port_ <= 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "webhook address ", s->options_.address, ": cannot listen"));
-  }
-  if (!server.DeepenBacklog(s->options_.listen_backlog)) {
+  if (bound <= 0) {
     return absl::UnavailableError(
-        absl::StrCat("webhook address ", s->options_.address,
+        absl::StrCat("webhook address ", o.address, ": cannot listen"));
+  }
+  if (!server.DeepenBacklog(o.listen_backlog)) {
+    return absl::UnavailableError(
+        absl::StrCat("webhook address ", o.address,
                      ": listen backlog: ", std::strerror(errno)));
   }
+  return bound;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(
+    WebhookOptions options, const AdmissionHandler* handler) {
+  std::string host;
+  int port = 0;
+  if (absl::Status s = SplitHostPort(options.address, &host, &port); !s.ok())
+    return s;
+  if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "webhook: a TLS certificate and key file are required");
+  }
+  std::unique_ptr<WebhookServer> s(new WebhookServer());
+  s->options_ = std::move(options);
+  absl::StatusOr<std::unique_ptr<CertStore>> certs =
+      CertStore::Load(s->options_.tls_cert_file, s->options_.tls_key_file,
+                      s->options_.cert_check_interval);
+  if (!certs.ok()) return certs.status();
+  s->certs_ = *std::move(certs);
+  CertStore* store = s->certs_.get();
+  auto owned = std::make_unique<ListeningSslServer>(
+      [store](SSL_CTX& ctx) { return store->SetUpContext(ctx); });
+  ListeningSslServer& server = *owned;
+  s->server_ = std::move(owned);
+  if (!server.is_valid()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("webhook: TLS setup failed: ", OpenSslError()));
+  }
+  auto oldest = std::make_shared<std::atomic<int64_t>>(0);
+  ConfigureLimits(server, s->options_, oldest);
+  AddRoutes(server, handler, oldest, s->options_.fair_queue_wait);
+
+  absl::StatusOr<int> bound = Bind(server, host, port, s->options_);
+  if (!bound.ok()) return bound.status();
+  s->port_ = *bound;
   s->listener_ = std::thread([srv = &server] { srv->listen_after_bind(); });
   // httplib's stop() is a no-op until the accept loop runs; wait for it so that
   // Shutdown() right after Start() cannot miss it.
