@@ -30,9 +30,12 @@ constexpr size_t kMaxValueBytes = 1 << 20;
 
 }  // namespace
 
-std::string Coordinator::JoinKey(int rank) { return absl::StrCat("join/", rank); }
+std::string Coordinator::JoinKey(int rank) {
+  return absl::StrCat("join/", rank);
+}
 
-Coordinator::Coordinator(registry::Registry* registry, CoordinatorOptions options)
+Coordinator::Coordinator(registry::Registry* registry,
+                         CoordinatorOptions options)
     : registry_(registry), options_(options) {}
 
 void Coordinator::SetTaskFinishedCallback(TaskFinishedCallback callback) {
@@ -40,38 +43,61 @@ void Coordinator::SetTaskFinishedCallback(TaskFinishedCallback callback) {
   on_finished_ = std::move(callback);
 }
 
-absl::StatusOr<BenchmarkTaskStatus> Coordinator::Schedule(
-    const monta::v1::RunBenchmarkRequest& request, absl::Time now) {
-  if (request.nodes().empty()) {
-    return absl::InvalidArgumentError("nodes: expected at least one node name");
-  }
+namespace {
+
+// A benchmark request checked against the limits and the registry, with the
+// defaults filled in.
+struct SweepPlan {
+  uint64_t min_bytes = 0;
+  uint64_t max_bytes = 0;
+  int min_gpus = -1;  // fewest GPUs on any of the nodes
+  int ranks_per_node = 0;
+};
+
+// Rank, timeout and byte-range limits; fills the byte range of `plan`.
+absl::Status CheckLimits(const monta::v1::RunBenchmarkRequest& request,
+                         const CoordinatorOptions& options, SweepPlan* plan) {
   if (request.ranks_per_node() < 0 || request.ranks_per_node() > 64) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ranks_per_node: expected 0 (default) or 1..64, got ", request.ranks_per_node()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ranks_per_node: expected 0 (default) or 1..64, got ",
+                     request.ranks_per_node()));
   }
   if (request.timeout_seconds() < 0 || request.timeout_seconds() > 3600) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "timeout_seconds: expected 0 (default) or up to 3600, got ", request.timeout_seconds()));
+        "timeout_seconds: expected 0 (default) or up to 3600, got ",
+        request.timeout_seconds()));
   }
-  const uint64_t min_bytes =
-      request.min_bytes() == 0 ? options_.default_min_bytes : request.min_bytes();
+  const uint64_t min_bytes = request.min_bytes() == 0
+                                 ? options.default_min_bytes
+                                 : request.min_bytes();
   const uint64_t max_bytes =
-      request.max_bytes() == 0 ? std::max(options_.default_max_bytes, min_bytes)
+      request.max_bytes() == 0 ? std::max(options.default_max_bytes, min_bytes)
                                : request.max_bytes();
   if (min_bytes > max_bytes || max_bytes > kMaxBenchBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "min_bytes/max_bytes: expected min <= max <= ", kMaxBenchBytes, ", got ", min_bytes,
-        " and ", max_bytes));
+        "min_bytes/max_bytes: expected min <= max <= ", kMaxBenchBytes,
+        ", got ", min_bytes, " and ", max_bytes));
   }
+  plan->min_bytes = min_bytes;
+  plan->max_bytes = max_bytes;
+  return absl::OkStatus();
+}
+
+// Every node listed once, known and alive; returns the fewest GPUs on any.
+absl::StatusOr<int> MinGpusOfAliveNodes(
+    registry::Registry* registry, const monta::v1::RunBenchmarkRequest& request,
+    absl::Time now) {
   std::set<std::string> seen;
   int min_gpus = -1;
   for (const std::string& node : request.nodes()) {
     if (!seen.insert(node).second) {
-      return absl::InvalidArgumentError(absl::StrCat("nodes: \"", node, "\" listed twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("nodes: \"", node, "\" listed twice"));
     }
-    absl::StatusOr<monta::v1::NodeInfo> info = registry_->Get(node, now);
+    absl::StatusOr<monta::v1::NodeInfo> info = registry->Get(node, now);
     if (!info.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("nodes: ", info.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("nodes: ", info.status().message()));
     }
     if (info->state() != monta::v1::NODE_STATE_ALIVE) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -81,38 +107,71 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::Schedule(
     const int gpus = info->topology().gpus_size();
     min_gpus = min_gpus < 0 ? gpus : std::min(min_gpus, gpus);
   }
-  int ranks_per_node = request.ranks_per_node();
-  if (ranks_per_node == 0) {
-    ranks_per_node = min_gpus > 0 ? min_gpus : options_.default_cpu_ranks_per_node;
+  return min_gpus;
+}
+
+absl::StatusOr<SweepPlan> PlanSweep(
+    registry::Registry* registry, const monta::v1::RunBenchmarkRequest& request,
+    const CoordinatorOptions& options, absl::Time now) {
+  if (request.nodes().empty()) {
+    return absl::InvalidArgumentError("nodes: expected at least one node name");
   }
-  if (request.nodes_size() * ranks_per_node < 2) {
+  SweepPlan plan;
+  if (absl::Status s = CheckLimits(request, options, &plan); !s.ok()) return s;
+  absl::StatusOr<int> min_gpus = MinGpusOfAliveNodes(registry, request, now);
+  if (!min_gpus.ok()) return min_gpus.status();
+  plan.min_gpus = *min_gpus;
+  plan.ranks_per_node = request.ranks_per_node();
+  if (plan.ranks_per_node == 0) {
+    plan.ranks_per_node =
+        plan.min_gpus > 0 ? plan.min_gpus : options.default_cpu_ranks_per_node;
+  }
+  if (request.nodes_size() * plan.ranks_per_node < 2) {
     return absl::InvalidArgumentError(
         "ranks_per_node: a benchmark needs at least 2 ranks in all");
   }
+  return plan;
+}
+
+// The task the agents run, without its id and deadline.
+void FillSpec(const monta::v1::RunBenchmarkRequest& request,
+              const SweepPlan& plan, const CoordinatorOptions& options,
+              monta::v1::BenchmarkTask* spec) {
+  // Without GPU information the agents fall back to Gloo; an agent with GPUs
+  // and NCCL chooses NCCL itself when the backend is unspecified.
+  spec->set_backend(plan.min_gpus > 0 ? monta::v1::BACKEND_NCCL
+                                      : monta::v1::BACKEND_GLOO);
+  spec->set_scope(request.nodes_size() > 1 ? monta::v1::SCOPE_INTER_NODE
+                                           : monta::v1::SCOPE_INTRA_NODE);
+  *spec->mutable_nodes() = request.nodes();
+  spec->set_ranks_per_node(plan.ranks_per_node);
+  spec->add_collectives(monta::v1::COLLECTIVE_ALLTOALL);
+  if (request.nodes_size() == 1) {
+    spec->add_collectives(monta::v1::COLLECTIVE_ALLGATHER);
+    spec->add_collectives(monta::v1::COLLECTIVE_COPY);
+  }
+  spec->set_min_bytes(plan.min_bytes);
+  spec->set_max_bytes(plan.max_bytes);
+  spec->set_step_factor(options.step_factor);
+  spec->set_warmup_iterations(options.warmup_iterations);
+  spec->set_iterations(options.iterations);
+}
+
+}  // namespace
+
+absl::StatusOr<BenchmarkTaskStatus> Coordinator::Schedule(
+    const monta::v1::RunBenchmarkRequest& request, absl::Time now) {
+  absl::StatusOr<SweepPlan> plan = PlanSweep(registry_, request, options_, now);
+  if (!plan.ok()) return plan.status();
 
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("planner is shutting down");
   Task task;
-  const std::string id = absl::StrCat("bench-", absl::ToUnixMillis(now), "-", next_id_++);
+  const std::string id =
+      absl::StrCat("bench-", absl::ToUnixMillis(now), "-", next_id_++);
   monta::v1::BenchmarkTask& spec = task.spec;
   spec.set_task_id(id);
-  // Without GPU information the agents fall back to Gloo; an agent with GPUs and NCCL
-  // chooses NCCL itself when the backend is unspecified.
-  spec.set_backend(min_gpus > 0 ? monta::v1::BACKEND_NCCL : monta::v1::BACKEND_GLOO);
-  spec.set_scope(request.nodes_size() > 1 ? monta::v1::SCOPE_INTER_NODE
-                                          : monta::v1::SCOPE_INTRA_NODE);
-  *spec.mutable_nodes() = request.nodes();
-  spec.set_ranks_per_node(ranks_per_node);
-  spec.add_collectives(monta::v1::COLLECTIVE_ALLTOALL);
-  if (request.nodes_size() == 1) {
-    spec.add_collectives(monta::v1::COLLECTIVE_ALLGATHER);
-    spec.add_collectives(monta::v1::COLLECTIVE_COPY);
-  }
-  spec.set_min_bytes(min_bytes);
-  spec.set_max_bytes(max_bytes);
-  spec.set_step_factor(options_.step_factor);
-  spec.set_warmup_iterations(options_.warmup_iterations);
-  spec.set_iterations(options_.iterations);
+  FillSpec(request, *plan, options_, &spec);
   const absl::Duration timeout = request.timeout_seconds() > 0
                                      ? absl::Seconds(request.timeout_seconds())
                                      : options_.default_timeout;
@@ -129,8 +188,8 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::Schedule(
   return status;
 }
 
-std::optional<monta::v1::BenchmarkTask> Coordinator::NextTask(const std::string& node_name,
-                                                              absl::Duration max_wait) {
+std::optional<monta::v1::BenchmarkTask> Coordinator::NextTask(
+    const std::string& node_name, absl::Duration max_wait) {
   const absl::Time deadline = absl::Now() + max_wait;
   absl::MutexLock lock(&mu_);
   while (!shutdown_) {
@@ -150,22 +209,26 @@ std::optional<monta::v1::BenchmarkTask> Coordinator::NextTask(const std::string&
 
 absl::Status Coordinator::Set(const monta::v1::RendezvousSetRequest& request) {
   if (request.key().empty() || request.key().size() > kMaxKeyBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("key: expected 1..", kMaxKeyBytes, " bytes, got ", request.key().size()));
+    return absl::InvalidArgumentError(absl::StrCat("key: expected 1..",
+                                                   kMaxKeyBytes, " bytes, got ",
+                                                   request.key().size()));
   }
   if (request.value().size() > kMaxValueBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("value: expected at most ", kMaxValueBytes,
-                                                   " bytes, got ", request.value().size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("value: expected at most ", kMaxValueBytes, " bytes, got ",
+                     request.value().size()));
   }
   absl::MutexLock lock(&mu_);
   auto it = tasks_.find(request.task_id());
   if (it == tasks_.end()) {
-    return absl::NotFoundError(absl::StrCat("task_id: unknown task \"", request.task_id(), "\""));
+    return absl::NotFoundError(
+        absl::StrCat("task_id: unknown task \"", request.task_id(), "\""));
   }
   Task& task = it->second;
   if (IsFinished(task.status)) {
     return absl::FailedPreconditionError(
-        absl::StrCat("task ", request.task_id(), " already finished: ", task.status.reason()));
+        absl::StrCat("task ", request.task_id(),
+                     " already finished: ", task.status.reason()));
   }
   const std::string prefix = "join/";
   if (request.key().rfind(prefix, 0) == 0) {
@@ -179,11 +242,13 @@ absl::Status Coordinator::Set(const monta::v1::RendezvousSetRequest& request) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> Coordinator::Get(const monta::v1::RendezvousGetRequest& request) {
+absl::StatusOr<std::string> Coordinator::Get(
+    const monta::v1::RendezvousGetRequest& request) {
   if (request.wait_seconds() < 0 || request.wait_seconds() > 3600) {
     return absl::InvalidArgumentError("wait_seconds: expected 0..3600");
   }
-  const absl::Time deadline = absl::Now() + absl::Seconds(request.wait_seconds());
+  const absl::Time deadline =
+      absl::Now() + absl::Seconds(request.wait_seconds());
   absl::MutexLock lock(&mu_);
   while (true) {
     auto it = tasks_.find(request.task_id());
@@ -193,41 +258,47 @@ absl::StatusOr<std::string> Coordinator::Get(const monta::v1::RendezvousGetReque
     }
     const Task& task = it->second;
     if (task.status.state() == monta::v1::TASK_STATE_FAILED) {
-      return absl::AbortedError(absl::StrCat("task ", request.task_id(),
-                                             " failed: ", task.status.reason()));
+      return absl::AbortedError(absl::StrCat(
+          "task ", request.task_id(), " failed: ", task.status.reason()));
     }
     auto kv = task.kv.find(request.key());
     if (kv != task.kv.end()) return kv->second;
     if (shutdown_) return absl::UnavailableError("planner is shutting down");
     if (changed_.WaitWithDeadline(&mu_, deadline)) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("key \"", request.key(), "\" of task ", request.task_id(),
-                       " not set within ", request.wait_seconds(), " s"));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "key \"", request.key(), "\" of task ", request.task_id(),
+          " not set within ", request.wait_seconds(), " s"));
     }
   }
 }
 
-absl::Status Coordinator::Report(const monta::v1::ReportBenchmarkRequest& request,
-                                 absl::Time now) {
+absl::Status Coordinator::Report(
+    const monta::v1::ReportBenchmarkRequest& request, absl::Time now) {
   absl::MutexLock lock(&mu_);
   auto it = tasks_.find(request.task_id());
   if (it == tasks_.end()) {
-    return absl::NotFoundError(absl::StrCat("task_id: unknown task \"", request.task_id(), "\""));
+    return absl::NotFoundError(
+        absl::StrCat("task_id: unknown task \"", request.task_id(), "\""));
   }
   Task& task = it->second;
   const auto& nodes = task.spec.nodes();
-  if (std::find(nodes.begin(), nodes.end(), request.node_name()) == nodes.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "node_name: \"", request.node_name(), "\" is not part of task ", request.task_id()));
+  if (std::find(nodes.begin(), nodes.end(), request.node_name()) ==
+      nodes.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node_name: \"", request.node_name(),
+                     "\" is not part of task ", request.task_id()));
   }
-  if (IsFinished(task.status)) return absl::OkStatus();  // late report after a failure
-  if (const absl::Status outcome = StatusFromProto(request.status()); !outcome.ok()) {
-    // The reporter's error is often a symptom (a peer's connection reset); the ranks
-    // that never reported are the likely cause, so name them too.
+  if (IsFinished(task.status))
+    return absl::OkStatus();  // late report after a failure
+  if (const absl::Status outcome = StatusFromProto(request.status());
+      !outcome.ok()) {
+    // The reporter's error is often a symptom (a peer's connection reset); the
+    // ranks that never reported are the likely cause, so name them too.
     task.reported_nodes.insert(request.node_name());
-    std::string reason =
-        absl::StrCat("node ", request.node_name(), " rank ", request.rank(), ": ",
-                     outcome.message().empty() ? "failed without a reason" : outcome.ToString());
+    std::string reason = absl::StrCat(
+        "node ", request.node_name(), " rank ", request.rank(), ": ",
+        outcome.message().empty() ? "failed without a reason"
+                                  : outcome.ToString());
     if (task.reported_nodes.size() < static_cast<size_t>(nodes.size())) {
       absl::StrAppend(&reason, "; ", MissingRanks(task));
     }
@@ -254,23 +325,26 @@ absl::Status Coordinator::Report(const monta::v1::ReportBenchmarkRequest& reques
   return absl::OkStatus();
 }
 
-absl::StatusOr<BenchmarkTaskStatus> Coordinator::Status(const std::string& task_id) const {
+absl::StatusOr<BenchmarkTaskStatus> Coordinator::Status(
+    const std::string& task_id) const {
   absl::ReaderMutexLock lock(&mu_);
   auto it = tasks_.find(task_id);
   if (it == tasks_.end()) {
-    return absl::NotFoundError(absl::StrCat("task_id: unknown task \"", task_id, "\""));
+    return absl::NotFoundError(
+        absl::StrCat("task_id: unknown task \"", task_id, "\""));
   }
   return it->second.status;
 }
 
-absl::StatusOr<BenchmarkTaskStatus> Coordinator::WaitFinished(const std::string& task_id,
-                                                              absl::Duration max_wait) {
+absl::StatusOr<BenchmarkTaskStatus> Coordinator::WaitFinished(
+    const std::string& task_id, absl::Duration max_wait) {
   const absl::Time deadline = absl::Now() + max_wait;
   absl::MutexLock lock(&mu_);
   while (true) {
     auto it = tasks_.find(task_id);
     if (it == tasks_.end()) {
-      return absl::NotFoundError(absl::StrCat("task_id: unknown task \"", task_id, "\""));
+      return absl::NotFoundError(
+          absl::StrCat("task_id: unknown task \"", task_id, "\""));
     }
     if (IsFinished(it->second.status) || shutdown_) return it->second.status;
     if (changed_.WaitWithDeadline(&mu_, deadline)) return it->second.status;
@@ -286,8 +360,8 @@ void Coordinator::ExpireOverdue(absl::Time now) {
   }
 }
 
-void Coordinator::FailTasksOfNode(const std::string& node_name, const std::string& why,
-                                  absl::Time now) {
+void Coordinator::FailTasksOfNode(const std::string& node_name,
+                                  const std::string& why, absl::Time now) {
   absl::MutexLock lock(&mu_);
   for (auto& [id, task] : tasks_) {
     if (IsFinished(task.status)) continue;
@@ -297,8 +371,9 @@ void Coordinator::FailTasksOfNode(const std::string& node_name, const std::strin
     const int index = static_cast<int>(it - nodes.begin());
     const int rpn = task.spec.ranks_per_node();
     Finish(task, monta::v1::TASK_STATE_FAILED,
-           absl::StrCat("node ", node_name, " ", why, ": its rank(s) ", index * rpn, "-",
-                        (index + 1) * rpn - 1, " never reported"),
+           absl::StrCat("node ", node_name, " ", why, ": its rank(s) ",
+                        index * rpn, "-", (index + 1) * rpn - 1,
+                        " never reported"),
            now);
   }
 }
@@ -308,7 +383,8 @@ bool Coordinator::Busy(const std::string& node_name) const {
   for (const auto& [id, task] : tasks_) {
     if (IsFinished(task.status)) continue;
     const auto& nodes = task.spec.nodes();
-    if (std::find(nodes.begin(), nodes.end(), node_name) != nodes.end()) return true;
+    if (std::find(nodes.begin(), nodes.end(), node_name) != nodes.end())
+      return true;
   }
   return false;
 }
@@ -331,8 +407,8 @@ std::string Coordinator::MissingRanks(const Task& task) const {
       }
     }
     if (task.reported_nodes.count(node) == 0) {
-      not_reported.push_back(absl::StrCat("rank(s) ", n * rpn, "-", (n + 1) * rpn - 1,
-                                          " (node ", node, ")"));
+      not_reported.push_back(absl::StrCat(
+          "rank(s) ", n * rpn, "-", (n + 1) * rpn - 1, " (node ", node, ")"));
     }
   }
   if (!never_joined.empty()) {
@@ -341,8 +417,8 @@ std::string Coordinator::MissingRanks(const Task& task) const {
   return absl::StrCat("no result from ", absl::StrJoin(not_reported, ", "));
 }
 
-void Coordinator::Finish(Task& task, monta::v1::TaskState state, const std::string& reason,
-                         absl::Time now) {
+void Coordinator::Finish(Task& task, monta::v1::TaskState state,
+                         const std::string& reason, absl::Time now) {
   task.status.set_state(state);
   task.status.set_reason(reason);
   *task.status.mutable_finished_at() = ToProto(now);
@@ -350,7 +426,8 @@ void Coordinator::Finish(Task& task, monta::v1::TaskState state, const std::stri
   finished_order_.push_back(task.spec.task_id());
   if (on_finished_) on_finished_(task.status);
   // Never evicts the task just finished: the caller still holds it.
-  while (finished_order_.size() > static_cast<size_t>(std::max(1, options_.max_finished_tasks))) {
+  while (finished_order_.size() >
+         static_cast<size_t>(std::max(1, options_.max_finished_tasks))) {
     tasks_.erase(finished_order_.front());
     finished_order_.pop_front();
   }
