@@ -3,6 +3,8 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/flags.h"
@@ -47,6 +49,50 @@ ABSL_FLAG(std::string, port_file, "",
           "{\"grpc\":N,\"metrics\":M,\"webhook\":W} to this "
           "file (for tests)");
 
+namespace {
+
+// The planner's options from the flags; InvalidArgument names a flag that is
+// out of range.
+absl::StatusOr<monta::PlannerOptions> OptionsFromFlags() {
+  monta::PlannerOptions options;
+  options.grpc_address = absl::GetFlag(FLAGS_listen);
+  options.metrics_address = absl::GetFlag(FLAGS_metrics_listen);
+  const double lease = absl::GetFlag(FLAGS_lease_seconds);
+  const double heartbeat = absl::GetFlag(FLAGS_heartbeat_seconds);
+  if (lease <= 0 || heartbeat <= 0 || heartbeat >= lease) {
+    return absl::InvalidArgumentError(
+        "--heartbeat_seconds must be > 0 and < --lease_seconds");
+  }
+  options.registry.lease = absl::Seconds(lease);
+  options.registry.heartbeat_interval = absl::Seconds(heartbeat);
+  options.bench_on_register = absl::GetFlag(FLAGS_bench_on_register);
+  options.db_path = absl::GetFlag(FLAGS_db);
+  if (absl::GetFlag(FLAGS_bench_interval_seconds) < 0) {
+    return absl::InvalidArgumentError("--bench_interval_seconds must be >= 0");
+  }
+  options.bench_interval =
+      absl::Seconds(absl::GetFlag(FLAGS_bench_interval_seconds));
+  const int cpu_ranks = absl::GetFlag(FLAGS_cpu_ranks_per_node);
+  if (cpu_ranks < 1 || cpu_ranks > 64) {
+    return absl::InvalidArgumentError("--cpu_ranks_per_node must be in 1..64");
+  }
+  options.coordinator.default_cpu_ranks_per_node = cpu_ranks;
+  options.coordinator.default_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_bench_timeout_seconds));
+  options.webhook_address = absl::GetFlag(FLAGS_webhook_listen);
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  if (!options.webhook_address.empty() &&
+      (options.tls_cert_file.empty() || options.tls_key_file.empty())) {
+    return absl::InvalidArgumentError(
+        "--webhook_listen needs --tls_cert and --tls_key");
+  }
+
+  return options;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   monta::BlockTerminationSignals();
   monta::ParseFlags(
@@ -62,45 +108,13 @@ int main(int argc, char** argv) {
   // The unit tests keep it; the production binaries skip it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
-  monta::PlannerOptions options;
-  options.grpc_address = absl::GetFlag(FLAGS_listen);
-  options.metrics_address = absl::GetFlag(FLAGS_metrics_listen);
-  const double lease = absl::GetFlag(FLAGS_lease_seconds);
-  const double heartbeat = absl::GetFlag(FLAGS_heartbeat_seconds);
-  if (lease <= 0 || heartbeat <= 0 || heartbeat >= lease) {
-    std::cerr << "monta-planner: --heartbeat_seconds must be > 0 and < "
-                 "--lease_seconds\n";
-    return 2;
-  }
-  options.registry.lease = absl::Seconds(lease);
-  options.registry.heartbeat_interval = absl::Seconds(heartbeat);
-  options.bench_on_register = absl::GetFlag(FLAGS_bench_on_register);
-  options.db_path = absl::GetFlag(FLAGS_db);
-  if (absl::GetFlag(FLAGS_bench_interval_seconds) < 0) {
-    std::cerr << "monta-planner: --bench_interval_seconds must be >= 0\n";
-    return 2;
-  }
-  options.bench_interval =
-      absl::Seconds(absl::GetFlag(FLAGS_bench_interval_seconds));
-  const int cpu_ranks = absl::GetFlag(FLAGS_cpu_ranks_per_node);
-  if (cpu_ranks < 1 || cpu_ranks > 64) {
-    std::cerr << "monta-planner: --cpu_ranks_per_node must be in 1..64\n";
-    return 2;
-  }
-  options.coordinator.default_cpu_ranks_per_node = cpu_ranks;
-  options.coordinator.default_timeout =
-      absl::Seconds(absl::GetFlag(FLAGS_bench_timeout_seconds));
-  options.webhook_address = absl::GetFlag(FLAGS_webhook_listen);
-  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
-  options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
-  if (!options.webhook_address.empty() &&
-      (options.tls_cert_file.empty() || options.tls_key_file.empty())) {
-    std::cerr
-        << "monta-planner: --webhook_listen needs --tls_cert and --tls_key\n";
+  absl::StatusOr<monta::PlannerOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    std::cerr << "monta-planner: " << options.status().message() << "\n";
     return 2;
   }
 
-  auto server = monta::PlannerServer::Start(options);
+  auto server = monta::PlannerServer::Start(*options);
   if (!server.ok()) {
     std::cerr << "monta-planner: " << server.status().message() << "\n";
     return 1;

@@ -19,8 +19,8 @@
 namespace monta::agent {
 namespace {
 
-// The planner fails tasks at their deadline; a rank stops a little earlier so its
-// own error (e.g. "rank 3 never joined") reaches the planner first.
+// The planner fails tasks at their deadline; a rank stops a little earlier so
+// its own error (e.g. "rank 3 never joined") reaches the planner first.
 absl::Time RankDeadline(const monta::v1::BenchmarkTask& task) {
   using google::protobuf::util::TimeUtil;
   if (!task.has_deadline()) return absl::Now() + absl::Seconds(120);
@@ -34,6 +34,72 @@ struct RankResult {
   std::vector<monta::v1::BandwidthCurve> curves;
 };
 
+// The communicator backend the task asks for, if this agent has it.
+absl::StatusOr<comm::Backend> BackendOf(const monta::v1::BenchmarkTask& task) {
+  if (task.backend() != monta::v1::BACKEND_NCCL) return comm::Backend::kGloo;
+  if (!comm::NcclBuilt()) {
+    return absl::FailedPreconditionError(
+        "task asks for NCCL but this agent was built without CUDA/NCCL");
+  }
+  return comm::Backend::kNccl;
+}
+
+// Waits for every rank of the task, then connects this rank's communicator.
+absl::StatusOr<std::unique_ptr<comm::Communicator>> MeetAndConnect(
+    const monta::v1::BenchmarkTask& task, int rank, int size,
+    absl::Time deadline, comm::Backend backend,
+    std::shared_ptr<comm::RendezvousStore> store,
+    const BenchRunnerOptions& options) {
+  comm::CommunicatorOptions comm_options;
+  comm_options.hostname = options.bench_address;
+  // Gloo cannot interrupt a running collective: a peer that dies mid-operation
+  // is noticed at this timeout, so keep it short (loopback and datacenter
+  // sweeps take well under a second per operation) and inside the task's
+  // deadline.
+  comm_options.op_timeout =
+      std::clamp(deadline - absl::Now(), absl::Seconds(1), absl::Seconds(10));
+  comm_options.device = rank % std::max(1, task.ranks_per_node());
+  // Meet first through the planner's store, which ends the wait at once when
+  // the task fails (a peer's node lost its lease). Only then connect: a TCP
+  // connect to a peer that died meanwhile retries until its deadline and cannot
+  // be interrupted, so that phase gets a short one.
+  absl::Status joined = comm::JoinAll(
+      *store, absl::StrCat(task.task_id(), "/all"), rank, size, deadline);
+  if (!joined.ok()) return joined;
+  const absl::Time connect_deadline =
+      std::min(deadline, absl::Now() + absl::Seconds(15));
+  return comm::CreateCommunicator(backend, store,
+                                  absl::StrCat(task.task_id(), "/world"), rank,
+                                  size, comm_options, connect_deadline);
+}
+
+bench::SweepOptions SweepOptionsOf(const monta::v1::BenchmarkTask& task) {
+  bench::SweepOptions sweep;
+  sweep.min_bytes = task.min_bytes();
+  sweep.max_bytes = task.max_bytes();
+  sweep.step_factor = std::max(2, task.step_factor());
+  sweep.warmup_iterations = std::max(0, task.warmup_iterations());
+  sweep.iterations = std::max(1, task.iterations());
+  return sweep;
+}
+
+// What rank 0 reports with a measured curve.
+bench::CurveInfo CurveInfoOf(const monta::v1::BenchmarkTask& task,
+                             bandwidth::Collective collective,
+                             comm::Backend backend, int size) {
+  bench::CurveInfo info;
+  info.collective = collective;
+  info.scope = task.scope();
+  info.backend = backend == comm::Backend::kNccl ? monta::v1::BACKEND_NCCL
+                                                 : monta::v1::BACKEND_GLOO;
+  info.nranks = size;
+  info.n_nodes = task.nodes_size();
+  info.nodes.assign(task.nodes().begin(), task.nodes().end());
+  info.task_id = task.task_id();
+  info.measured_at = absl::Now();
+  return info;
+}
+
 // One rank of the task: join, build the communicator, sweep every collective.
 RankResult RunRank(const monta::v1::BenchmarkTask& task, int rank,
                    std::shared_ptr<comm::RendezvousStore> store,
@@ -45,44 +111,18 @@ RankResult RunRank(const monta::v1::BenchmarkTask& task, int rank,
   result.status = store->Set(absl::StrCat("join/", rank), options.node_name);
   if (!result.status.ok()) return result;
 
-  comm::Backend backend = comm::Backend::kGloo;
-  if (task.backend() == monta::v1::BACKEND_NCCL) {
-    if (!comm::NcclBuilt()) {
-      result.status = absl::FailedPreconditionError(
-          "task asks for NCCL but this agent was built without CUDA/NCCL");
-      return result;
-    }
-    backend = comm::Backend::kNccl;
+  absl::StatusOr<comm::Backend> backend = BackendOf(task);
+  if (!backend.ok()) {
+    result.status = backend.status();
+    return result;
   }
-  comm::CommunicatorOptions comm_options;
-  comm_options.hostname = options.bench_address;
-  // Gloo cannot interrupt a running collective: a peer that dies mid-operation is
-  // noticed at this timeout, so keep it short (loopback and datacenter sweeps take
-  // well under a second per operation) and inside the task's deadline.
-  comm_options.op_timeout =
-      std::clamp(deadline - absl::Now(), absl::Seconds(1), absl::Seconds(10));
-  comm_options.device = rank % std::max(1, task.ranks_per_node());
-  // Meet first through the planner's store, which ends the wait at once when the
-  // task fails (a peer's node lost its lease). Only then connect: a TCP connect to
-  // a peer that died meanwhile retries until its deadline and cannot be
-  // interrupted, so that phase gets a short one.
-  result.status =
-      comm::JoinAll(*store, absl::StrCat(task.task_id(), "/all"), rank, size, deadline);
-  if (!result.status.ok()) return result;
-  const absl::Time connect_deadline = std::min(deadline, absl::Now() + absl::Seconds(15));
   absl::StatusOr<std::unique_ptr<comm::Communicator>> comm =
-      comm::CreateCommunicator(backend, store, absl::StrCat(task.task_id(), "/world"), rank,
-                               size, comm_options, connect_deadline);
+      MeetAndConnect(task, rank, size, deadline, *backend, store, options);
   if (!comm.ok()) {
     result.status = comm.status();
     return result;
   }
-  bench::SweepOptions sweep;
-  sweep.min_bytes = task.min_bytes();
-  sweep.max_bytes = task.max_bytes();
-  sweep.step_factor = std::max(2, task.step_factor());
-  sweep.warmup_iterations = std::max(0, task.warmup_iterations());
-  sweep.iterations = std::max(1, task.iterations());
+  const bench::SweepOptions sweep = SweepOptionsOf(task);
   for (int c : task.collectives()) {
     // A collective this agent does not know fails the task by name rather
     // than measuring something else under the planner's label.
@@ -102,35 +142,27 @@ RankResult RunRank(const monta::v1::BenchmarkTask& task, int rank,
     }
     for (const auto& p : *points) {
       if (p.wrong > 0) {
-        result.status = absl::DataLossError(absl::StrCat(
-            bandwidth::CollectiveName(*collective), " at ", p.bytes, " bytes: ",
-            p.wrong, " wrong bytes"));
+        result.status = absl::DataLossError(
+            absl::StrCat(bandwidth::CollectiveName(*collective), " at ",
+                         p.bytes, " bytes: ", p.wrong, " wrong bytes"));
         return result;
       }
     }
     if (rank != 0) continue;  // every rank agrees on the points; rank 0 reports
-    bench::CurveInfo info;
-    info.collective = *collective;
-    info.scope = task.scope();
-    info.backend = backend == comm::Backend::kNccl ? monta::v1::BACKEND_NCCL
-                                                   : monta::v1::BACKEND_GLOO;
-    info.nranks = size;
-    info.n_nodes = task.nodes_size();
-    info.nodes.assign(task.nodes().begin(), task.nodes().end());
-    info.task_id = task.task_id();
-    info.measured_at = absl::Now();
-    result.curves.push_back(bench::ToBandwidthCurve(*points, info));
+    result.curves.push_back(bench::ToBandwidthCurve(
+        *points, CurveInfoOf(task, *collective, *backend, size)));
   }
   return result;
 }
 
 }  // namespace
 
-RpcRendezvousStore::RpcRendezvousStore(monta::v1::AgentGateway::StubInterface* stub,
-                                       std::string task_id)
+RpcRendezvousStore::RpcRendezvousStore(
+    monta::v1::AgentGateway::StubInterface* stub, std::string task_id)
     : stub_(stub), task_id_(std::move(task_id)) {}
 
-absl::Status RpcRendezvousStore::Set(absl::string_view key, absl::string_view value) {
+absl::Status RpcRendezvousStore::Set(absl::string_view key,
+                                     absl::string_view value) {
   monta::v1::RendezvousSetRequest request;
   request.set_task_id(task_id_);
   request.set_key(std::string(key));
@@ -145,15 +177,16 @@ absl::StatusOr<std::string> RpcRendezvousStore::Get(absl::string_view key,
                                                     absl::Time deadline) {
   while (true) {
     // Slices keep every RPC short-lived, so a planner restart costs one slice.
-    const absl::Duration wait =
-        std::clamp(deadline - absl::Now(), absl::ZeroDuration(), absl::Seconds(5));
+    const absl::Duration wait = std::clamp(
+        deadline - absl::Now(), absl::ZeroDuration(), absl::Seconds(5));
     monta::v1::RendezvousGetRequest request;
     request.set_task_id(task_id_);
     request.set_key(std::string(key));
     request.set_wait_seconds(absl::ToDoubleSeconds(wait));
     monta::v1::RendezvousGetReply reply;
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + wait + absl::Seconds(5)));
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + wait + absl::Seconds(5)));
     grpc::Status status = stub_->RendezvousGet(&context, request, &reply);
     if (status.ok()) return reply.value();
     if (status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED &&
@@ -161,8 +194,9 @@ absl::StatusOr<std::string> RpcRendezvousStore::Get(absl::string_view key,
       return FromGrpc(status);
     }
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("rendezvous key \"", key, "\" of task ", task_id_, " not set in time"));
+      return absl::DeadlineExceededError(absl::StrCat("rendezvous key \"", key,
+                                                      "\" of task ", task_id_,
+                                                      " not set in time"));
     }
     if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
       absl::SleepFor(absl::Milliseconds(200));
@@ -175,7 +209,8 @@ TaskRunner MakeBenchRunner(BenchRunnerOptions options) {
                    monta::v1::AgentGateway::StubInterface* stub) {
     const auto& nodes = task.nodes();
     const int node_index = static_cast<int>(
-        std::find(nodes.begin(), nodes.end(), options.node_name) - nodes.begin());
+        std::find(nodes.begin(), nodes.end(), options.node_name) -
+        nodes.begin());
     monta::v1::ReportBenchmarkRequest report;
     report.set_task_id(task.task_id());
     report.set_node_name(options.node_name);
@@ -205,8 +240,10 @@ TaskRunner MakeBenchRunner(BenchRunnerOptions options) {
     }
     if (!outcome.ok()) report.clear_curves();
     *report.mutable_status() = StatusToProto(outcome);
-    std::cerr << "monta-agent[" << options.node_name << "]: task " << task.task_id() << " "
-              << (outcome.ok() ? "done" : "failed: " + outcome.ToString()) << std::endl;
+    std::cerr << "monta-agent[" << options.node_name << "]: task "
+              << task.task_id() << " "
+              << (outcome.ok() ? "done" : "failed: " + outcome.ToString())
+              << std::endl;
     monta::v1::ReportBenchmarkReply reply;
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
@@ -218,7 +255,8 @@ TaskRunner MakeBenchRunner(BenchRunnerOptions options) {
                    absl::StrCat("report of task ", task.task_id()), reported,
                    options.on_discarded_error);
     }
-    if (options.on_finished) options.on_finished(outcome.ok() ? "succeeded" : "failed");
+    if (options.on_finished)
+      options.on_finished(outcome.ok() ? "succeeded" : "failed");
   };
 }
 
