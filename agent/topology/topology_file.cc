@@ -109,6 +109,27 @@ class Reader {
     return true;
   }
 
+  // Calls read_entry(entry, "key[i]", i) on each entry of the list under
+  // `key`, stopping at the first that returns false. An absent key is an empty
+  // list; anything but a list fails with `expectation`.
+  template <typename ReadEntry>
+  bool List(const YAML::Node& root, const char* key, const char* expectation,
+            ReadEntry read_entry) {
+    const YAML::Node list = root[key];
+    if (!list) return true;
+    if (!list.IsSequence()) {
+      Fail(key, expectation);
+      return false;
+    }
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!read_entry(list[i], absl::StrCat(key, "[", i, "]"),
+                      static_cast<int>(i))) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   bool Bool(const YAML::Node& map, const std::string& field, const char* key,
             bool* out) {
     const YAML::Node value = map[key];
@@ -265,21 +286,16 @@ bool ReadGpu(const YAML::Node& node, const std::string& field, int position,
 
 bool ReadGpus(const YAML::Node& root, Reader& r, NodeTopology& topo,
               DeclaredGpus& declared) {
-  const YAML::Node gpus = root["gpus"];
-  if (!gpus) return true;
-  if (!gpus.IsSequence()) {
-    r.Fail("gpus", "expected a list of GPUs");
-    return false;
-  }
-  for (size_t i = 0; i < gpus.size(); ++i) {
-    Gpu gpu;
-    if (!ReadGpu(gpus[i], absl::StrCat("gpus[", i, "]"), static_cast<int>(i), r,
-                 declared, gpu)) {
-      return false;
-    }
-    *topo.add_gpus() = std::move(gpu);
-  }
-  return true;
+  return r.List(
+      root, "gpus", "expected a list of GPUs",
+      [&](const YAML::Node& node, const std::string& field, int position) {
+        Gpu gpu;
+        if (!ReadGpu(node, field, position, r, declared, gpu)) {
+          return false;
+        }
+        *topo.add_gpus() = std::move(gpu);
+        return true;
+      });
 }
 
 // links[i].gpus: two different declared GPUs, a pair not listed before.
@@ -355,19 +371,11 @@ bool ReadLink(const YAML::Node& node, const std::string& field, Reader& r,
 
 bool ReadLinks(const YAML::Node& root, Reader& r, const DeclaredGpus& declared,
                LinkMap& links) {
-  const YAML::Node list = root["links"];
-  if (!list) return true;
-  if (!list.IsSequence()) {
-    r.Fail("links", "expected a list of GPU pairs");
-    return false;
-  }
-  for (size_t i = 0; i < list.size(); ++i) {
-    if (!ReadLink(list[i], absl::StrCat("links[", i, "]"), r, declared,
-                  links)) {
-      return false;
-    }
-  }
-  return true;
+  return r.List(
+      root, "links", "expected a list of GPU pairs",
+      [&](const YAML::Node& node, const std::string& field, int /*position*/) {
+        return ReadLink(node, field, r, declared, links);
+      });
 }
 
 // all_gpu_pairs: the path of every pair of declared GPUs that links[] does
@@ -449,21 +457,16 @@ bool ReadNic(const YAML::Node& node, const std::string& field, int position,
 
 bool ReadNics(const YAML::Node& root, Reader& r, NodeTopology& topo,
               NicPositions& positions) {
-  const YAML::Node nics = root["nics"];
-  if (!nics) return true;
-  if (!nics.IsSequence()) {
-    r.Fail("nics", "expected a list of NIC ports");
-    return false;
-  }
-  for (size_t i = 0; i < nics.size(); ++i) {
-    Nic nic;
-    if (!ReadNic(nics[i], absl::StrCat("nics[", i, "]"), static_cast<int>(i), r,
-                 positions, nic)) {
-      return false;
-    }
-    *topo.add_nics() = std::move(nic);
-  }
-  return true;
+  return r.List(
+      root, "nics", "expected a list of NIC ports",
+      [&](const YAML::Node& node, const std::string& field, int position) {
+        Nic nic;
+        if (!ReadNic(node, field, position, r, positions, nic)) {
+          return false;
+        }
+        *topo.add_nics() = std::move(nic);
+        return true;
+      });
 }
 
 // Every gpus[].nearest_nic names a NIC of nics[] (any port).
