@@ -259,6 +259,18 @@ GpuReadings ReadGpuSources(const DiscoveryOptions& options) {
   return GpuReadings{std::move(cuda), nvml_source->Read()};
 }
 
+// A discovered GPU with what CUDA and NVML records both carry.
+template <typename Record>
+Gpu* AddDiscoveredGpu(const Record& record, NodeTopology& topo) {
+  Gpu* gpu = topo.add_gpus();
+  gpu->set_index(record.index);
+  gpu->set_name(record.name);
+  gpu->set_pci_bus_id(record.pci_bus_id);
+  gpu->set_memory_bytes(record.memory_bytes);
+  gpu->set_provenance(monta::v1::PROVENANCE_DISCOVERED);
+  return gpu;
+}
+
 // GPUs from CUDA (NVML adds the UUID by PCI bus id), else from NVML; sets
 // cuda_status. Returns nvml_of: nvml_of[i] is the NVML index of topology GPU
 // i, or -1.
@@ -270,13 +282,7 @@ std::vector<int> AddGpus(const GpuReadings& readings, NodeTopology& topo) {
     topo.set_cuda_status(std::string(cuda.status().message()));
     if (!nvml.ok()) return nvml_of;
     for (const NvmlGpuRecord& record : nvml->gpus) {
-      Gpu* gpu = topo.add_gpus();
-      gpu->set_index(record.index);
-      gpu->set_name(record.name);
-      gpu->set_uuid(record.uuid);
-      gpu->set_pci_bus_id(record.pci_bus_id);
-      gpu->set_memory_bytes(record.memory_bytes);
-      gpu->set_provenance(monta::v1::PROVENANCE_DISCOVERED);
+      AddDiscoveredGpu(record, topo)->set_uuid(record.uuid);
       nvml_of.push_back(record.index);
     }
     return nvml_of;
@@ -289,13 +295,8 @@ std::vector<int> AddGpus(const GpuReadings& readings, NodeTopology& topo) {
   topo.set_cuda_status(
       absl::StrCat("ok: ", cuda->gpus.size(), " GPUs via ", cuda->origin));
   for (const CudaGpuRecord& record : cuda->gpus) {
-    Gpu* gpu = topo.add_gpus();
-    gpu->set_index(record.index);
-    gpu->set_name(record.name);
-    gpu->set_pci_bus_id(record.pci_bus_id);
-    gpu->set_memory_bytes(record.memory_bytes);
+    Gpu* gpu = AddDiscoveredGpu(record, topo);
     gpu->set_sm_count(record.sm_count);
-    gpu->set_provenance(monta::v1::PROVENANCE_DISCOVERED);
     auto it = nvml_by_pci.find(record.pci_bus_id);
     if (it != nvml_by_pci.end()) {
       gpu->set_uuid(it->second->uuid);
