@@ -35,17 +35,7 @@ uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 const char* StrategyName(Strategy strategy) {
-  switch (strategy) {
-    case Strategy::kFlat:
-      return "flat";
-    case Strategy::kTpDedup:
-      return "tp_dedup";
-    case Strategy::kTpDedupPipelined:
-      return "tp_dedup_pipelined";
-    case Strategy::kHierarchical:
-      return "hierarchical";
-  }
-  return "unknown";
+  return strategy::StrategyName(static_cast<strategy::StrategyKind>(strategy));
 }
 
 absl::StatusOr<Strategy> ParseStrategy(absl::string_view name) {

@@ -20,23 +20,28 @@
 #include "absl/strings/string_view.h"
 #include "agent/bench/moe_groups.h"
 #include "agent/comm/communicator.h"
+#include "common/strategy/strategy.h"
 
 namespace monta::bench {
 
+// The strategies a schedule can run: S0..S3 of strategy::StrategyKind, with
+// its numbers (S4 overlaps expert compute, which a benchmark does not run).
 enum class Strategy {
   // S0: AllToAll of D over the EP group; all TP ranks send the same bytes.
-  kFlat,
+  kFlat = static_cast<int>(strategy::StrategyKind::kFlat),
   // S1: each TP rank keeps 1/t of the capacity axis, AllToAll of D/t over the
   // EP group, AllGather over the TP group, reorder copy.
-  kTpDedup,
+  kTpDedup = static_cast<int>(strategy::StrategyKind::kTpDedup),
   // S2(K): S1 cut into K chunks along the capacity axis; chunk i+1's AllToAll
   // overlaps chunk i's AllGather and chunk i-1's reorder copy.
-  kTpDedupPipelined,
+  kTpDedupPipelined =
+      static_cast<int>(strategy::StrategyKind::kTpDedupPipelined),
   // S3: intra-node AllToAll grouping blocks by destination node, reorder, then
   // inter-node AllToAll among same-local-index peers (n_s times larger).
-  kHierarchical,
+  kHierarchical = static_cast<int>(strategy::StrategyKind::kHierarchical),
 };
 
+// strategy::StrategyName of the same kind: "flat", "tp_dedup", ...
 const char* StrategyName(Strategy strategy);
 absl::StatusOr<Strategy> ParseStrategy(absl::string_view name);
 

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/bandwidth/collective_proto.h"
 #include "common/proto_names.h"
+#include "common/strategy/strategy_proto.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/model/hardware_profile.h"
 
@@ -227,8 +230,12 @@ PlannerMetrics::PlannerMetrics(prometheus::Registry& registry)
                      .Name("monta_discarded_errors_total")
                      .Help("Errors the planner logged and dropped, by site")
                      .Register(registry)) {
-  for (const char* strategy : {"flat", "tp_dedup", "tp_dedup_pipelined",
-                               "hierarchical", "expert_overlap", "none"}) {
+  std::vector<std::string> strategies;
+  for (strategy::StrategyKind kind : strategy::kAllStrategyKinds) {
+    strategies.push_back(StrategyLabel(strategy::StrategyToProto(kind)));
+  }
+  strategies.push_back(StrategyLabel(monta::v1::STRATEGY_KIND_UNSPECIFIED));
+  for (const std::string& strategy : strategies) {
     for (const char* result : {"ok", "invalid", "error"}) {
       decision_counters_[{strategy, result}] =
           &decisions_.Add({{"strategy", strategy}, {"result", result}});

@@ -102,26 +102,6 @@ Evaluated BestChunks(int64_t rows, int k_max, Fn evaluate) {
 
 int KindOrder(StrategyKind k) { return static_cast<int>(k); }
 
-}  // namespace
-
-const char* StrategyName(StrategyKind kind) {
-  switch (kind) {
-    case StrategyKind::kFlat:
-      return "flat";
-    case StrategyKind::kTpDedup:
-      return "tp_dedup";
-    case StrategyKind::kTpDedupPipelined:
-      return "tp_dedup_pipelined";
-    case StrategyKind::kHierarchical:
-      return "hierarchical";
-    case StrategyKind::kExpertOverlap:
-      return "expert_overlap";
-  }
-  return "unknown";
-}
-
-namespace {
-
 absl::Status CheckInputs(const ClusterView& cluster,
                          const SearchOptions& options) {
   if (options.max_chunks < 1 || options.max_chunks > 1024) {

@@ -8,21 +8,16 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/strategy/strategy.h"
 #include "server/model/cost_model.h"
 #include "server/model/traffic.h"
 
 namespace monta::model {
 
-enum class StrategyKind {
-  kFlat,              // S0
-  kTpDedup,           // S1
-  kTpDedupPipelined,  // S2(K)
-  kHierarchical,      // S3
-  kExpertOverlap,     // S4(K)
-};
-
-// "flat", "tp_dedup", "tp_dedup_pipelined", "hierarchical", "expert_overlap".
-const char* StrategyName(StrategyKind kind);
+// S0..S4 and their names ("flat", "tp_dedup", ...), shared with the planner
+// and the agent's schedules.
+using ::monta::strategy::StrategyKind;
+using ::monta::strategy::StrategyName;
 
 struct SearchOptions {
   // Strategies to consider; empty = all.

@@ -1,9 +1,11 @@
 #include "server/planning/request_validation.h"
 
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/strategy/strategy_proto.h"
 #include "server/model/traffic.h"
 
 namespace monta::planning {
@@ -251,24 +253,10 @@ monta::model::SearchOptions ToSearchOptions(
   s.contention_factor =
       options.contention_factor() == 0 ? 1.0 : options.contention_factor();
   for (int kind : options.allowed()) {
-    switch (kind) {
-      case monta::v1::STRATEGY_KIND_FLAT:
-        s.allowed.push_back(monta::model::StrategyKind::kFlat);
-        break;
-      case monta::v1::STRATEGY_KIND_TP_DEDUP:
-        s.allowed.push_back(monta::model::StrategyKind::kTpDedup);
-        break;
-      case monta::v1::STRATEGY_KIND_TP_DEDUP_PIPELINED:
-        s.allowed.push_back(monta::model::StrategyKind::kTpDedupPipelined);
-        break;
-      case monta::v1::STRATEGY_KIND_HIERARCHICAL:
-        s.allowed.push_back(monta::model::StrategyKind::kHierarchical);
-        break;
-      case monta::v1::STRATEGY_KIND_EXPERT_OVERLAP:
-        s.allowed.push_back(monta::model::StrategyKind::kExpertOverlap);
-        break;
-      default:
-        break;
+    // Unknown numbers are skipped, as the contract's UNSPECIFIED is.
+    if (std::optional<monta::strategy::StrategyKind> k =
+            monta::strategy::StrategyFromProto(kind)) {
+      s.allowed.push_back(*k);
     }
   }
   return s;

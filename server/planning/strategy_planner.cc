@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/proto_names.h"
+#include "common/strategy/strategy_proto.h"
 #include "server/model/cost_model.h"
 #include "server/model/hardware_profile.h"
 #include "server/model/profile_view.h"
@@ -415,22 +416,6 @@ RoleChoice ChooseRole(Role role, const Resolved& where,
   return options.Bound(traffic);
 }
 
-v1::StrategyKind ToProtoKind(model::StrategyKind k) {
-  switch (k) {
-    case model::StrategyKind::kFlat:
-      return v1::STRATEGY_KIND_FLAT;
-    case model::StrategyKind::kTpDedup:
-      return v1::STRATEGY_KIND_TP_DEDUP;
-    case model::StrategyKind::kTpDedupPipelined:
-      return v1::STRATEGY_KIND_TP_DEDUP_PIPELINED;
-    case model::StrategyKind::kHierarchical:
-      return v1::STRATEGY_KIND_HIERARCHICAL;
-    case model::StrategyKind::kExpertOverlap:
-      return v1::STRATEGY_KIND_EXPERT_OVERLAP;
-  }
-  return v1::STRATEGY_KIND_UNSPECIFIED;
-}
-
 uint64_t Bytes(double v) {
   return v <= 0 ? 0 : static_cast<uint64_t>(std::llround(v));
 }
@@ -447,7 +432,7 @@ bool CpuRanks(const Resolved& where) {
 
 void FillCandidate(const model::Candidate& c, bool cpu_ranks,
                    v1::Candidate* out) {
-  out->set_kind(ToProtoKind(c.kind));
+  out->set_kind(strategy::StrategyToProto(c.kind));
   out->set_chunks_requested(c.chunks_requested);
   out->set_chunks_effective(c.chunks_effective);
   out->set_feasible(c.feasible);

@@ -1,0 +1,42 @@
+// The dispatch strategies of the paper (S0..S4) and their names, held once for
+// the model, the planner and the agent's benchmark schedules.
+//
+// Pure C++ and Abseil: no protobuf, so the model may use it. The conversion to
+// and from monta.v1.StrategyKind lives at the edge, in strategy_proto.h.
+#ifndef MONTA_COMMON_STRATEGY_STRATEGY_H_
+#define MONTA_COMMON_STRATEGY_STRATEGY_H_
+
+#include <optional>
+
+#include "absl/strings/string_view.h"
+
+namespace monta::strategy {
+
+// The values are the numbers of monta.v1.StrategyKind (strategy_proto.cc
+// asserts it at compile time); 0 (unspecified) has no enumerator because no
+// computation can use it.
+enum class StrategyKind : int {
+  kFlat = 1,              // S0
+  kTpDedup = 2,           // S1
+  kTpDedupPipelined = 3,  // S2(K)
+  kHierarchical = 4,      // S3
+  kExpertOverlap = 5,     // S4(K)
+};
+
+// Every kind, in the order of the paper.
+inline constexpr StrategyKind kAllStrategyKinds[] = {
+    StrategyKind::kFlat, StrategyKind::kTpDedup,
+    StrategyKind::kTpDedupPipelined, StrategyKind::kHierarchical,
+    StrategyKind::kExpertOverlap};
+
+// "flat", "tp_dedup", "tp_dedup_pipelined", "hierarchical", "expert_overlap":
+// the proto's short names (common/proto_names.h), so logs, metric labels and
+// annotations agree. "unknown" for a value outside the enum.
+const char* StrategyName(StrategyKind kind);
+
+// The kind whose StrategyName is `name`; nullopt for any other name.
+std::optional<StrategyKind> StrategyFromName(absl::string_view name);
+
+}  // namespace monta::strategy
+
+#endif  // MONTA_COMMON_STRATEGY_STRATEGY_H_
