@@ -229,9 +229,10 @@ struct RoleChoice {
   bool any_profile = false;
 };
 
-// The view's curve for a role; const or not, as the view is.
-template <typename View>
-auto& CurveOf(View& v, Role role) {
+// The member for a role of anything with one per role (a ClusterView's
+// curves, ExtrapolationFlags); const or not, as the holder is.
+template <typename PerRole>
+auto& ForRole(PerRole& v, Role role) {
   switch (role) {
     case Role::kAllToAllIntra:
       return v.alltoall_intra;
@@ -289,7 +290,7 @@ class OptionSet {
     for (const Option& o : options_) {
       if (o.measured == nullptr && o.profile == name) return;
     }
-    options_.push_back({CurveOf(profile_views_[i], role_), nullptr, name});
+    options_.push_back({ForRole(profile_views_[i], role_), nullptr, name});
     choice_.any_profile = true;
   }
 
@@ -459,20 +460,6 @@ void FillCandidate(const model::Candidate& c, bool cpu_ranks,
   out->set_rank(c.rank);
 }
 
-bool Extrapolated(const model::ExtrapolationFlags& f, Role role) {
-  switch (role) {
-    case Role::kAllToAllIntra:
-      return f.alltoall_intra;
-    case Role::kAllToAllInter:
-      return f.alltoall_inter;
-    case Role::kAllGatherIntra:
-      return f.allgather_intra;
-    case Role::kCopy:
-      return f.copy;
-  }
-  return false;
-}
-
 // The request checked and its placement resolved, or the first error.
 absl::StatusOr<Resolved> CheckRequest(const v1::StrategyRequest& request,
                                       const NodeLookup* lookup) {
@@ -518,7 +505,7 @@ absl::StatusOr<model::ClusterView> BuildView(const Resolved& where,
   }
   for (Role role : kRoles) {
     RoleChoice c = ChooseRole(role, where, profile_views, traffic, notes);
-    CurveOf(view, role) = c.bound.curve;
+    ForRole(view, role) = c.bound.curve;
     choices->emplace_back(role, std::move(c));
   }
   return view;
@@ -563,7 +550,7 @@ void FillCurveEvidence(Role role, const RoleChoice& choice,
   ce->set_min_bytes(Bytes(choice.bound.curve.min_bytes()));
   ce->set_max_bytes(Bytes(choice.bound.curve.max_bytes()));
   ce->set_task_id(m->task_id());
-  ce->set_extrapolated(Extrapolated(extrapolated, role));
+  ce->set_extrapolated(ForRole(extrapolated, role));
 }
 
 void FillEvidence(const Resolved& where, const RoleChoices& choices,
