@@ -29,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 
 namespace monta::comm {
@@ -70,6 +71,19 @@ class Buffer {
   virtual void* data() = 0;
   virtual size_t size_bytes() const = 0;
 };
+
+// What every backend's Create checks before it touches the network: `rank`
+// inside a group of at least one, and at least one stream.
+inline absl::Status CheckGroupArgs(int rank, int size, int num_streams) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is not in [0, ", size, ")"));
+  }
+  if (num_streams < 1) {
+    return absl::InvalidArgumentError("num_streams must be >= 1");
+  }
+  return absl::OkStatus();
+}
 
 class Communicator {
  public:

@@ -375,13 +375,8 @@ GlooCommunicator::~GlooCommunicator() {
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     std::shared_ptr<RendezvousStore> store, std::string scope, int rank,
     int size, const GlooOptions& options, absl::Time deadline) {
-  if (size < 1 || rank < 0 || rank >= size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, " is not in [0, ", size, ")"));
-  }
-  if (options.num_streams < 1) {
-    return absl::InvalidArgumentError("num_streams must be >= 1");
-  }
+  absl::Status args = CheckGroupArgs(rank, size, options.num_streams);
+  if (!args.ok()) return args;
   std::shared_ptr<gloo::transport::Device> device;
   try {
     gloo::transport::tcp::attr attr;
@@ -413,8 +408,8 @@ absl::Status GlooCommunicator::Connect(absl::Time deadline) {
       // Bounds the TCP connects (the store waits are bounded by the adapter).
       // Gloo's tcp::Pair waits timeout * 5 for the initial connect, so a fifth
       // of what is left keeps a peer that died mid-connect inside `deadline`.
-      rendezvous->setTimeout(
-          ToChrono(std::max(absl::Milliseconds(200), (deadline - absl::Now()) / 5)));
+      rendezvous->setTimeout(ToChrono(
+          std::max(absl::Milliseconds(200), (deadline - absl::Now()) / 5)));
       GlooStoreAdapter adapter(*store_, absl::StrCat(scope_, "/stream", s),
                                deadline);
       try {
@@ -447,6 +442,32 @@ absl::Status BadStream(int stream, int num_streams) {
   return absl::InvalidArgumentError(
       absl::StrCat("stream ", stream, " is not in [0, ", num_streams, ")"));
 }
+
+using UnboundBuffers =
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>>;
+
+// Posts the transfers to other ranks of one side of a SendRecv (sends when
+// `send`, else receives) into `posted` and returns those to `rank` itself,
+// which are local copies. Empty transfers post nothing.
+std::vector<const PeerTransfer*> PostToPeers(
+    gloo::Context& context, const std::vector<PeerTransfer>& transfers,
+    int rank, uint64_t slot, bool send, UnboundBuffers& posted) {
+  std::vector<const PeerTransfer*> self;
+  for (const PeerTransfer& t : transfers) {
+    if (t.peer == rank) {
+      self.push_back(&t);
+      continue;
+    }
+    if (t.bytes == 0) continue;
+    posted.push_back(context.createUnboundBuffer(t.buffer, t.bytes));
+    if (send) {
+      posted.back()->send(t.peer, slot);
+    } else {
+      posted.back()->recv(t.peer, slot);
+    }
+  }
+  return self;
+}
 }  // namespace
 
 WorkPtr GlooCommunicator::AllToAll(const void* send, void* recv,
@@ -457,18 +478,18 @@ WorkPtr GlooCommunicator::AllToAll(const void* send, void* recv,
     return Failed(BadStream(options.stream, num_streams()));
   }
   const std::chrono::milliseconds timeout = stream->timeout();
-  return stream->Enqueue(
-      "AllToAll", options.after,
-      [=](const std::shared_ptr<gloo::Context>& context,
-          uint32_t tag) -> absl::Status {
-        if (bytes_per_peer == 0) return absl::OkStatus();
-        if (context == nullptr) {  // single-rank group
-          std::memcpy(recv, send, bytes_per_peer);
-          return absl::OkStatus();
-        }
-        return RecvFirstAllToAll(*context, send, recv, bytes_per_peer, tag,
-                                 timeout);
-      });
+  return stream->Enqueue("AllToAll", options.after,
+                         [=](const std::shared_ptr<gloo::Context>& context,
+                             uint32_t tag) -> absl::Status {
+                           if (bytes_per_peer == 0) return absl::OkStatus();
+                           if (context == nullptr) {  // single-rank group
+                             std::memcpy(recv, send, bytes_per_peer);
+                             return absl::OkStatus();
+                           }
+                           return RecvFirstAllToAll(*context, send, recv,
+                                                    bytes_per_peer, tag,
+                                                    timeout);
+                         });
 }
 
 WorkPtr GlooCommunicator::AllGather(const void* send, void* recv,
@@ -522,27 +543,12 @@ WorkPtr GlooCommunicator::SendRecv(const std::vector<PeerTransfer>& sends,
       [=](const std::shared_ptr<gloo::Context>& context,
           uint32_t /*tag*/) -> absl::Status {
         const uint64_t slot = gloo::Slot::build(kSendRecvSlotPrefix, 0);
-        std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> out, in;
+        UnboundBuffers out, in;
         // Self transfers are local copies, matched in order.
-        std::vector<const PeerTransfer*> self_sends, self_recvs;
-        for (const PeerTransfer& t : sends) {
-          if (t.peer == rank) {
-            self_sends.push_back(&t);
-            continue;
-          }
-          if (t.bytes == 0) continue;
-          out.push_back(context->createUnboundBuffer(t.buffer, t.bytes));
-          out.back()->send(t.peer, slot);
-        }
-        for (const PeerTransfer& t : recvs) {
-          if (t.peer == rank) {
-            self_recvs.push_back(&t);
-            continue;
-          }
-          if (t.bytes == 0) continue;
-          in.push_back(context->createUnboundBuffer(t.buffer, t.bytes));
-          in.back()->recv(t.peer, slot);
-        }
+        const std::vector<const PeerTransfer*> self_sends =
+            PostToPeers(*context, sends, rank, slot, /*send=*/true, out);
+        const std::vector<const PeerTransfer*> self_recvs =
+            PostToPeers(*context, recvs, rank, slot, /*send=*/false, in);
         if (self_sends.size() != self_recvs.size()) {
           return absl::InvalidArgumentError(
               "SendRecv: self sends and self receives do not pair up");

@@ -236,13 +236,8 @@ NcclCommunicator::~NcclCommunicator() {
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     std::shared_ptr<RendezvousStore> store, std::string scope, int rank,
     int size, const NcclOptions& options, absl::Time deadline) {
-  if (size < 1 || rank < 0 || rank >= size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, " is not in [0, ", size, ")"));
-  }
-  if (options.num_streams < 1) {
-    return absl::InvalidArgumentError("num_streams must be >= 1");
-  }
+  absl::Status args = CheckGroupArgs(rank, size, options.num_streams);
+  if (!args.ok()) return args;
   absl::StatusOr<int> devices = CudaDeviceCount();
   if (!devices.ok()) return devices.status();
   if (options.device < 0 || options.device >= *devices) {
@@ -378,21 +373,23 @@ WorkPtr NcclCommunicator::SendRecv(const std::vector<PeerTransfer>& sends,
     absl::Status st =
         Settle(*state_, ncclGroupStart(), deadline, "ncclGroupStart");
     if (!st.ok()) return st;
-    for (const PeerTransfer& t : sends) {
-      ncclResult_t r =
-          ncclSend(t.buffer, t.bytes, ncclUint8, t.peer, state_->comm, s);
-      if (r != ncclSuccess && r != ncclInProgress) {
-        ncclGroupEnd();
-        return NcclError(r, state_->comm, "ncclSend");
+    // One side of the group: `op` is ncclSend or ncclRecv.
+    auto post = [&](const std::vector<PeerTransfer>& transfers, auto op,
+                    const char* what) -> absl::Status {
+      for (const PeerTransfer& t : transfers) {
+        ncclResult_t r =
+            op(t.buffer, t.bytes, ncclUint8, t.peer, state_->comm, s);
+        if (r != ncclSuccess && r != ncclInProgress) {
+          return NcclError(r, state_->comm, what);
+        }
       }
-    }
-    for (const PeerTransfer& t : recvs) {
-      ncclResult_t r =
-          ncclRecv(t.buffer, t.bytes, ncclUint8, t.peer, state_->comm, s);
-      if (r != ncclSuccess && r != ncclInProgress) {
-        ncclGroupEnd();
-        return NcclError(r, state_->comm, "ncclRecv");
-      }
+      return absl::OkStatus();
+    };
+    st = post(sends, ncclSend, "ncclSend");
+    if (st.ok()) st = post(recvs, ncclRecv, "ncclRecv");
+    if (!st.ok()) {
+      ncclGroupEnd();
+      return st;
     }
     return Settle(*state_, ncclGroupEnd(), deadline, "ncclGroupEnd");
   });
