@@ -56,6 +56,14 @@ class Statement {
   }
   ~Statement() { sqlite3_finalize(stmt_); }
   sqlite3_stmt* get() const { return stmt_; }
+  // SQLITE_TRANSIENT: SQLite copies the bytes, so temporaries may be bound.
+  void BindText(int index, const std::string& text) {
+    sqlite3_bind_text(stmt_, index, text.data(), text.size(), SQLITE_TRANSIENT);
+  }
+  void BindBlob(int index, const std::string& bytes) {
+    sqlite3_bind_blob(stmt_, index, bytes.data(), bytes.size(),
+                      SQLITE_TRANSIENT);
+  }
 
  private:
   sqlite3_stmt* stmt_ = nullptr;
@@ -168,6 +176,11 @@ absl::Status SqliteStore::LoadInto(
   return absl::OkStatus();
 }
 
+void SqliteStore::WriteFailed(const std::string& what) {
+  ++write_errors_;
+  std::cerr << "monta-planner: " << SqliteError(db_, what) << std::endl;
+}
+
 void SqliteStore::NodeChanged(const monta::v1::NodeInfo& node) {
   monta::v1::NodeInfo copy = node;
   copy.clear_curves();  // kept in their own table
@@ -179,19 +192,14 @@ void SqliteStore::NodeChanged(const monta::v1::NodeInfo& node) {
                  "ON CONFLICT(name) DO UPDATE SET info = excluded.info, "
                  "updated_unix_seconds = excluded.updated_unix_seconds");
   if (stmt.get() == nullptr) {
-    ++write_errors_;
-    std::cerr << "monta-planner: " << SqliteError(db_, "preparing node upsert")
-              << std::endl;
+    WriteFailed("preparing node upsert");
     return;
   }
-  sqlite3_bind_text(stmt.get(), 1, node.name().data(), node.name().size(),
-                    SQLITE_TRANSIENT);
-  sqlite3_bind_blob(stmt.get(), 2, blob.data(), blob.size(), SQLITE_TRANSIENT);
+  stmt.BindText(1, node.name());
+  stmt.BindBlob(2, blob);
   sqlite3_bind_double(stmt.get(), 3, NowSeconds());
   if (sqlite3_step(stmt.get()) != SQLITE_DONE) {
-    ++write_errors_;
-    std::cerr << "monta-planner: "
-              << SqliteError(db_, "writing node " + node.name()) << std::endl;
+    WriteFailed("writing node " + node.name());
   }
 }
 
@@ -211,29 +219,20 @@ void SqliteStore::CurveAdded(const monta::v1::BandwidthCurve& curve) {
       "measured_unix_seconds, measurement, curve) "
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
   if (stmt.get() == nullptr) {
-    ++write_errors_;
-    std::cerr << "monta-planner: " << SqliteError(db_, "preparing curve insert")
-              << std::endl;
+    WriteFailed("preparing curve insert");
     return;
   }
-  sqlite3_bind_text(stmt.get(), 1, curve.task_id().data(),
-                    curve.task_id().size(), SQLITE_TRANSIENT);
-  sqlite3_bind_text(stmt.get(), 2, nodes.data(), nodes.size(),
-                    SQLITE_TRANSIENT);
+  stmt.BindText(1, curve.task_id());
+  stmt.BindText(2, nodes);
   sqlite3_bind_int(stmt.get(), 3, curve.collective());
   sqlite3_bind_int(stmt.get(), 4, curve.scope());
   const std::string strategy = CurveStrategyName(curve.strategy_kind());
-  sqlite3_bind_text(stmt.get(), 5, strategy.data(), strategy.size(),
-                    SQLITE_TRANSIENT);
+  stmt.BindText(5, strategy);
   sqlite3_bind_double(stmt.get(), 6, measured);
-  sqlite3_bind_text(stmt.get(), 7, measurement.data(), measurement.size(),
-                    SQLITE_TRANSIENT);
-  sqlite3_bind_blob(stmt.get(), 8, blob.data(), blob.size(), SQLITE_TRANSIENT);
+  stmt.BindText(7, measurement);
+  stmt.BindBlob(8, blob);
   if (sqlite3_step(stmt.get()) != SQLITE_DONE) {
-    ++write_errors_;
-    std::cerr << "monta-planner: "
-              << SqliteError(db_, "writing curve of task " + curve.task_id())
-              << std::endl;
+    WriteFailed("writing curve of task " + curve.task_id());
   }
 }
 
@@ -250,31 +249,22 @@ void SqliteStore::RecordDecision(const monta::v1::StrategyRequest& request,
       "speedup_over_flat, total_seconds_per_layer, evidence_source, request, "
       "reply) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
   if (stmt.get() == nullptr) {
-    ++write_errors_;
-    std::cerr << "monta-planner: "
-              << SqliteError(db_, "preparing decision insert") << std::endl;
+    WriteFailed("preparing decision insert");
     return;
   }
   sqlite3_bind_double(stmt.get(), 1, NowSeconds());
-  sqlite3_bind_text(stmt.get(), 2, request.job().name().data(),
-                    request.job().name().size(), SQLITE_TRANSIENT);
+  stmt.BindText(2, request.job().name());
   const std::string strategy = ShortName(chosen.kind());
-  sqlite3_bind_text(stmt.get(), 3, strategy.data(), strategy.size(),
-                    SQLITE_TRANSIENT);
+  stmt.BindText(3, strategy);
   sqlite3_bind_int(stmt.get(), 4, chosen.chunks_effective());
   sqlite3_bind_double(stmt.get(), 5, chosen.speedup_over_flat());
   sqlite3_bind_double(stmt.get(), 6, chosen.total_seconds_per_layer());
   const std::string source = ShortName(reply.evidence().origin());
-  sqlite3_bind_text(stmt.get(), 7, source.data(), source.size(),
-                    SQLITE_TRANSIENT);
-  sqlite3_bind_blob(stmt.get(), 8, request_blob.data(), request_blob.size(),
-                    SQLITE_TRANSIENT);
-  sqlite3_bind_blob(stmt.get(), 9, reply_blob.data(), reply_blob.size(),
-                    SQLITE_TRANSIENT);
+  stmt.BindText(7, source);
+  stmt.BindBlob(8, request_blob);
+  stmt.BindBlob(9, reply_blob);
   if (sqlite3_step(stmt.get()) != SQLITE_DONE) {
-    ++write_errors_;
-    std::cerr << "monta-planner: " << SqliteError(db_, "writing a decision")
-              << std::endl;
+    WriteFailed("writing a decision");
   }
 }
 

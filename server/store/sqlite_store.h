@@ -56,6 +56,9 @@ class SqliteStore : public registry::RegistryObserver, public DecisionLog {
   explicit SqliteStore(sqlite3* db);
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<int64_t> Count(const char* table);
+  // Counts a failed write and logs it with SQLite's message; the store's
+  // writers never fail their caller (the registry stays authoritative).
+  void WriteFailed(const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);
