@@ -159,14 +159,24 @@ grpc::Status GetNode(const Context& ctx, const std::string& name,
   return stub->GetNode(context.get(), request, node);
 }
 
-int Node(const Context& ctx, const std::vector<std::string>& args) {
+// For `montactl COMMAND NAME`: reads node NAME into `node`. 0 on success, else
+// the exit code (after saying why).
+int FetchNamedNode(const Context& ctx, const std::vector<std::string>& args,
+                   const char* usage, monta::v1::NodeInfo* node) {
   if (args.size() != 1) {
-    std::cerr << "montactl: usage: montactl node NAME\n";
+    std::cerr << "montactl: usage: montactl " << usage << "\n";
     return 2;
   }
-  monta::v1::NodeInfo reply;
-  grpc::Status status = GetNode(ctx, args[0], &reply);
+  grpc::Status status = GetNode(ctx, args[0], node);
   if (!status.ok()) return Fail("get node", status);
+  return 0;
+}
+
+int Node(const Context& ctx, const std::vector<std::string>& args) {
+  monta::v1::NodeInfo reply;
+  if (int rc = FetchNamedNode(ctx, args, "node NAME", &reply); rc != 0) {
+    return rc;
+  }
   // A node is a nested document: JSON is the readable form for both outputs.
   return PrintJson(reply);
 }
@@ -179,13 +189,10 @@ std::string Seconds(double s) {
 }
 
 int Topology(const Context& ctx, const std::vector<std::string>& args) {
-  if (args.size() != 1) {
-    std::cerr << "montactl: usage: montactl topology NODE\n";
-    return 2;
-  }
   monta::v1::NodeInfo node;
-  grpc::Status status = GetNode(ctx, args[0], &node);
-  if (!status.ok()) return Fail("get node", status);
+  if (int rc = FetchNamedNode(ctx, args, "topology NODE", &node); rc != 0) {
+    return rc;
+  }
   if (ctx.json) return PrintJson(node.topology());
   const auto& t = node.topology();
   std::cout << "Node " << node.name() << " ("
