@@ -34,6 +34,25 @@ absl::StatusOr<int> GpuCount() {
 #endif
 }
 
+namespace {
+
+// A backend's Create result as the interface, with the options both backends
+// share filled in first.
+template <typename Impl, typename ImplOptions>
+absl::StatusOr<std::unique_ptr<Communicator>> CreateBackend(
+    ImplOptions impl_options, const CommunicatorOptions& options,
+    std::shared_ptr<RendezvousStore> store, std::string scope, int rank,
+    int size, absl::Time deadline) {
+  impl_options.num_streams = options.num_streams;
+  impl_options.op_timeout = options.op_timeout;
+  auto c = Impl::Create(std::move(store), std::move(scope), rank, size,
+                        impl_options, deadline);
+  if (!c.ok()) return c.status();
+  return std::unique_ptr<Communicator>(std::move(*c));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
     Backend backend, std::shared_ptr<RendezvousStore> store, std::string scope,
     int rank, int size, const CommunicatorOptions& options,
@@ -41,24 +60,17 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
   if (backend == Backend::kGloo) {
     GlooOptions gloo;
     gloo.hostname = options.hostname;
-    gloo.num_streams = options.num_streams;
-    gloo.op_timeout = options.op_timeout;
-    auto c = GlooCommunicator::Create(std::move(store), std::move(scope), rank,
-                                      size, gloo, deadline);
-    if (!c.ok()) return c.status();
-    return std::unique_ptr<Communicator>(std::move(*c));
+    return CreateBackend<GlooCommunicator>(gloo, options, std::move(store),
+                                           std::move(scope), rank, size,
+                                           deadline);
   }
 #ifdef MONTA_HAS_NCCL
   absl::StatusOr<int> gpus = CudaDeviceCount();
   if (!gpus.ok()) return gpus.status();
   NcclOptions nccl;
   nccl.device = options.device >= 0 ? options.device : rank % *gpus;
-  nccl.num_streams = options.num_streams;
-  nccl.op_timeout = options.op_timeout;
-  auto c = NcclCommunicator::Create(std::move(store), std::move(scope), rank,
-                                    size, nccl, deadline);
-  if (!c.ok()) return c.status();
-  return std::unique_ptr<Communicator>(std::move(*c));
+  return CreateBackend<NcclCommunicator>(
+      nccl, options, std::move(store), std::move(scope), rank, size, deadline);
 #else
   return GpuCount().status();
 #endif

@@ -155,6 +155,15 @@ RankResult RunRank(const monta::v1::BenchmarkTask& task, int rank,
   return result;
 }
 
+// Set and Get address a key the same way: by task and key.
+template <typename Request>
+Request RendezvousRequest(const std::string& task_id, absl::string_view key) {
+  Request request;
+  request.set_task_id(task_id);
+  request.set_key(std::string(key));
+  return request;
+}
+
 }  // namespace
 
 RpcRendezvousStore::RpcRendezvousStore(
@@ -163,9 +172,8 @@ RpcRendezvousStore::RpcRendezvousStore(
 
 absl::Status RpcRendezvousStore::Set(absl::string_view key,
                                      absl::string_view value) {
-  monta::v1::RendezvousSetRequest request;
-  request.set_task_id(task_id_);
-  request.set_key(std::string(key));
+  auto request =
+      RendezvousRequest<monta::v1::RendezvousSetRequest>(task_id_, key);
   request.set_value(std::string(value));
   monta::v1::RendezvousSetReply reply;
   grpc::ClientContext context;
@@ -179,9 +187,8 @@ absl::StatusOr<std::string> RpcRendezvousStore::Get(absl::string_view key,
     // Slices keep every RPC short-lived, so a planner restart costs one slice.
     const absl::Duration wait = std::clamp(
         deadline - absl::Now(), absl::ZeroDuration(), absl::Seconds(5));
-    monta::v1::RendezvousGetRequest request;
-    request.set_task_id(task_id_);
-    request.set_key(std::string(key));
+    auto request =
+        RendezvousRequest<monta::v1::RendezvousGetRequest>(task_id_, key);
     request.set_wait_seconds(absl::ToDoubleSeconds(wait));
     monta::v1::RendezvousGetReply reply;
     grpc::ClientContext context;
