@@ -25,6 +25,13 @@ absl::Status Bad(const std::string& field, const std::string& expected) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", expected));
 }
 
+// A repeated field over its limit: "FIELD: at most MAX NOUN, got COUNT".
+absl::Status CheckCount(int count, int max, const std::string& field,
+                        const char* noun) {
+  if (count <= max) return absl::OkStatus();
+  return Bad(field, absl::StrCat("at most ", max, " ", noun, ", got ", count));
+}
+
 absl::Status ValidateTexts(const monta::v1::NodeTopology& t,
                            const std::string& p) {
   if (t.hostname().size() > kMaxText)
@@ -45,9 +52,10 @@ absl::Status ValidateTexts(const monta::v1::NodeTopology& t,
 
 absl::Status ValidateLabels(const monta::v1::NodeTopology& t,
                             const std::string& p) {
-  if (t.labels_size() > kMaxLabels) {
-    return Bad(p + ".labels", absl::StrCat("at most ", kMaxLabels,
-                                           " labels, got ", t.labels_size()));
+  if (absl::Status s =
+          CheckCount(t.labels_size(), kMaxLabels, p + ".labels", "labels");
+      !s.ok()) {
+    return s;
   }
   for (const auto& [key, value] : t.labels()) {
     if (key.empty() || key.size() > kMaxLabelKey ||
@@ -62,9 +70,9 @@ absl::Status ValidateLabels(const monta::v1::NodeTopology& t,
 // The GPUs; `indices` receives their (unique) indices.
 absl::Status ValidateGpus(const monta::v1::NodeTopology& t,
                           const std::string& p, std::set<int>* indices) {
-  if (t.gpus_size() > kMaxGpus) {
-    return Bad(p + ".gpus", absl::StrCat("at most ", kMaxGpus, " GPUs, got ",
-                                         t.gpus_size()));
+  if (absl::Status s = CheckCount(t.gpus_size(), kMaxGpus, p + ".gpus", "GPUs");
+      !s.ok()) {
+    return s;
   }
   for (int i = 0; i < t.gpus_size(); ++i) {
     const auto& gpu = t.gpus(i);
@@ -120,9 +128,10 @@ absl::Status ValidateGpuLinks(const monta::v1::NodeTopology& t,
 
 absl::Status ValidateNics(const monta::v1::NodeTopology& t,
                           const std::string& p) {
-  if (t.nics_size() > kMaxNics) {
-    return Bad(p + ".nics", absl::StrCat("at most ", kMaxNics,
-                                         " NIC ports, got ", t.nics_size()));
+  if (absl::Status s =
+          CheckCount(t.nics_size(), kMaxNics, p + ".nics", "NIC ports");
+      !s.ok()) {
+    return s;
   }
   for (int i = 0; i < t.nics_size(); ++i) {
     const auto& nic = t.nics(i);
