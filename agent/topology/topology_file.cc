@@ -130,6 +130,22 @@ class Reader {
     return true;
   }
 
+  // List() of messages: each entry read_entry(node, field, position, entry)
+  // reads is appended to `out`.
+  template <typename Message, typename ReadEntry>
+  bool ListOf(const YAML::Node& root, const char* key, const char* expectation,
+              google::protobuf::RepeatedPtrField<Message>* out,
+              ReadEntry read_entry) {
+    return List(
+        root, key, expectation,
+        [&](const YAML::Node& node, const std::string& field, int position) {
+          Message entry;
+          if (!read_entry(node, field, position, entry)) return false;
+          *out->Add() = std::move(entry);
+          return true;
+        });
+  }
+
   bool Bool(const YAML::Node& map, const std::string& field, const char* key,
             bool* out) {
     const YAML::Node value = map[key];
@@ -286,16 +302,11 @@ bool ReadGpu(const YAML::Node& node, const std::string& field, int position,
 
 bool ReadGpus(const YAML::Node& root, Reader& r, NodeTopology& topo,
               DeclaredGpus& declared) {
-  return r.List(
-      root, "gpus", "expected a list of GPUs",
-      [&](const YAML::Node& node, const std::string& field, int position) {
-        Gpu gpu;
-        if (!ReadGpu(node, field, position, r, declared, gpu)) {
-          return false;
-        }
-        *topo.add_gpus() = std::move(gpu);
-        return true;
-      });
+  return r.ListOf(root, "gpus", "expected a list of GPUs", topo.mutable_gpus(),
+                  [&](const YAML::Node& node, const std::string& field,
+                      int position, Gpu& gpu) {
+                    return ReadGpu(node, field, position, r, declared, gpu);
+                  });
 }
 
 // links[i].gpus: two different declared GPUs, a pair not listed before.
@@ -457,16 +468,12 @@ bool ReadNic(const YAML::Node& node, const std::string& field, int position,
 
 bool ReadNics(const YAML::Node& root, Reader& r, NodeTopology& topo,
               NicPositions& positions) {
-  return r.List(
-      root, "nics", "expected a list of NIC ports",
-      [&](const YAML::Node& node, const std::string& field, int position) {
-        Nic nic;
-        if (!ReadNic(node, field, position, r, positions, nic)) {
-          return false;
-        }
-        *topo.add_nics() = std::move(nic);
-        return true;
-      });
+  return r.ListOf(root, "nics", "expected a list of NIC ports",
+                  topo.mutable_nics(),
+                  [&](const YAML::Node& node, const std::string& field,
+                      int position, Nic& nic) {
+                    return ReadNic(node, field, position, r, positions, nic);
+                  });
 }
 
 // Every gpus[].nearest_nic names a NIC of nics[] (any port).
