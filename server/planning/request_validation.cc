@@ -28,6 +28,21 @@ absl::Status InRange(absl::string_view field, T value, T lo, T hi) {
   return absl::OkStatus();
 }
 
+// A finite number in [lo, hi]. With `zero_means_lo`, 0 is accepted too: the
+// unset field, which stands for `lo`.
+absl::Status FiniteInRange(absl::string_view field, double value, double lo,
+                           double hi, bool zero_means_lo = false) {
+  if (!std::isfinite(value) || (value < lo && !(zero_means_lo && value == 0)) ||
+      value > hi) {
+    return Bad(field,
+               zero_means_lo ? absl::StrCat("must be 0 (= ", lo, ") or in [",
+                                            lo, ", ", hi, "]")
+                             : absl::StrCat("must be in [", lo, ", ", hi, "]"),
+               absl::StrCat(value));
+  }
+  return absl::OkStatus();
+}
+
 #define MONTA_RETURN_IF_ERROR(expr)    \
   do {                                 \
     absl::Status _status = (expr);     \
@@ -137,27 +152,15 @@ absl::Status ValidateParallelism(const MoeJob& job) {
 
 // The optional inputs: imbalance, expert compute and step time or share.
 absl::Status ValidateOptionalInputs(const MoeJob& job) {
-  const double imbalance = job.imbalance_factor();
-  if (!std::isfinite(imbalance) || (imbalance != 0 && imbalance < 1) ||
-      imbalance > 64) {
-    return Bad("job.imbalance_factor", "must be 0 (= 1) or in [1, 64]",
-               absl::StrCat(imbalance));
-  }
-  const double compute = job.expert_compute_seconds();
-  if (!std::isfinite(compute) || compute < 0 || compute > 3600) {
-    return Bad("job.expert_compute_seconds", "must be in [0, 3600]",
-               absl::StrCat(compute));
-  }
-  const double step = job.step_time_seconds();
-  if (!std::isfinite(step) || step < 0 || step > 86400) {
-    return Bad("job.step_time_seconds", "must be in [0, 86400]",
-               absl::StrCat(step));
-  }
-  const double f = job.alltoall_share_ratio();
-  if (!std::isfinite(f) || f < 0 || f > 1) {
-    return Bad("job.alltoall_share_ratio", "must be in [0, 1]",
-               absl::StrCat(f));
-  }
+  MONTA_RETURN_IF_ERROR(FiniteInRange("job.imbalance_factor",
+                                      job.imbalance_factor(), 1, 64,
+                                      /*zero_means_lo=*/true));
+  MONTA_RETURN_IF_ERROR(FiniteInRange("job.expert_compute_seconds",
+                                      job.expert_compute_seconds(), 0, 3600));
+  MONTA_RETURN_IF_ERROR(FiniteInRange("job.step_time_seconds",
+                                      job.step_time_seconds(), 0, 86400));
+  MONTA_RETURN_IF_ERROR(FiniteInRange("job.alltoall_share_ratio",
+                                      job.alltoall_share_ratio(), 0, 1));
   return absl::OkStatus();
 }
 
@@ -172,11 +175,9 @@ absl::Status ValidateJob(const MoeJob& job) {
 absl::Status ValidateOptions(const monta::v1::StrategyOptions& options) {
   MONTA_RETURN_IF_ERROR(
       InRange<int32_t>("options.max_chunks", options.max_chunks(), 0, 1024));
-  const double gamma = options.contention_factor();
-  if (!std::isfinite(gamma) || (gamma != 0 && gamma < 1) || gamma > 100) {
-    return Bad("options.contention_factor", "must be 0 (= 1) or in [1, 100]",
-               absl::StrCat(gamma));
-  }
+  MONTA_RETURN_IF_ERROR(FiniteInRange("options.contention_factor",
+                                      options.contention_factor(), 1, 100,
+                                      /*zero_means_lo=*/true));
   for (int i = 0; i < options.allowed_size(); ++i) {
     const int kind = options.allowed(i);
     if (kind < monta::v1::STRATEGY_KIND_FLAT ||
