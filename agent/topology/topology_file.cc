@@ -67,29 +67,30 @@ class Reader {
 
   bool String(const YAML::Node& map, const std::string& field, const char* key,
               std::string* out) {
-    const YAML::Node value = map[key];
-    if (!value) return false;
-    if (!value.IsScalar()) {
-      Fail(Join(field, key), "expected a string");
-      return false;
-    }
-    *out = value.Scalar();
-    return true;
+    return Scalar(
+        map, field, key, "expected a string",
+        [](const std::string& text, std::string* value) {
+          *value = text;
+          return true;
+        },
+        out);
   }
 
   template <typename Int>
   bool Integer(const YAML::Node& map, const std::string& field, const char* key,
                Int min_value, Int* out) {
-    const YAML::Node value = map[key];
-    if (!value) return false;
     Int parsed = 0;
-    if (!value.IsScalar() || !absl::SimpleAtoi(value.Scalar(), &parsed)) {
-      Fail(Join(field, key), "expected an integer");
+    if (!Scalar(
+            map, field, key, "expected an integer",
+            [](const std::string& text, Int* value) {
+              return absl::SimpleAtoi(text, value);
+            },
+            &parsed)) {
       return false;
     }
     if (parsed < min_value) {
       Fail(Join(field, key),
-           absl::StrCat("must be >= ", min_value, ", got ", value.Scalar()));
+           absl::StrCat("must be >= ", min_value, ", got ", map[key].Scalar()));
       return false;
     }
     *out = parsed;
@@ -98,15 +99,24 @@ class Reader {
 
   bool Double(const YAML::Node& map, const std::string& field, const char* key,
               double* out) {
-    const YAML::Node value = map[key];
-    if (!value) return false;
-    double parsed = 0;
-    if (!value.IsScalar() || !absl::SimpleAtod(value.Scalar(), &parsed)) {
-      Fail(Join(field, key), "expected a number");
-      return false;
-    }
-    *out = parsed;
-    return true;
+    return Scalar(
+        map, field, key, "expected a number",
+        [](const std::string& text, double* value) {
+          return absl::SimpleAtod(text, value);
+        },
+        out);
+  }
+
+  bool Bool(const YAML::Node& map, const std::string& field, const char* key,
+            bool* out) {
+    return Scalar(
+        map, field, key, "expected true or false",
+        [](const std::string& text, bool* value) {
+          if (text != "true" && text != "false") return false;
+          *value = text == "true";
+          return true;
+        },
+        out);
   }
 
   // Calls read_entry(entry, "key[i]", i) on each entry of the list under
@@ -146,23 +156,23 @@ class Reader {
         });
   }
 
-  bool Bool(const YAML::Node& map, const std::string& field, const char* key,
-            bool* out) {
+ private:
+  // map[key] as a T: false when absent; when not a scalar or parse(text, &v)
+  // refuses it, Fail(expectation) and false. `out` changes only on success.
+  template <typename T, typename Parse>
+  bool Scalar(const YAML::Node& map, const std::string& field, const char* key,
+              const char* expectation, Parse parse, T* out) {
     const YAML::Node value = map[key];
     if (!value) return false;
-    const std::string text = value.IsScalar() ? value.Scalar() : "";
-    if (text == "true") {
-      *out = true;
-    } else if (text == "false") {
-      *out = false;
-    } else {
-      Fail(Join(field, key), "expected true or false");
+    T parsed{};
+    if (!value.IsScalar() || !parse(value.Scalar(), &parsed)) {
+      Fail(Join(field, key), expectation);
       return false;
     }
+    *out = std::move(parsed);
     return true;
   }
 
- private:
   std::string source_;
   absl::Status status_;
 };
