@@ -51,7 +51,8 @@ struct DispatchShape {
 };
 
 // What a split of `rows` into `chunks` pieces of ceil(rows/chunks) really
-// yields: ceil(rows / ceil(rows/chunks)) (docs/MODEL.md §4; 6 rows, K=4 gives 3).
+// yields: ceil(rows / ceil(rows/chunks)) (docs/MODEL.md §4): 6 rows, K=4
+// gives 3.
 int EffectiveChunks(uint64_t rows, int chunks);
 
 class DispatchSchedule {
