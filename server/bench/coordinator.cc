@@ -12,6 +12,19 @@
 namespace monta::bench {
 namespace {
 
+// The value stored under `task_id` in `tasks` (const or not), or NOT_FOUND
+// naming it.
+template <typename Map>
+auto FindIn(Map& tasks, const std::string& task_id)
+    -> absl::StatusOr<decltype(&tasks.begin()->second)> {
+  auto it = tasks.find(task_id);
+  if (it == tasks.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("task_id: unknown task \"", task_id, "\""));
+  }
+  return &it->second;
+}
+
 using google::protobuf::util::TimeUtil;
 using monta::v1::BenchmarkTaskStatus;
 
@@ -219,12 +232,9 @@ absl::Status Coordinator::Set(const monta::v1::RendezvousSetRequest& request) {
                      request.value().size()));
   }
   absl::MutexLock lock(&mu_);
-  auto it = tasks_.find(request.task_id());
-  if (it == tasks_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("task_id: unknown task \"", request.task_id(), "\""));
-  }
-  Task& task = it->second;
+  absl::StatusOr<Task*> found = FindTask(request.task_id());
+  if (!found.ok()) return found.status();
+  Task& task = **found;
   if (IsFinished(task.status)) {
     return absl::FailedPreconditionError(
         absl::StrCat("task ", request.task_id(),
@@ -251,12 +261,9 @@ absl::StatusOr<std::string> Coordinator::Get(
       absl::Now() + absl::Seconds(request.wait_seconds());
   absl::MutexLock lock(&mu_);
   while (true) {
-    auto it = tasks_.find(request.task_id());
-    if (it == tasks_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("task_id: unknown task \"", request.task_id(), "\""));
-    }
-    const Task& task = it->second;
+    absl::StatusOr<Task*> found = FindTask(request.task_id());
+    if (!found.ok()) return found.status();
+    const Task& task = **found;
     if (task.status.state() == monta::v1::TASK_STATE_FAILED) {
       return absl::AbortedError(absl::StrCat(
           "task ", request.task_id(), " failed: ", task.status.reason()));
@@ -275,12 +282,9 @@ absl::StatusOr<std::string> Coordinator::Get(
 absl::Status Coordinator::Report(
     const monta::v1::ReportBenchmarkRequest& request, absl::Time now) {
   absl::MutexLock lock(&mu_);
-  auto it = tasks_.find(request.task_id());
-  if (it == tasks_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("task_id: unknown task \"", request.task_id(), "\""));
-  }
-  Task& task = it->second;
+  absl::StatusOr<Task*> found = FindTask(request.task_id());
+  if (!found.ok()) return found.status();
+  Task& task = **found;
   const auto& nodes = task.spec.nodes();
   if (std::find(nodes.begin(), nodes.end(), request.node_name()) ==
       nodes.end()) {
@@ -328,12 +332,9 @@ absl::Status Coordinator::Report(
 absl::StatusOr<BenchmarkTaskStatus> Coordinator::Status(
     const std::string& task_id) const {
   absl::ReaderMutexLock lock(&mu_);
-  auto it = tasks_.find(task_id);
-  if (it == tasks_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("task_id: unknown task \"", task_id, "\""));
-  }
-  return it->second.status;
+  absl::StatusOr<const Task*> found = FindTask(task_id);
+  if (!found.ok()) return found.status();
+  return (*found)->status;
 }
 
 absl::StatusOr<BenchmarkTaskStatus> Coordinator::WaitFinished(
@@ -341,14 +342,21 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::WaitFinished(
   const absl::Time deadline = absl::Now() + max_wait;
   absl::MutexLock lock(&mu_);
   while (true) {
-    auto it = tasks_.find(task_id);
-    if (it == tasks_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("task_id: unknown task \"", task_id, "\""));
-    }
-    if (IsFinished(it->second.status) || shutdown_) return it->second.status;
-    if (changed_.WaitWithDeadline(&mu_, deadline)) return it->second.status;
+    absl::StatusOr<Task*> found = FindTask(task_id);
+    if (!found.ok()) return found.status();
+    if (IsFinished((*found)->status) || shutdown_) return (*found)->status;
+    if (changed_.WaitWithDeadline(&mu_, deadline)) return (*found)->status;
   }
+}
+
+absl::StatusOr<const Coordinator::Task*> Coordinator::FindTask(
+    const std::string& task_id) const {
+  return FindIn(tasks_, task_id);
+}
+
+absl::StatusOr<Coordinator::Task*> Coordinator::FindTask(
+    const std::string& task_id) {
+  return FindIn(tasks_, task_id);
 }
 
 void Coordinator::ExpireOverdue(absl::Time now) {

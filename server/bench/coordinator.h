@@ -1,7 +1,7 @@
-// Coordinates benchmarks that span nodes: creates tasks, hands them to the agents of
-// the nodes involved (WatchTasks), serves the per-task rendezvous key-value store (NCCL
-// unique ids, Gloo store keys), collects the ranks' reports and fails a task whose
-// ranks do not all arrive before its deadline.
+// Coordinates benchmarks that span nodes: creates tasks, hands them to the
+// agents of the nodes involved (WatchTasks), serves the per-task rendezvous
+// key-value store (NCCL unique ids, Gloo store keys), collects the ranks'
+// reports and fails a task whose ranks do not all arrive before its deadline.
 #ifndef MONTA_SERVER_BENCH_COORDINATOR_H_
 #define MONTA_SERVER_BENCH_COORDINATOR_H_
 
@@ -40,7 +40,8 @@ struct CoordinatorOptions {
 };
 
 // Called once per finished task (metrics, logs).
-using TaskFinishedCallback = std::function<void(const monta::v1::BenchmarkTaskStatus&)>;
+using TaskFinishedCallback =
+    std::function<void(const monta::v1::BenchmarkTaskStatus&)>;
 
 class Coordinator {
  public:
@@ -49,37 +50,44 @@ class Coordinator {
 
   void SetTaskFinishedCallback(TaskFinishedCallback callback);
 
-  // Validates the request (nodes registered and alive, no duplicates, sizes sane) and
-  // queues one task for every node in it.
+  // Validates the request (nodes registered and alive, no duplicates, sizes
+  // sane) and queues one task for every node in it.
   absl::StatusOr<monta::v1::BenchmarkTaskStatus> Schedule(
       const monta::v1::RunBenchmarkRequest& request, absl::Time now);
 
-  // Waits up to `max_wait` for the next task of `node_name`. Returns nullopt when none
-  // came, or when Shutdown() was called.
+  // Waits up to `max_wait` for the next task of `node_name`. Returns nullopt
+  // when none came, or when Shutdown() was called.
   std::optional<monta::v1::BenchmarkTask> NextTask(const std::string& node_name,
                                                    absl::Duration max_wait);
 
   // Rendezvous store. Set on a finished task is FAILED_PRECONDITION.
   absl::Status Set(const monta::v1::RendezvousSetRequest& request);
-  // Waits up to `wait_seconds` for the key; ABORTED (with the task's failure reason)
-  // when the task fails meanwhile, DEADLINE_EXCEEDED when the key never comes.
-  absl::StatusOr<std::string> Get(const monta::v1::RendezvousGetRequest& request);
+  // Waits up to `wait_seconds` for the key; ABORTED (with the task's failure
+  // reason) when the task fails meanwhile, DEADLINE_EXCEEDED when the key never
+  // comes.
+  absl::StatusOr<std::string> Get(
+      const monta::v1::RendezvousGetRequest& request);
 
-  // One node's result. The task succeeds when every node reported success; its curves
-  // go to the registry. A failure report fails the task for everyone.
-  absl::Status Report(const monta::v1::ReportBenchmarkRequest& request, absl::Time now);
+  // One node's result. The task succeeds when every node reported success; its
+  // curves go to the registry. A failure report fails the task for everyone.
+  absl::Status Report(const monta::v1::ReportBenchmarkRequest& request,
+                      absl::Time now);
 
-  absl::StatusOr<monta::v1::BenchmarkTaskStatus> Status(const std::string& task_id) const;
+  absl::StatusOr<monta::v1::BenchmarkTaskStatus> Status(
+      const std::string& task_id) const;
 
-  // Waits until the task finished or `max_wait` passed; returns its status either way.
-  absl::StatusOr<monta::v1::BenchmarkTaskStatus> WaitFinished(const std::string& task_id,
-                                                              absl::Duration max_wait);
+  // Waits until the task finished or `max_wait` passed; returns its status
+  // either way.
+  absl::StatusOr<monta::v1::BenchmarkTaskStatus> WaitFinished(
+      const std::string& task_id, absl::Duration max_wait);
 
-  // Fails tasks past their deadline, naming the ranks that never joined or reported.
+  // Fails tasks past their deadline, naming the ranks that never joined or
+  // reported.
   void ExpireOverdue(absl::Time now);
 
   // Fails the unfinished tasks of a node whose agent went away (stale or gone).
-  void FailTasksOfNode(const std::string& node_name, const std::string& why, absl::Time now);
+  void FailTasksOfNode(const std::string& node_name, const std::string& why,
+                       absl::Time now);
 
   // True while a task that involves `node_name` is pending or running.
   bool Busy(const std::string& node_name) const;
@@ -87,7 +95,8 @@ class Coordinator {
   // Wakes every waiter; later waits return at once.
   void Shutdown();
 
-  // Key an agent sets when one of its ranks starts working on a task: "join/<rank>".
+  // Key an agent sets when one of its ranks starts working on a task:
+  // "join/<rank>".
   static std::string JoinKey(int rank);
 
  private:
@@ -103,7 +112,14 @@ class Coordinator {
 
   void Finish(Task& task, monta::v1::TaskState state, const std::string& reason,
               absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string MissingRanks(const Task& task) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  std::string MissingRanks(const Task& task) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The task named `task_id`, or NOT_FOUND naming it. The pointer lives while
+  // mu_ is held.
+  absl::StatusOr<const Task*> FindTask(const std::string& task_id) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Task*> FindTask(const std::string& task_id)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   registry::Registry* const registry_;
   const CoordinatorOptions options_;
