@@ -8,7 +8,9 @@
 
 namespace monta::client {
 
-Table::Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+Table::Table(std::vector<std::string> header) {
+  rows_.push_back(std::move(header));
+}
 
 void Table::AddRow(std::vector<std::string> row) {
   row.resize(std::max(row.size(), rows_[0].size()));
@@ -19,7 +21,8 @@ std::string Table::Render() const {
   std::vector<size_t> width;
   for (const auto& row : rows_) {
     if (width.size() < row.size()) width.resize(row.size(), 0);
-    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+    for (size_t i = 0; i < row.size(); ++i)
+      width[i] = std::max(width[i], row[i].size());
   }
   std::string out;
   for (const auto& row : rows_) {
@@ -51,7 +54,8 @@ std::string HumanBytes(double bytes) {
     ++unit;
   }
   if (unit == 0) return absl::StrFormat("%.0f B", bytes);
-  if (bytes == std::floor(bytes)) return absl::StrFormat("%.0f %s", bytes, kUnits[unit]);
+  if (bytes == std::floor(bytes))
+    return absl::StrFormat("%.0f %s", bytes, kUnits[unit]);
   return absl::StrFormat("%.1f %s", bytes, kUnits[unit]);
 }
 

@@ -11,22 +11,25 @@ absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message) {
   options.preserve_proto_field_names = true;
   options.always_print_primitive_fields = true;
   std::string out;
-  auto status = google::protobuf::util::MessageToJsonString(message, &out, options);
+  auto status =
+      google::protobuf::util::MessageToJsonString(message, &out, options);
   if (!status.ok()) {
-    return absl::InternalError(absl::StrCat("JSON encoding failed: ", status.ToString()));
+    return absl::InternalError(
+        absl::StrCat("JSON encoding failed: ", status.ToString()));
   }
   return out;
 }
 
-absl::Status FromJson(absl::string_view json, google::protobuf::Message* message) {
+absl::Status FromJson(absl::string_view json,
+                      google::protobuf::Message* message) {
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
-  auto status = google::protobuf::util::JsonStringToMessage(
-      std::string(json), message, options);
+  auto status = google::protobuf::util::JsonStringToMessage(std::string(json),
+                                                            message, options);
   if (!status.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("invalid ", message->GetDescriptor()->name(), " JSON: ",
-                     std::string(status.message())));
+        absl::StrCat("invalid ", message->GetDescriptor()->name(),
+                     " JSON: ", std::string(status.message())));
   }
   return absl::OkStatus();
 }

@@ -17,7 +17,8 @@ namespace monta {
 absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message);
 
 // Parses JSON into `message`; unknown fields are an error naming the field.
-absl::Status FromJson(absl::string_view json, google::protobuf::Message* message);
+absl::Status FromJson(absl::string_view json,
+                      google::protobuf::Message* message);
 
 }  // namespace monta
 

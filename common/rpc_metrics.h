@@ -20,13 +20,15 @@ class RpcMetricsInterceptorFactory
     : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
   // `component` becomes the `component` label ("planner", "agent").
-  RpcMetricsInterceptorFactory(prometheus::Registry& registry, std::string component);
+  RpcMetricsInterceptorFactory(prometheus::Registry& registry,
+                               std::string component);
 
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override;
 
   // Records one finished call (used by the interceptor; public for tests).
-  void Record(const std::string& full_method, grpc::StatusCode code, double seconds);
+  void Record(const std::string& full_method, grpc::StatusCode code,
+              double seconds);
 
  private:
   const std::string component_;
@@ -34,8 +36,10 @@ class RpcMetricsInterceptorFactory
   prometheus::Family<prometheus::Histogram>& duration_;
 };
 
-// Splits "/monta.v1.Planner/GetStrategy" into {"monta.v1.Planner", "GetStrategy"}.
-std::pair<std::string, std::string> SplitGrpcMethod(const std::string& full_method);
+// Splits "/monta.v1.Planner/GetStrategy" into {"monta.v1.Planner",
+// "GetStrategy"}.
+std::pair<std::string, std::string> SplitGrpcMethod(
+    const std::string& full_method);
 
 // gRPC status code name as in the gRPC spec ("OK", "INVALID_ARGUMENT", ...).
 std::string StatusCodeName(grpc::StatusCode code);

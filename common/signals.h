@@ -6,9 +6,9 @@
 
 namespace monta {
 
-// Blocks SIGTERM, SIGINT and SIGPIPE in the calling thread. Call first in main(),
-// before any thread starts, so every thread inherits the mask and the signals are
-// delivered only to WaitForTerminationSignal().
+// Blocks SIGTERM, SIGINT and SIGPIPE in the calling thread. Call first in
+// main(), before any thread starts, so every thread inherits the mask and the
+// signals are delivered only to WaitForTerminationSignal().
 void BlockTerminationSignals();
 
 // Waits until SIGTERM or SIGINT arrives and returns its number.

@@ -1,6 +1,6 @@
-// Which ranks talk to which in an MoE layer: the rank layout of docs/MODEL.md §1
-// (TP innermost, then EP at stride t; nodes hold consecutive global ranks) and
-// the sub-communicators the schedules need.
+// Which ranks talk to which in an MoE layer: the rank layout of docs/MODEL.md
+// §1 (TP innermost, then EP at stride t; nodes hold consecutive global ranks)
+// and the sub-communicators the schedules need.
 #ifndef MONTA_AGENT_BENCH_MOE_GROUPS_H_
 #define MONTA_AGENT_BENCH_MOE_GROUPS_H_
 

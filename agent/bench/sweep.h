@@ -55,8 +55,8 @@ absl::StatusOr<std::vector<SweepPoint>> SweepStrategy(
     MoeGroups& groups, Strategy strategy, int chunks,
     const SweepOptions& options);
 
-// One curve per K of `chunks` (docs/MODEL.md §5 searches K; the agent measures the
-// same K values), in the order given.
+// One curve per K of `chunks` (docs/MODEL.md §5 searches K; the agent measures
+// the same K values), in the order given.
 struct ChunkCurve {
   int chunks = 1;
   std::vector<SweepPoint> points;

@@ -1,4 +1,5 @@
-// The agent's Prometheus metrics: whether it holds a lease, and its benchmark runs.
+// The agent's Prometheus metrics: whether it holds a lease, and its benchmark
+// runs.
 #ifndef MONTA_AGENT_RUNTIME_AGENT_METRICS_H_
 #define MONTA_AGENT_RUNTIME_AGENT_METRICS_H_
 
@@ -27,7 +28,9 @@ class AgentMetrics {
   void RecordDiscardedError(const std::string& site);
 
   // The scrape-time gauges; register it with the exposer next to `registry`.
-  std::shared_ptr<prometheus::Collectable> collectable() const { return gauges_; }
+  std::shared_ptr<prometheus::Collectable> collectable() const {
+    return gauges_;
+  }
 
  private:
   const std::string node_;

@@ -22,7 +22,8 @@ TEST(AgentMetricsTest, RegisteredGaugeFollowsTheRuntimeAndRunsAreCounted) {
   metrics.RecordBenchmarkRun("failed");
   metrics.RecordBenchmarkRun("succeeded");
   const std::string out = text.Serialize(registry.Collect());
-  EXPECT_NE(out.find("monta_agent_benchmark_runs_total{node=\"node-a\",result=\"succeeded\"} 2"),
+  EXPECT_NE(out.find("monta_agent_benchmark_runs_total{node=\"node-a\",result="
+                     "\"succeeded\"} 2"),
             std::string::npos)
       << out;
 }

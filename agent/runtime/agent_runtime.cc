@@ -16,7 +16,8 @@ namespace monta::agent {
 namespace {
 
 void Log(const std::string& node, const std::string& message) {
-  std::cerr << absl::FormatTime("%H:%M:%E3S ", absl::Now(), absl::LocalTimeZone())
+  std::cerr << absl::FormatTime("%H:%M:%E3S ", absl::Now(),
+                                absl::LocalTimeZone())
             << "monta-agent[" << node << "]: " << message << std::endl;
 }
 
@@ -35,7 +36,8 @@ std::string RandomInstanceId() {
   return absl::StrFormat("%08x%08x", rd(), rd());
 }
 
-AgentRuntime::AgentRuntime(AgentOptions options) : options_(std::move(options)) {
+AgentRuntime::AgentRuntime(AgentOptions options)
+    : options_(std::move(options)) {
   if (options_.instance_id.empty()) options_.instance_id = RandomInstanceId();
   std::random_device rd;
   rng_.seed((static_cast<uint64_t>(rd()) << 32) | rd());
@@ -44,16 +46,17 @@ AgentRuntime::AgentRuntime(AgentOptions options) : options_(std::move(options)) 
 
 void AgentRuntime::Reconnect() {
   grpc::ChannelArguments args;
-  // A channel of our own with a private subchannel pool: after a planner restart a
-  // fresh channel connects at once instead of waiting out gRPC's reconnect backoff
-  // on a shared subchannel. Our loop adds the jittered backoff.
+  // A channel of our own with a private subchannel pool: after a planner
+  // restart a fresh channel connects at once instead of waiting out gRPC's
+  // reconnect backoff on a shared subchannel. Our loop adds the jittered
+  // backoff.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  auto channel = grpc::CreateCustomChannel(options_.planner_address,
-                                           grpc::InsecureChannelCredentials(), args);
+  auto channel = grpc::CreateCustomChannel(
+      options_.planner_address, grpc::InsecureChannelCredentials(), args);
   std::shared_ptr<monta::v1::AgentGateway::Stub> stub =
       monta::v1::AgentGateway::NewStub(channel);
   absl::MutexLock lock(&mu_);
@@ -102,8 +105,8 @@ std::unique_ptr<grpc::ClientContext> AgentRuntime::NewContext() const {
 }
 
 absl::Duration AgentRuntime::Backoff(int attempt) {
-  // Capped exponential with "equal jitter": half fixed, half random, so a fleet of
-  // agents does not reconnect in lockstep after a planner restart.
+  // Capped exponential with "equal jitter": half fixed, half random, so a fleet
+  // of agents does not reconnect in lockstep after a planner restart.
   absl::Duration cap;
   {
     absl::MutexLock lock(&mu_);
@@ -153,13 +156,15 @@ void AgentRuntime::LeaseLoop() {
         attempt = 0;
         registered_ = true;
         ++registrations_;
-        Log(options_.node_name, absl::StrCat("registered with ", options_.planner_address,
-                                             " as instance ", options_.instance_id));
+        Log(options_.node_name,
+            absl::StrCat("registered with ", options_.planner_address,
+                         " as instance ", options_.instance_id));
       } else {
         registered_ = false;
         const absl::Duration wait = Backoff(attempt++);
-        Log(options_.node_name, absl::StrCat("register failed (", status.ToString(),
-                                             "); retrying in ", absl::FormatDuration(wait)));
+        Log(options_.node_name,
+            absl::StrCat("register failed (", status.ToString(),
+                         "); retrying in ", absl::FormatDuration(wait)));
         stop_.WaitForNotificationWithTimeout(wait);
         continue;
       }
@@ -169,9 +174,12 @@ void AgentRuntime::LeaseLoop() {
     {
       absl::MutexLock lock(&mu_);
       interval = heartbeat_interval_;
-      refresh_topology = absl::Now() - last_topology_ >= options_.topology_refresh;
+      refresh_topology =
+          absl::Now() - last_topology_ >= options_.topology_refresh;
     }
-    if (stop_.WaitForNotificationWithTimeout(attempt == 0 ? interval : Backoff(attempt))) break;
+    if (stop_.WaitForNotificationWithTimeout(attempt == 0 ? interval
+                                                          : Backoff(attempt)))
+      break;
 
     monta::v1::HeartbeatRequest request;
     request.set_node_name(options_.node_name);
@@ -193,16 +201,19 @@ void AgentRuntime::LeaseLoop() {
       }
     } else if (status.error_code() == grpc::StatusCode::NOT_FOUND ||
                status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-      // The planner forgot us (restart) or someone else holds the name: register again.
-      Log(options_.node_name, absl::StrCat("heartbeat refused (", status.error_message(),
-                                           "); registering again"));
+      // The planner forgot us (restart) or someone else holds the name:
+      // register again.
+      Log(options_.node_name,
+          absl::StrCat("heartbeat refused (", status.error_message(),
+                       "); registering again"));
       registered_ = false;
       need_register = true;
     } else {
       registered_ = false;
       ++attempt;
       Log(options_.node_name,
-          absl::StrCat("heartbeat failed (", status.error_message(), "); retrying"));
+          absl::StrCat("heartbeat failed (", status.error_message(),
+                       "); retrying"));
       if (status.error_code() == grpc::StatusCode::UNAVAILABLE) Reconnect();
     }
   }
@@ -231,7 +242,8 @@ void AgentRuntime::WatchLoop() {
     while (reader->Read(&task)) {
       got_any = true;
       attempt = 0;
-      Log(options_.node_name, absl::StrCat("task ", task.task_id(), " received"));
+      Log(options_.node_name,
+          absl::StrCat("task ", task.task_id(), " received"));
       if (options_.runner) {
         options_.runner(task, watch_stub.get());
       } else {

@@ -1,7 +1,7 @@
-// The agent's life with the planner: register (with capped exponential backoff and
-// jitter while the planner is away), renew the lease, re-register by itself after a
-// planner restart, keep a WatchTasks stream open and hand tasks to a runner, and
-// deregister on shutdown.
+// The agent's life with the planner: register (with capped exponential backoff
+// and jitter while the planner is away), renew the lease, re-register by itself
+// after a planner restart, keep a WatchTasks stream open and hand tasks to a
+// runner, and deregister on shutdown.
 #ifndef MONTA_AGENT_RUNTIME_AGENT_RUNTIME_H_
 #define MONTA_AGENT_RUNTIME_AGENT_RUNTIME_H_
 
@@ -24,8 +24,9 @@ namespace monta::agent {
 
 // Runs one benchmark task for this node and reports its result to the planner
 // (through `stub`). Called on the task thread, one task at a time.
-using TaskRunner = std::function<void(const monta::v1::BenchmarkTask& task,
-                                      monta::v1::AgentGateway::StubInterface* stub)>;
+using TaskRunner =
+    std::function<void(const monta::v1::BenchmarkTask& task,
+                       monta::v1::AgentGateway::StubInterface* stub)>;
 
 // Counts a result the agent had to drop (nobody left to hand it to), by site,
 // e.g. for monta_agent_discarded_errors_total; DiscardError logs it first.
@@ -67,7 +68,8 @@ class AgentRuntime {
 
   // True while the last Register/Heartbeat succeeded.
   bool registered() const { return registered_.load(); }
-  // Successful Register calls so far (re-registrations after a planner restart count).
+  // Successful Register calls so far (re-registrations after a planner restart
+  // count).
   int registrations() const { return registrations_.load(); }
   const std::string& instance_id() const { return options_.instance_id; }
 

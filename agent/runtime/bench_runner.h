@@ -1,6 +1,6 @@
 // Runs the planner's benchmark tasks on this node: one thread per local rank, a
-// communicator over the task's rendezvous store (the planner's RendezvousSet/Get),
-// nccl-tests-style sweeps, and one report per node.
+// communicator over the task's rendezvous store (the planner's
+// RendezvousSet/Get), nccl-tests-style sweeps, and one report per node.
 #ifndef MONTA_AGENT_RUNTIME_BENCH_RUNNER_H_
 #define MONTA_AGENT_RUNTIME_BENCH_RUNNER_H_
 
@@ -19,9 +19,11 @@ namespace monta::agent {
 class RpcRendezvousStore : public comm::RendezvousStore {
  public:
   // `stub` must outlive the store.
-  RpcRendezvousStore(monta::v1::AgentGateway::StubInterface* stub, std::string task_id);
+  RpcRendezvousStore(monta::v1::AgentGateway::StubInterface* stub,
+                     std::string task_id);
   absl::Status Set(absl::string_view key, absl::string_view value) override;
-  absl::StatusOr<std::string> Get(absl::string_view key, absl::Time deadline) override;
+  absl::StatusOr<std::string> Get(absl::string_view key,
+                                  absl::Time deadline) override;
 
  private:
   monta::v1::AgentGateway::StubInterface* const stub_;

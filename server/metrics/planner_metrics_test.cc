@@ -27,7 +27,8 @@ TEST(PlannerMetricsTest, LineRateFromNicsOrProfile) {
   EXPECT_DOUBLE_EQ(BottleneckLineRate(t, monta::v1::SCOPE_INTER_NODE, 8), 50e9);
   // A NIC that went down no longer counts.
   t.mutable_nics(0)->set_state("DOWN");
-  EXPECT_DOUBLE_EQ(BottleneckLineRate(t, monta::v1::SCOPE_INTER_NODE, 8), 7 * 50e9 / 8);
+  EXPECT_DOUBLE_EQ(BottleneckLineRate(t, monta::v1::SCOPE_INTER_NODE, 8),
+                   7 * 50e9 / 8);
   // Intra-node: the H100 profile's NVLink line rate per direction.
   EXPECT_GT(BottleneckLineRate(t, monta::v1::SCOPE_INTRA_NODE, 8), 100e9);
   // Without NICs a GPU node falls back to its class's NICs (8 x 400 Gb/s).
@@ -57,17 +58,24 @@ TEST(PlannerMetricsTest, CollectorExposesStatesCurvesAndEfficiency) {
   }
   ASSERT_TRUE(registry.AddCurve(c).ok());
   auto collector = std::make_shared<ClusterCollector>(&registry);
-  const std::string text = prometheus::TextSerializer().Serialize(collector->Collect());
-  EXPECT_NE(text.find("monta_node_state{node=\"a\",state=\"alive\"} 1"), std::string::npos)
-      << text;
-  EXPECT_NE(text.find("monta_node_state{node=\"a\",state=\"stale\"} 0"), std::string::npos);
-  EXPECT_NE(text.find("monta_collective_busbw_bytes_per_second{node=\"a\",scope=\"intra\","
-                      "collective=\"alltoall\",nranks=\"2\",n_nodes=\"1\",message_size=\"1-4MiB\"}"),
+  const std::string text =
+      prometheus::TextSerializer().Serialize(collector->Collect());
+  EXPECT_NE(text.find("monta_node_state{node=\"a\",state=\"alive\"} 1"),
             std::string::npos)
+      << text;
+  EXPECT_NE(text.find("monta_node_state{node=\"a\",state=\"stale\"} 0"),
+            std::string::npos);
+  EXPECT_NE(
+      text.find(
+          "monta_collective_busbw_bytes_per_second{node=\"a\",scope=\"intra\","
+          "collective=\"alltoall\",nranks=\"2\",n_nodes=\"1\",message_size=\"1-"
+          "4MiB\"}"),
+      std::string::npos)
       << text;
   // No topology: the cpu-gloo profile gives the loopback line rate.
-  EXPECT_NE(text.find("monta_alltoall_efficiency_ratio{node=\"a\",scope=\"intra\""),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("monta_alltoall_efficiency_ratio{node=\"a\",scope=\"intra\""),
+      std::string::npos)
       << text;
 }
 
@@ -79,16 +87,22 @@ TEST(PlannerMetricsTest, DecisionsCountedByStrategyAndResult) {
   reply.mutable_chosen()->set_speedup_over_flat(5.5);
   metrics.RecordDecision(absl::OkStatus(), &reply, 0.0002);
   metrics.RecordDecision(absl::InvalidArgumentError("x"), nullptr, 0.0001);
-  const std::string text = prometheus::TextSerializer().Serialize(registry.Collect());
-  EXPECT_NE(text.find("monta_strategy_decisions_total{result=\"ok\",strategy=\"tp_dedup_"
-                      "pipelined\"} 1"),
-            std::string::npos)
+  const std::string text =
+      prometheus::TextSerializer().Serialize(registry.Collect());
+  EXPECT_NE(
+      text.find(
+          "monta_strategy_decisions_total{result=\"ok\",strategy=\"tp_dedup_"
+          "pipelined\"} 1"),
+      std::string::npos)
       << text;
-  EXPECT_NE(text.find("monta_strategy_decisions_total{result=\"invalid\",strategy=\"none\"} 1"),
+  EXPECT_NE(text.find("monta_strategy_decisions_total{result=\"invalid\","
+                      "strategy=\"none\"} 1"),
             std::string::npos);
-  EXPECT_NE(text.find("monta_strategy_predicted_speedup_ratio_bucket{strategy=\"tp_dedup_"
-                      "pipelined\",le=\"6\"} 1"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find(
+          "monta_strategy_predicted_speedup_ratio_bucket{strategy=\"tp_dedup_"
+          "pipelined\",le=\"6\"} 1"),
+      std::string::npos)
       << text;
 }
 

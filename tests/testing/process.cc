@@ -50,11 +50,13 @@ absl::StatusOr<Process> Process::Start(const std::vector<std::string>& argv,
   posix_spawnattr_setsigmask(&attr, &empty);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
+  const int rc =
+      posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) {
-    return absl::InternalError(absl::StrCat("posix_spawn ", argv[0], ": ", strerror(rc)));
+    return absl::InternalError(
+        absl::StrCat("posix_spawn ", argv[0], ": ", strerror(rc)));
   }
   Process p;
   p.pid_ = pid;
@@ -98,16 +100,19 @@ absl::StatusOr<int> Process::Wait(absl::Duration timeout) {
       return status;
     }
     if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("pid ", pid_, " still running"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("pid ", pid_, " still running"));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
   return absl::FailedPreconditionError("not running");
 }
 
-CommandResult Run(const std::vector<std::string>& argv, absl::Duration timeout) {
+CommandResult Run(const std::vector<std::string>& argv,
+                  absl::Duration timeout) {
   static int counter = 0;
-  const std::string base = absl::StrCat(TempDir(), "/run-", getpid(), "-", counter++);
+  const std::string base =
+      absl::StrCat(TempDir(), "/run-", getpid(), "-", counter++);
   const std::string out_path = base + ".out";
   const std::string err_path = base + ".err";
   std::vector<char*> args;
@@ -115,13 +120,14 @@ CommandResult Run(const std::vector<std::string>& argv, absl::Duration timeout) 
   args.push_back(nullptr);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
   CommandResult result;
   pid_t pid = -1;
-  if (posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ) != 0) {
+  if (posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ) !=
+      0) {
     posix_spawn_file_actions_destroy(&actions);
     result.err = absl::StrCat("cannot start ", argv[0]);
     return result;

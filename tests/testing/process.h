@@ -1,5 +1,5 @@
-// Child processes for multi-process tests: start a binary from the test's runfiles,
-// signal it, wait for it, and run a command capturing its output.
+// Child processes for multi-process tests: start a binary from the test's
+// runfiles, signal it, wait for it, and run a command capturing its output.
 #ifndef MONTA_TESTS_TESTING_PROCESS_H_
 #define MONTA_TESTS_TESTING_PROCESS_H_
 
@@ -22,7 +22,8 @@ std::string TempDir();
 
 class Process {
  public:
-  // Starts argv[0] with the given arguments; stdout and stderr go to `log_path`.
+  // Starts argv[0] with the given arguments; stdout and stderr go to
+  // `log_path`.
   static absl::StatusOr<Process> Start(const std::vector<std::string>& argv,
                                        const std::string& log_path);
   Process() = default;
@@ -51,8 +52,10 @@ struct CommandResult {
   std::string err;  // stderr
 };
 
-// Runs a command to completion (bounded by `timeout`), capturing stdout and stderr.
-CommandResult Run(const std::vector<std::string>& argv, absl::Duration timeout = absl::Seconds(30));
+// Runs a command to completion (bounded by `timeout`), capturing stdout and
+// stderr.
+CommandResult Run(const std::vector<std::string>& argv,
+                  absl::Duration timeout = absl::Seconds(30));
 
 // Reads a whole file; empty when missing.
 std::string ReadFile(const std::string& path);
