@@ -35,6 +35,11 @@ ABSL_FLAG(std::string, db, "",
           "SQLite file for nodes and measured curves (created if missing); "
           "empty keeps state "
           "in memory only");
+ABSL_FLAG(bool, db_reset_corrupt, false,
+          "when --db is corrupt (not a SQLite database, PRAGMA quick_check "
+          "fails, a row does not parse), rename it to <db>.corrupt-<UTC time> "
+          "(kept, its name logged) and start an empty database instead of "
+          "refusing to start");
 ABSL_FLAG(std::string, webhook_listen, "",
           "Kubernetes admission webhook HTTPS listen address (POST /mutate, "
           "/validate; GET "
@@ -67,6 +72,7 @@ absl::StatusOr<monta::PlannerOptions> OptionsFromFlags() {
   options.registry.heartbeat_interval = absl::Seconds(heartbeat);
   options.bench_on_register = absl::GetFlag(FLAGS_bench_on_register);
   options.db_path = absl::GetFlag(FLAGS_db);
+  options.db_reset_corrupt = absl::GetFlag(FLAGS_db_reset_corrupt);
   if (absl::GetFlag(FLAGS_bench_interval_seconds) < 0) {
     return absl::InvalidArgumentError("--bench_interval_seconds must be >= 0");
   }

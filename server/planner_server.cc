@@ -12,6 +12,8 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
+#include "proto/monta/v1/planner.grpc.pb.h"
+#include "server/listen_probe.h"
 
 namespace monta {
 
@@ -26,6 +28,7 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(
   s->StartCoordinator();
   if (absl::Status started = s->StartGrpc(); !started.ok()) return started;
   if (absl::Status started = s->StartWebhook(); !started.ok()) return started;
+  s->WatchStore();
   PlannerServer* self = s.get();
   s->maintenance_ = std::thread([self] { self->Maintain(); });
   return s;
@@ -38,9 +41,10 @@ absl::Status PlannerServer::StartMetrics() {
       exposer_ =
           std::make_unique<prometheus::Exposer>(options_.metrics_address);
     } catch (const std::exception& e) {
-      return absl::UnavailableError(
-          absl::StrCat("metrics address ", options_.metrics_address,
-                       ": cannot listen: ", e.what()));
+      // civetweb says only that binding failed; the probe says why.
+      return absl::UnavailableError(absl::StrCat(
+          "metrics address ", options_.metrics_address,
+          ": cannot listen: ", ListenFailureReason(options_.metrics_address)));
     }
     exposer_->RegisterCollectable(metrics_);
     std::vector<int> ports = exposer_->GetListeningPorts();
@@ -66,25 +70,49 @@ absl::Status PlannerServer::OpenRegistry() {
         return events;
       });
   if (!options_.db_path.empty()) {
-    absl::StatusOr<std::unique_ptr<store::SqliteStore>> store =
-        store::SqliteStore::Open(options_.db_path);
-    if (!store.ok()) return store.status();
-    store_ = *std::move(store);
-    metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
-    if (absl::Status loaded =
-            store_->LoadInto(*registry_,
-                             [planner_metrics](const std::string& site) {
-                               planner_metrics->RecordDiscardedError(site);
-                             });
-        !loaded.ok()) {
-      return absl::DataLossError(
-          absl::StrCat("--db ", options_.db_path, ": ", loaded.message()));
-    }
+    if (absl::Status opened = OpenStore(); !opened.ok()) return opened;
     registry_->SetObserver(store_.get());
   }
   cluster_collector_ =
       std::make_shared<metrics::ClusterCollector>(registry_.get());
   if (exposer_ != nullptr) exposer_->RegisterCollectable(cluster_collector_);
+  return absl::OkStatus();
+}
+
+absl::Status PlannerServer::OpenStore() {
+  const absl::Status opened = OpenAndLoadStore();
+  if (opened.code() != absl::StatusCode::kDataLoss) return opened;
+  if (!options_.db_reset_corrupt) {
+    return absl::DataLossError(absl::StrCat(
+        opened.message(),
+        " (--db_reset_corrupt moves it aside and starts an empty database)"));
+  }
+  store_.reset();
+  absl::StatusOr<std::string> aside =
+      store::SqliteStore::MoveAside(options_.db_path);
+  if (!aside.ok()) return aside.status();
+  std::cerr << "monta-planner: " << opened.message() << "; moved it aside to "
+            << *aside << " (--db_reset_corrupt), starting an empty database"
+            << std::endl;
+  return OpenAndLoadStore();
+}
+
+absl::Status PlannerServer::OpenAndLoadStore() {
+  absl::StatusOr<std::unique_ptr<store::SqliteStore>> store =
+      store::SqliteStore::Open(options_.db_path);
+  if (!store.ok()) return store.status();
+  metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
+  // LoadInto restores nothing when it fails, so a retry starts clean.
+  if (absl::Status loaded =
+          (*store)->LoadInto(*registry_,
+                             [planner_metrics](const std::string& site) {
+                               planner_metrics->RecordDiscardedError(site);
+                             });
+      !loaded.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("--db ", options_.db_path, ": ", loaded.message()));
+  }
+  store_ = *std::move(store);
   return absl::OkStatus();
 }
 
@@ -120,6 +148,9 @@ absl::Status PlannerServer::StartGrpc() {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.grpc_address,
                            grpc::InsecureServerCredentials(), &grpc_port_);
+  // gRPC sets SO_REUSEPORT by default on Linux: a second planner on a bound
+  // port would start and silently take half the connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(gateway_.get());
   builder.RegisterService(planner_.get());
   std::vector<
@@ -130,9 +161,13 @@ absl::Status PlannerServer::StartGrpc() {
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || grpc_port_ == 0) {
+    server_.reset();  // nothing listens; Shutdown skips it
     return absl::UnavailableError(absl::StrCat(
-        "grpc address ", options_.grpc_address, ": cannot listen"));
+        "grpc address ", options_.grpc_address,
+        ": cannot listen: ", ListenFailureReason(options_.grpc_address)));
   }
+  server_->GetHealthCheckService()->SetServingStatus(
+      monta::v1::Planner::service_full_name(), true);
   return absl::OkStatus();
 }
 
@@ -157,6 +192,21 @@ absl::Status PlannerServer::StartWebhook() {
   if (!webhook.ok()) return webhook.status();
   webhook_ = *std::move(webhook);
   return absl::OkStatus();
+}
+
+void PlannerServer::WatchStore() {
+  if (store_ == nullptr) return;
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
+  store_->SetWriteListener(
+      [health, planner_metrics](const std::string& operation,
+                                const absl::Status& status) {
+        if (!status.ok()) planner_metrics->RecordStoreError(operation);
+        // Every failure (not only the first): a success of another operation
+        // may have marked the service SERVING in between.
+        health->SetServingStatus(monta::v1::Planner::service_full_name(),
+                                 status.ok());
+      });
 }
 
 void PlannerServer::ScheduleBenchmark(
@@ -219,10 +269,14 @@ void PlannerServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
   stop_.Notify();
+  // Start may have failed part way: each member is null until its step ran.
+  if (store_ != nullptr) store_->SetWriteListener(nullptr);
   if (webhook_ != nullptr) webhook_->Shutdown();
-  coordinator_->Shutdown();
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
-  server_->Wait();
+  if (coordinator_ != nullptr) coordinator_->Shutdown();
+  if (server_ != nullptr) {
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+    server_->Wait();
+  }
   if (maintenance_.joinable()) maintenance_.join();
 }
 

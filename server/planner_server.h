@@ -1,6 +1,6 @@
-// The planner process in one object: registry, benchmark coordinator, gRPC services
-// (with health checking and reflection) and the Prometheus exposer. main.cc wraps it
-// in flags and signal handling; tests start it in-process.
+// The planner process in one object: registry, benchmark coordinator, gRPC
+// services (with health checking and reflection) and the Prometheus exposer.
+// main.cc wraps it in flags and signal handling; tests start it in-process.
 #ifndef MONTA_SERVER_PLANNER_SERVER_H_
 #define MONTA_SERVER_PLANNER_SERVER_H_
 
@@ -35,37 +35,49 @@ struct PlannerOptions {
   // Schedule an intra-node sweep when a node registers without measured curves.
   bool bench_on_register = false;
   // Re-measure periodically: every interval, each alive idle node gets an
-  // intra-node sweep and each pair of neighbouring nodes (by name, so nodes of one
-  // rack or leaf with rack-ordered names pair up) an inter-node sweep. Zero disables.
+  // intra-node sweep and each pair of neighbouring nodes (by name, so nodes of
+  // one rack or leaf with rack-ordered names pair up) an inter-node sweep. Zero
+  // disables.
   absl::Duration bench_interval = absl::ZeroDuration();
   // SQLite file for nodes and curve history; empty keeps state in memory only.
   std::string db_path;
+  // A corrupt db_path (not a database, quick_check fails, a row does not
+  // parse) is moved aside (kept, its new name logged) and a fresh one started,
+  // instead of refusing to start.
+  bool db_reset_corrupt = false;
   // Kubernetes admission webhook (HTTPS, /mutate /validate /healthz, see
   // server/admission/): listen address, empty = off; port 0 picks one.
   std::string webhook_address;
   // PEM certificate chain and key of the webhook (re-read when they change).
   std::string tls_cert_file;
   std::string tls_key_file;
-  // Log one line per admission decision (namespace/name, decision id, strategy).
+  // Log one line per admission decision (namespace/name, decision id,
+  // strategy).
   bool webhook_log_decisions = true;
 };
 
 class PlannerServer {
  public:
-  // Starts serving. Fails when an address cannot be bound.
-  static absl::StatusOr<std::unique_ptr<PlannerServer>> Start(PlannerOptions options);
+  // Starts serving. Fails, with one line naming the flag's value and the
+  // reason, when an address cannot be bound or the database is unusable (see
+  // store::SqliteStore::Open).
+  static absl::StatusOr<std::unique_ptr<PlannerServer>> Start(
+      PlannerOptions options);
   ~PlannerServer();
 
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const { return metrics_port_; }
   // 0 when the webhook is off.
-  int webhook_port() const { return webhook_ != nullptr ? webhook_->port() : 0; }
+  int webhook_port() const {
+    return webhook_ != nullptr ? webhook_->port() : 0;
+  }
   registry::Registry& registry() { return *registry_; }
   bench::Coordinator& coordinator() { return *coordinator_; }
   prometheus::Registry& metrics() { return *metrics_; }
   metrics::PlannerMetrics& planner_metrics() { return *planner_metrics_; }
 
-  // Stops accepting calls, ends streams, waits up to `grace` for calls in flight.
+  // Stops accepting calls, ends streams, waits up to `grace` for calls in
+  // flight. Safe after a Start that failed part way (the destructor calls it).
   void Shutdown(absl::Duration grace = absl::Seconds(5));
 
  private:
@@ -74,9 +86,16 @@ class PlannerServer {
   // the database) is unusable.
   absl::Status StartMetrics();
   absl::Status OpenRegistry();
+  // Opens --db into store_ and loads it into the registry, moving a corrupt
+  // file aside first when options_.db_reset_corrupt says so.
+  absl::Status OpenStore();
+  absl::Status OpenAndLoadStore();
   void StartCoordinator();
   absl::Status StartGrpc();
   absl::Status StartWebhook();
+  // Health of the monta.v1.Planner service follows the store's writes:
+  // NOT_SERVING after a failed write, SERVING again after a successful one.
+  void WatchStore();
   void Maintain();
   // Schedules a benchmark nobody waits for (on registration, periodic): a
   // failure is logged and counted under `site`.
@@ -90,8 +109,9 @@ class PlannerServer {
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::unique_ptr<metrics::PlannerMetrics> planner_metrics_;
   std::unique_ptr<registry::Registry> registry_;
-  // The registry's observer; members are destroyed in reverse, so the gRPC server
-  // (declared below) is gone before the store, and the store before the registry.
+  // The registry's observer; members are destroyed in reverse, so the gRPC
+  // server (declared below) is gone before the store, and the store before the
+  // registry.
   std::unique_ptr<store::SqliteStore> store_;
   std::shared_ptr<metrics::ClusterCollector> cluster_collector_;
   std::unique_ptr<bench::Coordinator> coordinator_;

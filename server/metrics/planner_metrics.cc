@@ -229,7 +229,15 @@ PlannerMetrics::PlannerMetrics(prometheus::Registry& registry)
       discarded_(prometheus::BuildCounter()
                      .Name("monta_discarded_errors_total")
                      .Help("Errors the planner logged and dropped, by site")
-                     .Register(registry)) {
+                     .Register(registry)),
+      store_errors_(prometheus::BuildCounter()
+                        .Name("monta_store_errors_total")
+                        .Help("Failed writes to the planner's SQLite database "
+                              "(--db), by operation")
+                        .Register(registry)) {
+  for (const char* operation : {"node", "curve", "decision"}) {
+    store_errors_.Add({{"operation", operation}});
+  }
   std::vector<std::string> strategies;
   for (strategy::StrategyKind kind : strategy::kAllStrategyKinds) {
     strategies.push_back(StrategyLabel(strategy::StrategyToProto(kind)));
@@ -287,6 +295,10 @@ void PlannerMetrics::RecordAdmission(const std::string& operation,
 
 void PlannerMetrics::RecordDiscardedError(const std::string& site) {
   discarded_.Add({{"site", site}}).Increment();
+}
+
+void PlannerMetrics::RecordStoreError(const std::string& operation) {
+  store_errors_.Add({{"operation", operation}}).Increment();
 }
 
 }  // namespace monta::metrics

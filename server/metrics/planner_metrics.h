@@ -71,6 +71,10 @@ class PlannerMetrics {
   // at `site` because nobody could act on it (e.g. a periodic benchmark that
   // could not be scheduled).
   void RecordDiscardedError(const std::string& site);
+  // monta_store_errors_total{operation}: a failed SQLite write ("node",
+  // "curve", "decision"); the series exist at 0 from the start so that
+  // increase() sees the first error.
+  void RecordStoreError(const std::string& operation);
 
  private:
   prometheus::Family<prometheus::Counter>& decisions_;
@@ -86,6 +90,7 @@ class PlannerMetrics {
   prometheus::Family<prometheus::Counter>& admissions_;
   prometheus::Family<prometheus::Histogram>& admission_duration_;
   prometheus::Family<prometheus::Counter>& discarded_;
+  prometheus::Family<prometheus::Counter>& store_errors_;
 };
 
 // "flat", "tp_dedup", ... for a StrategyKind; "none" for unspecified.

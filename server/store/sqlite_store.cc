@@ -1,12 +1,17 @@
 #include "server/store/sqlite_store.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "common/proto_names.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -45,7 +50,17 @@ CREATE TABLE IF NOT EXISTS decisions (
   request BLOB NOT NULL,           -- monta.v1.StrategyRequest
   reply BLOB NOT NULL              -- monta.v1.StrategyReply
 );
+CREATE TABLE IF NOT EXISTS store_meta (
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);
 )sql";
+
+// Open's write probe: an existing database with its schema would otherwise be
+// opened without a single write, and a read-only one would fail only later.
+constexpr const char* kWriteProbe =
+    "INSERT OR REPLACE INTO store_meta (key, value) "
+    "VALUES ('opened_unix_seconds', strftime('%s', 'now'));";
 
 // Finalizes a statement on every path.
 class Statement {
@@ -74,6 +89,52 @@ absl::Status SqliteError(sqlite3* db, const std::string& what) {
       absl::StrCat("sqlite: ", what, ": ", sqlite3_errmsg(db)));
 }
 
+// The status code of the connection's last error: a damaged file is DATA_LOSS
+// (the planner may move it aside), an unwritable one FAILED_PRECONDITION.
+absl::StatusCode CodeOf(sqlite3* db) {
+  switch (sqlite3_errcode(db)) {
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return absl::StatusCode::kDataLoss;
+    case SQLITE_READONLY:
+    case SQLITE_PERM:
+    case SQLITE_CANTOPEN:
+      return absl::StatusCode::kFailedPrecondition;
+    default:
+      return absl::StatusCode::kUnavailable;
+  }
+}
+
+// Refuses a path SQLite would fail on with a vague "unable to open database
+// file": a directory, or a file in a directory that does not exist.
+absl::Status CheckPath(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--db ", path, ": is a directory, not a database file"));
+    }
+    return absl::OkStatus();
+  }
+  if (errno != ENOENT) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--db ", path, ": ", std::strerror(errno)));
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+  if (stat(dir.c_str(), &st) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--db ", path, ": directory ", dir, ": ", std::strerror(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--db ", path, ": ", dir, " is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
 double NowSeconds() {
   return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
 }
@@ -82,6 +143,7 @@ double NowSeconds() {
 
 absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
     const std::string& path) {
+  if (absl::Status usable = CheckPath(path); !usable.ok()) return usable;
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(path.c_str(), &db,
                       SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
@@ -93,18 +155,81 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
   }
   std::unique_ptr<SqliteStore> store(new SqliteStore(db));
   absl::MutexLock lock(&store->mu_);
+  if (absl::Status usable = store->CheckUsable(); !usable.ok()) {
+    return absl::Status(usable.code(),
+                        absl::StrCat("--db ", path, ": ", usable.message()));
+  }
+  return store;
+}
+
+absl::Status SqliteStore::CheckUsable() {
+  // SQLite opens a file it may not write read-only without saying so.
+  if (sqlite3_db_readonly(db_, "main") == 1) {
+    return absl::FailedPreconditionError(
+        "read-only: the file cannot be opened for writing");
+  }
+  // quick_check reads every page (not the index cross-checks of
+  // integrity_check): a file with overwritten or missing pages is refused
+  // rather than loaded as a partial state.
+  std::vector<std::string> problems;
+  {
+    Statement check(db_, "PRAGMA quick_check(3);");
+    int step =
+        check.get() == nullptr ? SQLITE_ERROR : sqlite3_step(check.get());
+    for (; step == SQLITE_ROW; step = sqlite3_step(check.get())) {
+      const unsigned char* row = sqlite3_column_text(check.get(), 0);
+      problems.push_back(row != nullptr ? reinterpret_cast<const char*>(row)
+                                        : "");
+    }
+    if (step != SQLITE_DONE) {
+      return absl::Status(CodeOf(db_),
+                          absl::StrCat("corrupt or not a SQLite database: ",
+                                       sqlite3_errmsg(db_)));
+    }
+  }
+  if (problems.size() != 1 || problems.front() != "ok") {
+    return absl::DataLossError(absl::StrCat(
+        "corrupt: PRAGMA quick_check: ",
+        absl::StrReplaceAll(absl::StrJoin(problems, "; "), {{"\n", " "}})));
+  }
   // WAL: readers never block the writer; NORMAL sync is durable across process
   // crashes (the planner's failure mode), only a power loss can drop the last
   // commit.
   for (const char* sql :
        {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=NORMAL;",
-        "PRAGMA busy_timeout=2000;", kSchema}) {
-    if (absl::Status s = store->Exec(sql); !s.ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("--db ", path, ": ", s.message()));
+        "PRAGMA busy_timeout=2000;", kSchema, kWriteProbe}) {
+    if (absl::Status s = Exec(sql); !s.ok()) {
+      if (s.code() == absl::StatusCode::kFailedPrecondition) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("not writable: ", s.message()));
+      }
+      return s;
     }
   }
-  return store;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> SqliteStore::MoveAside(const std::string& path) {
+  const std::string aside = absl::StrCat(
+      path, ".corrupt-",
+      absl::FormatTime("%Y%m%dT%H%M%SZ", absl::Now(), absl::UTCTimeZone()));
+  if (std::rename(path.c_str(), aside.c_str()) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--db ", path, ": cannot move it aside to ", aside, ": ",
+                     std::strerror(errno)));
+  }
+  // The journal files belong to the old file: a fresh database must not
+  // replay them.
+  for (const char* suffix : {"-wal", "-shm"}) {
+    const std::string from = path + suffix;
+    const std::string to = aside + suffix;
+    if (std::rename(from.c_str(), to.c_str()) != 0 && errno != ENOENT) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--db ", path, ": cannot move ", from, " aside to ", to,
+                       ": ", std::strerror(errno)));
+    }
+  }
+  return aside;
 }
 
 SqliteStore::SqliteStore(sqlite3* db) : db_(db) {}
@@ -119,7 +244,7 @@ absl::Status SqliteStore::Exec(const char* sql) {
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &error) != SQLITE_OK) {
     std::string message = error != nullptr ? error : "unknown error";
     sqlite3_free(error);
-    return absl::InternalError(absl::StrCat("sqlite: ", message));
+    return absl::Status(CodeOf(db_), absl::StrCat("sqlite: ", message));
   }
   return absl::OkStatus();
 }
@@ -133,7 +258,8 @@ absl::Status SqliteStore::LoadInto(
     absl::MutexLock lock(&mu_);
     Statement node_rows(db_, "SELECT name, info FROM nodes ORDER BY name");
     if (node_rows.get() == nullptr) return SqliteError(db_, "reading nodes");
-    while (sqlite3_step(node_rows.get()) == SQLITE_ROW) {
+    int step = SQLITE_ROW;
+    while ((step = sqlite3_step(node_rows.get())) == SQLITE_ROW) {
       monta::v1::NodeInfo node;
       const void* blob = sqlite3_column_blob(node_rows.get(), 1);
       const int size = sqlite3_column_bytes(node_rows.get(), 1);
@@ -146,6 +272,11 @@ absl::Status SqliteStore::LoadInto(
       }
       nodes.push_back(std::move(node));
     }
+    // A read error ends the loop too: a partial state must not load silently.
+    if (step != SQLITE_DONE) {
+      return absl::Status(CodeOf(db_), absl::StrCat("sqlite: reading nodes: ",
+                                                    sqlite3_errmsg(db_)));
+    }
     // Only the newest row of each measurement: start-up reads what the registry
     // keeps, not the whole history.
     Statement curve_rows(
@@ -153,7 +284,7 @@ absl::Status SqliteStore::LoadInto(
         "SELECT id, curve FROM curves WHERE id IN (SELECT MAX(id) FROM "
         "curves GROUP BY measurement) ORDER BY id");
     if (curve_rows.get() == nullptr) return SqliteError(db_, "reading curves");
-    while (sqlite3_step(curve_rows.get()) == SQLITE_ROW) {
+    while ((step = sqlite3_step(curve_rows.get())) == SQLITE_ROW) {
       monta::v1::BandwidthCurve curve;
       if (!curve.ParseFromArray(sqlite3_column_blob(curve_rows.get(), 1),
                                 sqlite3_column_bytes(curve_rows.get(), 1))) {
@@ -162,6 +293,10 @@ absl::Status SqliteStore::LoadInto(
             " does not parse as monta.v1.BandwidthCurve"));
       }
       curves.push_back(std::move(curve));
+    }
+    if (step != SQLITE_DONE) {
+      return absl::Status(CodeOf(db_), absl::StrCat("sqlite: reading curves: ",
+                                                    sqlite3_errmsg(db_)));
     }
   }
   for (const auto& node : nodes) registry.Restore(node);
@@ -176,11 +311,6 @@ absl::Status SqliteStore::LoadInto(
   return absl::OkStatus();
 }
 
-void SqliteStore::WriteFailed(const std::string& what) {
-  ++write_errors_;
-  std::cerr << "monta-planner: " << SqliteError(db_, what) << std::endl;
-}
-
 void SqliteStore::NodeChanged(const monta::v1::NodeInfo& node) {
   monta::v1::NodeInfo copy = node;
   copy.clear_curves();  // kept in their own table
@@ -192,15 +322,15 @@ void SqliteStore::NodeChanged(const monta::v1::NodeInfo& node) {
                  "ON CONFLICT(name) DO UPDATE SET info = excluded.info, "
                  "updated_unix_seconds = excluded.updated_unix_seconds");
   if (stmt.get() == nullptr) {
-    WriteFailed("preparing node upsert");
+    WriteDone("node", SqliteError(db_, "preparing node upsert"));
     return;
   }
   stmt.BindText(1, node.name());
   stmt.BindBlob(2, blob);
   sqlite3_bind_double(stmt.get(), 3, NowSeconds());
-  if (sqlite3_step(stmt.get()) != SQLITE_DONE) {
-    WriteFailed("writing node " + node.name());
-  }
+  WriteDone("node", sqlite3_step(stmt.get()) == SQLITE_DONE
+                        ? absl::OkStatus()
+                        : SqliteError(db_, "writing node " + node.name()));
 }
 
 void SqliteStore::CurveAdded(const monta::v1::BandwidthCurve& curve) {
@@ -219,7 +349,7 @@ void SqliteStore::CurveAdded(const monta::v1::BandwidthCurve& curve) {
       "measured_unix_seconds, measurement, curve) "
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
   if (stmt.get() == nullptr) {
-    WriteFailed("preparing curve insert");
+    WriteDone("curve", SqliteError(db_, "preparing curve insert"));
     return;
   }
   stmt.BindText(1, curve.task_id());
@@ -231,9 +361,10 @@ void SqliteStore::CurveAdded(const monta::v1::BandwidthCurve& curve) {
   sqlite3_bind_double(stmt.get(), 6, measured);
   stmt.BindText(7, measurement);
   stmt.BindBlob(8, blob);
-  if (sqlite3_step(stmt.get()) != SQLITE_DONE) {
-    WriteFailed("writing curve of task " + curve.task_id());
-  }
+  WriteDone("curve",
+            sqlite3_step(stmt.get()) == SQLITE_DONE
+                ? absl::OkStatus()
+                : SqliteError(db_, "writing curve of task " + curve.task_id()));
 }
 
 void SqliteStore::RecordDecision(const monta::v1::StrategyRequest& request,
@@ -249,7 +380,7 @@ void SqliteStore::RecordDecision(const monta::v1::StrategyRequest& request,
       "speedup_over_flat, total_seconds_per_layer, evidence_source, request, "
       "reply) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
   if (stmt.get() == nullptr) {
-    WriteFailed("preparing decision insert");
+    WriteDone("decision", SqliteError(db_, "preparing decision insert"));
     return;
   }
   sqlite3_bind_double(stmt.get(), 1, NowSeconds());
@@ -263,9 +394,9 @@ void SqliteStore::RecordDecision(const monta::v1::StrategyRequest& request,
   stmt.BindText(7, source);
   stmt.BindBlob(8, request_blob);
   stmt.BindBlob(9, reply_blob);
-  if (sqlite3_step(stmt.get()) != SQLITE_DONE) {
-    WriteFailed("writing a decision");
-  }
+  WriteDone("decision", sqlite3_step(stmt.get()) == SQLITE_DONE
+                            ? absl::OkStatus()
+                            : SqliteError(db_, "writing a decision"));
 }
 
 absl::StatusOr<int64_t> SqliteStore::Count(const char* table) {
@@ -281,6 +412,26 @@ absl::StatusOr<int64_t> SqliteStore::CurveCount() { return Count("curves"); }
 
 absl::StatusOr<int64_t> SqliteStore::DecisionCount() {
   return Count("decisions");
+}
+
+void SqliteStore::WriteDone(const std::string& operation,
+                            const absl::Status& status) {
+  if (status.ok()) {
+    if (!failing_) return;
+    failing_ = false;
+    std::cerr << "monta-planner: sqlite: writes succeed again (" << operation
+              << ")" << std::endl;
+  } else {
+    ++write_errors_;
+    failing_ = true;
+    std::cerr << "monta-planner: " << status << std::endl;
+  }
+  if (listener_) listener_(operation, status);
+}
+
+void SqliteStore::SetWriteListener(WriteListener listener) {
+  absl::MutexLock lock(&mu_);
+  listener_ = std::move(listener);
 }
 
 int64_t SqliteStore::write_errors() const {

@@ -22,9 +22,27 @@ namespace monta::store {
 
 class SqliteStore : public registry::RegistryObserver, public DecisionLog {
  public:
-  // Opens (creating if needed) the database at `path` and its schema.
+  // Opens (creating if needed) the database at `path` and its schema, and
+  // refuses one the planner could not keep: each error is one line naming
+  // `path` and the problem. FAILED_PRECONDITION: the path is a directory, its
+  // directory is missing, or the file is read-only (a write probe fails);
+  // DATA_LOSS: not a SQLite database, or `PRAGMA quick_check` finds it corrupt
+  // (see MoveAside); UNAVAILABLE: anything else SQLite refuses.
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(
       const std::string& path);
+
+  // Renames the database at `path` (and its -wal and -shm files) aside to
+  // "<path>.corrupt-<UTC time>" so a fresh one can be created there; returns
+  // the new name of the main file. The old file is kept for inspection.
+  static absl::StatusOr<std::string> MoveAside(const std::string& path);
+
+  // Told of every failed write (status not OK, `operation` one of "node",
+  // "curve", "decision") and of the first successful write after a failure
+  // (status OK), so health can follow the store. Called under the store's lock
+  // (in write order): it must not call back into the store. Null stops calls.
+  using WriteListener = std::function<void(const std::string& operation,
+                                           const absl::Status& status)>;
+  void SetWriteListener(WriteListener listener);
   ~SqliteStore() override;
 
   // Restores every stored node (without a live lease) and the newest curve of
@@ -56,13 +74,18 @@ class SqliteStore : public registry::RegistryObserver, public DecisionLog {
   explicit SqliteStore(sqlite3* db);
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<int64_t> Count(const char* table);
-  // Counts a failed write and logs it with SQLite's message; the store's
-  // writers never fail their caller (the registry stays authoritative).
-  void WriteFailed(const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The checks of Open after the file opened: writable, a database, intact.
+  absl::Status CheckUsable() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts and logs a failed write, tells the listener of failures and of the
+  // first success after one.
+  void WriteDone(const std::string& operation, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);
   int64_t write_errors_ ABSL_GUARDED_BY(mu_) = 0;
+  bool failing_ ABSL_GUARDED_BY(mu_) = false;  // the last write failed
+  WriteListener listener_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace monta::store

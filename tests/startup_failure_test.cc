@@ -1,0 +1,275 @@
+// Start-up failures of the real binaries: each exits with a non-zero status
+// (not a signal) and a last stderr line naming the problem; a planner whose
+// database stops taking writes reports NOT_SERVING for monta.v1.Planner until
+// a write succeeds again.
+#include <netinet/in.h>
+#include <sqlite3.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "gtest/gtest.h"
+#include "tests/testing/cluster.h"
+#include "tests/testing/process.h"
+
+namespace monta::testing {
+namespace {
+
+// The last line of `text` (a log), without the trailing newline.
+std::string LastLine(std::string text) {
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  const size_t newline = text.rfind('\n');
+  return newline == std::string::npos ? text : text.substr(newline + 1);
+}
+
+// Runs the planner with `flags` (free ports unless a flag says otherwise) and
+// asserts a clean refusal: exit status > 0, no signal, and a last stderr line
+// "monta-planner: ..." containing every one of `reason`.
+void ExpectRefused(const std::string& binary,
+                   const std::vector<std::string>& flags,
+                   const std::vector<std::string>& reason) {
+  std::vector<std::string> argv = {Runfile(binary)};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  const CommandResult result = Run(argv, absl::Seconds(60));
+  // exit_code is -1 when a signal ended the process.
+  EXPECT_GT(result.exit_code, 0) << result.err;
+  const std::string line = LastLine(result.err);
+  const std::string prefix =
+      absl::StrCat(binary.substr(binary.rfind('/') + 1), ": ");
+  EXPECT_TRUE(absl::StartsWith(line, prefix)) << line;
+  for (const std::string& part : reason) {
+    EXPECT_TRUE(absl::StrContains(line, part))
+        << "want \"" << part << "\" in: " << line;
+  }
+}
+
+std::vector<std::string> PlannerFlags(const std::vector<std::string>& more) {
+  std::vector<std::string> flags = {"--listen=127.0.0.1:0",
+                                    "--metrics_listen=127.0.0.1:0",
+                                    "--bench_on_register=false"};
+  flags.insert(flags.end(), more.begin(), more.end());
+  return flags;
+}
+
+// A loopback TCP listener the test holds (as another process would).
+class HeldPort {
+ public:
+  HeldPort() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t size = sizeof(addr);
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), size) == 0 &&
+        listen(fd_, 1) == 0 &&
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &size) == 0) {
+      port_ = ntohs(addr.sin_port);
+    }
+  }
+  ~HeldPort() { close(fd_); }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+// A planner database with its schema and about 1 MB of rows (store_meta, so
+// that nothing needs to parse), written by the planner itself then filled.
+std::string MakeDatabase(const std::string& name) {
+  const std::string path = absl::StrCat(TempDir(), "/", name);
+  absl::StatusOr<Process> planner =
+      Process::Start({Runfile("server/monta-planner"), "--listen=127.0.0.1:0",
+                      "--metrics_listen=", "--db=" + path},
+                     path + ".log");
+  EXPECT_TRUE(planner.ok());
+  EXPECT_TRUE(WaitFor(
+      [&] { return absl::StrContains(ReadFile(path + ".log"), "serving"); },
+      absl::Seconds(30)))
+      << ReadFile(path + ".log");
+  planner->Signal(SIGTERM);
+  EXPECT_TRUE(planner->Wait(absl::Seconds(30)).ok());
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const std::string filler(4000, 'x');
+  for (int i = 0; i < 250; ++i) {
+    const std::string sql =
+        absl::StrCat("INSERT INTO store_meta (key, value) VALUES ('filler", i,
+                     "', '", filler, "');");
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr),
+              SQLITE_OK);
+  }
+  // Everything into the main file: the damage below must hit real pages.
+  EXPECT_EQ(sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE);", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  return path;
+}
+
+TEST(StartupFailureTest, MetricsPortInUse) {
+  HeldPort held;
+  ASSERT_GT(held.port(), 0);
+  ExpectRefused(
+      "server/monta-planner",
+      {"--listen=127.0.0.1:0", "--metrics_listen=" + held.address()},
+      {"metrics address " + held.address(), "Address already in use"});
+  ExpectRefused("agent/monta-agent",
+                {"--planner=127.0.0.1:1", "--metrics_listen=" + held.address()},
+                {"--metrics_listen " + held.address()});
+}
+
+TEST(StartupFailureTest, GrpcPortInUseByAnotherPlanner) {
+  LocalCluster cluster;
+  ASSERT_TRUE(cluster.StartPlanner({"--bench_on_register=false"}).ok());
+  const std::string address = cluster.planner_address();
+  // Without SO_REUSEPORT off, this one would start and take half the calls.
+  ExpectRefused("server/monta-planner",
+                {"--listen=" + address, "--metrics_listen=127.0.0.1:0"},
+                {"grpc address " + address, "Address already in use"});
+  const CommandResult health = cluster.Montactl({"health"});
+  EXPECT_EQ(health.exit_code, 0) << health.err;
+  EXPECT_EQ(health.out, "SERVING\n");
+}
+
+TEST(StartupFailureTest, GrpcPortHeldBySocket) {
+  HeldPort held;
+  ASSERT_GT(held.port(), 0);
+  ExpectRefused("server/monta-planner",
+                {"--listen=" + held.address(), "--metrics_listen=127.0.0.1:0"},
+                {"grpc address " + held.address(), "Address already in use"});
+}
+
+TEST(StartupFailureTest, PortFileDirectoryMissing) {
+  const std::string missing = TempDir() + "/no-such-dir/ports.json";
+  ExpectRefused("server/monta-planner",
+                PlannerFlags({"--port_file=" + missing}),
+                {"--port_file", missing, "No such file or directory"});
+  ExpectRefused("agent/monta-agent",
+                {"--planner=127.0.0.1:1", "--metrics_listen=127.0.0.1:0",
+                 "--port_file=" + missing},
+                {"--port_file", missing, "No such file or directory"});
+}
+
+TEST(StartupFailureTest, DatabaseDirectoryMissing) {
+  const std::string dir = TempDir() + "/no-such-dir";
+  ExpectRefused("server/monta-planner",
+                PlannerFlags({"--db=" + dir + "/planner.db"}),
+                {"--db " + dir + "/planner.db", "directory " + dir,
+                 "No such file or directory"});
+}
+
+TEST(StartupFailureTest, DirectoryAsDatabase) {
+  ExpectRefused("server/monta-planner", PlannerFlags({"--db=" + TempDir()}),
+                {"--db " + TempDir(), "is a directory"});
+}
+
+TEST(StartupFailureTest, GarbageDatabase) {
+  const std::string path = TempDir() + "/garbage.db";
+  std::ofstream(path) << std::string(10000, 'g');
+  ExpectRefused("server/monta-planner", PlannerFlags({"--db=" + path}),
+                {"--db " + path, "not a SQLite database",
+                 "file is not a database", "--db_reset_corrupt"});
+}
+
+TEST(StartupFailureTest, TruncatedDatabase) {
+  const std::string path = MakeDatabase("truncated.db");
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  const auto size = static_cast<off_t>(in.tellg());
+  ASSERT_GT(size, 500'000);
+  ASSERT_EQ(truncate(path.c_str(), size / 2), 0);
+  ExpectRefused("server/monta-planner", PlannerFlags({"--db=" + path}),
+                {"--db " + path, "corrupt", "--db_reset_corrupt"});
+}
+
+TEST(StartupFailureTest, OverwrittenPagesRefusedThenResetOnRequest) {
+  const std::string path = MakeDatabase("overwritten.db");
+  {
+    std::fstream file(path, std::ios::binary | std::ios::in | std::ios::out);
+    file.seekp(5 * 4096);
+    file << std::string(3 * 4096, '\x5a');
+  }
+  ExpectRefused(
+      "server/monta-planner", PlannerFlags({"--db=" + path}),
+      {"--db " + path, "corrupt: PRAGMA quick_check", "--db_reset_corrupt"});
+  // --db_reset_corrupt starts afresh and keeps the old file under a new name.
+  LocalCluster cluster;
+  ASSERT_TRUE(cluster
+                  .StartPlanner({"--bench_on_register=false", "--db=" + path,
+                                 "--db_reset_corrupt"})
+                  .ok());
+  const std::string log = ReadFile(cluster.planner().log_path());
+  const size_t aside = log.find("moved it aside to " + path + ".corrupt-");
+  ASSERT_NE(aside, std::string::npos) << log;
+  const std::string moved =
+      log.substr(aside + 18, log.find(' ', aside + 18) - aside - 18);
+  EXPECT_GT(ReadFile(moved).size(), 500'000u) << moved;
+  EXPECT_EQ(cluster.Montactl({"health", "monta.v1.Planner"}).out, "SERVING\n");
+}
+
+// Root writes through file permissions, so the read-only file is immutable
+// (chattr +i, CAP_LINUX_IMMUTABLE); without that capability the case skips.
+TEST(StartupFailureTest, ReadOnlyDatabase) {
+  const std::string path = MakeDatabase("read-only.db");
+  ASSERT_EQ(chmod(path.c_str(), 0444), 0);
+  bool immutable = false;
+  if (geteuid() == 0) {
+    immutable = testing::Run({"chattr", "+i", path}).exit_code == 0;
+    if (!immutable)
+      GTEST_SKIP() << "chattr +i refused: cannot make a file "
+                      "read-only for root here";
+  }
+  ExpectRefused("server/monta-planner", PlannerFlags({"--db=" + path}),
+                {"--db " + path, "read-only"});
+  // Bazel must be able to delete the test's directory.
+  if (immutable) {
+    EXPECT_EQ(testing::Run({"chattr", "-i", path}).exit_code, 0);
+  }
+}
+
+// Another process holds the database's write lock (as a stuck backup or a
+// full disk would stop writes): the planner keeps answering from memory but
+// says NOT_SERVING for monta.v1.Planner until a write succeeds again.
+TEST(StoreFailureTest, FailedWritesMakePlannerNotServingUntilOneSucceeds) {
+  LocalCluster cluster;
+  const std::string path = cluster.dir() + "/planner.db";
+  ASSERT_TRUE(
+      cluster.StartPlanner({"--bench_on_register=false", "--db=" + path}).ok());
+  EXPECT_EQ(cluster.Montactl({"health", "monta.v1.Planner"}).out, "SERVING\n");
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "BEGIN EXCLUSIVE;", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  ASSERT_TRUE(cluster.StartAgent("node-a").ok());  // registers: a node write
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return cluster.Montactl({"health", "monta.v1.Planner"}).out ==
+               "NOT_SERVING\n";
+      },
+      absl::Seconds(30)))
+      << ReadFile(cluster.planner().log_path());
+  EXPECT_TRUE(absl::StrContains(ReadFile(cluster.planner().log_path()),
+                                "database is locked"));
+  ASSERT_EQ(sqlite3_exec(db, "COMMIT;", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  ASSERT_TRUE(cluster.StartAgent("node-b").ok());  // the next write succeeds
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return cluster.Montactl({"health", "monta.v1.Planner"}).out ==
+               "SERVING\n";
+      },
+      absl::Seconds(30)))
+      << ReadFile(cluster.planner().log_path());
+}
+
+}  // namespace
+}  // namespace monta::testing
