@@ -35,8 +35,10 @@ std::string LastLine(std::string text) {
 // "monta-planner: ..." containing every one of `reason`.
 void ExpectRefused(const std::string& binary,
                    const std::vector<std::string>& flags,
-                   const std::vector<std::string>& reason) {
-  std::vector<std::string> argv = {Runfile(binary)};
+                   const std::vector<std::string>& reason,
+                   const std::vector<std::string>& prefix = {}) {
+  std::vector<std::string> argv = prefix;
+  argv.push_back(Runfile(binary));
   argv.insert(argv.end(), flags.begin(), flags.end());
   const CommandResult result = Run(argv, absl::Seconds(60));
   // exit_code is -1 when a signal ended the process.
@@ -115,6 +117,12 @@ std::string MakeDatabase(const std::string& name) {
   sqlite3_close(db);
   return path;
 }
+
+// A /bin/sh -c script's start: makes directory $0 a read-only bind mount of
+// itself (in the mount namespace the script runs in).
+const std::string kReadOnlyMount =
+    "mount --bind \"$0\" \"$0\" && "
+    "mount -o remount,bind,ro \"$0\" \"$0\" && ";
 
 TEST(StartupFailureTest, MetricsPortInUse) {
   HeldPort held;
@@ -216,24 +224,38 @@ TEST(StartupFailureTest, OverwrittenPagesRefusedThenResetOnRequest) {
   EXPECT_EQ(cluster.Montactl({"health", "monta.v1.Planner"}).out, "SERVING\n");
 }
 
-// Root writes through file permissions, so the read-only file is immutable
-// (chattr +i, CAP_LINUX_IMMUTABLE); without that capability the case skips.
+// Root writes through file permissions, so as root the database's directory
+// is made read-only the way a read-only volume is: a read-only bind mount in a
+// private mount namespace (unshare -m; works inside Bazel's user-namespace
+// sandbox too). Other users get a mode 0444 file in a mode 0555 directory.
 TEST(StartupFailureTest, ReadOnlyDatabase) {
-  const std::string path = MakeDatabase("read-only.db");
-  ASSERT_EQ(chmod(path.c_str(), 0444), 0);
-  bool immutable = false;
+  const std::string dir = TempDir() + "/read-only";
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  const std::string made = MakeDatabase("read-only/planner.db");
+  const std::string path = dir + "/planner.db";
+  ASSERT_EQ(made, path);
+  std::vector<std::string> prefix;
   if (geteuid() == 0) {
-    immutable = testing::Run({"chattr", "+i", path}).exit_code == 0;
-    if (!immutable)
-      GTEST_SKIP() << "chattr +i refused: cannot make a file "
-                      "read-only for root here";
+    const CommandResult probe =
+        testing::Run({"/usr/bin/unshare", "-m", "/bin/sh", "-c",
+                      kReadOnlyMount + "true", dir});
+    if (probe.exit_code != 0) {
+      GTEST_SKIP() << "no read-only bind mount here (unshare -m: exit "
+                   << probe.exit_code << ": " << probe.err << ")";
+    }
+    prefix = {"/usr/bin/unshare",
+              "-m",
+              "/bin/sh",
+              "-c",
+              kReadOnlyMount + "exec \"$@\"",
+              dir};
+  } else {
+    ASSERT_EQ(chmod(path.c_str(), 0444), 0);
+    ASSERT_EQ(chmod(dir.c_str(), 0555), 0);
   }
   ExpectRefused("server/monta-planner", PlannerFlags({"--db=" + path}),
-                {"--db " + path, "read-only"});
-  // Bazel must be able to delete the test's directory.
-  if (immutable) {
-    EXPECT_EQ(testing::Run({"chattr", "-i", path}).exit_code, 0);
-  }
+                {"--db " + path, "read-only"}, prefix);
+  chmod(dir.c_str(), 0755);  // Bazel deletes the test's directory
 }
 
 // Another process holds the database's write lock (as a stuck backup or a
