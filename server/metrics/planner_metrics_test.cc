@@ -106,5 +106,19 @@ TEST(PlannerMetricsTest, DecisionsCountedByStrategyAndResult) {
       << text;
 }
 
+TEST(PlannerMetricsTest, StoreErrorsStartAtZeroPerOperation) {
+  prometheus::Registry registry;
+  PlannerMetrics metrics(registry);
+  metrics.RecordStoreError("curve");
+  const std::string text =
+      prometheus::TextSerializer().Serialize(registry.Collect());
+  for (const char* series :
+       {"monta_store_errors_total{operation=\"node\"} 0",
+        "monta_store_errors_total{operation=\"curve\"} 1",
+        "monta_store_errors_total{operation=\"decision\"} 0"}) {
+    EXPECT_NE(text.find(series), std::string::npos) << series << "\n" << text;
+  }
+}
+
 }  // namespace
 }  // namespace monta::metrics

@@ -1,7 +1,12 @@
 #include "server/store/sqlite_store.h"
 
+#include <sqlite3.h>
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
@@ -112,16 +117,67 @@ TEST(SqliteStoreTest, DecisionsAreKeptWhole) {
 TEST(SqliteStoreTest, UnopenablePathIsAClearError) {
   auto store = SqliteStore::Open("/nonexistent-dir/x/planner.db");
   ASSERT_FALSE(store.ok());
-  EXPECT_NE(store.status().message().find("/nonexistent-dir/x/planner.db"),
-            std::string::npos);
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store.status().message(),
+            "--db /nonexistent-dir/x/planner.db: directory /nonexistent-dir/x: "
+            "No such file or directory");
 }
 
-TEST(SqliteStoreTest, GarbageFileIsRefused) {
+TEST(SqliteStoreTest, DirectoryIsRefused) {
+  const std::string dir = TempPath("a-directory");
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  auto store = SqliteStore::Open(dir);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().message(),
+            "--db " + dir + ": is a directory, not a database file");
+}
+
+TEST(SqliteStoreTest, GarbageFileIsDataLossAndMovesAside) {
   const std::string path = TempPath("garbage.db");
   std::ofstream(path)
       << "this is not a database, just text that is long enough to matter\n";
   auto store = SqliteStore::Open(path);
-  EXPECT_FALSE(store.ok());
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss)
+      << store.status();
+  absl::StatusOr<std::string> aside = SqliteStore::MoveAside(path);
+  ASSERT_TRUE(aside.ok()) << aside.status();
+  EXPECT_EQ(aside->rfind(path + ".corrupt-", 0), 0u) << *aside;
+  std::ifstream moved(*aside);
+  EXPECT_TRUE(moved.good());
+  EXPECT_TRUE(SqliteStore::Open(path).ok());  // a fresh one in its place
+}
+
+// Another connection holds the write lock: writes fail (after the busy
+// timeout) and the listener hears each failure, then one success.
+TEST(SqliteStoreTest, WriteListenerHearsFailuresAndRecovery) {
+  const std::string path = TempPath("locked.db");
+  auto store = SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<std::pair<std::string, bool>> heard;
+  (*store)->SetWriteListener(
+      [&heard](const std::string& operation, const absl::Status& status) {
+        heard.emplace_back(operation, status.ok());
+      });
+  monta::v1::NodeInfo node;
+  node.set_name("a");
+  (*store)->NodeChanged(node);
+  EXPECT_TRUE(heard.empty());  // successes are news only after a failure
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN EXCLUSIVE;", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  (*store)->NodeChanged(node);
+  (*store)->CurveAdded(Curve("t1", 1024));
+  ASSERT_EQ(sqlite3_exec(other, "COMMIT;", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(other);
+  (*store)->NodeChanged(node);
+  (*store)->NodeChanged(node);
+  const std::vector<std::pair<std::string, bool>> want = {
+      {"node", false}, {"curve", false}, {"node", true}};
+  EXPECT_EQ(heard, want);
+  EXPECT_EQ((*store)->write_errors(), 2);
 }
 
 }  // namespace
