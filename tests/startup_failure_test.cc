@@ -30,14 +30,16 @@ std::string LastLine(std::string text) {
   return newline == std::string::npos ? text : text.substr(newline + 1);
 }
 
-// Runs the planner with `flags` (free ports unless a flag says otherwise) and
-// asserts a clean refusal: exit status > 0, no signal, and a last stderr line
-// "monta-planner: ..." containing every one of `reason`.
+// Runs `binary` (a runfile) with `flags` (free ports unless a flag says
+// otherwise) and asserts a clean refusal: exit status > 0, no signal, and a
+// last stderr line
+// "<binary's name>: ..." containing every one of `reason`. `wrapper` (a
+// command that execs its arguments) runs the binary when not empty.
 void ExpectRefused(const std::string& binary,
                    const std::vector<std::string>& flags,
                    const std::vector<std::string>& reason,
-                   const std::vector<std::string>& prefix = {}) {
-  std::vector<std::string> argv = prefix;
+                   const std::vector<std::string>& wrapper = {}) {
+  std::vector<std::string> argv = wrapper;
   argv.push_back(Runfile(binary));
   argv.insert(argv.end(), flags.begin(), flags.end());
   const CommandResult result = Run(argv, absl::Seconds(60));
@@ -234,7 +236,7 @@ TEST(StartupFailureTest, ReadOnlyDatabase) {
   const std::string made = MakeDatabase("read-only/planner.db");
   const std::string path = dir + "/planner.db";
   ASSERT_EQ(made, path);
-  std::vector<std::string> prefix;
+  std::vector<std::string> wrapper;
   if (geteuid() == 0) {
     const CommandResult probe =
         testing::Run({"/usr/bin/unshare", "-m", "/bin/sh", "-c",
@@ -243,18 +245,18 @@ TEST(StartupFailureTest, ReadOnlyDatabase) {
       GTEST_SKIP() << "no read-only bind mount here (unshare -m: exit "
                    << probe.exit_code << ": " << probe.err << ")";
     }
-    prefix = {"/usr/bin/unshare",
-              "-m",
-              "/bin/sh",
-              "-c",
-              kReadOnlyMount + "exec \"$@\"",
-              dir};
+    wrapper = {"/usr/bin/unshare",
+               "-m",
+               "/bin/sh",
+               "-c",
+               kReadOnlyMount + "exec \"$@\"",
+               dir};
   } else {
     ASSERT_EQ(chmod(path.c_str(), 0444), 0);
     ASSERT_EQ(chmod(dir.c_str(), 0555), 0);
   }
   ExpectRefused("server/monta-planner", PlannerFlags({"--db=" + path}),
-                {"--db " + path, "read-only"}, prefix);
+                {"--db " + path, "read-only"}, wrapper);
   chmod(dir.c_str(), 0755);  // Bazel deletes the test's directory
 }
 
