@@ -1,19 +1,10 @@
 #include "server/model/cost_model.h"
 
 #include <algorithm>
+#include <initializer_list>
 
 namespace monta::model {
 namespace {
-
-// A curve's alpha describes a launch over its own rank count; scale it to a
-// group of `group` ranks by the per-peer latency, but never below a quarter
-// of the measured value (fewer peers cannot make a launch free).
-double ScaledAlpha(const BandwidthCurve& curve, int group,
-                   double per_peer_seconds) {
-  const double a =
-      curve.alpha_seconds() + per_peer_seconds * (group - curve.nranks());
-  return std::max(a, 0.25 * curve.alpha_seconds());
-}
 
 // Seconds for `link_bytes` on the curve's link, evaluated at the curve size
 // whose per-peer message equals ours (message_bytes / group per peer).
@@ -26,7 +17,30 @@ double LinkSeconds(const BandwidthCurve& curve, double link_bytes,
   return rate.bytes_per_second > 0 ? link_bytes / rate.bytes_per_second : 0;
 }
 
+// One resource a pipeline stage occupies, with the name the bottleneck
+// label uses.
+struct Resource {
+  double seconds;
+  const char* name;
+};
+
+// The resource with the longest occupation; the first wins ties.
+Resource Slowest(std::initializer_list<Resource> resources) {
+  Resource best{0, "none"};
+  for (const Resource& r : resources) {
+    if (r.seconds > best.seconds) best = r;
+  }
+  return best;
+}
+
 }  // namespace
+
+double AllToAllLatencySeconds(const BandwidthCurve& curve, int group,
+                              double per_peer_seconds) {
+  const double a =
+      curve.alpha_seconds() + per_peer_seconds * (group - curve.nranks());
+  return std::max(a, 0.25 * curve.alpha_seconds());
+}
 
 void ExtrapolationFlags::Merge(const ExtrapolationFlags& o) {
   alltoall_intra |= o.alltoall_intra;
@@ -68,12 +82,13 @@ int EffectiveChunks(int64_t rows, int requested) {
 
 CostModel::CostModel(const Traffic& traffic, const ClusterView& cluster,
                      double contention_factor, BackwardSchedule backward,
-                     double expert_compute_seconds)
+                     double expert_compute_seconds, PipelineResources pipeline)
     : traffic_(traffic),
       cluster_(cluster),
       gamma_(std::max(1.0, contention_factor)),
       backward_(backward),
-      expert_compute_seconds_(std::max(0.0, expert_compute_seconds)) {}
+      expert_compute_seconds_(std::max(0.0, expert_compute_seconds)),
+      pipeline_(pipeline) {}
 
 Stage CostModel::AllToAll(double bytes, int group, int members_on_node,
                           ExtrapolationFlags* flags) const {
@@ -90,7 +105,7 @@ Stage CostModel::AllToAll(double bytes, int group, int members_on_node,
   // The launch pays the latency of the slowest path involved.
   const BandwidthCurve& latency_curve =
       inter_bytes > 0 ? cluster_.alltoall_inter : cluster_.alltoall_intra;
-  s.busy.launch_seconds = ScaledAlpha(
+  s.busy.launch_seconds = AllToAllLatencySeconds(
       latency_curve, group, cluster_.alltoall_per_peer_latency_seconds);
   s.seconds = s.busy.launch_seconds +
               std::max(s.busy.network_seconds, s.busy.nvlink_seconds);
@@ -166,21 +181,11 @@ StrategyTime CostModel::Dedup(int chunks, bool pipelined,
   const Stage c = Copy(t * x, flags);
 
   double forward_op = a.seconds + g.seconds + c.seconds;
+  const char* steady_state_bottleneck = nullptr;
   if (pipelined && k > 1) {
-    // Steady state: a stage cannot repeat faster than itself, nor faster
-    // than the resource it shares with the other stages can serve them all.
-    // Two resources: the network, and the GPU itself, whose SMs, copy
-    // engines and HBM drive the NVLink share of the AllToAll, the AllGather
-    // and the reorder copy alike (docs/MODEL.md §4, deviation 3 in §8). Inside one node all three
-    // stages land on the GPU, so the pipeline cannot beat S1 there.
-    const bool has_network = a.busy.network_seconds > 0;
-    const double network =
-        has_network ? a.busy.network_seconds + a.busy.launch_seconds : 0;
-    const double device = a.busy.nvlink_seconds + g.seconds + c.seconds +
-                          (has_network ? 0 : a.busy.launch_seconds);
-    const double tau =
-        gamma_ * std::max({a.seconds, g.seconds, c.seconds, network, device});
-    forward_op += (k - 1) * tau;
+    const SteadyStateInterval tau = SteadyState(a, g, c);
+    forward_op += (k - 1) * tau.seconds;
+    steady_state_bottleneck = tau.name;
   }
   const double a2a_only = k * a.seconds;
   const double backward_op = backward_ == BackwardSchedule::kSliceOnly
@@ -198,7 +203,37 @@ StrategyTime CostModel::Dedup(int chunks, bool pipelined,
   const double sent = d / t;
   st.intra_node_bytes = sent * traffic_.intra_node_share + (t - 1) * sent;
   st.inter_node_bytes = sent * traffic_.inter_node_share;
+  st.steady_state_bottleneck = steady_state_bottleneck;
   return st;
+}
+
+// A stage cannot repeat faster than itself, nor faster than a resource it
+// shares with the other stages can serve them all. The network carries the
+// AllToAll's inter-node share; the GPU (SMs, copy engines, HBM) drives its
+// NVLink share and the AllGather, and under kCopySharesGpu the reorder copy
+// too (docs/MODEL.md §4, deviation 3 in §8). Inside one node every stage then
+// lands on the GPU, so the pipeline cannot beat S1 there.
+CostModel::SteadyStateInterval CostModel::SteadyState(const Stage& a,
+                                                      const Stage& g,
+                                                      const Stage& c) const {
+  const bool has_network = a.busy.network_seconds > 0;
+  const double network =
+      has_network ? a.busy.network_seconds + a.busy.launch_seconds : 0;
+  const bool copy_shares = pipeline_ == PipelineResources::kCopySharesGpu;
+  const double device = a.busy.nvlink_seconds + g.seconds +
+                        (copy_shares ? c.seconds : 0) +
+                        (has_network ? 0 : a.busy.launch_seconds);
+  // The AllToAll stage alone is bound by whatever dominates it.
+  const Resource a2a = Slowest({{a.busy.network_seconds, "network"},
+                                {a.busy.nvlink_seconds, "nvlink"},
+                                {a.busy.launch_seconds, "launch_latency"}});
+  // Order matters for ties: shared resources before single stages.
+  const Resource slowest = Slowest({{network, "network"},
+                                    {device, "nvlink"},
+                                    {a.seconds, a2a.name},
+                                    {g.seconds, "nvlink"},
+                                    {c.seconds, "copy"}});
+  return {gamma_ * slowest.seconds, slowest.name};
 }
 
 StrategyTime CostModel::Hierarchical(ExtrapolationFlags* flags) const {

@@ -19,8 +19,12 @@ struct ClusterView {
   BandwidthCurve allgather_intra;  // AllGather inside a node (TP group)
   BandwidthCurve copy;             // device-to-device copy
   // AllToAll launch latency grows with the number of peers (one send/recv
-  // pair each); this rescales a curve's alpha to the job's group size.
+  // pair each); this moves a curve's alpha from the curve's own rank count to
+  // the op's group (docs/MODEL.md §2), never to the cluster's size.
   double alltoall_per_peer_latency_seconds = 0;
+  // Largest group the per-peer latency was sourced on (0 = unknown): groups
+  // beyond it extrapolate the latency law, and the decision says so.
+  int alltoall_latency_source_max_ranks = 0;
 };
 
 // Which curves a prediction needed outside their measured range.
@@ -35,15 +39,22 @@ struct ExtrapolationFlags {
   }
 };
 
-// How backward runs. kSliceOnly (the default) is docs/MODEL.md §8.1's reading: forward
-// charges an AllGather to each of its two ops, backward runs AllToAll(D/t)
-// only. Per layer that is 4 AllToAlls and 2 AllGathers, exactly what
-// DeepSpeed's MoE layer issues (deepspeed/moe/sharded_moe.py: forward runs
+// How backward runs. kSliceOnly (the default) is docs/MODEL.md §8.1's reading:
+// forward charges an AllGather to each of its two ops, backward runs
+// AllToAll(D/t) only. Per layer that is 4 AllToAlls and 2 AllGathers, exactly
+// what DeepSpeed's MoE layer issues (deepspeed/moe/sharded_moe.py: forward runs
 // drop -> AllToAll and AllToAll -> gather; autograd runs slice -> AllToAll and
 // AllToAll -> AllGather), only attributed to forward rather than split.
 // kAutograd charges an AllGather to every backward op as well (4 per layer);
 // it over-counts DeepSpeed's backward and is kept for comparison.
 enum class BackwardSchedule { kAutograd, kSliceOnly };
+
+// Which pipeline stages share a resource (docs/MODEL.md §8.3, an open
+// question for measurement). kCopySharesGpu (the default, conservative): the
+// reorder copy contends with the AllToAll's NVLink share and the AllGather
+// on the GPU (SMs, copy engines, HBM). kCopySeparate: the copy hides behind
+// the AllGather and bounds the steady state only on its own.
+enum class PipelineResources { kCopySharesGpu, kCopySeparate };
 
 // Busy time per resource; used for the pipeline's steady state and to name
 // the bottleneck.
@@ -73,6 +84,10 @@ struct StrategyTime {
   // Bytes one rank moves per AllToAll op.
   double intra_node_bytes = 0;
   double inter_node_bytes = 0;
+  // The resource that sets a pipeline's steady-state interval (a name as
+  // ResourceBusy::Bottleneck gives); null when the schedule is not
+  // pipelined, and the summed busy time names the bottleneck instead.
+  const char* steady_state_bottleneck = nullptr;
 };
 
 class CostModel {
@@ -82,7 +97,8 @@ class CostModel {
   // expert FFN forward per layer per rank (0 = unknown).
   CostModel(const Traffic& traffic, const ClusterView& cluster,
             double contention_factor, BackwardSchedule backward,
-            double expert_compute_seconds);
+            double expert_compute_seconds,
+            PipelineResources pipeline = PipelineResources::kCopySharesGpu);
 
   // Schedules (docs/MODEL.md §4). `flags` (nullable) collects extrapolation.
   StrategyTime Flat(ExtrapolationFlags* flags) const;
@@ -100,6 +116,14 @@ class CostModel {
   Stage Copy(double bytes, ExtrapolationFlags* flags) const;
 
  private:
+  // A pipeline's steady-state interval tau and the resource that sets it.
+  struct SteadyStateInterval {
+    double seconds;
+    const char* name;
+  };
+  SteadyStateInterval SteadyState(const Stage& a, const Stage& g,
+                                  const Stage& c) const;
+
   // Forward and backward of one dedup op split into `chunks`.
   StrategyTime Dedup(int chunks, bool pipelined,
                      ExtrapolationFlags* flags) const;
@@ -109,7 +133,15 @@ class CostModel {
   double gamma_;  // contention factor >= 1
   BackwardSchedule backward_;
   double expert_compute_seconds_;
+  PipelineResources pipeline_;
 };
+
+// Launch latency of an AllToAll over `group` ranks read from `curve`: its
+// alpha moved by the per-peer latency from the curve's rank count to the
+// group, floored at a quarter of the alpha (fewer peers cannot make a launch
+// free). A function of the op's group and the curve only.
+double AllToAllLatencySeconds(const BandwidthCurve& curve, int group,
+                              double per_peer_seconds);
 
 // Chunks a split really yields: n rows cut into pieces of ceil(n/K) rows give
 // ceil(n / ceil(n/K)) pieces (n=6, K=4 gives 3). K is clamped to [1, n].

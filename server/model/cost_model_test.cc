@@ -1,5 +1,7 @@
 #include "server/model/cost_model.h"
 
+#include <algorithm>
+
 #include "gtest/gtest.h"
 #include "server/model/hardware_profile.h"
 #include "server/model/paper_job_shape.h"
@@ -41,10 +43,9 @@ TEST_F(CostModelTest, AllToAllIsAlphaPlusNetworkShareOverLinkRate) {
   const double x = 64e6;
   const Stage a = model.AllToAll(x, 2, 1, nullptr);
   // Half of the bytes go to the EP peer on the other node.
-  const double expected =
-      view_.alltoall_inter.alpha_seconds() +
-      (2 - 16) * profile_.alltoall_per_peer_latency_seconds +
-      0.5 * x / profile_.InterNodeLinkBytesPerSecond();
+  const double expected = profile_.alltoall_latency_seconds +
+                          (2 - 8) * profile_.alltoall_per_peer_latency_seconds +
+                          0.5 * x / profile_.InterNodeLinkBytesPerSecond();
   EXPECT_NEAR(a.seconds, expected, 1e-9);
   EXPECT_EQ(a.busy.nvlink_seconds, 0);
   EXPECT_STREQ(a.busy.Bottleneck(), "network");
@@ -107,6 +108,55 @@ TEST_F(CostModelTest, ExpertOverlapHidesCommunicationBehindCompute) {
   EXPECT_NEAR(one.forward_seconds, flat.forward_seconds, 1e-12);
   EXPECT_LT(model.ExpertOverlap(8, nullptr).forward_seconds,
             flat.forward_seconds);
+}
+
+TEST_F(CostModelTest, PipelineNamesTheResourceThatSetsTheSteadyState) {
+  // Paper setting, K = 6: the GPU stages (AllGather + copy + NVLink share)
+  // set tau although the network has the largest summed busy time.
+  const CostModel model(traffic_, view_, 1, BackwardSchedule::kSliceOnly, 0);
+  const StrategyTime s2 = model.TpDedupPipelined(6, nullptr);
+  ASSERT_NE(s2.steady_state_bottleneck, nullptr);
+  EXPECT_STREQ(s2.steady_state_bottleneck, "nvlink");
+  EXPECT_STREQ(s2.busy.Bottleneck(), "network");
+  // Unpipelined schedules have no steady state.
+  EXPECT_EQ(model.TpDedup(nullptr).steady_state_bottleneck, nullptr);
+  EXPECT_EQ(model.TpDedupPipelined(1, nullptr).steady_state_bottleneck,
+            nullptr);
+}
+
+TEST_F(CostModelTest, CopyOffTheGpuResourceShortensThePipeline) {
+  const CostModel shared(traffic_, view_, 1, BackwardSchedule::kSliceOnly, 0,
+                         PipelineResources::kCopySharesGpu);
+  const CostModel split(traffic_, view_, 1, BackwardSchedule::kSliceOnly, 0,
+                        PipelineResources::kCopySeparate);
+  const StrategyTime a = shared.TpDedupPipelined(6, nullptr);
+  const StrategyTime b = split.TpDedupPipelined(6, nullptr);
+  EXPECT_LT(b.forward_seconds, a.forward_seconds);
+  // K = 1 has no steady state: the option changes nothing.
+  EXPECT_DOUBLE_EQ(shared.TpDedup(nullptr).forward_seconds,
+                   split.TpDedup(nullptr).forward_seconds);
+}
+
+// The per-AllToAll latency follows the op's group, not the cluster: a
+// profile view of 2 or 2048 nodes gives a 2-member EP group the same launch.
+TEST(AllToAllLatency, FollowsTheGroupNotTheCluster) {
+  auto profile = FindProfile("h100-hgx");
+  ASSERT_TRUE(profile.ok());
+  auto small = ProfileClusterView(*profile, 2, 8);
+  auto large = ProfileClusterView(*profile, 2048, 8);
+  ASSERT_TRUE(small.ok() && large.ok());
+  for (int group : {2, 16, 64, 256}) {
+    const double lambda = profile->alltoall_per_peer_latency_seconds;
+    const double expected =
+        std::max(profile->alltoall_latency_seconds + lambda * (group - 8),
+                 0.25 * small->alltoall_inter.alpha_seconds());
+    EXPECT_DOUBLE_EQ(
+        AllToAllLatencySeconds(small->alltoall_inter, group, lambda), expected)
+        << group;
+    EXPECT_DOUBLE_EQ(
+        AllToAllLatencySeconds(large->alltoall_inter, group, lambda), expected)
+        << group;
+  }
 }
 
 }  // namespace

@@ -118,6 +118,8 @@ HardwareProfile Hgx(const char* name, const char* description,
       12e-6, "seconds", kSrcA2aLatency);
   Set(p, &HardwareProfile::alltoall_per_peer_latency_seconds,
       "alltoall_per_peer_latency_seconds", 0.8e-6, "seconds", kSrcA2aPerPeer);
+  // kSrcA2aPerPeer compares 8- and 32-GPU runs.
+  p.alltoall_per_peer_latency_source_max_ranks = 32;
   Set(p, &HardwareProfile::allgather_latency_seconds,
       "allgather_latency_seconds", 10e-6, "seconds", kSrcAgLatency);
   Set(p, &HardwareProfile::copy_latency_seconds, "copy_latency_seconds", 5e-6,

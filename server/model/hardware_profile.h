@@ -42,6 +42,9 @@ struct HardwareProfile {
   double alltoall_per_peer_latency_seconds = 0;
   double allgather_latency_seconds = 0;
   double copy_latency_seconds = 0;
+  // Largest AllToAll group the per-peer latency was sourced on (the source's
+  // runs, not a constant the model uses); 0 = an assumption with no range.
+  int alltoall_per_peer_latency_source_max_ranks = 0;
 
   // Every constant above with unit and source, in declaration order.
   std::vector<ProfileConstant> constants;

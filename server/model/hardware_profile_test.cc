@@ -73,7 +73,14 @@ TEST(ProfileView, CurvesCarryTheProfileRates) {
                    50e9 * 0.95);
   EXPECT_DOUBLE_EQ(view->copy.LinkRateAt(1e6).bytes_per_second,
                    3350e9 / 2 * 0.8);
-  EXPECT_EQ(view->alltoall_inter.nranks(), 32);
+  // Two nodes, whatever the cluster's size: no curve grows with it.
+  EXPECT_EQ(view->alltoall_inter.nranks(), 16);
+  auto large = ProfileClusterView(*p, 4096, 8);
+  ASSERT_TRUE(large.ok()) << large.status();
+  EXPECT_EQ(large->alltoall_inter.nranks(), 16);
+  EXPECT_DOUBLE_EQ(large->alltoall_inter.alpha_seconds(),
+                   view->alltoall_inter.alpha_seconds());
+  EXPECT_EQ(view->alltoall_latency_source_max_ranks, 32);
   // More ranks, more peers, more launch latency.
   EXPECT_GT(view->alltoall_inter.alpha_seconds(),
             view->alltoall_intra.alpha_seconds());

@@ -32,7 +32,11 @@ absl::StatusOr<ClusterView> ProfileClusterView(const HardwareProfile& profile,
   }
   // Curves need at least two ranks; a one-rank node still has a fabric.
   const int g = std::max(2, gpus_per_node);
-  const int inter_ranks = std::max(2, nodes) * gpus_per_node;
+  // The inter-node curve describes the smallest AllToAll that crosses the
+  // network, two nodes, whatever the cluster's size: the cost model moves its
+  // alpha to each op's own group (docs/MODEL.md §2), and a link rate does
+  // not depend on how many nodes exist.
+  const int inter_ranks = 2 * gpus_per_node;
   ClusterView view;
   absl::StatusOr<BandwidthCurve> intra = BandwidthCurve::FromAlphaBeta(
       Collective::kAllToAll, g, g, AllToAllAlpha(profile, g),
@@ -57,6 +61,8 @@ absl::StatusOr<ClusterView> ProfileClusterView(const HardwareProfile& profile,
   view.copy = *std::move(copy);
   view.alltoall_per_peer_latency_seconds =
       profile.alltoall_per_peer_latency_seconds;
+  view.alltoall_latency_source_max_ranks =
+      profile.alltoall_per_peer_latency_source_max_ranks;
   return view;
 }
 

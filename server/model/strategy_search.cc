@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -148,12 +149,33 @@ struct References {
   double steps = 0;        // MoE layers times micro-batches per step: L * m
 };
 
+// tp_dedup's model: the job's own, or the padded one when only padding
+// makes the split even; null when neither can run it.
+struct Models {
+  const CostModel* job = nullptr;
+  const CostModel* padded = nullptr;  // null when nothing needs padding
+  const Traffic* padded_traffic = nullptr;
+};
+
+const CostModel* DedupModel(StrategyKind kind, const MoeJobShape& job,
+                            const Traffic& tr, const Models& m) {
+  if (!InfeasibleReason(kind, job, tr)) return m.job;
+  const bool dedup =
+      kind == StrategyKind::kTpDedup || kind == StrategyKind::kTpDedupPipelined;
+  if (dedup && m.padded != nullptr &&
+      !InfeasibleReason(kind, job, *m.padded_traffic)) {
+    return m.padded;
+  }
+  return nullptr;
+}
+
 References ComputeReferences(const MoeJobShape& job, const Traffic& tr,
-                             const CostModel& model) {
+                             const Models& models) {
   References r;
-  r.flat_total = Total(model.Flat(nullptr));
-  if (!InfeasibleReason(StrategyKind::kTpDedup, job, tr)) {
-    r.dedup_total = Total(model.TpDedup(nullptr));
+  r.flat_total = Total(models.job->Flat(nullptr));
+  if (const CostModel* dedup =
+          DedupModel(StrategyKind::kTpDedup, job, tr, models)) {
+    r.dedup_total = Total(dedup->TpDedup(nullptr));
   }
   r.steps = static_cast<double>(job.moe_layers) *
             std::max(1, job.microbatches_per_step);
@@ -203,7 +225,9 @@ Candidate EvaluateFeasible(StrategyKind kind, const Traffic& tr,
   c.step_seconds = refs.steps * c.total_seconds_per_layer;
   c.intra_node_bytes_per_rank = best.time.intra_node_bytes;
   c.inter_node_bytes_per_rank = best.time.inter_node_bytes;
-  c.bottleneck = best.time.busy.Bottleneck();
+  c.bottleneck = best.time.steady_state_bottleneck != nullptr
+                     ? best.time.steady_state_bottleneck
+                     : best.time.busy.Bottleneck();
   if (c.total_seconds_per_layer > 0) {
     if (refs.flat_total > 0) {
       c.speedup_over_flat = refs.flat_total / c.total_seconds_per_layer;
@@ -245,6 +269,68 @@ void AddJobNotes(const MoeJobShape& job, const Traffic& tr,
   }
 }
 
+// The job's traffic with the split axis padded up to a multiple of t (the
+// rows and D grow in proportion), or nullopt when it already is one.
+std::optional<Traffic> PaddedTraffic(const Traffic& tr) {
+  const int t = tr.tensor_parallel_size;
+  if (t <= 1 || tr.split_rows < 1 || tr.split_rows % t == 0) {
+    return std::nullopt;
+  }
+  Traffic padded = tr;
+  padded.split_rows = (tr.split_rows + t - 1) / t * t;
+  if (tr.capacity_tokens > 0) padded.capacity_tokens = padded.split_rows;
+  padded.dispatch_bytes = tr.dispatch_bytes *
+                          static_cast<double>(padded.split_rows) /
+                          static_cast<double>(tr.split_rows);
+  return padded;
+}
+
+std::string PaddingNote(StrategyKind kind, const std::string& why,
+                        const Traffic& tr, const Traffic& padded) {
+  return absl::StrCat(
+      StrategyName(kind), " unpadded infeasible: ", why, "; offered padded (",
+      tr.capacity_tokens > 0 ? "C" : "k*S", " ", tr.split_rows, " -> ",
+      padded.split_rows, ", +", padded.split_rows - tr.split_rows, " rows, +",
+      std::llround(padded.dispatch_bytes - tr.dispatch_bytes),
+      " bytes per rank per AllToAll), costed with the padded D");
+}
+
+Candidate InfeasibleCandidate(StrategyKind kind, const std::string& why) {
+  Candidate c;
+  c.kind = kind;
+  c.name = StrategyName(kind);
+  c.infeasible_reason = why;
+  return c;
+}
+
+// The AllToAll groups a candidate runs: the EP group, or hierarchical's
+// n_s intra group and e/n_s same-local-rank group.
+int LargestGroup(const Candidate& c, const Traffic& tr) {
+  if (c.kind == StrategyKind::kHierarchical) {
+    const int ns = std::max(1, tr.ep_members_on_node);
+    return std::max(ns, tr.ep_group_size / ns);
+  }
+  return tr.ep_group_size;
+}
+
+// Flags an AllToAll group past the range the per-peer latency was sourced on.
+void AddLatencyNote(const ClusterView& cluster, const Traffic& tr,
+                    const std::vector<Candidate>& feasible, Decision* d) {
+  const int source = cluster.alltoall_latency_source_max_ranks;
+  if (source <= 0) return;
+  int largest = 0;
+  for (const Candidate& c : feasible) {
+    largest = std::max(largest, LargestGroup(c, tr));
+  }
+  if (largest <= source) return;
+  d->latency_extrapolated_group = largest;
+  d->notes.push_back(
+      absl::StrCat("alltoall latency extrapolated: the per-peer latency (",
+                   cluster.alltoall_per_peer_latency_seconds * 1e6,
+                   " us) is sourced from groups of up to ", source,
+                   " ranks and applied to a group of ", largest));
+}
+
 }  // namespace
 
 absl::StatusOr<Decision> Decide(const MoeJobShape& job, const NodeShape& shape,
@@ -258,27 +344,50 @@ absl::StatusOr<Decision> Decide(const MoeJobShape& job, const NodeShape& shape,
   decision.traffic = *traffic;
   const Traffic& tr = decision.traffic;
   const CostModel model(tr, cluster, options.contention_factor,
-                        options.backward, job.expert_compute_seconds);
-  const References refs = ComputeReferences(job, tr, model);
+                        options.backward, job.expert_compute_seconds,
+                        options.pipeline);
+  const std::optional<Traffic> padded_traffic = PaddedTraffic(tr);
+  std::optional<CostModel> padded_model;
+  if (padded_traffic) {
+    padded_model.emplace(*padded_traffic, cluster, options.contention_factor,
+                         options.backward, job.expert_compute_seconds,
+                         options.pipeline);
+  }
+  const Models models{&model, padded_model ? &*padded_model : nullptr,
+                      padded_traffic ? &*padded_traffic : nullptr};
+  const References refs = ComputeReferences(job, tr, models);
 
   std::vector<Candidate> feasible;
   std::vector<Candidate> infeasible;
   for (StrategyKind kind : KindsToConsider(options)) {
-    if (std::optional<std::string> why = InfeasibleReason(kind, job, tr)) {
-      Candidate c;
-      c.kind = kind;
-      c.name = StrategyName(kind);
-      c.infeasible_reason = *why;
-      decision.notes.push_back(absl::StrCat(c.name, " infeasible: ", *why));
-      infeasible.push_back(std::move(c));
+    std::optional<std::string> why = InfeasibleReason(kind, job, tr);
+    const CostModel* chosen_model = &model;
+    const Traffic* chosen_traffic = &tr;
+    if (why && DedupModel(kind, job, tr, models) == models.padded &&
+        models.padded != nullptr) {
+      // Padding the split axis to a multiple of t makes it run.
+      decision.notes.push_back(PaddingNote(kind, *why, tr, *padded_traffic));
+      chosen_model = models.padded;
+      chosen_traffic = models.padded_traffic;
+      why.reset();
+    }
+    if (why) {
+      decision.notes.push_back(
+          absl::StrCat(StrategyName(kind), " infeasible: ", *why));
+      infeasible.push_back(InfeasibleCandidate(kind, *why));
       continue;
     }
-    feasible.push_back(EvaluateFeasible(kind, tr, model, options, refs,
-                                        &decision.extrapolated));
+    Candidate c = EvaluateFeasible(kind, *chosen_traffic, *chosen_model,
+                                   options, refs, &decision.extrapolated);
+    c.padded_rows = chosen_traffic->split_rows - tr.split_rows;
+    c.padding_bytes_per_rank =
+        chosen_traffic->dispatch_bytes - tr.dispatch_bytes;
+    feasible.push_back(std::move(c));
   }
   RankFeasible(&feasible);
   decision.chosen = feasible.empty() ? -1 : 0;
   AddJobNotes(job, tr, &decision.notes);
+  AddLatencyNote(cluster, tr, feasible, &decision);
   decision.candidates = std::move(feasible);
   for (Candidate& c : infeasible) decision.candidates.push_back(std::move(c));
   return decision;

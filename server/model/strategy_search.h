@@ -27,6 +27,9 @@ struct SearchOptions {
   // gamma >= 1 for the pipelined steady state.
   double contention_factor = 1.0;
   BackwardSchedule backward = BackwardSchedule::kSliceOnly;
+  // Whether the reorder copy shares the GPU with the pipeline's NVLink
+  // stages (docs/MODEL.md §8.3); not on the wire until measured.
+  PipelineResources pipeline = PipelineResources::kCopySharesGpu;
 };
 
 struct Candidate {
@@ -42,7 +45,15 @@ struct Candidate {
   double step_seconds = 0;  // L * m * total
   double intra_node_bytes_per_rank = 0;
   double inter_node_bytes_per_rank = 0;
+  // The resource that bounds the candidate: for a pipeline (K > 1) the one
+  // that sets its steady-state interval, else the largest summed busy time.
   std::string bottleneck;
+  // tp_dedup / tp_dedup_pipelined when the split axis (C or k*S) is not a
+  // multiple of t: the rows added to pad it up to one (0 = not padded) and
+  // the bytes per rank per AllToAll they add to D. Times are costed with the
+  // padded D; the unpadded version's reason is in Decision.notes.
+  int64_t padded_rows = 0;
+  double padding_bytes_per_rank = 0;
   double speedup_over_flat = 0;      // 0 when undefined
   double speedup_over_tp_dedup = 0;  // 0 when undefined
   double predicted_step_gain_ratio = 0;
@@ -58,6 +69,9 @@ struct Decision {
   int chosen = -1;
   // Curves used outside their measured range by the ranked candidates.
   ExtrapolationFlags extrapolated;
+  // Largest AllToAll group of a feasible candidate when it exceeds the
+  // range the per-peer latency was sourced on (0 = within it or unknown).
+  int latency_extrapolated_group = 0;
   std::vector<std::string> notes;
 };
 

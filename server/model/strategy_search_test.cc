@@ -73,8 +73,9 @@ TEST(StrategySearch, PaperSettingHoldsFrom64MiBTo1GiBPerRank) {
                     c.forward_seconds_per_layer,
                 4.0)
           << "hidden " << hidden;
-      // Forward + backward: docs/MODEL.md's backward (§8.1) (AllToAlls only) keeps 4x;
-      // DeepSpeed's autograd also gathers in backward, which costs some.
+      // Forward + backward: docs/MODEL.md's backward (§8.1) (AllToAlls only)
+      // keeps 4x; DeepSpeed's autograd also gathers in backward, which costs
+      // some.
       EXPECT_GE(c.speedup_over_flat,
                 backward == BackwardSchedule::kSliceOnly ? 4.0 : 3.5)
           << "hidden " << hidden;
@@ -226,15 +227,113 @@ TEST(StrategySearch, ForwardPlusBackwardIsTheRankedTotal) {
   EXPECT_EQ(d.candidates.size(), 5u);
 }
 
-TEST(StrategySearch, CapacityNotDivisibleByTIsInfeasibleNotAnError) {
+TEST(StrategySearch, CapacityNotDivisibleByTIsOfferedPadded) {
   MoeJobShape job = PaperJobShape();
   job.sequence_length = 8190;  // C = 4095, not a multiple of 8
   const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
   const Candidate& dedup = Find(d, StrategyKind::kTpDedup);
-  EXPECT_FALSE(dedup.feasible);
-  EXPECT_NE(dedup.infeasible_reason.find("C mod t = 7"), std::string::npos);
-  EXPECT_EQ(Chosen(d).kind, StrategyKind::kFlat);
-  EXPECT_EQ(Chosen(d).speedup_over_tp_dedup, 0);
+  ASSERT_TRUE(dedup.feasible);
+  EXPECT_EQ(dedup.padded_rows, 1);
+  EXPECT_DOUBLE_EQ(dedup.padding_bytes_per_rank,
+                   d.traffic.dispatch_bytes / 4095);
+  // Padded to C = 4096 the dispatch is exactly the paper's: same cost.
+  const Decision paper =
+      DecideOrDie(PaperJobShape(), {2, 8}, View("a800-hgx", 2));
+  EXPECT_DOUBLE_EQ(dedup.total_seconds_per_layer,
+                   Find(paper, StrategyKind::kTpDedup).total_seconds_per_layer);
+  EXPECT_EQ(Chosen(d).kind, StrategyKind::kTpDedupPipelined);
+  EXPECT_EQ(Chosen(d).padded_rows, 1);
+  EXPECT_GT(Chosen(d).speedup_over_flat, 4);
+  // The unpadded version's reason stays visible.
+  int unpadded_notes = 0;
+  for (const std::string& n : d.notes) {
+    if (n.find("unpadded infeasible") != std::string::npos &&
+        n.find("C mod t = 7") != std::string::npos &&
+        n.find("4095 -> 4096") != std::string::npos) {
+      ++unpadded_notes;
+    }
+  }
+  EXPECT_EQ(unpadded_notes, 2);  // tp_dedup and tp_dedup_pipelined
+  // Flat is not padded.
+  EXPECT_EQ(Find(d, StrategyKind::kFlat).padded_rows, 0);
+}
+
+TEST(StrategySearch, FlatTimeForAFixedEpGroupDoesNotChangeWithNodes) {
+  // EP 2, t = 8 on H100: the audit saw 7 us (2 nodes) -> 3.3 ms (2048).
+  double flat_at_two = 0;
+  StrategyKind chosen_at_two = StrategyKind::kFlat;
+  for (int nodes : {2, 16, 64, 512, 2048}) {
+    MoeJobShape job = PaperJobShape();
+    job.world_size = nodes * 8;
+    job.data_parallel_size = nodes;
+    const Decision d = DecideOrDie(job, {nodes, 8}, View("h100-hgx", nodes));
+    const Candidate& flat = Find(d, StrategyKind::kFlat);
+    if (nodes == 2) {
+      flat_at_two = flat.total_seconds_per_layer;
+      chosen_at_two = Chosen(d).kind;
+    }
+    EXPECT_DOUBLE_EQ(flat.total_seconds_per_layer, flat_at_two) << nodes;
+    EXPECT_EQ(Chosen(d).kind, chosen_at_two) << nodes;
+  }
+  EXPECT_EQ(chosen_at_two, StrategyKind::kTpDedupPipelined);
+}
+
+// 512 H100 nodes, EP 64, t = 8, 128 MiB dispatch per rank (issue 10's
+// done-when): pipelined with K > 1 wins, and flat is the alpha-beta value
+// of the profile's constants with the EP group's latency.
+TEST(StrategySearch, LargeClusterFlatIsAlphaBetaOfTheEpGroup) {
+  MoeJobShape job = PaperJobShape();
+  job.num_experts = 64;
+  job.expert_parallel_size = 64;
+  job.world_size = 512 * 8;
+  job.data_parallel_size = 512;
+  const Decision d = DecideOrDie(job, {512, 8}, View("h100-hgx", 512));
+  const double dispatch = 128.0 * (1 << 20);
+  ASSERT_DOUBLE_EQ(d.traffic.dispatch_bytes, dispatch);
+  ASSERT_EQ(d.traffic.ep_members_on_node, 1);
+  EXPECT_EQ(Chosen(d).kind, StrategyKind::kTpDedupPipelined);
+  EXPECT_GT(Chosen(d).chunks_effective, 1);
+
+  auto p = FindProfile("h100-hgx");
+  ASSERT_TRUE(p.ok());
+  // Independently of the curves: alpha of 64 ranks from the 8-rank latency
+  // and the per-peer latency; 63/64 of D over the NIC share of one GPU.
+  const double alpha = p->alltoall_latency_seconds +
+                       p->alltoall_per_peer_latency_seconds * (64 - 8);
+  const double nic_share = p->nics_per_node * p->nic_bytes_per_second *
+                           p->nic_efficiency / p->gpus_per_node;
+  const double one_op = alpha + dispatch * 63 / 64 / nic_share;
+  EXPECT_NEAR(Find(d, StrategyKind::kFlat).total_seconds_per_layer, 4 * one_op,
+              1e-12);
+  // 64 ranks are past the 8- and 32-GPU runs the per-peer latency comes from.
+  EXPECT_EQ(d.latency_extrapolated_group, 64);
+  bool noted = false;
+  for (const std::string& n : d.notes) {
+    noted |= n.find("alltoall latency extrapolated") != std::string::npos;
+  }
+  EXPECT_TRUE(noted);
+}
+
+TEST(StrategySearch, LatencyWithinItsSourceRangeIsNotFlagged) {
+  const Decision d = DecideOrDie(PaperJobShape(), {2, 8}, View("a800-hgx", 2));
+  EXPECT_EQ(d.latency_extrapolated_group, 0);
+  for (const std::string& n : d.notes) {
+    EXPECT_EQ(n.find("latency extrapolated"), std::string::npos) << n;
+  }
+}
+
+TEST(StrategySearch, PipelinedBottleneckIsTheSteadyStateResource) {
+  const Decision d = DecideOrDie(PaperJobShape(), {2, 8}, View("a800-hgx", 2));
+  ASSERT_EQ(Chosen(d).kind, StrategyKind::kTpDedupPipelined);
+  // AllGather + copy (on the GPU) set tau; the network is busiest summed.
+  EXPECT_EQ(Chosen(d).bottleneck, "nvlink");
+  EXPECT_EQ(Find(d, StrategyKind::kTpDedup).bottleneck, "network");
+  SearchOptions split;
+  split.pipeline = PipelineResources::kCopySeparate;
+  const Decision s =
+      DecideOrDie(PaperJobShape(), {2, 8}, View("a800-hgx", 2), split);
+  EXPECT_LT(Chosen(s).total_seconds_per_layer,
+            Chosen(d).total_seconds_per_layer);
 }
 
 TEST(StrategySearch, HierarchicalWinsOnlyWhenLatencyBound) {
