@@ -51,6 +51,12 @@ absl::StatusOr<Traffic> ComputeTraffic(const MoeJobShape& job,
   if (shape.nodes < 1 || shape.gpus_per_node < 1) {
     return absl::InvalidArgumentError("placement: need >= 1 node and rank");
   }
+  if (shape.nodes > kMaxNodes ||
+      static_cast<int64_t>(shape.nodes) * shape.gpus_per_node > kMaxWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "placement: at most ", kMaxNodes, " nodes and ", kMaxWorldSize,
+        " ranks, got ", shape.nodes, " x ", shape.gpus_per_node));
+  }
   if (shape.gpus_per_node % t != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("job: tensor_parallel_size ", t,

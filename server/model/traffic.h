@@ -38,6 +38,13 @@ struct MoeJobShape {
   double alltoall_share_ratio = 0;  // f; 0 = unknown
 };
 
+// Largest cluster the model answers for (docs/MODEL.md §7, "Bounds"): 4x
+// the largest published single training job (16,384 GPUs), past which the
+// per-peer latency law (sourced on <= 32 ranks) is guesswork. Past them the
+// planner answers INVALID_ARGUMENT naming the field.
+constexpr int kMaxNodes = 8192;
+constexpr int kMaxWorldSize = 65536;  // ranks: kMaxNodes x 8 GPUs
+
 // The cluster's shape as the job sees it: N nodes of G ranks.
 struct NodeShape {
   int nodes = 0;

@@ -101,8 +101,8 @@ absl::Status ValidateLayerShape(const MoeJob& job) {
 absl::Status ValidateParallelism(const MoeJob& job) {
   const int cp =
       job.context_parallel_size() == 0 ? 1 : job.context_parallel_size();
-  MONTA_RETURN_IF_ERROR(
-      InRange<int32_t>("job.world_size", job.world_size(), 1, 1 << 20));
+  MONTA_RETURN_IF_ERROR(InRange<int32_t>("job.world_size", job.world_size(), 1,
+                                         monta::model::kMaxWorldSize));
   MONTA_RETURN_IF_ERROR(InRange<int32_t>(
       "job.tensor_parallel_size", job.tensor_parallel_size(), 1, 1 << 20));
   MONTA_RETURN_IF_ERROR(InRange<int32_t>(

@@ -42,10 +42,10 @@ absl::StatusOr<Resolved> ResolveProfilePlacement(const v1::Placement& p) {
         absl::StrCat("placement.profile: ", found.status().message()));
   }
   const model::HardwareProfile* profile = *found;
-  if (p.nodes() < 1 || p.nodes() > 100000) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "placement.nodes: must be in 1..100000 with a profile, got ",
-        p.nodes()));
+  if (p.nodes() < 1 || p.nodes() > model::kMaxNodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("placement.nodes: must be in 1..", model::kMaxNodes,
+                     " with a profile (docs/MODEL.md §7), got ", p.nodes()));
   }
   if (p.gpus_per_node() < 0 || p.gpus_per_node() > profile->gpus_per_node) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -93,6 +93,11 @@ absl::StatusOr<Resolved> ResolveNodePlacement(const v1::Placement& p,
   if (lookup == nullptr) {
     return absl::FailedPreconditionError(
         "placement.node_names: no node registry to resolve names against");
+  }
+  if (p.node_names_size() > model::kMaxNodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("placement.node_names: at most ", model::kMaxNodes,
+                     " nodes (docs/MODEL.md §7), got ", p.node_names_size()));
   }
   if (p.nodes() != 0 && p.nodes() != p.node_names_size()) {
     return absl::InvalidArgumentError(
@@ -502,6 +507,12 @@ absl::StatusOr<model::ClusterView> BuildView(const Resolved& where,
     view.alltoall_per_peer_latency_seconds =
         std::max(view.alltoall_per_peer_latency_seconds,
                  v.alltoall_per_peer_latency_seconds);
+    // The narrowest sourced range flags extrapolation first.
+    const int range = v.alltoall_latency_source_max_ranks;
+    if (range > 0 && (view.alltoall_latency_source_max_ranks == 0 ||
+                      range < view.alltoall_latency_source_max_ranks)) {
+      view.alltoall_latency_source_max_ranks = range;
+    }
   }
   for (Role role : kRoles) {
     RoleChoice c = ChooseRole(role, where, profile_views, traffic, notes);

@@ -313,6 +313,82 @@ TEST(PlanStrategy, CpuNodesUseTheGlooProfile) {
   for (const v1::Candidate& c : reply->candidates()) {
     EXPECT_NE(c.limited_by(), v1::BOTTLENECK_NVLINK) << c.DebugString();
   }
+  // On one node everything rides the host's loopback stack: named so.
+  r.mutable_placement()->clear_node_names();
+  r.mutable_placement()->add_node_names("dev-0");
+  j->set_world_size(2);
+  j->set_expert_parallel_size(2);
+  j->set_data_parallel_size(2);
+  j->set_sequence_length(65536);
+  reply = PlanStrategy(r, &lookup, kNow);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  int loopback = 0;
+  for (const v1::Candidate& c : reply->candidates()) {
+    EXPECT_NE(c.limited_by(), v1::BOTTLENECK_NVLINK) << c.DebugString();
+    loopback += c.limited_by() == v1::BOTTLENECK_LOOPBACK;
+  }
+  EXPECT_GT(loopback, 0) << reply->DebugString();
+}
+
+TEST(PlanStrategy, ClusterPastTheBoundsNamesTheField) {
+  v1::StrategyRequest r = testing::PaperJobRequest();
+  r.mutable_placement()->set_nodes(100000);
+  auto reply = PlanStrategy(r, nullptr, kNow);
+  ASSERT_EQ(reply.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(
+      reply.status().message().find("placement.nodes: must be in 1..8192"),
+      std::string::npos)
+      << reply.status();
+  r = testing::PaperJobRequest();
+  r.mutable_job()->set_world_size(8 * 16384);
+  r.mutable_job()->set_data_parallel_size(16384);
+  r.mutable_placement()->set_nodes(16384);
+  reply = PlanStrategy(r, nullptr, kNow);
+  ASSERT_EQ(reply.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(
+      reply.status().message().find("job.world_size: must be in 1..65536"),
+      std::string::npos)
+      << reply.status();
+}
+
+bool HasNote(const v1::StrategyReply& r, const std::string& text) {
+  for (const std::string& n : r.evidence().notes()) {
+    if (n.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(PlanStrategy, PaddedDedupIsOfferedAndTheUnpaddedReasonKept) {
+  v1::StrategyRequest r = testing::PaperJobRequest();
+  r.mutable_job()->set_sequence_length(8200);  // C = 4100, C mod 8 = 4
+  auto reply = PlanStrategy(r, nullptr, kNow);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->chosen().kind(), v1::STRATEGY_KIND_TP_DEDUP_PIPELINED);
+  EXPECT_GT(reply->chosen().speedup_over_flat(), 4.0);
+  EXPECT_TRUE(HasNote(*reply, "tp_dedup unpadded infeasible: capacity C=4100"));
+  EXPECT_TRUE(HasNote(*reply, "4100 -> 4104"));
+  // The traffic is the job's own, unpadded.
+  EXPECT_EQ(reply->traffic().capacity_tokens(), 4100);
+}
+
+TEST(PlanStrategy, LatencyPastItsSourcedGroupsIsFlagged) {
+  v1::StrategyRequest r = testing::PaperJobRequest();
+  v1::MoeJob* j = r.mutable_job();
+  j->set_num_experts(64);
+  j->set_expert_parallel_size(64);
+  j->set_world_size(512 * 8);
+  j->set_data_parallel_size(512);
+  r.mutable_placement()->set_profile("h100-hgx");
+  r.mutable_placement()->set_nodes(512);
+  auto reply = PlanStrategy(r, nullptr, kNow);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->chosen().kind(), v1::STRATEGY_KIND_TP_DEDUP_PIPELINED);
+  EXPECT_GT(reply->chosen().chunks_effective(), 1);
+  EXPECT_TRUE(HasNote(*reply, "alltoall latency extrapolated"));
+  EXPECT_TRUE(HasNote(*reply, "up to 32 ranks and applied to a group of 64"));
+  auto paper = PlanStrategy(testing::PaperJobRequest(), nullptr, kNow);
+  ASSERT_TRUE(paper.ok()) << paper.status();
+  EXPECT_FALSE(HasNote(*paper, "latency extrapolated"));
 }
 
 TEST(ListProfiles, EveryConstantCarriesItsSource) {
