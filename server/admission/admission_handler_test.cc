@@ -208,8 +208,9 @@ TEST_F(AdmissionHandlerTest, PodGetsDecisionInEveryContainerAndAnnotations) {
   EXPECT_EQ(decision["evidence"]["profile"], "a800-hgx");
   ASSERT_FALSE(decision["evidence"]["curves"].empty());
   // The annotation keeps the lowercase names users script against, not the
-  // proto's enum value names.
-  EXPECT_EQ(decision["bottleneck"], "network");
+  // proto's enum value names. The paper's pipeline is paced by its GPU stages
+  // (AllGather + copy): the steady state's resource (docs/MODEL.md §5).
+  EXPECT_EQ(decision["bottleneck"], "nvlink");
   for (const json& curve : decision["evidence"]["curves"]) {
     EXPECT_TRUE(curve.contains("role"));
     EXPECT_EQ(curve["role"].get<std::string>().find("CURVE_ROLE"),
