@@ -10,6 +10,7 @@
 #include "benchmark/benchmark.h"
 #include "proto/monta/v1/strategy.pb.h"
 #include "server/model/hardware_profile.h"
+#include "server/model/paper_job_shape.h"
 #include "server/model/profile_view.h"
 #include "server/model/strategy_search.h"
 #include "server/planning/strategy_planner.h"
@@ -41,24 +42,6 @@ model::MoeJobShape Job4096() {
   return j;
 }
 
-// The MoNTA paper's 2x70B-class job on 2 x 8 A800, TP 8.
-model::MoeJobShape PaperJob() {
-  model::MoeJobShape j;
-  j.hidden_size = 8192;
-  j.num_experts = 2;
-  j.top_k = 1;
-  j.capacity_factor = 1.0;
-  j.micro_batch_size = 1;
-  j.sequence_length = 8192;
-  j.bytes_per_element = 2;
-  j.moe_layers = 80;
-  j.world_size = 16;
-  j.tensor_parallel_size = 8;
-  j.expert_parallel_size = 2;
-  j.data_parallel_size = 2;
-  return j;
-}
-
 model::ClusterView ViewOrDie(const char* profile, int nodes) {
   auto p = model::FindProfile(profile);
   if (!p.ok()) std::abort();
@@ -87,7 +70,7 @@ void BM_Decide4096Gpus(benchmark::State& state) {
 BENCHMARK(BM_Decide4096Gpus);
 
 void BM_DecidePaper(benchmark::State& state) {
-  Decide(state, PaperJob(), {2, 8}, ViewOrDie("a800-hgx", 2));
+  Decide(state, model::PaperJobShape(), {2, 8}, ViewOrDie("a800-hgx", 2));
 }
 BENCHMARK(BM_DecidePaper);
 

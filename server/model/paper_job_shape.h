@@ -1,7 +1,7 @@
 // The MoNTA paper's job (examples/monta-paper-2x70b.yaml) as the pure model's
-// MoeJobShape, for the model's own tests, which stay free of protobuf and of
-// the job-file parser. The one copy for those tests: the other tests read the
-// example itself (tests/testing/paper_job.h), and
+// MoeJobShape, for the model's tests and perf/model_benchmark, which stay free
+// of protobuf and of the job-file parser. The one copy for those tests: the
+// other tests read the example itself (tests/testing/paper_job.h), and
 // server/planning/request_validation_test checks that this matches it.
 #ifndef MONTA_SERVER_MODEL_PAPER_JOB_SHAPE_H_
 #define MONTA_SERVER_MODEL_PAPER_JOB_SHAPE_H_
