@@ -8,6 +8,10 @@ i came from EP rank i), so dispatch and combine are the same operation:
 - flat: one AllToAll of the whole tensor (every TP rank sends the same bytes).
 - tp_dedup: TP rank j keeps rows [j*C/t, (j+1)*C/t) of the capacity axis (DeepSpeed's
   `drop_tokens`), AllToAll of that 1/t, AllGather over the TP group (`gather_tokens`).
+  When C mod t != 0 the capacity axis is padded with zero rows up to C' = ceil(C/t)*t
+  before the drop and the padding is stripped after the gather (the planner's padded plan,
+  docs/MODEL.md section 5); the padding is part of the function, so its backward (the same
+  padded dedup of the gradient) is consistent, and the real rows equal flat's exactly.
 - tp_dedup_pipelined(K): the same cut into K_eff chunks of the local 1/t; the AllToAll of
   chunk i+1 is in flight while chunk i is gathered and chunk i-1 is copied into place.
 - hierarchical: an AllToAll among the EP members on the node that groups the data by
@@ -111,12 +115,16 @@ def dedup_all_to_all(x: torch.Tensor, groups: MoeGroups, chunks: int = 1) -> tor
     """tp_dedup (chunks=1) and tp_dedup_pipelined(chunks)."""
     t = groups.tp_size
     cap = x.shape[1]
-    n = cap // t
+    n = -(-cap // t)  # rows per TP rank of the padded capacity C' = n*t >= C
     k = effective_chunks(n, chunks)
     size = -(-n // k) if n else 0
     name = "tp_dedup" if chunks <= 1 else f"tp_dedup_pipelined(K={k})"
-    mine = x.narrow(1, groups.tp_rank * n, n)
-    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    mine = _my_rows(x, groups.tp_rank, n)
+    padded = n * t != cap
+    if padded:
+        out = x.new_empty((x.shape[0], n * t) + tuple(x.shape[2:]))
+    else:
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
     # out as [E, t, n, ...]: TP rank j's rows are out[:, j]; chunk i is rows [i*size, ...).
     out_v = out.view((x.shape[0], t, n) + tuple(x.shape[2:]))
     bounds = [(s, min(size, n - s)) for s in range(0, n, size)] if n else []
@@ -138,7 +146,22 @@ def dedup_all_to_all(x: torch.Tensor, groups: MoeGroups, chunks: int = 1) -> tor
         gathering = (gather, i)
     if gathering is not None:
         _place(gathering, out_v, bounds, name, k)
-    return out
+    # Strip the padding rows (zeros on every rank); one copy, only when C mod t != 0.
+    return out.narrow(1, 0, cap).contiguous() if padded else out
+
+
+def _my_rows(x: torch.Tensor, tp_rank: int, n: int) -> torch.Tensor:
+    """TP rank j's rows [j*n, (j+1)*n) of x's capacity axis padded with zero rows up to n*t
+    (DeepSpeed's `drop_tokens` on the padded tensor). Only the ranks whose rows reach past C
+    build a padded copy; the others keep a view of x, as without padding."""
+    cap = x.shape[1]
+    lo = min(tp_rank * n, cap)
+    real = min(cap - lo, n)
+    mine = x.narrow(1, lo, real)
+    if real == n:
+        return mine
+    zeros = x.new_zeros((x.shape[0], n - real) + tuple(x.shape[2:]))
+    return torch.cat([mine, zeros], dim=1)
 
 
 def _place(gathering, out_v, bounds, name, k):
@@ -198,9 +221,6 @@ def moe_all_to_all(x: torch.Tensor, plan: Plan, groups: MoeGroups) -> torch.Tens
     strategy = plan.strategy
     if strategy == EXPERT_OVERLAP:
         strategy = FLAT
-    if strategy in (TP_DEDUP, TP_DEDUP_PIPELINED) and x.shape[1] % groups.tp_size:
-        raise PlanError(f"monta: {plan.strategy} needs capacity C mod t == 0, got C={x.shape[1]}"
-                        f" and tensor-parallel size t={groups.tp_size}")
     if strategy == HIERARCHICAL:
         groups.check(plan)
     return _MoeAllToAll.apply(x, strategy, plan.num_chunks, groups)

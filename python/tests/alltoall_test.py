@@ -2,7 +2,8 @@
 
 Every strategy and K in {1, 2, 3, 8} against flat: forward outputs and the gradients of
 the inputs and of the expert weights equal flat's exactly in fp32 and within tolerance in
-bf16; dtype kept; capacity not divisible by K; plans that do not fit the groups refused; a
+bf16; dtype kept; capacity not divisible by K; capacity not divisible by t (the dedup
+strategies pad it); plans that do not fit the groups refused; a
 killed rank makes the others fail with a clear error, no hang."""
 
 import datetime
@@ -65,12 +66,13 @@ def op_case(x_seed, shape, dtype, plan, groups):
     return y.detach(), x.grad
 
 
-def layer_case(seed, dtype, plan, groups):
+def layer_case(seed, dtype, plan, groups, seq=15):
     import moe_layer
     layer = moe_layer.MoELayer(hidden=16, ffn=24, num_experts=4, top_k=2, capacity_factor=0.9,
                                plan=plan, groups=groups, dtype=dtype)
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(2, 15, 16, generator=g).to(dtype).requires_grad_()  # S=30, C=14
+    # seq 15: S=30, C=ceil(2*30*0.9/4)=14; seq 12: S=24, C=11.
+    x = torch.randn(2, seq, 16, generator=g).to(dtype).requires_grad_()
     y = layer(x)
     (y.float() * torch.linspace(-1, 1, y.numel()).reshape(y.shape)).sum().backward()
     return y.detach(), x.grad, layer.experts.w1.grad, layer.experts.w2.grad
@@ -102,6 +104,41 @@ def strategies_worker(rank, world):
     return failures
 
 
+def dedup_plans():
+    return [monta.Plan(strategy=monta.TP_DEDUP), monta.Plan(strategy=monta.HIERARCHICAL)] + [
+        monta.Plan(strategy=monta.TP_DEDUP_PIPELINED, num_chunks=k) for k in KS]
+
+
+def padded_worker(rank, world):
+    """C odd with t=2: the dedup strategies pad the capacity to C+1 inside the function; the
+    real rows' outputs and gradients equal flat's exactly (fp32 only, to keep it short)."""
+    failures = []
+    groups = monta.MoeGroups.build(2, 2, GPUS_PER_NODE)
+    seed = rank // 2
+    for cap in (7, 1):  # 1: TP rank 1's rows are all padding
+        op_ref = op_case(seed, (4, cap, 5), torch.float32, monta.Plan(), groups)
+        for plan in dedup_plans():
+            got = op_case(seed, (4, cap, 5), torch.float32, plan, groups)
+            for name, a, b in zip(("output", "input grad"), got, op_ref):
+                compare(f"rank {rank} C={cap} {plan.strategy}(K={plan.num_chunks}) op {name}",
+                        a, b, torch.float32, failures)
+                if a.shape != b.shape or not a.is_contiguous():
+                    failures.append(f"C={cap} {plan.strategy} {name}: shape {tuple(a.shape)}, "
+                                    f"contiguous {a.is_contiguous()}")
+    layer_ref = layer_case(seed, torch.float32, monta.Plan(), groups, seq=12)  # C=11
+    for plan in dedup_plans():
+        for name, got, want in zip(("output", "input grad", "w1 grad", "w2 grad"),
+                                   layer_case(seed, torch.float32, plan, groups, seq=12),
+                                   layer_ref):
+            compare(f"rank {rank} C=11 {plan.strategy}(K={plan.num_chunks}) layer {name}",
+                    got, want, torch.float32, failures)
+    x = torch.randn(4, 7, 5, dtype=torch.float16)  # dtype kept through the padding
+    y = monta.dispatch(x, monta.Plan(strategy=monta.TP_DEDUP_PIPELINED, num_chunks=3), groups)
+    if y.dtype != x.dtype or y.device != x.device:
+        failures.append(f"padded output {y.dtype} on {y.device}, input {x.dtype} on {x.device}")
+    return failures
+
+
 def refusal_worker(rank, world):
     """Plans that do not fit the groups are refused, naming the variable; nothing hangs."""
     groups = monta.MoeGroups.build(2, 2, GPUS_PER_NODE)
@@ -123,13 +160,13 @@ def refusal_worker(rank, world):
         if "MONTA_MOE_SPEC" not in str(e) or "tensor_parallel_size" not in str(e):
             seen.append(f"MONTA_MOE_SPEC: unclear error {e}")
     groups.check(monta.Plan.from_env(dict(env, MONTA_WORLD_SIZE="4")))  # fits
-    # tp_dedup needs C mod t == 0: refused before any collective starts.
+    # Experts not divisible by the EP size: refused before any collective starts.
     try:
-        monta.dispatch(torch.zeros(4, 7, 3), monta.Plan(strategy=monta.TP_DEDUP), groups)
-        seen.append("C=7, t=2 accepted")
+        monta.dispatch(torch.zeros(3, 7, 3), monta.Plan(strategy=monta.TP_DEDUP), groups)
+        seen.append("E=3, e=2 accepted")
     except monta.PlanError as e:
-        if "C=7" not in str(e):
-            seen.append(f"C=7: unclear error {e}")
+        if "3 experts" not in str(e):
+            seen.append(f"E=3: unclear error {e}")
     # Hierarchical with an EP group spread unevenly over the nodes.
     reason = groups_mod._hierarchical_unfit([[0, 1, 2]], 2)
     if "same count" not in reason:
@@ -181,12 +218,13 @@ def gather_into_tensor_worker(rank, world):
     failures = []
     groups = monta.MoeGroups.build(2, 2, GPUS_PER_NODE)
     for dtype in (torch.float32, torch.float16):
-        ref = op_case(rank // 2, (4, 14, 5), dtype, monta.Plan(), groups)
-        for plan in plans():
-            got = op_case(rank // 2, (4, 14, 5), dtype, plan, groups)
-            for name, a, b in zip(("output", "input grad"), got, ref):
-                compare(f"{plan.strategy}(K={plan.num_chunks}) {dtype} {name}", a, b,
-                        torch.float32, failures)
+        for shape in ((4, 14, 5), (4, 7, 5)):  # C=7: padded to 8
+            ref = op_case(rank // 2, shape, dtype, monta.Plan(), groups)
+            for plan in plans():
+                got = op_case(rank // 2, shape, dtype, plan, groups)
+                for name, a, b in zip(("output", "input grad"), got, ref):
+                    compare(f"{plan.strategy}(K={plan.num_chunks}) {dtype} {shape} {name}", a,
+                            b, torch.float32, failures)
         x = torch.arange(12.0, dtype=dtype).reshape(3, 4) + 100 * rank
         gathered = monta.gather_tokens(x, 1, groups.tp_group)
         want = torch.cat([torch.arange(12.0, dtype=dtype).reshape(3, 4) + 100 * (rank // 2 * 2 + j)
@@ -224,6 +262,11 @@ def traffic_worker(rank, world):
             del sent[:]
             monta.dispatch(torch.zeros(4, 14, 5), plan, groups)
             out[(t, e, plan.strategy, plan.num_chunks)] = list(sent)
+    groups = monta.MoeGroups.build(2, 2, GPUS_PER_NODE)
+    for plan in dedup_plans():
+        del sent[:]
+        monta.dispatch(torch.zeros(4, 7, 5), plan, groups)  # C=7 padded to 8
+        out[("padded", plan.strategy, plan.num_chunks)] = list(sent)
     return out
 
 
@@ -250,6 +293,20 @@ class StrategiesTest(unittest.TestCase):
         self.assertEqual(sent[(1, 4, "hierarchical", 1)], [(full, 2), (full, 2)])
         # EP 2 across the nodes, one member per node: only the inter-node step.
         self.assertEqual(sent[(2, 2, "hierarchical", 1)], [(full, 2)])
+        # C=7, t=2: 4 rows per TP rank (C'=8), in K_eff = 1, 2, 2, 4 chunks; hierarchical
+        # does not split the capacity, so it sends C=7 unpadded.
+        self.assertEqual(sent[("padded", "tp_dedup", 1)], [(4 * 4 * 5, 2)])
+        for k, rows in ((1, [4]), (2, [2, 2]), (3, [2, 2]), (8, [1] * 4)):
+            self.assertEqual(sent[("padded", "tp_dedup_pipelined", k)],
+                             [(4 * r * 5, 2) for r in rows], k)
+        self.assertEqual(sent[("padded", "hierarchical", 1)], [(4 * 7 * 5, 2)])
+
+    def test_dedup_pads_an_uneven_capacity(self):
+        results = mp_harness.run(padded_worker, WORLD, deadline_s=300)
+        for rank in range(WORLD):
+            status, value = results[rank]
+            self.assertEqual(status, "ok", f"rank {rank}: {value}")
+            self.assertEqual(value, [], "\n".join(value))
 
     def test_gather_into_tensor_path(self):
         results = mp_harness.run(gather_into_tensor_worker, WORLD, deadline_s=120)
