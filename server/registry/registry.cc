@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -82,7 +83,10 @@ absl::Status Registry::Register(const monta::v1::RegisterRequest& request,
     return absl::InvalidArgumentError(
         "bench_address: expected a host or address of at most 255 characters");
   }
-  if (absl::Status s = ValidateTopology(request.topology()); !s.ok()) return s;
+  if (absl::Status s =
+          ValidateTopology(request.topology(), options_.topology_limits);
+      !s.ok())
+    return s;
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(request.node_name());
   if (it != nodes_.end()) {
@@ -133,7 +137,9 @@ absl::Status Registry::Heartbeat(const monta::v1::HeartbeatRequest& request,
   }
   entry.last_heartbeat = now;
   if (request.has_topology()) {
-    if (absl::Status s = ValidateTopology(request.topology()); !s.ok())
+    if (absl::Status s =
+            ValidateTopology(request.topology(), options_.topology_limits);
+        !s.ok())
       return s;
     const int events_before = entry.info.events_size();
     RecordTopology(entry, request.topology(), now);
@@ -213,15 +219,28 @@ absl::Status Registry::AddCurve(const BandwidthCurve& curve) {
           absl::StrCat("curve.nodes: node \"", node, "\" is not registered"));
     }
   }
+  // Where the curve goes on each node (nullptr: a new entry), checked for
+  // every node before any changes.
+  std::vector<BandwidthCurve*> slots;
   for (const std::string& node : curve.nodes()) {
     auto* curves = nodes_.find(node)->second.info.mutable_curves();
     auto same = std::find_if(
         curves->begin(), curves->end(),
         [&](const BandwidthCurve& c) { return CurveKey(c) == key; });
-    if (same != curves->end()) {
-      *same = curve;
+    if (same == curves->end() &&
+        curves->size() >= options_.max_curves_per_node) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("curve.nodes: node \"", node, "\" has ", curves->size(),
+                       " curves, at most ", options_.max_curves_per_node,
+                       " (--max_curves_per_node)"));
+    }
+    slots.push_back(same == curves->end() ? nullptr : &*same);
+  }
+  for (int i = 0; i < curve.nodes_size(); ++i) {
+    if (slots[i] != nullptr) {
+      *slots[i] = curve;
     } else {
-      *curves->Add() = curve;
+      *nodes_.find(curve.nodes(i))->second.info.mutable_curves()->Add() = curve;
     }
   }
   if (observer_ != nullptr) observer_->CurveAdded(curve);

@@ -20,6 +20,7 @@
 #include "proto/monta/v1/benchmark.pb.h"
 #include "proto/monta/v1/planner.pb.h"
 #include "proto/monta/v1/topology.pb.h"
+#include "server/registry/topology_validation.h"
 
 namespace monta::registry {
 
@@ -30,6 +31,12 @@ struct RegistryOptions {
   absl::Duration heartbeat_interval = absl::Seconds(5);
   // Events kept per node (oldest dropped first).
   int max_events_per_node = 256;
+  // Curves kept per node (each distinct collective, scope, backend, strategy,
+  // chunks, ranks and node set is one; a new one over it is
+  // RESOURCE_EXHAUSTED, a re-measured one replaces its predecessor).
+  int max_curves_per_node = 1024;
+  // Sizes of a reported topology (Register, Heartbeat).
+  TopologyLimits topology_limits;
 };
 
 // Computes the events between two topologies of the same node (e.g. a NIC that

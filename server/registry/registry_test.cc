@@ -170,5 +170,56 @@ TEST_F(RegistryTest, CurvesReplaceSameMeasurementAndNeedKnownNodes) {
   EXPECT_EQ(r.AddCurve(c).code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(RegistryTest, CurvesPerNodeAreBoundedAndReplacementsStillFit) {
+  RegistryOptions options = Options();
+  options.max_curves_per_node = 3;
+  Registry r(options);
+  ASSERT_TRUE(r.Register(Req("a", "i1"), t0_).ok());
+  ASSERT_TRUE(r.Register(Req("b", "i2"), t0_).ok());
+  monta::v1::BandwidthCurve c;
+  c.set_collective(monta::v1::COLLECTIVE_ALLTOALL);
+  c.add_nodes("a");
+  c.add_points()->set_message_bytes(1024);
+  for (int chunks = 1; chunks <= 3; ++chunks) {
+    c.set_chunks(chunks);
+    ASSERT_TRUE(r.AddCurve(c).ok());
+  }
+  c.set_chunks(4);  // a fourth distinct measurement
+  const absl::Status s = r.AddCurve(c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("--max_curves_per_node"), std::string::npos) << s;
+  c.set_chunks(2);  // a re-measurement replaces its predecessor
+  EXPECT_TRUE(r.AddCurve(c).ok());
+  EXPECT_EQ(r.Get("a", t0_)->curves_size(), 3);
+  // A curve over two nodes is refused whole when one of them is full.
+  c.set_chunks(5);
+  c.clear_nodes();
+  c.add_nodes("b");
+  c.add_nodes("a");
+  EXPECT_EQ(r.AddCurve(c).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(r.Get("b", t0_)->curves_size(), 0);
+}
+
+TEST_F(RegistryTest, OversizedTopologyIsRefusedAtRegisterAndHeartbeat) {
+  RegistryOptions options = Options();
+  options.topology_limits.max_string_bytes = 64;
+  Registry r(options);
+  auto req = Req("a", "i1");
+  req.mutable_topology()->add_nics()->set_name("mlx5_0");
+  req.mutable_topology()->mutable_nics(0)->set_state(std::string(65, 'A'));
+  EXPECT_EQ(r.Register(req, t0_).code(), absl::StatusCode::kResourceExhausted);
+  req.mutable_topology()->mutable_nics(0)->set_state("ACTIVE");
+  ASSERT_TRUE(r.Register(req, t0_).ok());
+  monta::v1::HeartbeatRequest hb;
+  hb.set_node_name("a");
+  hb.set_instance_id("i1");
+  *hb.mutable_topology() = req.topology();
+  hb.mutable_topology()->mutable_nics(0)->set_state(std::string(1 << 20, 'A'));
+  const absl::Status s = r.Heartbeat(hb, t0_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("topology.nics[0].state"), std::string::npos);
+  EXPECT_EQ(r.Get("a", t0_)->topology().nics(0).state(), "ACTIVE");
+}
+
 }  // namespace
 }  // namespace monta::registry

@@ -1,6 +1,8 @@
 #include "server/registry/topology_validation.h"
 
+#include <initializer_list>
 #include <set>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,16 +10,8 @@
 namespace monta::registry {
 namespace {
 
-// Generous bounds: the largest GPU nodes today have 8 (HGX) to 72 (NVL72 trays
-// are 4 per node) GPUs and up to 16 NICs.
-constexpr int kMaxGpus = 64;
-constexpr int kMaxNics = 64;
-constexpr int kMaxNumaNodes = 64;
-constexpr int kMaxLabels = 64;
 constexpr size_t kMaxLabelKey = 317;  // Kubernetes: 253 prefix + '/' + 63 name
 constexpr size_t kMaxLabelValue = 63;
-constexpr size_t kMaxText = 256;
-constexpr size_t kMaxStatus = 4096;
 // 10 Tb/s per port: far above any NIC.
 constexpr double kMaxNicBytesPerSecond = 10000e9 / 8;
 
@@ -25,36 +19,68 @@ absl::Status Bad(const std::string& field, const std::string& expected) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", expected));
 }
 
-// A repeated field over its limit: "FIELD: at most MAX NOUN, got COUNT".
-absl::Status CheckCount(int count, int max, const std::string& field,
-                        const char* noun) {
-  if (count <= max) return absl::OkStatus();
-  return Bad(field, absl::StrCat("at most ", max, " ", noun, ", got ", count));
-}
+// Checks the sizes of one topology against its limits; the messages name the
+// field and the planner flag an operator raises for a larger node.
+class SizeChecker {
+ public:
+  SizeChecker(const TopologyLimits& limits, const std::string& prefix)
+      : limits_(limits), prefix_(prefix) {}
 
-absl::Status ValidateTexts(const monta::v1::NodeTopology& t,
-                           const std::string& p) {
-  if (t.hostname().size() > kMaxText)
-    return Bad(p + ".hostname", "at most 256 characters");
-  if (t.kubernetes_node_name().size() > kMaxText) {
-    return Bad(p + ".kubernetes_node_name", "at most 256 characters");
+  // A name, id or address.
+  absl::Status String(const std::string& value,
+                      const std::string& field) const {
+    return Bytes(value, limits_.max_string_bytes, field,
+                 "--max_topology_string_bytes");
   }
-  if (t.profile_name().size() > kMaxText) {
-    return Bad(p + ".profile_name", "at most 256 characters");
+  // A free-text field (status, cpu_list).
+  absl::Status Text(const std::string& value, const std::string& field) const {
+    return Bytes(value, limits_.max_text_bytes, field,
+                 "--max_topology_text_bytes");
   }
-  for (const std::string* s :
-       {&t.cuda_status(), &t.nvml_status(), &t.nic_status()}) {
-    if (s->size() > kMaxStatus)
-      return Bad(p + ".*_status", "at most 4096 characters");
+  // A repeated field: "FIELD: COUNT entries, at most MAX (FLAG)".
+  absl::Status Count(int count, const std::string& field) const {
+    if (count <= limits_.max_entries) return absl::OkStatus();
+    return absl::ResourceExhaustedError(
+        absl::StrCat(prefix_, field, ": ", count, " entries, at most ",
+                     limits_.max_entries, " (--max_topology_entries)"));
+  }
+
+ private:
+  absl::Status Bytes(const std::string& value, size_t max,
+                     const std::string& field, const char* flag) const {
+    if (value.size() <= max) return absl::OkStatus();
+    return absl::ResourceExhaustedError(
+        absl::StrCat(prefix_, field, ": ", value.size(), " bytes, at most ",
+                     max, " (", flag, ")"));
+  }
+
+  const TopologyLimits& limits_;
+  const std::string& prefix_;
+};
+
+// Returns the first error of `statuses`, or OK.
+absl::Status FirstError(std::initializer_list<absl::Status> statuses) {
+  for (const absl::Status& s : statuses) {
+    if (!s.ok()) return s;
   }
   return absl::OkStatus();
 }
 
+absl::Status ValidateTexts(const monta::v1::NodeTopology& t,
+                           const SizeChecker& size) {
+  return FirstError({
+      size.String(t.hostname(), ".hostname"),
+      size.String(t.kubernetes_node_name(), ".kubernetes_node_name"),
+      size.String(t.profile_name(), ".profile_name"),
+      size.Text(t.cuda_status(), ".cuda_status"),
+      size.Text(t.nvml_status(), ".nvml_status"),
+      size.Text(t.nic_status(), ".nic_status"),
+  });
+}
+
 absl::Status ValidateLabels(const monta::v1::NodeTopology& t,
-                            const std::string& p) {
-  if (absl::Status s =
-          CheckCount(t.labels_size(), kMaxLabels, p + ".labels", "labels");
-      !s.ok()) {
+                            const std::string& p, const SizeChecker& size) {
+  if (absl::Status s = size.Count(t.labels_size(), ".labels"); !s.ok()) {
     return s;
   }
   for (const auto& [key, value] : t.labels()) {
@@ -69,28 +95,30 @@ absl::Status ValidateLabels(const monta::v1::NodeTopology& t,
 
 // The GPUs; `indices` receives their (unique) indices.
 absl::Status ValidateGpus(const monta::v1::NodeTopology& t,
-                          const std::string& p, std::set<int>* indices) {
-  if (absl::Status s = CheckCount(t.gpus_size(), kMaxGpus, p + ".gpus", "GPUs");
-      !s.ok()) {
-    return s;
-  }
+                          const std::string& p, const SizeChecker& size,
+                          int max_gpus, std::set<int>* indices) {
+  if (absl::Status s = size.Count(t.gpus_size(), ".gpus"); !s.ok()) return s;
   for (int i = 0; i < t.gpus_size(); ++i) {
     const auto& gpu = t.gpus(i);
-    const std::string f = absl::StrCat(p, ".gpus[", i, "]");
-    if (gpu.index() < 0 || gpu.index() >= kMaxGpus) {
-      return Bad(f + ".index",
-                 absl::StrCat("in 0..", kMaxGpus - 1, ", got ", gpu.index()));
+    const std::string f = absl::StrCat(".gpus[", i, "]");
+    if (gpu.index() < 0 || gpu.index() >= max_gpus) {
+      return Bad(p + f + ".index",
+                 absl::StrCat("in 0..", max_gpus - 1, ", got ", gpu.index()));
     }
     if (!indices->insert(gpu.index()).second) {
-      return Bad(f + ".index",
+      return Bad(p + f + ".index",
                  absl::StrCat("unique, but ", gpu.index(), " appears twice"));
     }
-    if (gpu.name().size() > kMaxText || gpu.uuid().size() > kMaxText ||
-        gpu.pci_bus_id().size() > kMaxText ||
-        gpu.nearest_nic().size() > kMaxText) {
-      return Bad(f, "names and ids of at most 256 characters");
+    if (absl::Status s = FirstError({
+            size.String(gpu.name(), f + ".name"),
+            size.String(gpu.uuid(), f + ".uuid"),
+            size.String(gpu.pci_bus_id(), f + ".pci_bus_id"),
+            size.String(gpu.nearest_nic(), f + ".nearest_nic"),
+        });
+        !s.ok()) {
+      return s;
     }
-    if (gpu.sm_count() < 0) return Bad(f + ".sm_count", "at least 0");
+    if (gpu.sm_count() < 0) return Bad(p + f + ".sm_count", "at least 0");
   }
   return absl::OkStatus();
 }
@@ -99,9 +127,13 @@ absl::Status ValidateGpus(const monta::v1::NodeTopology& t,
 absl::Status ValidateGpuLinks(const monta::v1::NodeTopology& t,
                               const std::string& p,
                               const std::set<int>& indices) {
-  const int max_links = kMaxGpus * (kMaxGpus - 1) / 2;
-  if (t.gpu_links_size() > max_links) {
-    return Bad(p + ".gpu_links", absl::StrCat("at most ", max_links, " pairs"));
+  // Unique pairs of existing GPUs: at most n*(n-1)/2 for n GPUs.
+  const size_t n = indices.size();
+  const size_t max_links = n < 2 ? 0 : n * (n - 1) / 2;
+  if (static_cast<size_t>(t.gpu_links_size()) > max_links) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        p, ".gpu_links: ", t.gpu_links_size(), " entries, at most ", max_links,
+        " (one per pair of the ", n, " GPUs)"));
   }
   std::set<std::pair<int, int>> pairs;
   for (int i = 0; i < t.gpu_links_size(); ++i) {
@@ -127,26 +159,48 @@ absl::Status ValidateGpuLinks(const monta::v1::NodeTopology& t,
 }
 
 absl::Status ValidateNics(const monta::v1::NodeTopology& t,
-                          const std::string& p) {
-  if (absl::Status s =
-          CheckCount(t.nics_size(), kMaxNics, p + ".nics", "NIC ports");
-      !s.ok()) {
-    return s;
-  }
+                          const std::string& p, const SizeChecker& size) {
+  if (absl::Status s = size.Count(t.nics_size(), ".nics"); !s.ok()) return s;
   for (int i = 0; i < t.nics_size(); ++i) {
     const auto& nic = t.nics(i);
-    const std::string f = absl::StrCat(p, ".nics[", i, "]");
-    if (nic.name().empty() || nic.name().size() > kMaxText) {
-      return Bad(f + ".name", "1..256 characters");
+    const std::string f = absl::StrCat(".nics[", i, "]");
+    if (nic.name().empty()) return Bad(p + f + ".name", "not empty");
+    if (absl::Status s = FirstError({
+            size.String(nic.name(), f + ".name"),
+            size.String(nic.link_layer(), f + ".link_layer"),
+            size.String(nic.state(), f + ".state"),
+            size.String(nic.phys_state(), f + ".phys_state"),
+            size.String(nic.pci_address(), f + ".pci_address"),
+        });
+        !s.ok()) {
+      return s;
     }
     if (!(nic.rate_bytes_per_second() >= 0 &&
           nic.rate_bytes_per_second() <= kMaxNicBytesPerSecond)) {
-      return Bad(f + ".rate_bytes_per_second",
+      return Bad(p + f + ".rate_bytes_per_second",
                  absl::StrCat("in 0..", kMaxNicBytesPerSecond,
                               " (10 Tb/s), got ", nic.rate_bytes_per_second()));
     }
-    if (nic.port() < 0 || nic.port() > 255)
-      return Bad(f + ".port", "in 0..255");
+    if (nic.port() < 0 || nic.port() > 255) {
+      return Bad(p + f + ".port", "in 0..255");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateNumaNodes(const monta::v1::NodeTopology& t,
+                               const SizeChecker& size) {
+  if (absl::Status s = size.Count(t.numa_nodes_size(), ".numa_nodes");
+      !s.ok()) {
+    return s;
+  }
+  for (int i = 0; i < t.numa_nodes_size(); ++i) {
+    if (absl::Status s =
+            size.Text(t.numa_nodes(i).cpu_list(),
+                      absl::StrCat(".numa_nodes[", i, "].cpu_list"));
+        !s.ok()) {
+      return s;
+    }
   }
   return absl::OkStatus();
 }
@@ -154,17 +208,21 @@ absl::Status ValidateNics(const monta::v1::NodeTopology& t,
 }  // namespace
 
 absl::Status ValidateTopology(const monta::v1::NodeTopology& t,
+                              const TopologyLimits& limits,
                               const char* prefix) {
   const std::string p = prefix;
-  if (absl::Status s = ValidateTexts(t, p); !s.ok()) return s;
-  if (absl::Status s = ValidateLabels(t, p); !s.ok()) return s;
+  const SizeChecker size(limits, p);
+  if (absl::Status s = ValidateTexts(t, size); !s.ok()) return s;
+  if (absl::Status s = ValidateLabels(t, p, size); !s.ok()) return s;
   std::set<int> gpu_indices;
-  if (absl::Status s = ValidateGpus(t, p, &gpu_indices); !s.ok()) return s;
-  if (absl::Status s = ValidateGpuLinks(t, p, gpu_indices); !s.ok()) return s;
-  if (absl::Status s = ValidateNics(t, p); !s.ok()) return s;
-  if (t.numa_nodes_size() > kMaxNumaNodes) {
-    return Bad(p + ".numa_nodes", absl::StrCat("at most ", kMaxNumaNodes));
+  if (absl::Status s =
+          ValidateGpus(t, p, size, limits.max_entries, &gpu_indices);
+      !s.ok()) {
+    return s;
   }
+  if (absl::Status s = ValidateGpuLinks(t, p, gpu_indices); !s.ok()) return s;
+  if (absl::Status s = ValidateNics(t, p, size); !s.ok()) return s;
+  if (absl::Status s = ValidateNumaNodes(t, size); !s.ok()) return s;
   if (t.cpu_sockets() < 0 || t.cpu_logical_count() < 0) {
     return Bad(p + ".cpu_sockets/cpu_logical_count", "at least 0");
   }

@@ -62,12 +62,81 @@ TEST(TopologyValidationTest, BrokenFactsNameTheirField) {
   ExpectBad(t, "topology.nics[0].name");
 
   t = Good();
-  for (int i = 2; i < 70; ++i) t.add_gpus()->set_index(i);
-  ExpectBad(t, "topology.gpus");
-
-  t = Good();
   (*t.mutable_labels())["zone"] = std::string(100, 'z');
   ExpectBad(t, "topology.labels");
+}
+
+void ExpectTooBig(const monta::v1::NodeTopology& t, const std::string& field,
+                  const std::string& flag,
+                  const TopologyLimits& limits = TopologyLimits()) {
+  absl::Status s = ValidateTopology(t, limits);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << field << s;
+  EXPECT_NE(s.message().find(field + ":"), std::string::npos) << s;
+  EXPECT_NE(s.message().find(flag), std::string::npos) << s;
+}
+
+TEST(TopologyValidationTest, EveryStringIsBounded) {
+  const std::string big(257, 'x');
+  const std::string flag = "--max_topology_string_bytes";
+  auto t = Good();
+  t.mutable_nics(0)->set_state(std::string(1 << 20, 'A'));  // a 1 MiB state
+  ExpectTooBig(t, "topology.nics[0].state", flag);
+  t = Good();
+  t.mutable_nics(0)->set_link_layer(big);
+  ExpectTooBig(t, "topology.nics[0].link_layer", flag);
+  t = Good();
+  t.mutable_nics(0)->set_phys_state(big);
+  ExpectTooBig(t, "topology.nics[0].phys_state", flag);
+  t = Good();
+  t.mutable_nics(0)->set_pci_address(big);
+  ExpectTooBig(t, "topology.nics[0].pci_address", flag);
+  t = Good();
+  t.mutable_gpus(1)->set_uuid(big);
+  ExpectTooBig(t, "topology.gpus[1].uuid", flag);
+  t = Good();
+  t.mutable_gpus(0)->set_pci_bus_id(big);
+  ExpectTooBig(t, "topology.gpus[0].pci_bus_id", flag);
+  t = Good();
+  t.set_hostname(big);
+  ExpectTooBig(t, "topology.hostname", flag);
+  t = Good();
+  t.add_numa_nodes()->set_cpu_list(std::string(4097, '0'));
+  ExpectTooBig(t, "topology.numa_nodes[0].cpu_list",
+               "--max_topology_text_bytes");
+  t = Good();
+  t.set_nvml_status(std::string(4097, 's'));
+  ExpectTooBig(t, "topology.nvml_status", "--max_topology_text_bytes");
+
+  // Exactly at the limit passes; the limit is the caller's.
+  t = Good();
+  t.mutable_nics(0)->set_state(std::string(256, 'A'));
+  EXPECT_TRUE(ValidateTopology(t).ok());
+  TopologyLimits small;
+  small.max_string_bytes = 10;  // "dgx-01" fits, a 256-byte state not
+  ExpectTooBig(t, "topology.nics[0].state", flag, small);
+}
+
+TEST(TopologyValidationTest, EveryRepeatedFieldIsBounded) {
+  const std::string flag = "--max_topology_entries";
+  auto t = Good();
+  for (int i = 2; i < 70; ++i) t.add_gpus()->set_index(i);
+  ExpectTooBig(t, "topology.gpus", flag);
+  t = Good();
+  for (int i = 0; i < 65; ++i) t.add_numa_nodes()->set_id(i);
+  ExpectTooBig(t, "topology.numa_nodes", flag);
+  t = Good();
+  for (int i = 0; i < 65; ++i) t.add_nics()->set_name("mlx5_0");
+  ExpectTooBig(t, "topology.nics", flag);
+  t = Good();
+  for (int i = 0; i < 65; ++i) (*t.mutable_labels())[std::to_string(i)] = "v";
+  ExpectTooBig(t, "topology.labels", flag);
+  t = Good();
+  *t.add_gpu_links() = t.gpu_links(0);  // 2 links between 2 GPUs
+  ExpectTooBig(t, "topology.gpu_links", "one per pair");
+
+  TopologyLimits small;
+  small.max_entries = 1;
+  ExpectTooBig(Good(), "topology.gpus", flag, small);
 }
 
 }  // namespace
