@@ -49,12 +49,87 @@ ABSL_FLAG(
     std::string, tls_cert, "",
     "PEM certificate chain of the webhook (re-read when the file changes)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of the webhook");
+ABSL_FLAG(int, max_topology_string_bytes, 256,
+          "longest name, id or address an agent may report in its topology "
+          "(hostname, GPU uuid, NIC state, PCI address, ...); longer ones get "
+          "RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_topology_text_bytes, 4096,
+          "longest free text an agent may report in its topology (the "
+          "*_status strings, a NUMA node's cpu_list)");
+ABSL_FLAG(int, max_topology_entries, 64,
+          "most GPUs, NIC ports, NUMA nodes or labels in one node's topology "
+          "(GPU indices in 0..N-1)");
+ABSL_FLAG(int, max_curves_per_node, 1024,
+          "measured curves kept per node (a distinct collective, scope, "
+          "backend, strategy, chunks, ranks and node set each); a new one "
+          "over it is refused, a re-measurement replaces its predecessor");
+ABSL_FLAG(int, max_curves_per_report, 64,
+          "curves one ReportBenchmark may carry");
+ABSL_FLAG(int, max_points_per_curve, 1024,
+          "points one reported curve may carry");
+ABSL_FLAG(int, max_pending_tasks_per_node, 16,
+          "unfinished (pending or running) benchmark tasks per node; more are "
+          "refused with RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_pending_tasks, 1024, "unfinished benchmark tasks in all");
+ABSL_FLAG(int, max_rendezvous_keys_per_task, 4096,
+          "rendezvous keys one benchmark task may set");
+ABSL_FLAG(int64_t, max_rendezvous_value_bytes, 1 << 20,
+          "bytes of one rendezvous value");
+ABSL_FLAG(int64_t, max_rendezvous_bytes_per_task, 64 << 20,
+          "bytes of all rendezvous keys and values of one benchmark task");
 ABSL_FLAG(std::string, port_file, "",
           "write the bound ports as JSON "
           "{\"grpc\":N,\"metrics\":M,\"webhook\":W} to this "
           "file (for tests)");
 
 namespace {
+
+absl::Status TopologyLimitsFromFlags(
+    monta::registry::RegistryOptions* options) {
+  const int string_bytes = absl::GetFlag(FLAGS_max_topology_string_bytes);
+  const int text_bytes = absl::GetFlag(FLAGS_max_topology_text_bytes);
+  const int entries = absl::GetFlag(FLAGS_max_topology_entries);
+  if (string_bytes < 1 || text_bytes < 1 || entries < 1 || entries > 4096) {
+    return absl::InvalidArgumentError(
+        "--max_topology_string_bytes and --max_topology_text_bytes must be "
+        ">= 1, --max_topology_entries in 1..4096");
+  }
+  options->topology_limits.max_string_bytes = string_bytes;
+  options->topology_limits.max_text_bytes = text_bytes;
+  options->topology_limits.max_entries = entries;
+  return absl::OkStatus();
+}
+
+// The bounds on curves, benchmark tasks and their rendezvous stores.
+absl::Status BenchBoundsFromFlags(monta::PlannerOptions* options) {
+  monta::bench::CoordinatorOptions& c = options->coordinator;
+  options->registry.max_curves_per_node =
+      absl::GetFlag(FLAGS_max_curves_per_node);
+  c.max_curves_per_report = absl::GetFlag(FLAGS_max_curves_per_report);
+  c.max_points_per_curve = absl::GetFlag(FLAGS_max_points_per_curve);
+  c.max_pending_tasks_per_node =
+      absl::GetFlag(FLAGS_max_pending_tasks_per_node);
+  c.max_pending_tasks = absl::GetFlag(FLAGS_max_pending_tasks);
+  c.max_rendezvous_keys_per_task =
+      absl::GetFlag(FLAGS_max_rendezvous_keys_per_task);
+  const int64_t value_bytes = absl::GetFlag(FLAGS_max_rendezvous_value_bytes);
+  const int64_t task_bytes = absl::GetFlag(FLAGS_max_rendezvous_bytes_per_task);
+  if (options->registry.max_curves_per_node < 1 ||
+      c.max_curves_per_report < 1 || c.max_points_per_curve < 1 ||
+      c.max_pending_tasks_per_node < 1 || c.max_pending_tasks < 1 ||
+      c.max_rendezvous_keys_per_task < 1 || value_bytes < 1 ||
+      task_bytes < value_bytes) {
+    return absl::InvalidArgumentError(
+        "--max_curves_per_node, --max_curves_per_report, "
+        "--max_points_per_curve, --max_pending_tasks_per_node, "
+        "--max_pending_tasks, --max_rendezvous_keys_per_task and "
+        "--max_rendezvous_value_bytes must be >= 1, "
+        "--max_rendezvous_bytes_per_task >= --max_rendezvous_value_bytes");
+  }
+  c.max_rendezvous_value_bytes = static_cast<size_t>(value_bytes);
+  c.max_rendezvous_bytes_per_task = static_cast<size_t>(task_bytes);
+  return absl::OkStatus();
+}
 
 // The planner's options from the flags; InvalidArgument names a flag that is
 // out of range.
@@ -70,6 +145,10 @@ absl::StatusOr<monta::PlannerOptions> OptionsFromFlags() {
   }
   options.registry.lease = absl::Seconds(lease);
   options.registry.heartbeat_interval = absl::Seconds(heartbeat);
+  if (absl::Status s = TopologyLimitsFromFlags(&options.registry); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = BenchBoundsFromFlags(&options); !s.ok()) return s;
   options.bench_on_register = absl::GetFlag(FLAGS_bench_on_register);
   options.db_path = absl::GetFlag(FLAGS_db);
   options.db_reset_corrupt = absl::GetFlag(FLAGS_db_reset_corrupt);

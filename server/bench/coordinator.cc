@@ -39,7 +39,6 @@ bool IsFinished(const BenchmarkTaskStatus& s) {
 
 constexpr uint64_t kMaxBenchBytes = uint64_t{8} << 30;
 constexpr size_t kMaxKeyBytes = 512;
-constexpr size_t kMaxValueBytes = 1 << 20;
 
 }  // namespace
 
@@ -179,6 +178,7 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::Schedule(
 
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("planner is shutting down");
+  if (absl::Status s = CheckPendingBounds(request.nodes()); !s.ok()) return s;
   Task task;
   const std::string id =
       absl::StrCat("bench-", absl::ToUnixMillis(now), "-", next_id_++);
@@ -226,10 +226,11 @@ absl::Status Coordinator::Set(const monta::v1::RendezvousSetRequest& request) {
                                                    kMaxKeyBytes, " bytes, got ",
                                                    request.key().size()));
   }
-  if (request.value().size() > kMaxValueBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("value: expected at most ", kMaxValueBytes, " bytes, got ",
-                     request.value().size()));
+  if (request.value().size() > options_.max_rendezvous_value_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("value: ", request.value().size(), " bytes, at most ",
+                     options_.max_rendezvous_value_bytes,
+                     " (--max_rendezvous_value_bytes)"));
   }
   absl::MutexLock lock(&mu_);
   absl::StatusOr<Task*> found = FindTask(request.task_id());
@@ -240,6 +241,11 @@ absl::Status Coordinator::Set(const monta::v1::RendezvousSetRequest& request) {
         absl::StrCat("task ", request.task_id(),
                      " already finished: ", task.status.reason()));
   }
+  if (absl::Status s =
+          CheckRendezvousBounds(task, request.key(), request.value());
+      !s.ok()) {
+    return s;
+  }
   const std::string prefix = "join/";
   if (request.key().rfind(prefix, 0) == 0) {
     int rank = -1;
@@ -247,7 +253,10 @@ absl::Status Coordinator::Set(const monta::v1::RendezvousSetRequest& request) {
       task.joined_ranks.insert(rank);
     }
   }
-  task.kv[request.key()] = request.value();
+  std::string& stored = task.kv[request.key()];
+  if (stored.empty()) task.kv_bytes += request.key().size();
+  task.kv_bytes = task.kv_bytes - stored.size() + request.value().size();
+  stored = request.value();
   changed_.SignalAll();
   return absl::OkStatus();
 }
@@ -281,6 +290,19 @@ absl::StatusOr<std::string> Coordinator::Get(
 
 absl::Status Coordinator::Report(
     const monta::v1::ReportBenchmarkRequest& request, absl::Time now) {
+  if (request.curves_size() > options_.max_curves_per_report) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "curves: ", request.curves_size(), " curves, at most ",
+        options_.max_curves_per_report, " (--max_curves_per_report)"));
+  }
+  for (int i = 0; i < request.curves_size(); ++i) {
+    if (request.curves(i).points_size() > options_.max_points_per_curve) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "curves[", i, "].points: ", request.curves(i).points_size(),
+          " points, at most ", options_.max_points_per_curve,
+          " (--max_points_per_curve)"));
+    }
+  }
   absl::MutexLock lock(&mu_);
   absl::StatusOr<Task*> found = FindTask(request.task_id());
   if (!found.ok()) return found.status();
@@ -384,6 +406,60 @@ void Coordinator::FailTasksOfNode(const std::string& node_name,
                         " never reported"),
            now);
   }
+}
+
+absl::Status Coordinator::CheckPendingBounds(
+    const google::protobuf::RepeatedPtrField<std::string>& nodes) const {
+  int pending = 0;
+  std::map<std::string, int> pending_of_node;
+  for (const std::string& node : nodes) pending_of_node[node] = 0;
+  for (const auto& [id, task] : tasks_) {
+    if (IsFinished(task.status)) continue;
+    ++pending;
+    for (const std::string& node : task.spec.nodes()) {
+      auto it = pending_of_node.find(node);
+      if (it != pending_of_node.end()) ++it->second;
+    }
+  }
+  if (pending >= options_.max_pending_tasks) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        pending, " benchmark tasks are pending or running, at most ",
+        options_.max_pending_tasks, " (--max_pending_tasks)"));
+  }
+  for (const auto& [node, count] : pending_of_node) {
+    if (count >= options_.max_pending_tasks_per_node) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("node \"", node, "\" has ", count,
+                       " benchmark tasks pending or running, at most ",
+                       options_.max_pending_tasks_per_node,
+                       " (--max_pending_tasks_per_node)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::CheckRendezvousBounds(
+    const Task& task, const std::string& key, const std::string& value) const {
+  auto old = task.kv.find(key);
+  const bool is_new = old == task.kv.end();
+  if (is_new && static_cast<int>(task.kv.size()) >=
+                    options_.max_rendezvous_keys_per_task) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "task ", task.spec.task_id(), " has ", task.kv.size(),
+        " rendezvous keys, at most ", options_.max_rendezvous_keys_per_task,
+        " (--max_rendezvous_keys_per_task)"));
+  }
+  const size_t after = task.kv_bytes + value.size() +
+                       (is_new ? key.size() : 0) -
+                       (is_new ? 0 : old->second.size());
+  if (after > options_.max_rendezvous_bytes_per_task) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("task ", task.spec.task_id(), " would hold ", after,
+                     " bytes of rendezvous keys and values, at most ",
+                     options_.max_rendezvous_bytes_per_task,
+                     " (--max_rendezvous_bytes_per_task)"));
+  }
+  return absl::OkStatus();
 }
 
 bool Coordinator::Busy(const std::string& node_name) const {

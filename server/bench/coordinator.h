@@ -37,6 +37,19 @@ struct CoordinatorOptions {
   int iterations = 5;
   // Finished tasks kept for status queries.
   int max_finished_tasks = 1024;
+  // Bounds a client cannot exceed (RESOURCE_EXHAUSTED naming the planner flag;
+  // see the planner's --help).
+  // Unfinished (pending or running) tasks that involve one node, and in all.
+  int max_pending_tasks_per_node = 16;
+  int max_pending_tasks = 1024;
+  // Rendezvous keys of one task, bytes of one value, and bytes of all its keys
+  // and values together.
+  int max_rendezvous_keys_per_task = 4096;
+  size_t max_rendezvous_value_bytes = 1 << 20;
+  size_t max_rendezvous_bytes_per_task = 64 << 20;
+  // Curves in one ReportBenchmark and points in each of them.
+  int max_curves_per_report = 64;
+  int max_points_per_curve = 1024;
 };
 
 // Called once per finished task (metrics, logs).
@@ -105,6 +118,7 @@ class Coordinator {
     monta::v1::BenchmarkTaskStatus status;
     absl::Time deadline;
     std::map<std::string, std::string> kv;
+    size_t kv_bytes = 0;  // keys and values in kv
     std::set<int> joined_ranks;
     std::set<std::string> reported_nodes;
     std::vector<monta::v1::BandwidthCurve> curves;
@@ -112,6 +126,15 @@ class Coordinator {
 
   void Finish(Task& task, monta::v1::TaskState state, const std::string& reason,
               absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED when `nodes` would exceed the pending-task bounds.
+  absl::Status CheckPendingBounds(
+      const google::protobuf::RepeatedPtrField<std::string>& nodes) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED when setting `key` to `value` would exceed the
+  // rendezvous bounds of `task`.
+  absl::Status CheckRendezvousBounds(const Task& task, const std::string& key,
+                                     const std::string& value) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::string MissingRanks(const Task& task) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The task named `task_id`, or NOT_FOUND naming it. The pointer lives while

@@ -190,5 +190,90 @@ TEST_F(CoordinatorTest, WaitsAfterShutdownReturnAtOnce) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
 }
 
+void ExpectExhausted(const absl::Status& s, const std::string& flag) {
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find(flag), std::string::npos) << s;
+}
+
+TEST_F(CoordinatorTest, PendingTasksAreBoundedPerNodeAndInAll) {
+  CoordinatorOptions options;
+  options.max_pending_tasks_per_node = 2;
+  options.max_pending_tasks = 3;
+  Coordinator coordinator(&registry_, options);
+  monta::v1::RunBenchmarkRequest only_a;
+  only_a.add_nodes("a");
+  std::string first;
+  for (int i = 0; i < 2; ++i) {
+    auto scheduled = coordinator.Schedule(only_a, now_);
+    ASSERT_TRUE(scheduled.ok()) << scheduled.status();
+    if (i == 0) first = scheduled->task_id();
+  }
+  ExpectExhausted(coordinator.Schedule(only_a, now_).status(),
+                  "--max_pending_tasks_per_node");
+  ExpectExhausted(coordinator.Schedule(Pair(), now_).status(),
+                  "--max_pending_tasks_per_node");
+  monta::v1::RunBenchmarkRequest only_b;
+  only_b.add_nodes("b");
+  ASSERT_TRUE(coordinator.Schedule(only_b, now_).ok());
+  ExpectExhausted(coordinator.Schedule(only_b, now_).status(),
+                  "--max_pending_tasks");
+  // A finished task frees its place.
+  coordinator.FailTasksOfNode("a", "test", now_);
+  EXPECT_TRUE(coordinator.Schedule(only_a, now_).ok());
+}
+
+TEST_F(CoordinatorTest, RendezvousKeysAndBytesAreBoundedPerTask) {
+  CoordinatorOptions options;
+  options.max_rendezvous_keys_per_task = 3;
+  options.max_rendezvous_value_bytes = 100;
+  options.max_rendezvous_bytes_per_task = 250;
+  Coordinator coordinator(&registry_, options);
+  auto task = coordinator.Schedule(Pair(), now_);
+  ASSERT_TRUE(task.ok());
+  monta::v1::RendezvousSetRequest set;
+  set.set_task_id(task->task_id());
+  set.set_key("k0");
+  set.set_value(std::string(101, 'v'));
+  ExpectExhausted(coordinator.Set(set), "--max_rendezvous_value_bytes");
+  set.set_value(std::string(98, 'v'));  // 100 bytes with its key
+  ASSERT_TRUE(coordinator.Set(set).ok());
+  set.set_key("k1");
+  ASSERT_TRUE(coordinator.Set(set).ok());
+  set.set_key("k2");
+  ExpectExhausted(coordinator.Set(set), "--max_rendezvous_bytes_per_task");
+  set.set_value("small");
+  ASSERT_TRUE(coordinator.Set(set).ok());
+  set.set_key("k3");
+  ExpectExhausted(coordinator.Set(set), "--max_rendezvous_keys_per_task");
+  // Overwriting a key counts its new size only.
+  set.set_key("k1");
+  set.set_value(std::string(40, 'w'));
+  EXPECT_TRUE(coordinator.Set(set).ok());
+  set.set_key("k2");
+  set.set_value(std::string(50, 'w'));
+  EXPECT_TRUE(coordinator.Set(set).ok());
+}
+
+TEST_F(CoordinatorTest, ReportCurvesAndPointsAreBounded) {
+  CoordinatorOptions options;
+  options.max_curves_per_report = 2;
+  options.max_points_per_curve = 3;
+  Coordinator coordinator(&registry_, options);
+  auto task = coordinator.Schedule(Pair(), now_);
+  ASSERT_TRUE(task.ok());
+  auto report = Ok(task->task_id(), "a");
+  for (int i = 0; i < 3; ++i) report.add_curves()->add_nodes("a");
+  ExpectExhausted(coordinator.Report(report, now_), "--max_curves_per_report");
+  report.mutable_curves()->RemoveLast();
+  for (int i = 0; i < 4; ++i) {
+    report.mutable_curves(1)->add_points()->set_message_bytes(1 << i);
+  }
+  const absl::Status s = coordinator.Report(report, now_);
+  ExpectExhausted(s, "--max_points_per_curve");
+  EXPECT_NE(s.message().find("curves[1].points"), std::string::npos);
+  EXPECT_EQ(coordinator.Status(task->task_id())->state(),
+            monta::v1::TASK_STATE_PENDING);
+}
+
 }  // namespace
 }  // namespace monta::bench
