@@ -507,6 +507,17 @@ void Coordinator::Finish(Task& task, monta::v1::TaskState state,
   task.status.set_reason(reason);
   *task.status.mutable_finished_at() = ToProto(now);
   task.kv.clear();
+  task.kv_bytes = 0;
+  // A node that never watches keeps no ids of finished tasks queued: its queue
+  // stays within --max_pending_tasks_per_node.
+  for (const std::string& node : task.spec.nodes()) {
+    auto queue = queues_.find(node);
+    if (queue == queues_.end()) continue;
+    auto& ids = queue->second;
+    ids.erase(std::remove(ids.begin(), ids.end(), task.spec.task_id()),
+              ids.end());
+    if (ids.empty()) queues_.erase(queue);
+  }
   finished_order_.push_back(task.spec.task_id());
   if (on_finished_) on_finished_(task.status);
   // Never evicts the task just finished: the caller still holds it.
