@@ -271,12 +271,16 @@ def traffic_worker(rank, world):
 
 
 class StrategiesTest(unittest.TestCase):
-    def test_every_strategy_matches_flat(self):
-        results = mp_harness.run(strategies_worker, WORLD, deadline_s=600)
+    def assertEveryRankClean(self, worker, deadline_s):
+        """Runs `worker` on WORLD ranks; each must finish and report no mismatch."""
+        results = mp_harness.run(worker, WORLD, deadline_s=deadline_s)
         for rank in range(WORLD):
             status, value = results[rank]
             self.assertEqual(status, "ok", f"rank {rank}: {value}")
             self.assertEqual(value, [], "\n".join(value))
+
+    def test_every_strategy_matches_flat(self):
+        self.assertEveryRankClean(strategies_worker, deadline_s=600)
 
     def test_what_each_strategy_sends(self):
         results = mp_harness.run(traffic_worker, WORLD, deadline_s=120)
@@ -302,25 +306,13 @@ class StrategiesTest(unittest.TestCase):
         self.assertEqual(sent[("padded", "hierarchical", 1)], [(4 * 7 * 5, 2)])
 
     def test_dedup_pads_an_uneven_capacity(self):
-        results = mp_harness.run(padded_worker, WORLD, deadline_s=300)
-        for rank in range(WORLD):
-            status, value = results[rank]
-            self.assertEqual(status, "ok", f"rank {rank}: {value}")
-            self.assertEqual(value, [], "\n".join(value))
+        self.assertEveryRankClean(padded_worker, deadline_s=300)
 
     def test_gather_into_tensor_path(self):
-        results = mp_harness.run(gather_into_tensor_worker, WORLD, deadline_s=120)
-        for rank in range(WORLD):
-            status, value = results[rank]
-            self.assertEqual(status, "ok", f"rank {rank}: {value}")
-            self.assertEqual(value, [], "\n".join(value))
+        self.assertEveryRankClean(gather_into_tensor_worker, deadline_s=120)
 
     def test_plans_that_do_not_fit_are_refused(self):
-        results = mp_harness.run(refusal_worker, WORLD, deadline_s=120)
-        for rank in range(WORLD):
-            status, value = results[rank]
-            self.assertEqual(status, "ok", f"rank {rank}: {value}")
-            self.assertEqual(value, [], "\n".join(value))
+        self.assertEveryRankClean(refusal_worker, deadline_s=120)
 
     def test_killed_rank_fails_the_others_clearly(self):
         victim = 3
