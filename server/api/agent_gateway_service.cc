@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/api/grpc_status.h"
+#include "common/grpc_status.h"
 
 namespace monta::api {
 

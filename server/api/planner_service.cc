@@ -1,7 +1,7 @@
 #include "server/api/planner_service.h"
 
 #include "absl/strings/str_cat.h"
-#include "server/api/grpc_status.h"
+#include "common/grpc_status.h"
 #include "server/planning/decide_strategy.h"
 
 namespace monta::api {
