@@ -3,8 +3,10 @@
 //   montactl [--planner ADDR] [--output table|json] COMMAND [ARGS]
 //
 // Commands: health, nodes, node NAME, topology NODE, profiles, plan, bench.
+#include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "absl/time/time.h"
 #include "client/table.h"
 #include "client/topology_render.h"
+#include "client/verify_render.h"
 #include "common/bandwidth/collective_proto.h"
 #include "common/flags.h"
 #include "common/job_file.h"
@@ -46,6 +49,15 @@ ABSL_FLAG(int, ranks_per_node, 0,
           "bench: ranks per node (0 = GPUs, or 2 on CPU nodes)");
 ABSL_FLAG(bool, wait, true, "bench: wait for the result");
 ABSL_FLAG(double, bench_timeout_seconds, 120, "bench: task deadline");
+ABSL_FLAG(std::string, chunks, "",
+          "verify: K values to run for tp_dedup_pipelined, comma-separated "
+          "(default 1,2,4,8,16,32; the chosen K is always added)");
+ABSL_FLAG(int, iterations, 0, "verify: timed runs per candidate (0 = 5)");
+ABSL_FLAG(std::string, svg, "",
+          "verify: also write time against K per strategy to this SVG file");
+ABSL_FLAG(bool, skip_calibration, false,
+          "verify: do not fit the model's calibration from this run");
+ABSL_FLAG(double, verify_timeout_seconds, 600, "verify: run deadline");
 
 namespace {
 
@@ -335,27 +347,30 @@ void PrintPlan(const monta::v1::StrategyReply& reply) {
     std::cout << "  note: " << note << "\n";
 }
 
-int Plan(const Context& ctx, const std::vector<std::string>& args) {
+// The job file with the placement flags applied; nullopt after printing
+// why (exit status 2).
+std::optional<monta::v1::StrategyRequest> RequestFromFlags(
+    const std::string& command) {
   const std::string job_path = absl::GetFlag(FLAGS_job);
   if (job_path.empty()) {
-    std::cerr << "montactl: usage: montactl plan --job FILE (--profile NAME "
-                 "--nodes N | "
+    std::cerr << "montactl: usage: montactl " << command
+              << " --job FILE (--profile NAME --nodes N | "
                  "--node_names a,b,...) [--gpus_per_node G]\n";
-    return 2;
+    return std::nullopt;
   }
   absl::StatusOr<monta::v1::StrategyRequest> request =
       monta::LoadJobFile(job_path);
   if (!request.ok()) {
     std::cerr << "montactl: " << job_path << ": " << request.status().message()
               << "\n";
-    return 2;
+    return std::nullopt;
   }
   const std::string profile = absl::GetFlag(FLAGS_profile);
   const std::string node_names = absl::GetFlag(FLAGS_node_names);
   if (!profile.empty() && !node_names.empty()) {
     std::cerr
         << "montactl: give either --profile with --nodes, or --node_names\n";
-    return 2;
+    return std::nullopt;
   }
   auto* placement = request->mutable_placement();
   if (!profile.empty()) {
@@ -363,7 +378,7 @@ int Plan(const Context& ctx, const std::vector<std::string>& args) {
     if (!absl::SimpleAtoi(absl::GetFlag(FLAGS_nodes), &nodes) || nodes <= 0) {
       std::cerr << "montactl: --nodes: expected a positive node count with "
                    "--profile\n";
-      return 2;
+      return std::nullopt;
     }
     placement->clear_node_names();
     placement->set_profile(profile);
@@ -377,6 +392,12 @@ int Plan(const Context& ctx, const std::vector<std::string>& args) {
   if (absl::GetFlag(FLAGS_gpus_per_node) > 0) {
     placement->set_gpus_per_node(absl::GetFlag(FLAGS_gpus_per_node));
   }
+  return *std::move(request);
+}
+
+int Plan(const Context& ctx, const std::vector<std::string>& args) {
+  std::optional<monta::v1::StrategyRequest> request = RequestFromFlags("plan");
+  if (!request) return 2;
   auto stub = monta::v1::Planner::NewStub(ctx.channel);
   monta::v1::StrategyReply reply;
   auto context = RpcContext();
@@ -384,6 +405,45 @@ int Plan(const Context& ctx, const std::vector<std::string>& args) {
   if (!status.ok()) return Fail("plan", status);
   if (ctx.json) return PrintJson(reply);
   PrintPlan(reply);
+  return 0;
+}
+
+int Verify(const Context& ctx, const std::vector<std::string>& args) {
+  std::optional<monta::v1::StrategyRequest> job = RequestFromFlags("verify");
+  if (!job) return 2;
+  monta::v1::VerifyRequest request;
+  *request.mutable_request() = *std::move(job);
+  for (const std::string& k : SplitList(absl::GetFlag(FLAGS_chunks))) {
+    int chunks = 0;
+    if (!absl::SimpleAtoi(k, &chunks) || chunks < 1) {
+      std::cerr << "montactl: --chunks: expected positive integers, got \"" << k
+                << "\"\n";
+      return 2;
+    }
+    request.add_chunks(chunks);
+  }
+  request.set_iterations(absl::GetFlag(FLAGS_iterations));
+  request.set_skip_calibration(absl::GetFlag(FLAGS_skip_calibration));
+  const double timeout = absl::GetFlag(FLAGS_verify_timeout_seconds);
+  request.set_timeout_seconds(timeout);
+  auto stub = monta::v1::Planner::NewStub(ctx.channel);
+  monta::v1::VerifyReply reply;
+  grpc::ClientContext context;
+  context.set_deadline(
+      absl::ToChronoTime(absl::Now() + absl::Seconds(timeout + 15)));
+  grpc::Status status = stub->Verify(&context, request, &reply);
+  if (!status.ok()) return Fail("verify", status);
+  const std::string svg_path = absl::GetFlag(FLAGS_svg);
+  if (!svg_path.empty()) {
+    std::ofstream svg(svg_path);
+    svg << monta::client::VerifySvg(reply);
+    if (!svg.good()) {
+      std::cerr << "montactl: --svg: cannot write " << svg_path << "\n";
+      return 1;
+    }
+  }
+  if (ctx.json) return PrintJson(reply);
+  std::cout << monta::client::VerifyTable(reply);
   return 0;
 }
 
@@ -462,6 +522,11 @@ int main(int argc, char** argv) {
       "evidence\n"
       "  bench --nodes a,b measure nodes (one node: intra-node; several: "
       "inter-node)\n"
+      "  verify --job FILE --node_names a,b,... [--chunks 1,2,4] [--svg F]\n"
+      "                    plan, run the job's dispatch under every strategy "
+      "and K there,\n"
+      "                    and score the plan (predicted vs measured, "
+      "regret)\n"
       "Example:\n"
       "  montactl --planner=127.0.0.1:7400 plan "
       "--job=examples/monta-paper-2x70b.yaml --profile=a800-hgx --nodes=2",
@@ -487,7 +552,7 @@ int main(int argc, char** argv) {
   const std::map<std::string, Handler> commands = {
       {"health", Health},     {"nodes", Nodes},       {"node", Node},
       {"topology", Topology}, {"profiles", Profiles}, {"plan", Plan},
-      {"bench", Bench},
+      {"bench", Bench},       {"verify", Verify},
   };
   auto it = commands.find(command);
   if (it == commands.end()) {

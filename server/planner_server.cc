@@ -139,9 +139,13 @@ absl::Status PlannerServer::StartGrpc() {
   }
   gateway_ = std::make_unique<api::AgentGatewayService>(
       registry_.get(), coordinator_.get(), std::move(on_registered));
+  knowledge_ = std::make_unique<planning::PlanKnowledge>();
+  verifier_ = std::make_unique<verify::Verifier>(
+      registry_.get(), coordinator_.get(), knowledge_.get(),
+      planner_metrics_.get(), store_.get());
   planner_ = std::make_unique<api::PlannerService>(
-      registry_.get(), coordinator_.get(), planner_metrics_.get(),
-      store_.get());
+      registry_.get(), coordinator_.get(), planner_metrics_.get(), store_.get(),
+      knowledge_.get(), verifier_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -181,7 +185,7 @@ absl::Status PlannerServer::StartWebhook() {
   }
   admission_ = std::make_unique<admission::AdmissionHandler>(
       admission::RegistryDecider(registry_.get(), planner_metrics_.get(),
-                                 store_.get()),
+                                 store_.get(), knowledge_.get()),
       planner_metrics_.get(), std::move(admission_options));
   admission::WebhookOptions webhook_options;
   webhook_options.address = options_.webhook_address;

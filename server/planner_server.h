@@ -20,8 +20,10 @@
 #include "server/api/planner_service.h"
 #include "server/bench/coordinator.h"
 #include "server/metrics/planner_metrics.h"
+#include "server/planning/calibration.h"
 #include "server/registry/registry.h"
 #include "server/store/sqlite_store.h"
+#include "server/verify/verifier.h"
 
 namespace monta {
 
@@ -115,6 +117,8 @@ class PlannerServer {
   std::unique_ptr<store::SqliteStore> store_;
   std::shared_ptr<metrics::ClusterCollector> cluster_collector_;
   std::unique_ptr<bench::Coordinator> coordinator_;
+  std::unique_ptr<planning::PlanKnowledge> knowledge_;
+  std::unique_ptr<verify::Verifier> verifier_;
   std::unique_ptr<api::AgentGatewayService> gateway_;
   std::unique_ptr<api::PlannerService> planner_;
   std::unique_ptr<grpc::Server> server_;

@@ -100,6 +100,33 @@ absl::StatusOr<std::pair<double, uint64_t>> AgreeAcrossRanks(
   return agreed;
 }
 
+absl::StatusOr<SweepPoint> MeasureDispatch(MoeGroups& groups, Strategy strategy,
+                                           int chunks, DispatchShape shape,
+                                           const SweepOptions& options) {
+  absl::StatusOr<std::unique_ptr<DispatchSchedule>> schedule =
+      DispatchSchedule::Create(groups, strategy, chunks, shape);
+  if (!schedule.ok()) return schedule.status();
+  DispatchSchedule& sched = **schedule;
+  // Check first, on a poisoned output, so a schedule that leaves bytes
+  // unwritten cannot pass on an earlier iteration's result.
+  absl::Status s = sched.PoisonOutput();
+  if (!s.ok()) return s;
+  s = sched.Run();
+  if (!s.ok()) return s;
+  absl::StatusOr<uint64_t> wrong = sched.CountWrongBytes();
+  if (!wrong.ok()) return wrong.status();
+  absl::StatusOr<double> time_us =
+      MedianTimeUs(options, [&] { return sched.Run(); });
+  if (!time_us.ok()) return time_us.status();
+  absl::StatusOr<std::pair<double, uint64_t>> agreed =
+      AgreeAcrossRanks(*groups.world, *time_us, *wrong);
+  if (!agreed.ok()) return agreed.status();
+  SweepPoint p = MakePoint(Collective::kAllToAll, sched.bytes_per_rank(),
+                           groups.ep->size(), agreed->first, agreed->second);
+  p.chunks_effective = sched.effective_chunks();
+  return p;
+}
+
 absl::StatusOr<std::vector<SweepPoint>> SweepStrategy(
     MoeGroups& groups, Strategy strategy, int chunks,
     const SweepOptions& options) {
@@ -107,29 +134,11 @@ absl::StatusOr<std::vector<SweepPoint>> SweepStrategy(
   const int e = groups.ep->size();
   for (uint64_t bytes :
        SweepSizes(options.min_bytes, options.max_bytes, options.step_factor)) {
-    absl::StatusOr<std::unique_ptr<DispatchSchedule>> schedule =
-        DispatchSchedule::Create(groups, strategy, chunks,
-                                 ShapeForBytes(bytes, e, options.row_bytes));
-    if (!schedule.ok()) return schedule.status();
-    DispatchSchedule& sched = **schedule;
-    // Check first, on a poisoned output, so a schedule that leaves bytes
-    // unwritten cannot pass on an earlier iteration's result.
-    absl::Status s = sched.PoisonOutput();
-    if (!s.ok()) return s;
-    s = sched.Run();
-    if (!s.ok()) return s;
-    absl::StatusOr<uint64_t> wrong = sched.CountWrongBytes();
-    if (!wrong.ok()) return wrong.status();
-    absl::StatusOr<double> time_us =
-        MedianTimeUs(options, [&] { return sched.Run(); });
-    if (!time_us.ok()) return time_us.status();
-    absl::StatusOr<std::pair<double, uint64_t>> agreed =
-        AgreeAcrossRanks(*groups.world, *time_us, *wrong);
-    if (!agreed.ok()) return agreed.status();
-    SweepPoint p = MakePoint(Collective::kAllToAll, sched.bytes_per_rank(), e,
-                             agreed->first, agreed->second);
-    p.chunks_effective = sched.effective_chunks();
-    points.push_back(p);
+    absl::StatusOr<SweepPoint> p =
+        MeasureDispatch(groups, strategy, chunks,
+                        ShapeForBytes(bytes, e, options.row_bytes), options);
+    if (!p.ok()) return p.status();
+    points.push_back(*p);
   }
   return points;
 }

@@ -50,7 +50,14 @@ std::vector<uint64_t> SweepSizes(uint64_t min_bytes, uint64_t max_bytes,
 // bytes actually moved.
 DispatchShape ShapeForBytes(uint64_t bytes, int ep_size, uint64_t row_bytes);
 
-// Collective over groups.world. bytes = D; busbw over the EP group size.
+// One dispatch of `shape` under `strategy`: data-checked on a poisoned output,
+// then the median of options.iterations timed runs after the warm-up, agreed
+// over groups.world. bytes = D; busbw over the EP group size.
+absl::StatusOr<SweepPoint> MeasureDispatch(MoeGroups& groups, Strategy strategy,
+                                           int chunks, DispatchShape shape,
+                                           const SweepOptions& options);
+
+// Collective over groups.world: MeasureDispatch at every size of the sweep.
 absl::StatusOr<std::vector<SweepPoint>> SweepStrategy(
     MoeGroups& groups, Strategy strategy, int chunks,
     const SweepOptions& options);

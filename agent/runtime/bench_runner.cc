@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -9,6 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "agent/bench/curve.h"
+#include "agent/bench/moe_groups.h"
+#include "agent/bench/schedule.h"
 #include "agent/bench/sweep.h"
 #include "agent/comm/communicator_factory.h"
 #include "common/bandwidth/collective_proto.h"
@@ -100,6 +103,65 @@ bench::CurveInfo CurveInfoOf(const monta::v1::BenchmarkTask& task,
   return info;
 }
 
+absl::StatusOr<bench::Strategy> DispatchStrategy(
+    const monta::v1::DispatchWorkload& w) {
+  switch (w.strategy_kind()) {
+    case monta::v1::STRATEGY_KIND_FLAT:
+      return bench::Strategy::kFlat;
+    case monta::v1::STRATEGY_KIND_TP_DEDUP:
+      return bench::Strategy::kTpDedup;
+    case monta::v1::STRATEGY_KIND_TP_DEDUP_PIPELINED:
+      return bench::Strategy::kTpDedupPipelined;
+    case monta::v1::STRATEGY_KIND_HIERARCHICAL:
+      return bench::Strategy::kHierarchical;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("dispatches.strategy_kind: cannot run ",
+                       monta::v1::StrategyKind_Name(w.strategy_kind())));
+  }
+}
+
+// Every job-shaped dispatch of the task (montactl verify), each timed and
+// data-checked; `curves` (rank 0's) gains one single-point curve per
+// dispatch, tagged with its strategy and the K asked for.
+absl::Status RunDispatches(const monta::v1::BenchmarkTask& task,
+                           comm::Communicator& world, comm::Backend backend,
+                           absl::Time deadline,
+                           std::vector<monta::v1::BandwidthCurve>* curves) {
+  std::map<int, bench::MoeGroups> groups_by_tp;
+  bench::SweepOptions options = SweepOptionsOf(task);
+  for (const monta::v1::DispatchWorkload& w : task.dispatches()) {
+    absl::StatusOr<bench::Strategy> strategy = DispatchStrategy(w);
+    if (!strategy.ok()) return strategy.status();
+    auto it = groups_by_tp.find(w.tensor_parallel_size());
+    if (it == groups_by_tp.end()) {
+      bench::MoeLayout layout;
+      layout.tp_size = std::max(1, w.tensor_parallel_size());
+      layout.ranks_per_node = task.ranks_per_node();
+      absl::StatusOr<bench::MoeGroups> g =
+          bench::MakeMoeGroups(world, layout, deadline);
+      if (!g.ok()) return g.status();
+      it = groups_by_tp.emplace(w.tensor_parallel_size(), *std::move(g)).first;
+    }
+    absl::StatusOr<bench::SweepPoint> p = bench::MeasureDispatch(
+        it->second, *strategy, std::max(1, w.chunks()),
+        bench::DispatchShape{w.rows(), w.row_bytes()}, options);
+    if (!p.ok()) return p.status();
+    if (p->wrong > 0) {
+      return absl::DataLossError(
+          absl::StrCat(bench::StrategyName(*strategy), " K=", w.chunks(),
+                       " at ", p->bytes, " bytes: ", p->wrong, " wrong bytes"));
+    }
+    if (curves == nullptr) continue;
+    bench::CurveInfo info = CurveInfoOf(task, bandwidth::Collective::kAllToAll,
+                                        backend, world.size());
+    info.strategy = w.strategy_kind();
+    info.chunks = std::max(1, w.chunks());
+    curves->push_back(bench::ToBandwidthCurve({*p}, info));
+  }
+  return absl::OkStatus();
+}
+
 // One rank of the task: join, build the communicator, sweep every collective.
 RankResult RunRank(const monta::v1::BenchmarkTask& task, int rank,
                    std::shared_ptr<comm::RendezvousStore> store,
@@ -123,6 +185,12 @@ RankResult RunRank(const monta::v1::BenchmarkTask& task, int rank,
     return result;
   }
   const bench::SweepOptions sweep = SweepOptionsOf(task);
+  if (task.dispatches_size() > 0) {
+    result.status = RunDispatches(task, **comm, *backend, deadline,
+                                  rank == 0 ? &result.curves : nullptr);
+    if (!result.status.ok()) (*comm)->Abort();
+    return result;
+  }
   for (int c : task.collectives()) {
     // A collective this agent does not know fails the task by name rather
     // than measuring something else under the planner's label.

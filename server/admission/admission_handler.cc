@@ -626,14 +626,14 @@ ReviewOutcome AdmissionHandler::Review(Operation op,
   return MutationAnswer(o, plan, options_, std::move(response));
 }
 
-AdmissionHandler::Decider RegistryDecider(const registry::Registry* registry,
-                                          metrics::PlannerMetrics* metrics,
-                                          store::DecisionLog* decisions) {
-  return [registry, metrics, decisions](
+AdmissionHandler::Decider RegistryDecider(
+    const registry::Registry* registry, metrics::PlannerMetrics* metrics,
+    store::DecisionLog* decisions, const planning::PlanKnowledge* knowledge) {
+  return [registry, metrics, decisions, knowledge](
              const monta::v1::StrategyRequest& request, bool record_decision) {
-    return planning::DecideStrategy(request, registry,
-                                    record_decision ? metrics : nullptr,
-                                    record_decision ? decisions : nullptr);
+    return planning::DecideStrategy(
+        request, registry, record_decision ? metrics : nullptr,
+        record_decision ? decisions : nullptr, knowledge);
   };
 }
 

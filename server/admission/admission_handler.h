@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "proto/monta/v1/strategy.pb.h"
 #include "server/metrics/planner_metrics.h"
+#include "server/planning/calibration.h"
 #include "server/registry/registry.h"
 #include "server/store/decision_log.h"
 
@@ -104,10 +105,12 @@ class AdmissionHandler {
 
 // The planner's decider: planning::DecideStrategy against `registry`; decisions
 // recorded in `metrics` and logged to `decisions` (either may be null) when
-// asked to. All must outlive it.
+// asked to; calibrations and verified runs from `knowledge` (nullable) as
+// GetStrategy uses them. All must outlive it.
 AdmissionHandler::Decider RegistryDecider(
     const registry::Registry* registry, metrics::PlannerMetrics* metrics,
-    store::DecisionLog* decisions = nullptr);
+    store::DecisionLog* decisions = nullptr,
+    const planning::PlanKnowledge* knowledge = nullptr);
 
 // JSON Pointer (RFC 6901) escaping of one reference token: "~" -> "~0",
 // "/" -> "~1".

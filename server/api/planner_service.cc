@@ -9,17 +9,21 @@ namespace monta::api {
 PlannerService::PlannerService(registry::Registry* registry,
                                bench::Coordinator* coordinator,
                                metrics::PlannerMetrics* metrics,
-                               store::DecisionLog* decisions)
+                               store::DecisionLog* decisions,
+                               const planning::PlanKnowledge* knowledge,
+                               verify::Verifier* verifier)
     : registry_(registry),
       coordinator_(coordinator),
       metrics_(metrics),
-      decisions_(decisions) {}
+      decisions_(decisions),
+      knowledge_(knowledge),
+      verifier_(verifier) {}
 
 grpc::Status PlannerService::GetStrategy(
     grpc::ServerContext* context, const monta::v1::StrategyRequest* request,
     monta::v1::StrategyReply* reply) {
-  absl::StatusOr<monta::v1::StrategyReply> decided =
-      planning::DecideStrategy(*request, registry_, metrics_, decisions_);
+  absl::StatusOr<monta::v1::StrategyReply> decided = planning::DecideStrategy(
+      *request, registry_, metrics_, decisions_, knowledge_);
   if (!decided.ok()) return ToGrpc(decided.status());
   *reply = *std::move(decided);
   return grpc::Status::OK;
@@ -77,6 +81,27 @@ grpc::Status PlannerService::RunBenchmark(
     if (!status.ok()) return ToGrpc(status.status());
   }
   *reply->mutable_status() = *std::move(status);
+  return grpc::Status::OK;
+}
+
+grpc::Status PlannerService::Verify(grpc::ServerContext* context,
+                                    const monta::v1::VerifyRequest* request,
+                                    monta::v1::VerifyReply* reply) {
+  if (verifier_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "this planner does not verify");
+  }
+  // Bounded by the run's own deadline (the verifier's) and the caller's.
+  absl::Duration max_wait = absl::Hours(1);
+  const auto caller_deadline = context->deadline();
+  if (caller_deadline != std::chrono::system_clock::time_point::max()) {
+    max_wait =
+        std::min(max_wait, absl::FromChrono(caller_deadline) - absl::Now());
+  }
+  absl::StatusOr<monta::v1::VerifyReply> verified =
+      verifier_->Verify(*request, max_wait);
+  if (!verified.ok()) return ToGrpc(verified.status());
+  *reply = *std::move(verified);
   return grpc::Status::OK;
 }
 

@@ -6,9 +6,11 @@
 #include "proto/monta/v1/planner.grpc.pb.h"
 #include "server/bench/coordinator.h"
 #include "server/metrics/planner_metrics.h"
+#include "server/planning/calibration.h"
 #include "server/planning/strategy_planner.h"
 #include "server/registry/registry.h"
 #include "server/store/decision_log.h"
+#include "server/verify/verifier.h"
 
 namespace monta::api {
 
@@ -16,9 +18,13 @@ class PlannerService final : public monta::v1::Planner::Service {
  public:
   // Pointers are not owned and must outlive the service; `metrics` and
   // `decisions` may be null.
+  // `knowledge` and `verifier` may be null (no calibration; Verify is then
+  // UNIMPLEMENTED).
   PlannerService(registry::Registry* registry, bench::Coordinator* coordinator,
                  metrics::PlannerMetrics* metrics,
-                 store::DecisionLog* decisions = nullptr);
+                 store::DecisionLog* decisions = nullptr,
+                 const planning::PlanKnowledge* knowledge = nullptr,
+                 verify::Verifier* verifier = nullptr);
 
   grpc::Status GetStrategy(grpc::ServerContext* context,
                            const monta::v1::StrategyRequest* request,
@@ -35,12 +41,17 @@ class PlannerService final : public monta::v1::Planner::Service {
   grpc::Status RunBenchmark(grpc::ServerContext* context,
                             const monta::v1::RunBenchmarkRequest* request,
                             monta::v1::RunBenchmarkReply* reply) override;
+  grpc::Status Verify(grpc::ServerContext* context,
+                      const monta::v1::VerifyRequest* request,
+                      monta::v1::VerifyReply* reply) override;
 
  private:
   registry::Registry* const registry_;
   bench::Coordinator* const coordinator_;
   metrics::PlannerMetrics* const metrics_;
   store::DecisionLog* const decisions_;
+  const planning::PlanKnowledge* const knowledge_;
+  verify::Verifier* const verifier_;
 };
 
 }  // namespace monta::api

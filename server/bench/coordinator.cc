@@ -38,6 +38,8 @@ bool IsFinished(const BenchmarkTaskStatus& s) {
 }
 
 constexpr uint64_t kMaxBenchBytes = uint64_t{8} << 30;
+// Job-shaped dispatches in one verify task (the proto's bound).
+constexpr size_t kMaxDispatchesPerTask = 64;
 constexpr size_t kMaxKeyBytes = 512;
 
 }  // namespace
@@ -145,6 +147,13 @@ absl::StatusOr<SweepPlan> PlanSweep(
   return plan;
 }
 
+absl::Duration TimeoutOf(const monta::v1::RunBenchmarkRequest& request,
+                         const CoordinatorOptions& options) {
+  return request.timeout_seconds() > 0
+             ? absl::Seconds(request.timeout_seconds())
+             : options.default_timeout;
+}
+
 // The task the agents run, without its id and deadline.
 void FillSpec(const monta::v1::RunBenchmarkRequest& request,
               const SweepPlan& plan, const CoordinatorOptions& options,
@@ -175,30 +184,62 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::Schedule(
     const monta::v1::RunBenchmarkRequest& request, absl::Time now) {
   absl::StatusOr<SweepPlan> plan = PlanSweep(registry_, request, options_, now);
   if (!plan.ok()) return plan.status();
+  monta::v1::BenchmarkTask spec;
+  FillSpec(request, *plan, options_, &spec);
+  return Enqueue(std::move(spec), TimeoutOf(request, options_), now);
+}
 
+absl::StatusOr<BenchmarkTaskStatus> Coordinator::ScheduleDispatches(
+    const monta::v1::RunBenchmarkRequest& request,
+    const std::vector<monta::v1::DispatchWorkload>& dispatches, int iterations,
+    int warmup_iterations, absl::Time now) {
+  if (dispatches.empty() || dispatches.size() > kMaxDispatchesPerTask) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dispatches: expected 1..", kMaxDispatchesPerTask,
+                     ", got ", dispatches.size()));
+  }
+  absl::StatusOr<SweepPlan> plan = PlanSweep(registry_, request, options_, now);
+  if (!plan.ok()) return plan.status();
+  monta::v1::BenchmarkTask spec;
+  FillSpec(request, *plan, options_, &spec);
+  spec.clear_collectives();
+  for (const auto& d : dispatches) *spec.add_dispatches() = d;
+  spec.set_iterations(std::clamp(iterations, 1, 100));
+  spec.set_warmup_iterations(std::clamp(warmup_iterations, 0, 100));
+  return Enqueue(std::move(spec), TimeoutOf(request, options_), now);
+}
+
+absl::StatusOr<BenchmarkTaskStatus> Coordinator::Enqueue(
+    monta::v1::BenchmarkTask spec, absl::Duration timeout, absl::Time now) {
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("planner is shutting down");
-  if (absl::Status s = CheckPendingBounds(request.nodes()); !s.ok()) return s;
+  if (absl::Status s = CheckPendingBounds(spec.nodes()); !s.ok()) return s;
   Task task;
   const std::string id =
       absl::StrCat("bench-", absl::ToUnixMillis(now), "-", next_id_++);
-  monta::v1::BenchmarkTask& spec = task.spec;
   spec.set_task_id(id);
-  FillSpec(request, *plan, options_, &spec);
-  const absl::Duration timeout = request.timeout_seconds() > 0
-                                     ? absl::Seconds(request.timeout_seconds())
-                                     : options_.default_timeout;
+  task.spec = std::move(spec);
   task.deadline = now + timeout;
-  *spec.mutable_deadline() = ToProto(task.deadline);
+  *task.spec.mutable_deadline() = ToProto(task.deadline);
   task.status.set_task_id(id);
   task.status.set_state(monta::v1::TASK_STATE_PENDING);
-  *task.status.mutable_nodes() = request.nodes();
+  *task.status.mutable_nodes() = task.spec.nodes();
   *task.status.mutable_created_at() = ToProto(now);
-  for (const std::string& node : request.nodes()) queues_[node].push_back(id);
+  for (const std::string& node : task.spec.nodes()) {
+    queues_[node].push_back(id);
+  }
   BenchmarkTaskStatus status = task.status;
   tasks_.emplace(id, std::move(task));
   changed_.SignalAll();
   return status;
+}
+
+absl::StatusOr<std::vector<monta::v1::BandwidthCurve>> Coordinator::Curves(
+    const std::string& task_id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  absl::StatusOr<const Task*> found = FindTask(task_id);
+  if (!found.ok()) return found.status();
+  return (*found)->curves;
 }
 
 std::optional<monta::v1::BenchmarkTask> Coordinator::NextTask(
@@ -337,6 +378,8 @@ absl::Status Coordinator::Report(
     std::string store_error;
     for (auto& curve : task.curves) {
       curve.set_task_id(task.spec.task_id());
+      // A job's dispatches are that job's measurements, not node curves.
+      if (task.spec.dispatches_size() > 0) continue;
       if (absl::Status s = registry_->AddCurve(curve); !s.ok()) {
         store_error = std::string(s.message());
       }

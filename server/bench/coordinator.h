@@ -68,6 +68,19 @@ class Coordinator {
   absl::StatusOr<monta::v1::BenchmarkTaskStatus> Schedule(
       const monta::v1::RunBenchmarkRequest& request, absl::Time now);
 
+  // A task of job-shaped dispatches (montactl verify) on the request's nodes
+  // (its byte range is ignored): each workload once, `iterations` timed runs
+  // after `warmup_iterations`. Its curves stay with the task (Curves), out of
+  // the registry: they are one job's measurements, not the nodes' curves.
+  absl::StatusOr<monta::v1::BenchmarkTaskStatus> ScheduleDispatches(
+      const monta::v1::RunBenchmarkRequest& request,
+      const std::vector<monta::v1::DispatchWorkload>& dispatches,
+      int iterations, int warmup_iterations, absl::Time now);
+
+  // The curves a finished task measured, in report order.
+  absl::StatusOr<std::vector<monta::v1::BandwidthCurve>> Curves(
+      const std::string& task_id) const;
+
   // Waits up to `max_wait` for the next task of `node_name`. Returns nullopt
   // when none came, or when Shutdown() was called.
   std::optional<monta::v1::BenchmarkTask> NextTask(const std::string& node_name,
@@ -124,6 +137,9 @@ class Coordinator {
     std::vector<monta::v1::BandwidthCurve> curves;
   };
 
+  // Queues a task with `spec` (id and deadline filled here) for its nodes.
+  absl::StatusOr<monta::v1::BenchmarkTaskStatus> Enqueue(
+      monta::v1::BenchmarkTask spec, absl::Duration timeout, absl::Time now);
   void Finish(Task& task, monta::v1::TaskState state, const std::string& reason,
               absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED when `nodes` would exceed the pending-task bounds.

@@ -1,6 +1,7 @@
 #include "server/metrics/planner_metrics.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -234,7 +235,27 @@ PlannerMetrics::PlannerMetrics(prometheus::Registry& registry)
                         .Name("monta_store_errors_total")
                         .Help("Failed writes to the planner's SQLite database "
                               "(--db), by operation")
-                        .Register(registry)) {
+                        .Register(registry)),
+      verify_runs_(prometheus::BuildCounter()
+                       .Name("monta_verify_runs_total")
+                       .Help("montactl verify runs by result (ok, invalid, "
+                             "failed)")
+                       .Register(registry)),
+      prediction_error_(
+          prometheus::BuildGauge()
+              .Name("monta_prediction_error_ratio")
+              .Help("Median |predicted / measured - 1| of one dispatch, per "
+                    "strategy, in the latest verify run")
+              .Register(registry)),
+      plan_regret_(prometheus::BuildGauge()
+                       .Name("monta_plan_regret_ratio")
+                       .Help("Measured time of the chosen candidate over the "
+                             "fastest measured one, minus 1, in the latest "
+                             "verify run")
+                       .Register(registry)) {
+  for (const char* result : {"ok", "invalid", "failed"}) {
+    verify_runs_.Add({{"result", result}});
+  }
   for (const char* operation : {"node", "curve", "decision"}) {
     store_errors_.Add({{"operation", operation}});
   }
@@ -295,6 +316,27 @@ void PlannerMetrics::RecordAdmission(const std::string& operation,
 
 void PlannerMetrics::RecordDiscardedError(const std::string& site) {
   discarded_.Add({{"site", site}}).Increment();
+}
+
+void PlannerMetrics::RecordVerify(const absl::Status& status,
+                                  const monta::v1::VerifyReply* reply) {
+  const char* result = status.ok() ? "ok"
+                       : status.code() == absl::StatusCode::kInvalidArgument
+                           ? "invalid"
+                           : "failed";
+  verify_runs_.Add({{"result", result}}).Increment();
+  if (reply == nullptr) return;
+  std::map<std::string, std::vector<double>> errors;
+  for (const monta::v1::VerifiedCandidate& c : reply->candidates()) {
+    errors[StrategyLabel(c.kind())].push_back(std::abs(c.error_ratio()));
+  }
+  for (auto& [strategy, e] : errors) {
+    std::sort(e.begin(), e.end());
+    const size_t n = e.size();
+    const double median = n % 2 ? e[n / 2] : (e[n / 2 - 1] + e[n / 2]) / 2;
+    prediction_error_.Add({{"strategy", strategy}}).Set(median);
+  }
+  plan_regret_.Add({}).Set(reply->regret_ratio());
 }
 
 void PlannerMetrics::RecordStoreError(const std::string& operation) {

@@ -17,9 +17,11 @@
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
+#include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "proto/monta/v1/benchmark.pb.h"
+#include "proto/monta/v1/planner.pb.h"
 #include "proto/monta/v1/strategy.pb.h"
 #include "server/registry/registry.h"
 
@@ -75,6 +77,11 @@ class PlannerMetrics {
   // "curve", "decision"); the series exist at 0 from the start so that
   // increase() sees the first error.
   void RecordStoreError(const std::string& operation);
+  // One verify run: monta_verify_runs_total{result}; with its reply,
+  // monta_prediction_error_ratio{strategy} (median |error| of the strategy's
+  // candidates) and monta_plan_regret_ratio.
+  void RecordVerify(const absl::Status& status,
+                    const monta::v1::VerifyReply* reply);
 
  private:
   prometheus::Family<prometheus::Counter>& decisions_;
@@ -91,6 +98,9 @@ class PlannerMetrics {
   prometheus::Family<prometheus::Histogram>& admission_duration_;
   prometheus::Family<prometheus::Counter>& discarded_;
   prometheus::Family<prometheus::Counter>& store_errors_;
+  prometheus::Family<prometheus::Counter>& verify_runs_;
+  prometheus::Family<prometheus::Gauge>& prediction_error_;
+  prometheus::Family<prometheus::Gauge>& plan_regret_;
 };
 
 // "flat", "tp_dedup", ... for a StrategyKind; "none" for unspecified.

@@ -98,9 +98,12 @@ Stage CostModel::AllToAll(double bytes, int group, int members_on_node,
   const double intra_bytes = bytes * (members_on_node - 1) / group;
   bool inter_x = false;
   bool intra_x = false;
+  const double scale = cluster_.calibration.bandwidth_scale;
   s.busy.network_seconds =
+      scale *
       LinkSeconds(cluster_.alltoall_inter, inter_bytes, bytes, group, &inter_x);
   s.busy.nvlink_seconds =
+      scale *
       LinkSeconds(cluster_.alltoall_intra, intra_bytes, bytes, group, &intra_x);
   // The launch pays the latency of the slowest path involved.
   const BandwidthCurve& latency_curve =
@@ -125,6 +128,7 @@ Stage CostModel::AllGather(double input_bytes,
   bool x = false;
   // nccl-tests sizes an AllGather by its output; per peer that is our input.
   s.busy.nvlink_seconds =
+      cluster_.calibration.bandwidth_scale *
       LinkSeconds(c, (t - 1) * input_bytes, input_bytes * t, t, &x);
   s.busy.launch_seconds = c.alpha_seconds();
   s.seconds = s.busy.launch_seconds + s.busy.nvlink_seconds;
@@ -137,7 +141,8 @@ Stage CostModel::Copy(double bytes, ExtrapolationFlags* flags) const {
   if (bytes <= 0) return s;
   const BandwidthCurve& c = cluster_.copy;
   bool x = false;
-  s.busy.copy_seconds = LinkSeconds(c, bytes, bytes, c.nranks(), &x);
+  s.busy.copy_seconds = cluster_.calibration.bandwidth_scale *
+                        LinkSeconds(c, bytes, bytes, c.nranks(), &x);
   s.busy.launch_seconds = c.alpha_seconds();
   s.seconds = s.busy.launch_seconds + s.busy.copy_seconds;
   if (flags != nullptr) flags->copy |= x;
@@ -180,17 +185,21 @@ StrategyTime CostModel::Dedup(int chunks, bool pipelined,
   // unpipelined schedule pays the copy too and S2(K=1) equals S1.
   const Stage c = Copy(t * x, flags);
 
-  double forward_op = a.seconds + g.seconds + c.seconds;
+  // A calibrated fixed cost per chunk (docs/MODEL.md §9): what a chunk costs
+  // beyond the curves' latencies (synchronisation, host-side work).
+  const double per_chunk = cluster_.calibration.per_chunk_overhead_seconds;
+  double forward_op = a.seconds + g.seconds + c.seconds + k * per_chunk;
   const char* steady_state_bottleneck = nullptr;
   if (pipelined && k > 1) {
     const SteadyStateInterval tau = SteadyState(a, g, c);
     forward_op += (k - 1) * tau.seconds;
     steady_state_bottleneck = tau.name;
   }
-  const double a2a_only = k * a.seconds;
-  const double backward_op = backward_ == BackwardSchedule::kSliceOnly
-                                 ? a2a_only
-                                 : k * (a.seconds + g.seconds + c.seconds);
+  const double a2a_only = k * (a.seconds + per_chunk);
+  const double backward_op =
+      backward_ == BackwardSchedule::kSliceOnly
+          ? a2a_only
+          : k * (a.seconds + g.seconds + c.seconds + per_chunk);
 
   StrategyTime st;
   st.forward_seconds = 2 * forward_op;

@@ -11,6 +11,16 @@
 
 namespace monta::model {
 
+// What verify runs on these nodes taught the model (docs/MODEL.md §9): the
+// curves' bandwidth terms scaled, and a fixed cost per pipeline chunk. The
+// pipeline's overlap (gamma) travels as SearchOptions::contention_factor.
+struct ModelCalibration {
+  // Multiplies every link's busy time (1 = the curves were right).
+  double bandwidth_scale = 1;
+  // Added once per chunk to each dedup op (K chunks pay K times).
+  double per_chunk_overhead_seconds = 0;
+};
+
 // The bandwidth the model may use. Curves can come from measurements or from
 // a hardware profile; the model does not care which.
 struct ClusterView {
@@ -25,6 +35,7 @@ struct ClusterView {
   // Largest group the per-peer latency was sourced on (0 = unknown): groups
   // beyond it extrapolate the latency law, and the decision says so.
   int alltoall_latency_source_max_ranks = 0;
+  ModelCalibration calibration;
 };
 
 // Which curves a prediction needed outside their measured range.

@@ -109,6 +109,11 @@ absl::Status CheckInputs(const ClusterView& cluster,
     return absl::InvalidArgumentError(absl::StrCat(
         "options.max_chunks: must be in 1..1024, got ", options.max_chunks));
   }
+  if (options.fixed_chunks < 0 || options.fixed_chunks > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.fixed_chunks: must be in 0..1024, got ",
+                     options.fixed_chunks));
+  }
   if (!std::isfinite(options.contention_factor) ||
       options.contention_factor < 1) {
     return absl::InvalidArgumentError(
@@ -207,17 +212,24 @@ Candidate EvaluateFeasible(StrategyKind kind, const Traffic& tr,
   c.feasible = true;
   auto at = [&](int k) { return Evaluate(model, kind, nullptr, k); };
   Evaluated best;
-  if (kind == StrategyKind::kTpDedupPipelined) {
-    best = BestChunks(tr.split_rows / tr.tensor_parallel_size,
-                      options.max_chunks, at);
-  } else if (kind == StrategyKind::kExpertOverlap) {
-    best = BestChunks(tr.split_rows, options.max_chunks, at);
+  const bool chunked = kind == StrategyKind::kTpDedupPipelined ||
+                       kind == StrategyKind::kExpertOverlap;
+  // Pipelining cuts each TP rank's 1/t share; expert overlap the whole axis.
+  const int64_t rows = kind == StrategyKind::kTpDedupPipelined
+                           ? tr.split_rows / tr.tensor_parallel_size
+                           : tr.split_rows;
+  if (chunked && options.fixed_chunks > 0) {
+    best.chunks = EffectiveChunks(rows, options.fixed_chunks);
+    best.time = at(best.chunks);
+  } else if (chunked) {
+    best = BestChunks(rows, options.max_chunks, at);
   } else {
     best.time = at(1);
   }
   // Evaluate the winner once more to learn which curves it extrapolated.
   Evaluate(model, kind, extrapolated, best.chunks);
-  c.chunks_requested = best.chunks;
+  c.chunks_requested =
+      chunked && options.fixed_chunks > 0 ? options.fixed_chunks : best.chunks;
   c.chunks_effective = best.chunks;
   c.forward_seconds_per_layer = best.time.forward_seconds;
   c.backward_seconds_per_layer = best.time.backward_seconds;

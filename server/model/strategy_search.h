@@ -24,6 +24,9 @@ struct SearchOptions {
   std::vector<StrategyKind> allowed;
   // Largest K searched (further bounded by the rows a split can cut).
   int max_chunks = 64;
+  // > 0: evaluate exactly this K for the chunked strategies (its K_eff when
+  // the split yields fewer pieces) instead of searching; a what-if.
+  int fixed_chunks = 0;
   // gamma >= 1 for the pipelined steady state.
   double contention_factor = 1.0;
   BackwardSchedule backward = BackwardSchedule::kSliceOnly;

@@ -24,12 +24,21 @@ std::optional<NodeFacts> RegistryNodeLookup::Find(
 absl::StatusOr<monta::v1::StrategyReply> DecideStrategy(
     const monta::v1::StrategyRequest& request,
     const registry::Registry* registry, metrics::PlannerMetrics* metrics,
-    store::DecisionLog* decisions) {
+    store::DecisionLog* decisions, const PlanKnowledge* knowledge) {
   const auto start = std::chrono::steady_clock::now();
   const absl::Time now = absl::Now();
   RegistryNodeLookup lookup(registry, now);
-  absl::StatusOr<monta::v1::StrategyReply> reply =
-      PlanStrategy(request, &lookup, now);
+  std::optional<PlanCalibration> calibration;
+  if (knowledge != nullptr && request.placement().node_names_size() > 0) {
+    calibration = knowledge->Calibration(NodeSetKey(request), now);
+  }
+  absl::StatusOr<monta::v1::StrategyReply> reply = PlanStrategy(
+      request, &lookup, now, calibration ? &*calibration : nullptr);
+  if (reply.ok() && knowledge != nullptr) {
+    if (auto verified = knowledge->FreshVerified(request, now)) {
+      ApplyVerified(*verified, now, &*reply);
+    }
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();

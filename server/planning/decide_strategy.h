@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "proto/monta/v1/strategy.pb.h"
 #include "server/metrics/planner_metrics.h"
+#include "server/planning/calibration.h"
 #include "server/planning/strategy_planner.h"
 #include "server/registry/registry.h"
 #include "server/store/decision_log.h"
@@ -32,10 +33,14 @@ class RegistryNodeLookup : public NodeLookup {
 
 // Plans one request against the registry, records the decision metrics and logs
 // a successful decision (both optional); shared by GetStrategy and the webhook.
+// `knowledge` (nullable): a calibration fitted on the placement's nodes is
+// applied, and a fresh verify run of the same job on them answers with its
+// measured times (evidence VERIFIED).
 absl::StatusOr<monta::v1::StrategyReply> DecideStrategy(
     const monta::v1::StrategyRequest& request,
     const registry::Registry* registry, metrics::PlannerMetrics* metrics,
-    store::DecisionLog* decisions = nullptr);
+    store::DecisionLog* decisions = nullptr,
+    const PlanKnowledge* knowledge = nullptr);
 
 }  // namespace monta::planning
 

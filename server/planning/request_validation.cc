@@ -175,6 +175,8 @@ absl::Status ValidateJob(const MoeJob& job) {
 absl::Status ValidateOptions(const monta::v1::StrategyOptions& options) {
   MONTA_RETURN_IF_ERROR(
       InRange<int32_t>("options.max_chunks", options.max_chunks(), 0, 1024));
+  MONTA_RETURN_IF_ERROR(InRange<int32_t>("options.fixed_chunks",
+                                         options.fixed_chunks(), 0, 1024));
   MONTA_RETURN_IF_ERROR(FiniteInRange("options.contention_factor",
                                       options.contention_factor(), 1, 100,
                                       /*zero_means_lo=*/true));
@@ -251,6 +253,7 @@ monta::model::SearchOptions ToSearchOptions(
     const monta::v1::StrategyOptions& options) {
   monta::model::SearchOptions s;
   s.max_chunks = options.max_chunks() == 0 ? 64 : options.max_chunks();
+  s.fixed_chunks = options.fixed_chunks();
   s.contention_factor =
       options.contention_factor() == 0 ? 1.0 : options.contention_factor();
   for (int kind : options.allowed()) {

@@ -607,7 +607,7 @@ void FillEvidence(const Resolved& where, const RoleChoices& choices,
 // `now` is read here, so a reply depends on its inputs alone.
 absl::StatusOr<v1::StrategyReply> PlanStrategy(
     const v1::StrategyRequest& request, const NodeLookup* lookup,
-    absl::Time now) {
+    absl::Time now, const PlanCalibration* calibration) {
   absl::StatusOr<Resolved> where = CheckRequest(request, lookup);
   if (!where.ok()) return where.status();
   const model::MoeJobShape shape = ToJobShape(request.job());
@@ -622,8 +622,15 @@ absl::StatusOr<v1::StrategyReply> PlanStrategy(
   absl::StatusOr<model::ClusterView> view =
       BuildView(*where, *traffic, &choices, &notes);
   if (!view.ok()) return view.status();
-  absl::StatusOr<model::Decision> decision = model::Decide(
-      shape, node_shape, *view, ToSearchOptions(request.options()));
+  model::SearchOptions options = ToSearchOptions(request.options());
+  if (calibration != nullptr) {
+    view->calibration = calibration->model;
+    if (request.options().contention_factor() == 0) {
+      options.contention_factor = calibration->contention_factor;
+    }
+  }
+  absl::StatusOr<model::Decision> decision =
+      model::Decide(shape, node_shape, *view, options);
   if (!decision.ok()) {
     return absl::InvalidArgumentError(decision.status().message());
   }
@@ -638,7 +645,47 @@ absl::StatusOr<v1::StrategyReply> PlanStrategy(
   }
   FillEvidence(*where, choices, *decision, now, std::move(notes),
                reply.mutable_evidence());
+  if (calibration != nullptr) {
+    *reply.mutable_evidence()->mutable_calibration() = calibration->evidence;
+  }
   return reply;
+}
+
+absl::StatusOr<PreparedPlan> PreparePlan(const v1::StrategyRequest& request,
+                                         const NodeLookup* lookup) {
+  absl::StatusOr<Resolved> where = CheckRequest(request, lookup);
+  if (!where.ok()) return where.status();
+  PreparedPlan plan;
+  plan.job = ToJobShape(request.job());
+  plan.shape = model::NodeShape{where->nodes, where->gpus_per_node};
+  absl::StatusOr<model::Traffic> traffic =
+      model::ComputeTraffic(plan.job, plan.shape);
+  if (!traffic.ok())
+    return absl::InvalidArgumentError(traffic.status().message());
+  std::vector<std::string> notes;
+  RoleChoices choices;
+  absl::StatusOr<model::ClusterView> view =
+      BuildView(*where, *traffic, &choices, &notes);
+  if (!view.ok()) return view.status();
+  plan.view = *std::move(view);
+  plan.options = ToSearchOptions(request.options());
+  return plan;
+}
+
+std::optional<double> PredictDispatchSeconds(
+    const PreparedPlan& plan, strategy::StrategyKind kind, int chunks,
+    const model::ModelCalibration& calibration, double contention_factor) {
+  model::ClusterView view = plan.view;
+  view.calibration = calibration;
+  model::SearchOptions options = plan.options;
+  options.allowed = {kind};
+  options.fixed_chunks = std::max(1, chunks);
+  options.contention_factor = std::max(1.0, contention_factor);
+  absl::StatusOr<model::Decision> d =
+      model::Decide(plan.job, plan.shape, view, options);
+  if (!d.ok() || d->chosen < 0) return std::nullopt;
+  // Forward is dispatch + combine, the same op twice (docs/MODEL.md §4).
+  return d->candidates[d->chosen].forward_seconds_per_layer / 2;
 }
 
 std::vector<v1::HardwareProfile> ListProfiles() {

@@ -14,8 +14,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/strategy/strategy.h"
 #include "proto/monta/v1/benchmark.pb.h"
 #include "proto/monta/v1/strategy.pb.h"
+#include "server/model/cost_model.h"
+#include "server/model/strategy_search.h"
+#include "server/model/traffic.h"
 
 namespace monta::planning {
 
@@ -45,9 +49,37 @@ class NodeLookup {
 // A strategy that cannot run for the job is not an error: it is listed as an
 // infeasible candidate with its reason. `lookup` may be null when the
 // placement names a profile; `now` dates the measured curves' ages.
+//
+// `calibration` (nullable) is what verify runs on these nodes fitted
+// (docs/MODEL.md §9): applied to the model's view, its gamma used when the
+// request gives no contention factor, and reported in the evidence.
+struct PlanCalibration {
+  model::ModelCalibration model;
+  double contention_factor = 1;
+  monta::v1::Calibration evidence;  // age_seconds filled by the caller
+};
 absl::StatusOr<monta::v1::StrategyReply> PlanStrategy(
     const monta::v1::StrategyRequest& request, const NodeLookup* lookup,
-    absl::Time now);
+    absl::Time now, const PlanCalibration* calibration = nullptr);
+
+// The model's inputs for one request: what PlanStrategy decides on, for
+// callers that evaluate the model many times (calibration fits).
+struct PreparedPlan {
+  model::MoeJobShape job;
+  model::NodeShape shape;
+  model::ClusterView view;
+  model::SearchOptions options;
+};
+absl::StatusOr<PreparedPlan> PreparePlan(
+    const monta::v1::StrategyRequest& request, const NodeLookup* lookup);
+
+// One dispatch AllToAll of the job under `kind` with exactly `chunks`
+// (half the candidate's forward time per layer, docs/MODEL.md §4), with
+// `calibration` and `contention_factor` applied; nullopt when the strategy
+// cannot run for the job.
+std::optional<double> PredictDispatchSeconds(
+    const PreparedPlan& plan, strategy::StrategyKind kind, int chunks,
+    const model::ModelCalibration& calibration, double contention_factor);
 
 // The built-in hardware profiles, each constant with its source.
 std::vector<monta::v1::HardwareProfile> ListProfiles();

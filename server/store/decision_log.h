@@ -3,6 +3,7 @@
 #ifndef MONTA_SERVER_STORE_DECISION_LOG_H_
 #define MONTA_SERVER_STORE_DECISION_LOG_H_
 
+#include "proto/monta/v1/planner.pb.h"
 #include "proto/monta/v1/strategy.pb.h"
 
 namespace monta::store {
@@ -13,6 +14,9 @@ class DecisionLog {
   // One successful decision. Must not block for long: it runs on the RPC path.
   virtual void RecordDecision(const monta::v1::StrategyRequest& request,
                               const monta::v1::StrategyReply& reply) = 0;
+  // One verify run (montactl verify): the plan scored against measurements.
+  virtual void RecordVerification(const monta::v1::VerifyRequest& request,
+                                  const monta::v1::VerifyReply& reply) {}
 };
 
 }  // namespace monta::store

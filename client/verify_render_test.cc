@@ -1,0 +1,87 @@
+#include "client/verify_render.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace monta::client {
+namespace {
+
+namespace v1 = ::monta::v1;
+
+v1::VerifyReply Reply() {
+  v1::VerifyReply r;
+  r.add_nodes("node-0");
+  r.add_nodes("node-1");
+  r.set_ranks_per_node(2);
+  r.mutable_task()->set_task_id("bench-1");
+  auto add = [&](v1::StrategyKind kind, int k, double pred, double meas) {
+    v1::VerifiedCandidate* c = r.add_candidates();
+    c->set_kind(kind);
+    c->set_chunks_requested(k);
+    c->set_chunks_effective(k);
+    c->set_predicted_seconds(pred);
+    c->set_measured_seconds(meas);
+    c->set_error_ratio(pred / meas - 1);
+    return c;
+  };
+  add(v1::STRATEGY_KIND_FLAT, 1, 0.200, 0.180);
+  add(v1::STRATEGY_KIND_TP_DEDUP, 1, 0.110, 0.100);
+  add(v1::STRATEGY_KIND_TP_DEDUP_PIPELINED, 1, 0.110, 0.100);
+  add(v1::STRATEGY_KIND_TP_DEDUP_PIPELINED, 4, 0.070, 0.080)->set_chosen(true);
+  add(v1::STRATEGY_KIND_TP_DEDUP_PIPELINED, 16, 0.060, 0.075)->set_best(true);
+  r.set_regret_ratio(0.080 / 0.075 - 1);
+  r.set_median_error_ratio(0.11);
+  r.set_max_error_ratio(0.2);
+  return r;
+}
+
+TEST(VerifyRenderTest, TableHasEveryCandidateAndTheScores) {
+  const std::string t = VerifyTable(Reply());
+  EXPECT_NE(t.find("verify task bench-1 on node-0,node-1 (2 ranks per node)"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("tp_dedup_pipelined"), std::string::npos);
+  EXPECT_NE(t.find("+11.1%"), std::string::npos) << t;  // flat 200 vs 180
+  EXPECT_NE(t.find("regret of the plan: 6.7%"), std::string::npos) << t;
+  EXPECT_EQ(t.find("calibration"), std::string::npos);
+}
+
+TEST(VerifyRenderTest, SvgHasALinePerStrategyAndAPointPerRun) {
+  const std::string svg = VerifySvg(Reply());
+  ASSERT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  auto count = [&](const std::string& needle) {
+    size_t n = 0;
+    for (size_t p = svg.find(needle); p != std::string::npos;
+         p = svg.find(needle, p + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(count("<circle"), 5u);
+  // Predicted lines for the three strategies (no calibrated ones here).
+  EXPECT_EQ(count("<polyline"), 3u);
+  EXPECT_EQ(count("r=\"7\""), 1u);  // the chosen run is ringed
+  EXPECT_NE(svg.find("regret 6.7%"), std::string::npos);
+}
+
+TEST(VerifyRenderTest, CalibratedTimesAddDashedLines) {
+  v1::VerifyReply r = Reply();
+  for (auto& c : *r.mutable_candidates()) {
+    c.set_calibrated_seconds(c.measured_seconds() * 1.01);
+  }
+  r.mutable_calibration()->set_per_chunk_overhead_seconds(0.002);
+  r.mutable_calibration()->set_bandwidth_scale_ratio(1.1);
+  EXPECT_NE(VerifyTable(r).find("2.000 ms per chunk"), std::string::npos);
+  const std::string svg = VerifySvg(r);
+  size_t dashed = 0;
+  for (size_t p = svg.find("6,4"); p != std::string::npos;
+       p = svg.find("6,4", p + 1)) {
+    ++dashed;
+  }
+  EXPECT_EQ(dashed, 3u);
+}
+
+}  // namespace
+}  // namespace monta::client

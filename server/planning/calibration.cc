@@ -1,0 +1,330 @@
+#include "server/planning/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/strategy/strategy_proto.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+
+namespace monta::planning {
+namespace {
+
+namespace v1 = ::monta::v1;
+
+// One observation the model can predict: its prepared plan (shared by the
+// observations of one job) and what it measured.
+struct Point {
+  const PreparedPlan* plan;
+  strategy::StrategyKind kind;
+  int chunks;
+  double measured_seconds;
+  // Chunks that pay the per-chunk overhead (K_eff of the dedup ops, else 0).
+  double overhead_chunks;
+};
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+bool PaysPerChunk(strategy::StrategyKind kind) {
+  return kind == strategy::StrategyKind::kTpDedup ||
+         kind == strategy::StrategyKind::kTpDedupPipelined;
+}
+
+// Predictions of every point with `calibration` and gamma; empty when one
+// of them cannot be predicted.
+std::vector<double> Predict(const std::vector<Point>& points,
+                            const model::ModelCalibration& calibration,
+                            double gamma) {
+  std::vector<double> out;
+  out.reserve(points.size());
+  for (const Point& p : points) {
+    std::optional<double> s =
+        PredictDispatchSeconds(*p.plan, p.kind, p.chunks, calibration, gamma);
+    if (!s) return {};
+    out.push_back(*s);
+  }
+  return out;
+}
+
+std::vector<double> RelativeErrors(const std::vector<Point>& points,
+                                   const std::vector<double>& predicted) {
+  std::vector<double> e;
+  for (size_t i = 0; i < points.size(); ++i) {
+    e.push_back(std::abs(predicted[i] / points[i].measured_seconds - 1));
+  }
+  return e;
+}
+
+// The per-chunk overhead o >= 0 minimising sum(((p + c*o) - m) / m)^2 for
+// predictions p without overhead; and that sum.
+std::pair<double, double> BestOverhead(const std::vector<Point>& points,
+                                       const std::vector<double>& predicted) {
+  double num = 0;
+  double den = 0;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const double m = points[i].measured_seconds;
+    const double c = points[i].overhead_chunks;
+    num += c * (m - predicted[i]) / (m * m);
+    den += c * c / (m * m);
+  }
+  const double o = den > 0 ? std::max(0.0, num / den) : 0;
+  double sum = 0;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const double m = points[i].measured_seconds;
+    const double r = (predicted[i] + points[i].overhead_chunks * o - m) / m;
+    sum += r * r;
+  }
+  return {o, sum};
+}
+
+// Prepares every distinct job once; observations the model cannot plan are
+// skipped.
+std::vector<Point> PreparePoints(const std::vector<Observation>& observations,
+                                 const NodeLookup* lookup,
+                                 std::map<std::string, PreparedPlan>* plans) {
+  std::vector<Point> points;
+  for (const Observation& o : observations) {
+    if (!(o.measured_seconds > 0) || !std::isfinite(o.measured_seconds)) {
+      continue;
+    }
+    const std::string key = JobKey(o.request);
+    auto it = plans->find(key);
+    if (it == plans->end()) {
+      absl::StatusOr<PreparedPlan> plan = PreparePlan(o.request, lookup);
+      if (!plan.ok()) continue;
+      it = plans->emplace(key, *std::move(plan)).first;
+    }
+    const int k = std::max(1, o.chunks);
+    if (!PredictDispatchSeconds(it->second, o.kind, k, {}, 1)) continue;
+    points.push_back(Point{&it->second, o.kind, k, o.measured_seconds,
+                           PaysPerChunk(o.kind) ? static_cast<double>(k) : 0});
+  }
+  return points;
+}
+
+}  // namespace
+
+absl::StatusOr<CalibrationFit> FitCalibration(
+    const std::vector<Observation>& observations, const NodeLookup* lookup) {
+  std::map<std::string, PreparedPlan> plans;
+  const std::vector<Point> points = PreparePoints(observations, lookup, &plans);
+  if (points.empty()) {
+    return absl::InvalidArgumentError(
+        "calibration: no observation the model can predict");
+  }
+  CalibrationFit fit;
+  fit.points = static_cast<int>(points.size());
+  fit.error_before_ratio =
+      Median(RelativeErrors(points, Predict(points, {}, 1)));
+  double best_sum = std::numeric_limits<double>::infinity();
+  // Bandwidth scales 0.5..2 in steps of 2^(1/16); gamma 1..3 in 0.1 steps.
+  for (int si = -16; si <= 16; ++si) {
+    model::ModelCalibration c;
+    c.bandwidth_scale = std::pow(2.0, si / 16.0);
+    for (int gi = 0; gi <= 20; ++gi) {
+      const double gamma = 1 + 0.1 * gi;
+      const std::vector<double> p = Predict(points, c, gamma);
+      if (p.empty()) continue;
+      const auto [overhead, sum] = BestOverhead(points, p);
+      if (sum < best_sum) {
+        best_sum = sum;
+        fit.model = c;
+        fit.model.per_chunk_overhead_seconds = overhead;
+        fit.contention_factor = gamma;
+      }
+    }
+  }
+  fit.error_after_ratio = Median(RelativeErrors(
+      points, Predict(points, fit.model, fit.contention_factor)));
+  return fit;
+}
+
+std::string NodeSetKey(const v1::StrategyRequest& request) {
+  std::vector<std::string> names(request.placement().node_names().begin(),
+                                 request.placement().node_names().end());
+  std::sort(names.begin(), names.end());
+  return absl::StrJoin(names, ",");
+}
+
+std::string JobKey(const v1::StrategyRequest& request) {
+  v1::StrategyRequest copy = request;
+  copy.mutable_job()->clear_name();
+  std::string key;
+  google::protobuf::io::StringOutputStream stream(&key);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.SetSerializationDeterministic(true);
+  copy.SerializeToCodedStream(&coded);
+  return key;
+}
+
+namespace {
+
+// Drops the oldest keys of `map` beyond `max` entries.
+template <typename Map>
+void BoundEntries(Map& map, std::deque<std::string>& order, size_t max) {
+  while (order.size() > max) {
+    map.erase(order.front());
+    order.pop_front();
+  }
+}
+
+void Remember(std::deque<std::string>& order, const std::string& key) {
+  order.erase(std::remove(order.begin(), order.end(), key), order.end());
+  order.push_back(key);
+}
+
+}  // namespace
+
+std::vector<Observation> PlanKnowledge::AddRun(std::vector<Observation> run) {
+  if (run.empty()) return {};
+  const std::string key = NodeSetKey(run.front().request);
+  absl::MutexLock lock(&mu_);
+  NodeSet& set = node_sets_[key];
+  set.runs.push_back(std::move(run));
+  while (set.runs.size() >
+         static_cast<size_t>(std::max(1, options_.max_runs_per_node_set))) {
+    set.runs.pop_front();
+  }
+  Remember(node_set_order_, key);
+  std::vector<Observation> all;
+  for (const auto& r : set.runs) all.insert(all.end(), r.begin(), r.end());
+  BoundEntries(node_sets_, node_set_order_, options_.max_entries);
+  return all;
+}
+
+void PlanKnowledge::SetCalibration(const std::string& node_set,
+                                   PlanCalibration fit, absl::Time fitted_at) {
+  absl::MutexLock lock(&mu_);
+  NodeSet& set = node_sets_[node_set];
+  set.calibration = std::move(fit);
+  set.fitted_at = fitted_at;
+  Remember(node_set_order_, node_set);
+  BoundEntries(node_sets_, node_set_order_, options_.max_entries);
+}
+
+std::optional<PlanCalibration> PlanKnowledge::Calibration(
+    const std::string& node_set, absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  auto it = node_sets_.find(node_set);
+  if (it == node_sets_.end() || !it->second.calibration) return std::nullopt;
+  PlanCalibration c = *it->second.calibration;
+  c.evidence.set_age_seconds(
+      std::max(0.0, absl::ToDoubleSeconds(now - it->second.fitted_at)));
+  return c;
+}
+
+void PlanKnowledge::SetVerified(const v1::StrategyRequest& request,
+                                const v1::VerifyReply& reply, absl::Time at) {
+  const std::string key = JobKey(request);
+  absl::MutexLock lock(&mu_);
+  verified_[key] = Verified{reply, at};
+  Remember(verified_order_, key);
+  BoundEntries(verified_, verified_order_, options_.max_entries);
+}
+
+std::optional<PlanKnowledge::Verified> PlanKnowledge::FreshVerified(
+    const v1::StrategyRequest& request, absl::Time now) const {
+  const std::string key = JobKey(request);
+  absl::MutexLock lock(&mu_);
+  auto it = verified_.find(key);
+  if (it == verified_.end()) return std::nullopt;
+  if (now - it->second.at > options_.verified_ttl) return std::nullopt;
+  return it->second;
+}
+
+namespace {
+
+// The fastest measured run of each strategy.
+std::map<int, const v1::VerifiedCandidate*> FastestByKind(
+    const v1::VerifyReply& reply) {
+  std::map<int, const v1::VerifiedCandidate*> best;
+  for (const v1::VerifiedCandidate& c : reply.candidates()) {
+    if (c.wrong_bytes() != 0 || !(c.measured_seconds() > 0)) continue;
+    auto& slot = best[c.kind()];
+    if (slot == nullptr || c.measured_seconds() < slot->measured_seconds()) {
+      slot = &c;
+    }
+  }
+  return best;
+}
+
+// Ranks feasible candidates by total time, then the infeasible ones.
+void Rerank(v1::StrategyReply* reply) {
+  auto* cs = reply->mutable_candidates();
+  std::stable_sort(cs->begin(), cs->end(),
+                   [](const v1::Candidate& a, const v1::Candidate& b) {
+                     if (a.feasible() != b.feasible()) return a.feasible();
+                     if (!a.feasible()) return false;
+                     return a.total_seconds_per_layer() <
+                            b.total_seconds_per_layer();
+                   });
+  double flat = 0;
+  double dedup = 0;
+  for (const v1::Candidate& c : *cs) {
+    if (c.kind() == v1::STRATEGY_KIND_FLAT) flat = c.total_seconds_per_layer();
+    if (c.kind() == v1::STRATEGY_KIND_TP_DEDUP)
+      dedup = c.total_seconds_per_layer();
+  }
+  int rank = 0;
+  for (v1::Candidate& c : *cs) {
+    if (!c.feasible()) continue;
+    c.set_rank(++rank);
+    const double total = c.total_seconds_per_layer();
+    c.set_speedup_over_flat(total > 0 && flat > 0 ? flat / total : 0);
+    c.set_speedup_over_tp_dedup(total > 0 && dedup > 0 ? dedup / total : 0);
+  }
+  if (!cs->empty() && cs->Get(0).feasible()) {
+    *reply->mutable_chosen() = cs->Get(0);
+  }
+}
+
+}  // namespace
+
+void ApplyVerified(const PlanKnowledge::Verified& verified, absl::Time now,
+                   v1::StrategyReply* reply) {
+  const auto fastest = FastestByKind(verified.reply);
+  for (v1::Candidate& c : *reply->mutable_candidates()) {
+    auto it = fastest.find(c.kind());
+    if (!c.feasible() || it == fastest.end()) continue;
+    const v1::VerifiedCandidate& m = *it->second;
+    // Forward is the dispatch and the combine; backward scales with the
+    // measured / predicted ratio of the run it is taken from.
+    const double ratio = m.predicted_seconds() > 0
+                             ? m.measured_seconds() / m.predicted_seconds()
+                             : 1;
+    c.set_chunks_requested(m.chunks_requested());
+    c.set_chunks_effective(m.chunks_effective());
+    c.set_forward_seconds_per_layer(2 * m.measured_seconds());
+    c.set_backward_seconds_per_layer(c.backward_seconds_per_layer() * ratio);
+    const double total =
+        c.forward_seconds_per_layer() + c.backward_seconds_per_layer();
+    if (c.total_seconds_per_layer() > 0) {
+      c.set_step_seconds(c.step_seconds() * total /
+                         c.total_seconds_per_layer());
+    }
+    c.set_total_seconds_per_layer(total);
+  }
+  Rerank(reply);
+  v1::Evidence* ev = reply->mutable_evidence();
+  ev->set_origin(v1::EVIDENCE_SOURCE_VERIFIED);
+  ev->mutable_verified()->set_task_id(verified.reply.task().task_id());
+  ev->mutable_verified()->set_age_seconds(
+      std::max(0.0, absl::ToDoubleSeconds(now - verified.at)));
+  ev->add_notes(absl::StrCat(
+      "candidate times are measured: verify task ",
+      verified.reply.task().task_id(), " ran this job on these nodes ",
+      static_cast<int64_t>(absl::ToDoubleSeconds(now - verified.at)),
+      " s ago"));
+}
+
+}  // namespace monta::planning

@@ -1,0 +1,358 @@
+#include "server/verify/verifier.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/strategy/strategy_proto.h"
+#include "server/model/cost_model.h"
+#include "server/model/traffic.h"
+#include "server/planning/decide_strategy.h"
+#include "server/planning/strategy_planner.h"
+
+namespace monta::verify {
+namespace {
+
+namespace v1 = ::monta::v1;
+
+absl::Status ValidateRequest(const v1::VerifyRequest& request) {
+  if (request.request().placement().node_names().empty()) {
+    return absl::InvalidArgumentError(
+        "request.placement.node_names: verify runs on registered nodes; name "
+        "them (a profile placement cannot be measured)");
+  }
+  if (request.chunks_size() > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunks: at most 16 values, got ", request.chunks_size()));
+  }
+  for (int k : request.chunks()) {
+    if (k < 1 || k > 1024) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunks: each must be in 1..1024, got ", k));
+    }
+  }
+  if (request.iterations() < 0 || request.iterations() > 100 ||
+      request.warmup_iterations() < 0 || request.warmup_iterations() > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("iterations/warmup_iterations: must be in 0..100, got ",
+                     request.iterations(), "/", request.warmup_iterations()));
+  }
+  if (!(request.timeout_seconds() >= 0 && request.timeout_seconds() <= 3600)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("timeout_seconds: must be in 0..3600, got ",
+                     request.timeout_seconds()));
+  }
+  return absl::OkStatus();
+}
+
+// One candidate to run: the workload the agents get and the row of the reply.
+struct Run {
+  v1::DispatchWorkload workload;
+  v1::VerifiedCandidate row;
+};
+
+bool Runnable(v1::StrategyKind kind) {
+  return kind == v1::STRATEGY_KIND_FLAT || kind == v1::STRATEGY_KIND_TP_DEDUP ||
+         kind == v1::STRATEGY_KIND_TP_DEDUP_PIPELINED ||
+         kind == v1::STRATEGY_KIND_HIERARCHICAL;
+}
+
+bool Dedup(v1::StrategyKind kind) {
+  return kind == v1::STRATEGY_KIND_TP_DEDUP ||
+         kind == v1::STRATEGY_KIND_TP_DEDUP_PIPELINED;
+}
+
+// What the model and the agents need to agree on for one job.
+struct JobShape {
+  planning::PreparedPlan prepared;
+  model::Traffic traffic;
+  std::optional<planning::PlanCalibration> calibration;
+};
+
+// The workload of `kind` with `chunks`: the job's rows (padded up to a
+// multiple of t for the dedup strategies, as the planner offers) of the
+// job's row size, and the model's prediction for it.
+std::optional<Run> MakeRun(const JobShape& job, v1::StrategyKind kind,
+                           int chunks) {
+  const model::Traffic& tr = job.traffic;
+  const int t = std::max(1, tr.tensor_parallel_size);
+  const int e = std::max(1, tr.ep_group_size);
+  const int64_t rows = std::max<int64_t>(1, tr.split_rows);
+  const int64_t run_rows = Dedup(kind) ? (rows + t - 1) / t * t : rows;
+  const uint64_t row_bytes = static_cast<uint64_t>(std::max<int64_t>(
+      1, std::llround(tr.dispatch_bytes / (static_cast<double>(e) * rows))));
+  const strategy::StrategyKind model_kind =
+      strategy::StrategyFromProto(kind).value_or(strategy::StrategyKind::kFlat);
+  const planning::PlanCalibration none;
+  const planning::PlanCalibration& c =
+      job.calibration ? *job.calibration : none;
+  std::optional<double> predicted = planning::PredictDispatchSeconds(
+      job.prepared, model_kind, chunks, c.model, c.contention_factor);
+  if (!predicted) return std::nullopt;
+  Run run;
+  run.workload.set_strategy_kind(kind);
+  run.workload.set_chunks(chunks);
+  run.workload.set_rows(static_cast<uint64_t>(run_rows));
+  run.workload.set_row_bytes(row_bytes);
+  run.workload.set_tensor_parallel_size(t);
+  run.row.set_kind(kind);
+  run.row.set_chunks_requested(chunks);
+  run.row.set_chunks_effective(
+      kind == v1::STRATEGY_KIND_TP_DEDUP_PIPELINED
+          ? model::EffectiveChunks(run_rows / t, chunks)
+          : 1);
+  run.row.set_predicted_seconds(*predicted);
+  run.row.set_dispatch_bytes(static_cast<uint64_t>(e) * run_rows * row_bytes);
+  return run;
+}
+
+// Every feasible, runnable strategy of the plan; the pipeline at every K of
+// the sweep and the chosen K, one run per distinct K_eff.
+std::vector<Run> PlanRuns(const JobShape& job, const v1::StrategyReply& plan,
+                          const std::vector<int>& sweep) {
+  std::vector<Run> runs;
+  for (const v1::Candidate& c : plan.candidates()) {
+    if (!c.feasible() || !Runnable(c.kind())) continue;
+    std::vector<int> ks = {1};
+    if (c.kind() == v1::STRATEGY_KIND_TP_DEDUP_PIPELINED) {
+      ks = sweep;
+      ks.push_back(c.chunks_requested());
+    }
+    std::set<int> seen_effective;
+    for (int k : ks) {
+      std::optional<Run> run = MakeRun(job, c.kind(), k);
+      if (!run || !seen_effective.insert(run->row.chunks_effective()).second) {
+        continue;
+      }
+      run->row.set_chosen(c.kind() == plan.chosen().kind() &&
+                          run->row.chunks_effective() ==
+                              plan.chosen().chunks_effective());
+      runs.push_back(*std::move(run));
+    }
+  }
+  return runs;
+}
+
+// Fills measured times from the task's curves (one per run, in run order).
+absl::Status FillMeasured(const std::vector<v1::BandwidthCurve>& curves,
+                          std::vector<Run>* runs) {
+  if (curves.size() != runs->size()) {
+    return absl::InternalError(absl::StrCat("verify task returned ",
+                                            curves.size(), " curves for ",
+                                            runs->size(), " dispatches"));
+  }
+  for (size_t i = 0; i < runs->size(); ++i) {
+    v1::VerifiedCandidate& row = (*runs)[i].row;
+    const v1::BandwidthCurve& curve = curves[i];
+    if (curve.strategy_kind() != row.kind() ||
+        curve.chunks() != row.chunks_requested() || curve.points().empty()) {
+      return absl::InternalError(absl::StrCat("verify task curve ", i,
+                                              " does not match dispatch ", i));
+    }
+    row.set_measured_seconds(curve.points(0).time_seconds());
+    row.set_wrong_bytes(curve.points(0).wrong_bytes());
+    row.set_error_ratio(row.predicted_seconds() / row.measured_seconds() - 1);
+  }
+  return absl::OkStatus();
+}
+
+// Best, regret and the error summary over the runs.
+void Score(std::vector<Run>& runs, v1::VerifyReply* reply) {
+  Run* best = nullptr;
+  const Run* chosen = nullptr;
+  std::vector<double> errors;
+  for (Run& r : runs) {
+    if (best == nullptr ||
+        r.row.measured_seconds() < best->row.measured_seconds()) {
+      best = &r;
+    }
+    if (r.row.chosen()) chosen = &r;
+    errors.push_back(r.row.error_ratio());
+  }
+  if (best != nullptr) best->row.set_best(true);
+  if (best != nullptr && chosen != nullptr) {
+    reply->set_regret_ratio(
+        chosen->row.measured_seconds() / best->row.measured_seconds() - 1);
+  }
+  reply->set_median_error_ratio(MedianAbs(errors));
+  double worst = 0;
+  for (double e : errors) worst = std::max(worst, std::abs(e));
+  reply->set_max_error_ratio(worst);
+}
+
+// Runs the dispatches as one benchmark task on the job's nodes and fills
+// the runs' measured times; the task's status goes to the reply.
+absl::Status Execute(bench::Coordinator& coordinator,
+                     const VerifierOptions& options,
+                     const v1::VerifyRequest& request, const JobShape& job,
+                     absl::Duration max_wait, std::vector<Run>* runs,
+                     v1::VerifyReply* reply) {
+  v1::RunBenchmarkRequest bench;
+  *bench.mutable_nodes() = request.request().placement().node_names();
+  bench.set_ranks_per_node(job.prepared.shape.gpus_per_node);
+  bench.set_timeout_seconds(
+      request.timeout_seconds() > 0
+          ? request.timeout_seconds()
+          : absl::ToDoubleSeconds(options.default_timeout));
+  std::vector<v1::DispatchWorkload> workloads;
+  for (const Run& r : *runs) workloads.push_back(r.workload);
+  const int iterations = request.iterations() > 0 ? request.iterations()
+                                                  : options.default_iterations;
+  const int warmup = request.warmup_iterations() > 0
+                         ? request.warmup_iterations()
+                         : options.default_warmup_iterations;
+  absl::StatusOr<v1::BenchmarkTaskStatus> status =
+      coordinator.ScheduleDispatches(bench, workloads, iterations, warmup,
+                                     absl::Now());
+  if (!status.ok()) return status.status();
+  const absl::Duration wait =
+      std::min(max_wait, absl::Seconds(bench.timeout_seconds() + 5));
+  status = coordinator.WaitFinished(status->task_id(), wait);
+  if (!status.ok()) return status.status();
+  *reply->mutable_task() = *status;
+  for (const std::string& n : bench.nodes()) reply->add_nodes(n);
+  reply->set_ranks_per_node(bench.ranks_per_node());
+  if (status->state() == v1::TASK_STATE_FAILED) {
+    return absl::AbortedError(absl::StrCat("verify task ", status->task_id(),
+                                           " failed: ", status->reason()));
+  }
+  if (status->state() != v1::TASK_STATE_SUCCEEDED) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "verify task ", status->task_id(), " did not finish in time"));
+  }
+  absl::StatusOr<std::vector<v1::BandwidthCurve>> curves =
+      coordinator.Curves(status->task_id());
+  if (!curves.ok()) return curves.status();
+  return FillMeasured(*curves, runs);
+}
+
+// Fits the node set's calibration on this run and the earlier ones kept for
+// it, stores it, and fills the reply's calibration and calibrated times.
+void Calibrate(const v1::VerifyRequest& request, const std::vector<Run>& runs,
+               const planning::NodeLookup& lookup, const JobShape& job,
+               absl::Time now, planning::PlanKnowledge* knowledge,
+               v1::VerifyReply* reply) {
+  std::vector<planning::Observation> run;
+  for (const Run& r : runs) {
+    planning::Observation o;
+    o.request = request.request();
+    o.kind = strategy::StrategyFromProto(r.row.kind())
+                 .value_or(strategy::StrategyKind::kFlat);
+    o.chunks = r.row.chunks_requested();
+    o.measured_seconds = r.row.measured_seconds();
+    run.push_back(std::move(o));
+  }
+  absl::StatusOr<planning::CalibrationFit> fit =
+      planning::FitCalibration(knowledge->AddRun(std::move(run)), &lookup);
+  if (!fit.ok()) return;
+  planning::PlanCalibration c;
+  c.model = fit->model;
+  c.contention_factor = fit->contention_factor;
+  v1::Calibration& ev = c.evidence;
+  ev.set_per_chunk_overhead_seconds(fit->model.per_chunk_overhead_seconds);
+  ev.set_contention_factor(fit->contention_factor);
+  ev.set_bandwidth_scale_ratio(fit->model.bandwidth_scale);
+  ev.set_task_id(reply->task().task_id());
+  ev.set_error_before_ratio(fit->error_before_ratio);
+  ev.set_error_after_ratio(fit->error_after_ratio);
+  *reply->mutable_calibration() = ev;
+  for (v1::VerifiedCandidate& row : *reply->mutable_candidates()) {
+    std::optional<double> p = planning::PredictDispatchSeconds(
+        job.prepared,
+        strategy::StrategyFromProto(row.kind())
+            .value_or(strategy::StrategyKind::kFlat),
+        row.chunks_requested(), c.model, c.contention_factor);
+    if (p) row.set_calibrated_seconds(*p);
+  }
+  knowledge->SetCalibration(planning::NodeSetKey(request.request()),
+                            std::move(c), now);
+}
+
+// The job's model inputs on its nodes, with the node set's calibration.
+absl::StatusOr<JobShape> ShapeJob(const v1::StrategyRequest& request,
+                                  const planning::NodeLookup& lookup,
+                                  const planning::PlanKnowledge& knowledge,
+                                  absl::Time now) {
+  absl::StatusOr<planning::PreparedPlan> prepared =
+      planning::PreparePlan(request, &lookup);
+  if (!prepared.ok()) return prepared.status();
+  absl::StatusOr<model::Traffic> traffic =
+      model::ComputeTraffic(prepared->job, prepared->shape);
+  if (!traffic.ok()) {
+    return absl::InvalidArgumentError(traffic.status().message());
+  }
+  JobShape job{*std::move(prepared), *traffic,
+               knowledge.Calibration(planning::NodeSetKey(request), now)};
+  return job;
+}
+
+}  // namespace
+
+double MedianAbs(std::vector<double> values) {
+  if (values.empty()) return 0;
+  for (double& v : values) v = std::abs(v);
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+Verifier::Verifier(registry::Registry* registry,
+                   bench::Coordinator* coordinator,
+                   planning::PlanKnowledge* knowledge,
+                   metrics::PlannerMetrics* metrics, store::DecisionLog* log,
+                   VerifierOptions options)
+    : registry_(registry),
+      coordinator_(coordinator),
+      knowledge_(knowledge),
+      metrics_(metrics),
+      log_(log),
+      options_(std::move(options)) {}
+
+absl::StatusOr<v1::VerifyReply> Verifier::Verify(
+    const v1::VerifyRequest& request, absl::Duration max_wait) {
+  if (absl::Status s = ValidateRequest(request); !s.ok()) return s;
+  const absl::Time now = absl::Now();
+  const planning::RegistryNodeLookup lookup(registry_, now);
+  absl::StatusOr<JobShape> job =
+      ShapeJob(request.request(), lookup, *knowledge_, now);
+  if (!job.ok()) return job.status();
+  if (job->traffic.dispatch_bytes > options_.max_dispatch_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request.job: dispatch of ", job->traffic.dispatch_bytes,
+        " bytes per rank; verify runs at most ", options_.max_dispatch_bytes));
+  }
+  v1::VerifyReply reply;
+  absl::StatusOr<v1::StrategyReply> plan =
+      planning::PlanStrategy(request.request(), &lookup, now,
+                             job->calibration ? &*job->calibration : nullptr);
+  if (!plan.ok()) return plan.status();
+  *reply.mutable_plan() = *plan;
+  std::vector<int> sweep(request.chunks().begin(), request.chunks().end());
+  if (sweep.empty()) sweep = options_.default_chunks;
+  std::vector<Run> runs = PlanRuns(*job, *plan, sweep);
+  if (runs.empty()) {
+    return absl::FailedPreconditionError(
+        "request: no strategy the agents can run is feasible for this job");
+  }
+  absl::Status ran =
+      Execute(*coordinator_, options_, request, *job, max_wait, &runs, &reply);
+  if (!ran.ok()) {
+    if (metrics_ != nullptr) metrics_->RecordVerify(ran, nullptr);
+    return ran;
+  }
+  Score(runs, &reply);
+  for (const Run& r : runs) *reply.add_candidates() = r.row;
+  if (!request.skip_calibration()) {
+    Calibrate(request, runs, lookup, *job, absl::Now(), knowledge_, &reply);
+  }
+  knowledge_->SetVerified(request.request(), reply, absl::Now());
+  if (metrics_ != nullptr) metrics_->RecordVerify(ran, &reply);
+  if (log_ != nullptr) log_->RecordVerification(request, reply);
+  return reply;
+}
+
+}  // namespace monta::verify
