@@ -256,7 +256,7 @@ PlannerMetrics::PlannerMetrics(prometheus::Registry& registry)
   for (const char* result : {"ok", "invalid", "failed"}) {
     verify_runs_.Add({{"result", result}});
   }
-  for (const char* operation : {"node", "curve", "decision"}) {
+  for (const char* operation : {"node", "curve", "decision", "verification"}) {
     store_errors_.Add({{"operation", operation}});
   }
   std::vector<std::string> strategies;

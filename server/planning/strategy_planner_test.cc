@@ -110,6 +110,21 @@ TEST(PlanStrategy, ProfilePlacementReproducesThePaper) {
   }
 }
 
+TEST(PlanStrategy, FixedChunksEvaluatesExactlyThatK) {
+  v1::StrategyRequest request = testing::PaperJobRequest();
+  request.mutable_options()->add_allowed(v1::STRATEGY_KIND_TP_DEDUP_PIPELINED);
+  auto searched = PlanStrategy(request, nullptr, kNow);
+  ASSERT_TRUE(searched.ok()) << searched.status();
+  const int best_k = searched->chosen().chunks_effective();
+  request.mutable_options()->set_fixed_chunks(best_k == 2 ? 3 : 2);
+  auto fixed = PlanStrategy(request, nullptr, kNow);
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_EQ(fixed->chosen().chunks_requested(), best_k == 2 ? 3 : 2);
+  // The search's K is the best: any other K costs at least as much.
+  EXPECT_GE(fixed->chosen().total_seconds_per_layer(),
+            searched->chosen().total_seconds_per_layer());
+}
+
 TEST(PlanStrategy, RegisteredNodesInferTheirProfile) {
   FakeLookup lookup;
   lookup.Add(A800("a"));

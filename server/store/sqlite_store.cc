@@ -50,6 +50,17 @@ CREATE TABLE IF NOT EXISTS decisions (
   request BLOB NOT NULL,           -- monta.v1.StrategyRequest
   reply BLOB NOT NULL              -- monta.v1.StrategyReply
 );
+CREATE TABLE IF NOT EXISTS verifications (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  verified_unix_seconds REAL NOT NULL,
+  job_name TEXT NOT NULL,
+  nodes TEXT NOT NULL,             -- comma-separated, rank order
+  task_id TEXT NOT NULL,
+  regret_ratio REAL NOT NULL,      -- measured(chosen) / measured(best) - 1
+  median_error_ratio REAL NOT NULL,
+  request BLOB NOT NULL,           -- monta.v1.VerifyRequest
+  reply BLOB NOT NULL              -- monta.v1.VerifyReply
+);
 CREATE TABLE IF NOT EXISTS store_meta (
   key TEXT PRIMARY KEY,
   value TEXT NOT NULL
@@ -397,6 +408,38 @@ void SqliteStore::RecordDecision(const monta::v1::StrategyRequest& request,
   WriteDone("decision", sqlite3_step(stmt.get()) == SQLITE_DONE
                             ? absl::OkStatus()
                             : SqliteError(db_, "writing a decision"));
+}
+
+void SqliteStore::RecordVerification(const monta::v1::VerifyRequest& request,
+                                     const monta::v1::VerifyReply& reply) {
+  const std::string request_blob = request.SerializeAsString();
+  const std::string reply_blob = reply.SerializeAsString();
+  const std::string nodes = absl::StrJoin(reply.nodes(), ",");
+  absl::MutexLock lock(&mu_);
+  Statement stmt(db_,
+                 "INSERT INTO verifications (verified_unix_seconds, job_name, "
+                 "nodes, task_id, regret_ratio, median_error_ratio, request, "
+                 "reply) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+  if (stmt.get() == nullptr) {
+    WriteDone("verification",
+              SqliteError(db_, "preparing verification insert"));
+    return;
+  }
+  sqlite3_bind_double(stmt.get(), 1, NowSeconds());
+  stmt.BindText(2, request.request().job().name());
+  stmt.BindText(3, nodes);
+  stmt.BindText(4, reply.task().task_id());
+  sqlite3_bind_double(stmt.get(), 5, reply.regret_ratio());
+  sqlite3_bind_double(stmt.get(), 6, reply.median_error_ratio());
+  stmt.BindBlob(7, request_blob);
+  stmt.BindBlob(8, reply_blob);
+  WriteDone("verification", sqlite3_step(stmt.get()) == SQLITE_DONE
+                                ? absl::OkStatus()
+                                : SqliteError(db_, "writing a verification"));
+}
+
+absl::StatusOr<int64_t> SqliteStore::VerificationCount() {
+  return Count("verifications");
 }
 
 absl::StatusOr<int64_t> SqliteStore::Count(const char* table) {

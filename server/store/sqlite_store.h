@@ -64,10 +64,13 @@ class SqliteStore : public registry::RegistryObserver, public DecisionLog {
   // DecisionLog: appends the decision (request and reply kept whole).
   void RecordDecision(const monta::v1::StrategyRequest& request,
                       const monta::v1::StrategyReply& reply) override;
+  void RecordVerification(const monta::v1::VerifyRequest& request,
+                          const monta::v1::VerifyReply& reply) override;
 
   // Rows in the curve and decision history.
   absl::StatusOr<int64_t> CurveCount();
   absl::StatusOr<int64_t> DecisionCount();
+  absl::StatusOr<int64_t> VerificationCount();
   int64_t write_errors() const;
 
  private:

@@ -114,6 +114,28 @@ TEST(SqliteStoreTest, DecisionsAreKeptWhole) {
   EXPECT_EQ((*store)->write_errors(), 0);
 }
 
+TEST(SqliteStoreTest, VerificationsAreKeptWithTheirScores) {
+  const std::string path = TempPath("verifications.db");
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok());
+    monta::v1::VerifyRequest request;
+    request.mutable_request()->mutable_job()->set_name("cpu-dev");
+    monta::v1::VerifyReply reply;
+    reply.add_nodes("node-0");
+    reply.add_nodes("node-1");
+    reply.mutable_task()->set_task_id("bench-7");
+    reply.set_regret_ratio(0.04);
+    (*store)->RecordVerification(request, reply);
+    EXPECT_EQ(*(*store)->VerificationCount(), 1);
+    EXPECT_EQ((*store)->write_errors(), 0);
+  }
+  // Reopened, the row is still there (a real file, not a cache).
+  auto reopened = SqliteStore::Open(path);
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ(*(*reopened)->VerificationCount(), 1);
+}
+
 TEST(SqliteStoreTest, UnopenablePathIsAClearError) {
   auto store = SqliteStore::Open("/nonexistent-dir/x/planner.db");
   ASSERT_FALSE(store.ok());

@@ -1,0 +1,182 @@
+#include "server/planning/calibration.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/testing/paper_job.h"
+
+namespace monta::planning {
+namespace {
+
+namespace v1 = ::monta::v1;
+using strategy::StrategyKind;
+
+// The paper's job on its profile (no registry needed), at a given sequence
+// length so that observations span sizes.
+v1::StrategyRequest PaperAt(int64_t sequence_length) {
+  v1::StrategyRequest r = monta::testing::PaperJobRequest();
+  r.mutable_job()->set_sequence_length(sequence_length);
+  return r;
+}
+
+struct Run {
+  StrategyKind kind;
+  int chunks;
+};
+
+// "Measurements" made by the model itself under a known calibration: a fit
+// must find it again.
+std::vector<Observation> Synthetic(const model::ModelCalibration& truth,
+                                   double gamma) {
+  std::vector<Observation> out;
+  const std::vector<Run> runs = {{StrategyKind::kFlat, 1},
+                                 {StrategyKind::kTpDedup, 1},
+                                 {StrategyKind::kTpDedupPipelined, 2},
+                                 {StrategyKind::kTpDedupPipelined, 4},
+                                 {StrategyKind::kTpDedupPipelined, 8},
+                                 {StrategyKind::kTpDedupPipelined, 16}};
+  for (int64_t seq : {4096, 16384}) {
+    const v1::StrategyRequest request = PaperAt(seq);
+    absl::StatusOr<PreparedPlan> plan = PreparePlan(request, nullptr);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    for (const Run& run : runs) {
+      std::optional<double> s =
+          PredictDispatchSeconds(*plan, run.kind, run.chunks, truth, gamma);
+      EXPECT_TRUE(s.has_value());
+      out.push_back(Observation{request, run.kind, run.chunks, *s});
+    }
+  }
+  return out;
+}
+
+TEST(CalibrationTest, FitFindsTheCalibrationThatMadeTheMeasurements) {
+  model::ModelCalibration truth;
+  truth.bandwidth_scale = std::pow(2.0, 5 / 16.0);  // on the grid: ~1.24
+  truth.per_chunk_overhead_seconds = 200e-6;
+  const double gamma = 1.3;
+  absl::StatusOr<CalibrationFit> fit =
+      FitCalibration(Synthetic(truth, gamma), nullptr);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_EQ(fit->points, 12);
+  EXPECT_NEAR(fit->model.bandwidth_scale, truth.bandwidth_scale, 1e-9);
+  EXPECT_NEAR(fit->contention_factor, gamma, 1e-9);
+  EXPECT_NEAR(fit->model.per_chunk_overhead_seconds, 200e-6, 1e-9);
+  EXPECT_GT(fit->error_before_ratio, 0.15);
+  EXPECT_LT(fit->error_after_ratio, 1e-6);
+}
+
+TEST(CalibrationTest, UncalibratedMeasurementsFitToIdentity) {
+  absl::StatusOr<CalibrationFit> fit =
+      FitCalibration(Synthetic({}, 1), nullptr);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_DOUBLE_EQ(fit->model.bandwidth_scale, 1);
+  EXPECT_DOUBLE_EQ(fit->contention_factor, 1);
+  EXPECT_NEAR(fit->model.per_chunk_overhead_seconds, 0, 1e-12);
+  EXPECT_LT(fit->error_before_ratio, 1e-9);
+}
+
+TEST(CalibrationTest, NothingToFitIsAnError) {
+  std::vector<Observation> none;
+  EXPECT_EQ(FitCalibration(none, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Unmeasured (0 s) observations are not usable either.
+  Observation zero{PaperAt(4096), StrategyKind::kFlat, 1, 0};
+  EXPECT_FALSE(FitCalibration({zero}, nullptr).ok());
+}
+
+TEST(CalibrationTest, CalibratedPlanReportsItAndPredictsTheMeasurements) {
+  model::ModelCalibration truth;
+  truth.bandwidth_scale = 1.5;
+  const v1::StrategyRequest request = PaperAt(8192);
+  PlanCalibration c;
+  c.model = truth;
+  c.contention_factor = 1;
+  c.evidence.set_task_id("bench-9");
+  absl::StatusOr<v1::StrategyReply> plain =
+      PlanStrategy(request, nullptr, absl::Now());
+  absl::StatusOr<v1::StrategyReply> calibrated =
+      PlanStrategy(request, nullptr, absl::Now(), &c);
+  ASSERT_TRUE(plain.ok() && calibrated.ok());
+  EXPECT_EQ(calibrated->evidence().calibration().task_id(), "bench-9");
+  EXPECT_FALSE(plain->evidence().has_calibration());
+  // Slower links: every feasible candidate's time grows.
+  EXPECT_GT(calibrated->chosen().total_seconds_per_layer(),
+            plain->chosen().total_seconds_per_layer());
+}
+
+v1::VerifyReply VerifiedRun() {
+  v1::VerifyReply r;
+  r.mutable_task()->set_task_id("bench-3");
+  auto add = [&](v1::StrategyKind kind, int k, double pred, double meas) {
+    v1::VerifiedCandidate* c = r.add_candidates();
+    c->set_kind(kind);
+    c->set_chunks_requested(k);
+    c->set_chunks_effective(k);
+    c->set_predicted_seconds(pred);
+    c->set_measured_seconds(meas);
+  };
+  // The model ranks the pipeline first; the measurements say tp_dedup.
+  add(v1::STRATEGY_KIND_FLAT, 1, 0.30, 0.31);
+  add(v1::STRATEGY_KIND_TP_DEDUP, 1, 0.20, 0.10);
+  add(v1::STRATEGY_KIND_TP_DEDUP_PIPELINED, 2, 0.15, 0.16);
+  add(v1::STRATEGY_KIND_TP_DEDUP_PIPELINED, 8, 0.12, 0.14);
+  return r;
+}
+
+TEST(CalibrationTest, FreshVerifiedRunAnswersWithMeasuredTimes) {
+  PlanKnowledge::Options options;
+  options.verified_ttl = absl::Minutes(10);
+  PlanKnowledge knowledge(options);
+  const v1::StrategyRequest request = PaperAt(8192);
+  const absl::Time t0 = absl::FromUnixSeconds(1000000);
+  knowledge.SetVerified(request, VerifiedRun(), t0);
+  // Another job name is the same job; another size is not.
+  v1::StrategyRequest renamed = request;
+  renamed.mutable_job()->set_name("other");
+  EXPECT_TRUE(knowledge.FreshVerified(renamed, t0 + absl::Minutes(1)));
+  EXPECT_FALSE(knowledge.FreshVerified(PaperAt(4096), t0));
+  EXPECT_FALSE(knowledge.FreshVerified(request, t0 + absl::Minutes(11)));
+
+  absl::StatusOr<v1::StrategyReply> reply = PlanStrategy(request, nullptr, t0);
+  ASSERT_TRUE(reply.ok());
+  ApplyVerified(*knowledge.FreshVerified(request, t0 + absl::Seconds(30)),
+                t0 + absl::Seconds(30), &*reply);
+  EXPECT_EQ(reply->evidence().origin(), v1::EVIDENCE_SOURCE_VERIFIED);
+  EXPECT_EQ(reply->evidence().verified().task_id(), "bench-3");
+  EXPECT_DOUBLE_EQ(reply->evidence().verified().age_seconds(), 30);
+  EXPECT_EQ(reply->chosen().kind(), v1::STRATEGY_KIND_TP_DEDUP);
+  EXPECT_DOUBLE_EQ(reply->chosen().forward_seconds_per_layer(), 0.2);
+  for (const v1::Candidate& c : reply->candidates()) {
+    if (c.kind() == v1::STRATEGY_KIND_TP_DEDUP_PIPELINED) {
+      EXPECT_EQ(c.chunks_effective(), 8);  // its fastest measured K
+      EXPECT_EQ(c.rank(), 2);
+    }
+  }
+}
+
+TEST(CalibrationTest, KnowledgeIsBounded) {
+  PlanKnowledge::Options options;
+  options.max_entries = 2;
+  options.max_runs_per_node_set = 2;
+  PlanKnowledge knowledge(options);
+  v1::StrategyRequest r = PaperAt(4096);
+  r.mutable_placement()->clear_profile();
+  r.mutable_placement()->add_node_names("a");
+  Observation o{r, StrategyKind::kFlat, 1, 0.1};
+  EXPECT_EQ(knowledge.AddRun({o}).size(), 1u);
+  EXPECT_EQ(knowledge.AddRun({o, o}).size(), 3u);
+  EXPECT_EQ(knowledge.AddRun({o}).size(), 3u);  // the first run dropped
+  const absl::Time now = absl::Now();
+  for (const char* set : {"x", "y", "z"}) {
+    knowledge.SetCalibration(set, PlanCalibration{}, now);
+  }
+  EXPECT_FALSE(knowledge.Calibration("x", now));
+  EXPECT_TRUE(knowledge.Calibration("z", now + absl::Seconds(5)));
+  EXPECT_DOUBLE_EQ(knowledge.Calibration("z", now + absl::Seconds(5))
+                       ->evidence.age_seconds(),
+                   5);
+}
+
+}  // namespace
+}  // namespace monta::planning
