@@ -271,6 +271,47 @@ std::vector<std::string> SplitList(const std::string& text) {
   return absl::StrSplit(text, ',', absl::SkipEmpty());
 }
 
+// Where the numbers came from: curves, verify runs, calibration, notes.
+void PrintEvidence(const monta::v1::Evidence& evidence) {
+  std::cout << "\nEvidence: " << monta::ShortName(evidence.origin());
+  if (!evidence.profile().empty()) {
+    std::cout << " (profile " << evidence.profile() << " "
+              << evidence.profile_version() << ")";
+  }
+  std::cout << "\n";
+  for (const auto& curve : evidence.curves()) {
+    std::cout << "  " << monta::ShortName(curve.used_as()) << ": "
+              << monta::ShortName(curve.origin());
+    if (curve.origin() == monta::v1::EVIDENCE_SOURCE_MEASURED) {
+      std::cout << " on " << absl::StrJoin(curve.nodes(), ",") << ", "
+                << ShortDuration(curve.age_seconds()) << " old, "
+                << monta::client::HumanBytes(curve.min_bytes()) << ".."
+                << monta::client::HumanBytes(curve.max_bytes());
+      if (!curve.task_id().empty()) std::cout << ", task " << curve.task_id();
+    }
+    if (curve.extrapolated())
+      std::cout << " (extrapolated beyond the measured sizes)";
+    std::cout << "\n";
+  }
+  if (evidence.has_verified()) {
+    const auto& v = evidence.verified();
+    std::cout << "  verified: times measured by verify task " << v.task_id()
+              << ", " << ShortDuration(v.age_seconds()) << " old\n";
+  }
+  if (evidence.has_calibration()) {
+    const auto& c = evidence.calibration();
+    std::cout << absl::StrFormat(
+        "  calibration: bandwidth x%.3f, %.3f ms per chunk, gamma %.2f "
+        "(fitted by verify task %s, %s old; median |error| %.1f%% -> "
+        "%.1f%%)\n",
+        c.bandwidth_scale_ratio(), c.per_chunk_overhead_seconds() * 1e3,
+        c.contention_factor(), c.task_id(), ShortDuration(c.age_seconds()),
+        c.error_before_ratio() * 100, c.error_after_ratio() * 100);
+  }
+  for (const auto& note : evidence.notes())
+    std::cout << "  note: " << note << "\n";
+}
+
 void PrintPlan(const monta::v1::StrategyReply& reply) {
   const auto& t = reply.traffic();
   std::cout << absl::StrFormat(
@@ -323,28 +364,8 @@ void PrintPlan(const monta::v1::StrategyReply& reply) {
     std::cout << absl::StrFormat(", predicted step time -%.1f%%",
                                  100 * chosen.predicted_step_gain_ratio());
   }
-  std::cout << "\n\nEvidence: " << monta::ShortName(reply.evidence().origin());
-  if (!reply.evidence().profile().empty()) {
-    std::cout << " (profile " << reply.evidence().profile() << " "
-              << reply.evidence().profile_version() << ")";
-  }
   std::cout << "\n";
-  for (const auto& curve : reply.evidence().curves()) {
-    std::cout << "  " << monta::ShortName(curve.used_as()) << ": "
-              << monta::ShortName(curve.origin());
-    if (curve.origin() == monta::v1::EVIDENCE_SOURCE_MEASURED) {
-      std::cout << " on " << absl::StrJoin(curve.nodes(), ",") << ", "
-                << ShortDuration(curve.age_seconds()) << " old, "
-                << monta::client::HumanBytes(curve.min_bytes()) << ".."
-                << monta::client::HumanBytes(curve.max_bytes());
-      if (!curve.task_id().empty()) std::cout << ", task " << curve.task_id();
-    }
-    if (curve.extrapolated())
-      std::cout << " (extrapolated beyond the measured sizes)";
-    std::cout << "\n";
-  }
-  for (const auto& note : reply.evidence().notes())
-    std::cout << "  note: " << note << "\n";
+  PrintEvidence(reply.evidence());
 }
 
 // The job file with the placement flags applied; nullopt after printing

@@ -71,7 +71,7 @@ check //common/... allow '^//(common|proto|third_party)[:/]' \
 check //proto/... allow '^//(proto|third_party)[:/]' \
   "proto/ is the contract and may depend only on third_party/"
 # Below the gRPC handlers (server/api) the planner uses messages, never services.
-check "//server/model/... + //server/planning/... + //server/registry/... + //server/store/... + //server/bench/... + //server/metrics/... + //server/admission/..." \
+check "//server/model/... + //server/planning/... + //server/registry/... + //server/store/... + //server/bench/... + //server/metrics/... + //server/admission/... + //server/verify/..." \
   forbid '_grpc_proto$|^//third_party:grpc$' \
   "nothing below server/api may depend on gRPC service headers (*_grpc_proto) or //third_party:grpc; use the message targets (*_proto)"
 

@@ -14,6 +14,8 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -88,8 +90,83 @@ class EmulatedClusterTest : public ::testing::Test {
     return out;
   }
 
+  // montactl verify of a small job (2 MiB dispatch per rank, TP 2 in a node,
+  // EP 2 across the link): every candidate data-checked and timed, the run
+  // stored and exported, and a later plan of the job answered from it.
+  void VerifySmallDispatch();
+
   std::string script_, name_, run_dir_, bin_dir_;
 };
+
+constexpr char kSmallJob[] = R"(job:
+  name: emulated-verify
+  hidden_size: 1024
+  num_experts: 8
+  top_k: 2
+  capacity_factor: 1.0
+  micro_batch_size: 1
+  sequence_length: 512
+  bytes_per_element: 2
+  moe_layers: 1
+  world_size: 4
+  tensor_parallel_size: 2
+  expert_parallel_size: 2
+  pipeline_parallel_size: 1
+  data_parallel_size: 2
+placement:
+  gpus_per_node: 2
+)";
+
+void EmulatedClusterTest::VerifySmallDispatch() {
+  const std::string job = TempDir() + "/small-job.yaml";
+  std::ofstream(job) << kSmallJob;
+  const std::string svg = TempDir() + "/verify.svg";
+  nlohmann::json v = Ctl(
+      {"verify", "--job=" + job, "--node_names=node-0,node-1", "--chunks=1,2,4",
+       "--iterations=2", "--verify_timeout_seconds=60", "--svg=" + svg},
+      absl::Seconds(80));
+  ASSERT_EQ(v["task"]["state"], "TASK_STATE_SUCCEEDED") << v.dump(1) << Logs();
+  std::set<std::string> kinds;
+  int chosen = 0;
+  for (const auto& c : v["candidates"]) {
+    kinds.insert(c["kind"].get<std::string>());
+    // proto3 JSON leaves zeros out: no wrong_bytes means 0 wrong bytes.
+    EXPECT_EQ(c.value("wrong_bytes", "0"), "0") << c.dump(1);
+    EXPECT_GT(c["measured_seconds"].get<double>(), 0) << c.dump(1);
+    EXPECT_GT(c["predicted_seconds"].get<double>(), 0) << c.dump(1);
+    EXPECT_EQ(c["dispatch_bytes"], "2097152") << c.dump(1);
+    chosen += c.value("chosen", false) ? 1 : 0;
+  }
+  EXPECT_EQ(kinds, (std::set<std::string>{"STRATEGY_KIND_FLAT",
+                                          "STRATEGY_KIND_TP_DEDUP",
+                                          "STRATEGY_KIND_TP_DEDUP_PIPELINED"}))
+      << v.dump(1);
+  EXPECT_EQ(chosen, 1) << v.dump(1);
+  EXPECT_GE(v.value("regret_ratio", 0.0), 0);
+  EXPECT_TRUE(v.contains("calibration")) << v.dump(1);
+  EXPECT_TRUE(absl::StrContains(ReadFile(svg), "<circle")) << svg;
+
+  // The next plan of the same job on the same nodes is the verified one.
+  nlohmann::json plan =
+      Ctl({"plan", "--job=" + job, "--node_names=node-0,node-1"});
+  EXPECT_EQ(plan["evidence"]["origin"], "EVIDENCE_SOURCE_VERIFIED")
+      << plan.dump(1);
+  EXPECT_EQ(plan["evidence"]["verified"]["task_id"], v["task"]["task_id"]);
+  EXPECT_EQ(plan["evidence"]["calibration"]["task_id"], v["task"]["task_id"]);
+
+  // Exported for dashboards (the planner's /metrics inside the hub).
+  const CommandResult metrics = Script(
+      {"exec", "hub", "--", "curl", "-sS", "http://10.213.0.1:7401/metrics"},
+      absl::Seconds(10));
+  EXPECT_TRUE(absl::StrContains(metrics.out, "monta_plan_regret_ratio"))
+      << metrics.out << metrics.err;
+  EXPECT_TRUE(absl::StrContains(
+      metrics.out, "monta_prediction_error_ratio{strategy=\"flat\"}"))
+      << metrics.out;
+  EXPECT_TRUE(absl::StrContains(metrics.out,
+                                "monta_verify_runs_total{result=\"ok\"} 1"))
+      << metrics.out;
+}
 
 TEST_F(EmulatedClusterTest, TwoNodesBenchmarkAcrossTheShapedLink) {
   const CommandResult up = Script(
@@ -153,6 +230,7 @@ TEST_F(EmulatedClusterTest, TwoNodesBenchmarkAcrossTheShapedLink) {
     }
     EXPECT_TRUE(found) << name << ": " << node["curves"].dump(1);
   }
+  VerifySmallDispatch();
 }
 
 }  // namespace

@@ -185,7 +185,7 @@ StrategyTime CostModel::Dedup(int chunks, bool pipelined,
   // unpipelined schedule pays the copy too and S2(K=1) equals S1.
   const Stage c = Copy(t * x, flags);
 
-  // A calibrated fixed cost per chunk (docs/MODEL.md §9): what a chunk costs
+  // A calibrated fixed cost per chunk (docs/MODEL.md §11): what a chunk costs
   // beyond the curves' latencies (synchronisation, host-side work).
   const double per_chunk = cluster_.calibration.per_chunk_overhead_seconds;
   double forward_op = a.seconds + g.seconds + c.seconds + k * per_chunk;

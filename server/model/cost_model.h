@@ -11,7 +11,7 @@
 
 namespace monta::model {
 
-// What verify runs on these nodes taught the model (docs/MODEL.md §9): the
+// What verify runs on these nodes taught the model (docs/MODEL.md §11): the
 // curves' bandwidth terms scaled, and a fixed cost per pipeline chunk. The
 // pipeline's overlap (gamma) travels as SearchOptions::contention_factor.
 struct ModelCalibration {

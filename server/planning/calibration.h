@@ -1,4 +1,4 @@
-// What verify runs teach the model (docs/MODEL.md §9): a fit of the model's
+// What verify runs teach the model (docs/MODEL.md §11): a fit of the model's
 // calibration to measured dispatch times on a set of nodes, and the planner's
 // memory of fits and verified runs, which later decisions on the same nodes
 // use.

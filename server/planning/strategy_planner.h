@@ -51,7 +51,7 @@ class NodeLookup {
 // placement names a profile; `now` dates the measured curves' ages.
 //
 // `calibration` (nullable) is what verify runs on these nodes fitted
-// (docs/MODEL.md §9): applied to the model's view, its gamma used when the
+// (docs/MODEL.md §11): applied to the model's view, its gamma used when the
 // request gives no contention factor, and reported in the evidence.
 struct PlanCalibration {
   model::ModelCalibration model;
