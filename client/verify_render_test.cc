@@ -72,7 +72,7 @@ TEST(VerifyRenderTest, CalibratedTimesAddDashedLines) {
     c.set_calibrated_seconds(c.measured_seconds() * 1.01);
   }
   r.mutable_calibration()->set_per_chunk_overhead_seconds(0.002);
-  r.mutable_calibration()->set_bandwidth_scale_ratio(1.1);
+  r.mutable_calibration()->set_network_scale_ratio(1.1);
   EXPECT_NE(VerifyTable(r).find("2.000 ms per chunk"), std::string::npos);
   const std::string svg = VerifySvg(r);
   size_t dashed = 0;

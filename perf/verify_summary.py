@@ -20,7 +20,10 @@ PIPE, DEDUP, FLAT = ("STRATEGY_KIND_TP_DEDUP_PIPELINED", "STRATEGY_KIND_TP_DEDUP
 
 def load(path):
     with open(path) as f:
-        reply = json.load(f)
+        try:
+            reply = json.load(f)
+        except json.JSONDecodeError:
+            return None, []
     cands = reply.get("candidates", [])
     for c in cands:
         c.setdefault("error_ratio", 0.0)
@@ -45,6 +48,10 @@ def main(out_dir):
             continue
         config, role, mib = m.group(1), m.group(2), int(m.group(3))
         reply, cands = load(path)
+        if reply is None:
+            print(f"{config:13s} {role:10s} {mib:3d} MiB  (no reply: the verify run failed)")
+            failures.append(f"{config} {role} {mib} MiB: no reply")
+            continue
         flat, dedup, pipe = best(cands, FLAT), best(cands, DEDUP), best(cands, PIPE)
         pipe_k = next((c.get("chunks_requested") for c in cands
                        if c.get("kind") == PIPE and c["measured_seconds"] == pipe), None)

@@ -98,12 +98,11 @@ Stage CostModel::AllToAll(double bytes, int group, int members_on_node,
   const double intra_bytes = bytes * (members_on_node - 1) / group;
   bool inter_x = false;
   bool intra_x = false;
-  const double scale = cluster_.calibration.bandwidth_scale;
   s.busy.network_seconds =
-      scale *
+      cluster_.calibration.network_scale *
       LinkSeconds(cluster_.alltoall_inter, inter_bytes, bytes, group, &inter_x);
   s.busy.nvlink_seconds =
-      scale *
+      cluster_.calibration.local_scale *
       LinkSeconds(cluster_.alltoall_intra, intra_bytes, bytes, group, &intra_x);
   // The launch pays the latency of the slowest path involved.
   const BandwidthCurve& latency_curve =
@@ -128,7 +127,7 @@ Stage CostModel::AllGather(double input_bytes,
   bool x = false;
   // nccl-tests sizes an AllGather by its output; per peer that is our input.
   s.busy.nvlink_seconds =
-      cluster_.calibration.bandwidth_scale *
+      cluster_.calibration.local_scale *
       LinkSeconds(c, (t - 1) * input_bytes, input_bytes * t, t, &x);
   s.busy.launch_seconds = c.alpha_seconds();
   s.seconds = s.busy.launch_seconds + s.busy.nvlink_seconds;
@@ -141,7 +140,7 @@ Stage CostModel::Copy(double bytes, ExtrapolationFlags* flags) const {
   if (bytes <= 0) return s;
   const BandwidthCurve& c = cluster_.copy;
   bool x = false;
-  s.busy.copy_seconds = cluster_.calibration.bandwidth_scale *
+  s.busy.copy_seconds = cluster_.calibration.local_scale *
                         LinkSeconds(c, bytes, bytes, c.nranks(), &x);
   s.busy.launch_seconds = c.alpha_seconds();
   s.seconds = s.busy.launch_seconds + s.busy.copy_seconds;

@@ -15,8 +15,11 @@ namespace monta::model {
 // curves' bandwidth terms scaled, and a fixed cost per pipeline chunk. The
 // pipeline's overlap (gamma) travels as SearchOptions::contention_factor.
 struct ModelCalibration {
-  // Multiplies every link's busy time (1 = the curves were right).
-  double bandwidth_scale = 1;
+  // Multiply the busy times of the network (inter-node AllToAll share) and of
+  // the node's own paths (intra-node AllToAll share, AllGather, copy): 1 =
+  // the curves were right.
+  double network_scale = 1;
+  double local_scale = 1;
   // Added once per chunk to each dedup op (K chunks pay K times).
   double per_chunk_overhead_seconds = 0;
 };

@@ -126,23 +126,46 @@ absl::StatusOr<CalibrationFit> FitCalibration(
   fit.points = static_cast<int>(points.size());
   fit.error_before_ratio =
       Median(RelativeErrors(points, Predict(points, {}, 1)));
+  // Coordinate descent over the grids (network and local scale 0.5..2 in
+  // steps of 2^(1/8), gamma 1..3 in steps of 0.1), the per-chunk overhead
+  // solved in closed form at each point; a few rounds settle it.
+  std::vector<double> scales;
+  for (int i = -8; i <= 8; ++i) scales.push_back(std::pow(2.0, i / 8.0));
+  std::vector<double> gammas;
+  for (int i = 0; i <= 20; ++i) gammas.push_back(1 + 0.1 * i);
   double best_sum = std::numeric_limits<double>::infinity();
-  // Bandwidth scales 0.5..2 in steps of 2^(1/16); gamma 1..3 in 0.1 steps.
-  for (int si = -16; si <= 16; ++si) {
-    model::ModelCalibration c;
-    c.bandwidth_scale = std::pow(2.0, si / 16.0);
-    for (int gi = 0; gi <= 20; ++gi) {
-      const double gamma = 1 + 0.1 * gi;
-      const std::vector<double> p = Predict(points, c, gamma);
-      if (p.empty()) continue;
-      const auto [overhead, sum] = BestOverhead(points, p);
-      if (sum < best_sum) {
-        best_sum = sum;
-        fit.model = c;
-        fit.model.per_chunk_overhead_seconds = overhead;
-        fit.contention_factor = gamma;
-      }
+  auto consider = [&](model::ModelCalibration c, double gamma) {
+    const std::vector<double> p = Predict(points, c, gamma);
+    if (p.empty()) return;
+    const auto [overhead, sum] = BestOverhead(points, p);
+    if (sum < best_sum * (1 - 1e-12)) {
+      best_sum = sum;
+      fit.model = c;
+      fit.model.per_chunk_overhead_seconds = overhead;
+      fit.contention_factor = gamma;
     }
+  };
+  consider(fit.model, 1);
+  for (int round = 0; round < 4; ++round) {
+    const double before = best_sum;
+    for (double v : scales) {
+      model::ModelCalibration c = fit.model;
+      c.per_chunk_overhead_seconds = 0;
+      c.network_scale = v;
+      consider(c, fit.contention_factor);
+    }
+    for (double v : scales) {
+      model::ModelCalibration c = fit.model;
+      c.per_chunk_overhead_seconds = 0;
+      c.local_scale = v;
+      consider(c, fit.contention_factor);
+    }
+    for (double g : gammas) {
+      model::ModelCalibration c = fit.model;
+      c.per_chunk_overhead_seconds = 0;
+      consider(c, g);
+    }
+    if (!(best_sum < before)) break;
   }
   fit.error_after_ratio = Median(RelativeErrors(
       points, Predict(points, fit.model, fit.contention_factor)));

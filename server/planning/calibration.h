@@ -41,10 +41,11 @@ struct CalibrationFit {
   int points = 0;
 };
 
-// Least relative squared error over a grid of bandwidth scales (0.5..2) and
-// contention factors (1..3), the per-chunk overhead solved in closed form at
-// each (>= 0). INVALID_ARGUMENT without usable observations (none measured, or
-// none the model can predict).
+// Least relative squared error over grids of network and local scales
+// (0.5..2) and contention factors (1..3), by coordinate descent, the
+// per-chunk overhead solved in closed form at each point (>= 0).
+// INVALID_ARGUMENT without usable observations (none measured, or none the
+// model can predict).
 absl::StatusOr<CalibrationFit> FitCalibration(
     const std::vector<Observation>& observations, const NodeLookup* lookup);
 

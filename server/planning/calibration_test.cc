@@ -52,14 +52,16 @@ std::vector<Observation> Synthetic(const model::ModelCalibration& truth,
 
 TEST(CalibrationTest, FitFindsTheCalibrationThatMadeTheMeasurements) {
   model::ModelCalibration truth;
-  truth.bandwidth_scale = std::pow(2.0, 5 / 16.0);  // on the grid: ~1.24
+  truth.network_scale = std::pow(2.0, 3 / 8.0);  // on the grid: ~1.30
+  truth.local_scale = std::pow(2.0, -2 / 8.0);   // ~0.84
   truth.per_chunk_overhead_seconds = 200e-6;
   const double gamma = 1.3;
   absl::StatusOr<CalibrationFit> fit =
       FitCalibration(Synthetic(truth, gamma), nullptr);
   ASSERT_TRUE(fit.ok()) << fit.status();
   EXPECT_EQ(fit->points, 12);
-  EXPECT_NEAR(fit->model.bandwidth_scale, truth.bandwidth_scale, 1e-9);
+  EXPECT_NEAR(fit->model.network_scale, truth.network_scale, 1e-9);
+  EXPECT_NEAR(fit->model.local_scale, truth.local_scale, 1e-9);
   EXPECT_NEAR(fit->contention_factor, gamma, 1e-9);
   EXPECT_NEAR(fit->model.per_chunk_overhead_seconds, 200e-6, 1e-9);
   EXPECT_GT(fit->error_before_ratio, 0.15);
@@ -70,7 +72,8 @@ TEST(CalibrationTest, UncalibratedMeasurementsFitToIdentity) {
   absl::StatusOr<CalibrationFit> fit =
       FitCalibration(Synthetic({}, 1), nullptr);
   ASSERT_TRUE(fit.ok()) << fit.status();
-  EXPECT_DOUBLE_EQ(fit->model.bandwidth_scale, 1);
+  EXPECT_DOUBLE_EQ(fit->model.network_scale, 1);
+  EXPECT_DOUBLE_EQ(fit->model.local_scale, 1);
   EXPECT_DOUBLE_EQ(fit->contention_factor, 1);
   EXPECT_NEAR(fit->model.per_chunk_overhead_seconds, 0, 1e-12);
   EXPECT_LT(fit->error_before_ratio, 1e-9);
@@ -87,7 +90,8 @@ TEST(CalibrationTest, NothingToFitIsAnError) {
 
 TEST(CalibrationTest, CalibratedPlanReportsItAndPredictsTheMeasurements) {
   model::ModelCalibration truth;
-  truth.bandwidth_scale = 1.5;
+  truth.network_scale = 1.5;
+  truth.local_scale = 1.5;
   const v1::StrategyRequest request = PaperAt(8192);
   PlanCalibration c;
   c.model = truth;
