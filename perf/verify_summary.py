@@ -39,6 +39,7 @@ def best(cands, kind):
 def main(out_dir):
     failures = []
     errors = []
+    uncalibrated = []
     print("config        run        size    flat ms  dedup ms  best-pipe ms (K)  "
           "pipe/flat  pipe/dedup  chosen (K)             regret  med|err|  max|err|")
     for path in sorted(glob.glob(os.path.join(out_dir, "*mib.json")),
@@ -69,6 +70,8 @@ def main(out_dir):
         if role != "score":
             continue
         errors += errs if mib >= 4 else []
+        uncalibrated += [abs(float(c.get("uncalibrated_seconds", 0)) / c["measured_seconds"] - 1)
+                         for c in cands if float(c.get("uncalibrated_seconds", 0)) > 0]
         if regret > 0.10:
             failures.append(f"{config} {mib} MiB: regret {100 * regret:.1f}% > 10%")
         if config.startswith("2x") and mib in (16, 64) and vs_flat < 1.8:
@@ -79,6 +82,9 @@ def main(out_dir):
         med, worst = statistics.median(errors), max(errors)
         print(f"\nscored predictions (calibrated on other sizes): {len(errors)} candidates, "
               f"median |error| {100 * med:.1f}% (bar 15%), max {100 * worst:.1f}% (bar 35%)")
+        if uncalibrated:
+            print(f"the same candidates predicted without calibration: median |error| "
+                  f"{100 * statistics.median(uncalibrated):.1f}%, max {100 * max(uncalibrated):.1f}%")
         if med > 0.15:
             failures.append(f"median |error| {100 * med:.1f}% > 15%")
         if worst > 0.35:

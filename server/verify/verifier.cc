@@ -106,6 +106,9 @@ std::optional<Run> MakeRun(const JobShape& job, v1::StrategyKind kind,
           ? model::EffectiveChunks(run_rows / t, chunks)
           : 1);
   run.row.set_predicted_seconds(*predicted);
+  run.row.set_uncalibrated_seconds(
+      planning::PredictDispatchSeconds(job.prepared, model_kind, chunks, {}, 1)
+          .value_or(0));
   run.row.set_dispatch_bytes(static_cast<uint64_t>(e) * run_rows * row_bytes);
   return run;
 }
