@@ -44,6 +44,11 @@ std::chrono::system_clock::time_point GrpcDeadline(absl::Duration remaining) {
 bool WaitUntil(absl::Mutex& mu, std::condition_variable_any& cv,
                MonoTime deadline) {
   AbslLockable lockable(mu);
+  if (deadline ==
+      MonoTime::max()) {  // no deadline: the clockwait would overflow
+    cv.wait(lockable);
+    return false;
+  }
   return cv.wait_until(lockable, deadline) == std::cv_status::timeout;
 }
 
