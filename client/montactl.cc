@@ -143,10 +143,24 @@ int Nodes(const Context& ctx, const std::vector<std::string>& args) {
   auto stub = monta::v1::Planner::NewStub(ctx.channel);
   monta::v1::ListNodesRequest request;
   request.set_include_gone(absl::GetFlag(FLAGS_all));
+  // Every page, merged into one reply (JSON prints it whole).
   monta::v1::ListNodesReply reply;
-  auto context = RpcContext();
-  grpc::Status status = stub->ListNodes(context.get(), request, &reply);
-  if (!status.ok()) return Fail("list nodes", status);
+  do {
+    monta::v1::ListNodesReply page;
+    auto context = RpcContext();
+    grpc::Status status = stub->ListNodes(context.get(), request, &page);
+    if (!status.ok()) return Fail("list nodes", status);
+    if (!page.next_page_token().empty() &&
+        page.next_page_token() == request.page_token()) {
+      return Fail("list nodes",
+                  grpc::Status(grpc::StatusCode::INTERNAL,
+                               "the planner repeated a page token"));
+    }
+    for (auto& node : *page.mutable_nodes()) {
+      *reply.add_nodes() = std::move(node);
+    }
+    request.set_page_token(page.next_page_token());
+  } while (!request.page_token().empty());
   if (ctx.json) return PrintJson(reply);
   Table table({"NAME", "STATE", "LEASE AGE", "GPUS", "NICS", "CPUS", "CURVES",
                "VERSION"});

@@ -20,6 +20,20 @@ ABSL_FLAG(double, lease_seconds, 15,
           "node lease: a node without heartbeat is stale after it");
 ABSL_FLAG(double, heartbeat_seconds, 5,
           "heartbeat interval the agents are told to use");
+ABSL_FLAG(double, gone_after_seconds, 3600,
+          "a node not heard from this long (stale, or deregistered) is removed "
+          "with its curves, from memory and --db; more than --lease_seconds");
+ABSL_FLAG(int, max_events_per_node, 64,
+          "topology change events kept per node (a ring: the oldest goes "
+          "first)");
+ABSL_FLAG(int, max_nodes_per_page, 500,
+          "nodes in one ListNodes reply: the default page size and the "
+          "largest one a caller gets");
+ABSL_FLAG(double, decision_retention_seconds, 7 * 24 * 3600,
+          "decisions in --db older than this are deleted in the background");
+ABSL_FLAG(int64_t, max_decisions, 100000,
+          "decisions kept in --db; the oldest beyond it are deleted in the "
+          "background (about 1 KB each)");
 ABSL_FLAG(bool, bench_on_register, true,
           "measure a node (intra-node sweep) when it registers without curves");
 ABSL_FLAG(double, bench_timeout_seconds, 120,
@@ -131,6 +145,33 @@ absl::Status BenchBoundsFromFlags(monta::PlannerOptions* options) {
   return absl::OkStatus();
 }
 
+// How long nodes, events and decisions are kept, and ListNodes' page size.
+absl::Status RetentionFromFlags(monta::PlannerOptions* options) {
+  const double gone_after = absl::GetFlag(FLAGS_gone_after_seconds);
+  if (!(gone_after > absl::GetFlag(FLAGS_lease_seconds))) {
+    return absl::InvalidArgumentError(
+        "--gone_after_seconds must be more than --lease_seconds");
+  }
+  options->registry.gone_after = absl::Seconds(gone_after);
+  options->registry.max_events_per_node =
+      absl::GetFlag(FLAGS_max_events_per_node);
+  options->registry.max_nodes_per_page =
+      absl::GetFlag(FLAGS_max_nodes_per_page);
+  if (options->registry.max_events_per_node < 0 ||
+      options->registry.max_nodes_per_page < 1) {
+    return absl::InvalidArgumentError(
+        "--max_events_per_node must be >= 0, --max_nodes_per_page >= 1");
+  }
+  const double retention = absl::GetFlag(FLAGS_decision_retention_seconds);
+  options->max_decisions = absl::GetFlag(FLAGS_max_decisions);
+  if (!(retention > 0) || options->max_decisions < 0) {
+    return absl::InvalidArgumentError(
+        "--decision_retention_seconds must be > 0, --max_decisions >= 0");
+  }
+  options->decision_retention = absl::Seconds(retention);
+  return absl::OkStatus();
+}
+
 // The planner's options from the flags; InvalidArgument names a flag that is
 // out of range.
 absl::StatusOr<monta::PlannerOptions> OptionsFromFlags() {
@@ -145,6 +186,7 @@ absl::StatusOr<monta::PlannerOptions> OptionsFromFlags() {
   }
   options.registry.lease = absl::Seconds(lease);
   options.registry.heartbeat_interval = absl::Seconds(heartbeat);
+  if (absl::Status s = RetentionFromFlags(&options); !s.ok()) return s;
   if (absl::Status s = TopologyLimitsFromFlags(&options.registry); !s.ok()) {
     return s;
   }

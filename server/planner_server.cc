@@ -130,11 +130,12 @@ absl::Status PlannerServer::StartGrpc() {
   api::AgentGatewayService::RegisteredCallback on_registered = nullptr;
   if (options_.bench_on_register) {
     on_registered = [this](const std::string& node) {
-      auto info = registry_->Get(node, absl::Now());
+      const Instant now = Instant::Now();
+      auto info = registry_->Get(node, now);
       if (!info.ok() || info->curves_size() > 0) return;
       monta::v1::RunBenchmarkRequest request;
       request.add_nodes(node);
-      ScheduleBenchmark(request, absl::Now(), "schedule_on_register");
+      ScheduleBenchmark(request, now, "schedule_on_register");
     };
   }
   gateway_ = std::make_unique<api::AgentGatewayService>(
@@ -214,7 +215,7 @@ void PlannerServer::WatchStore() {
 }
 
 void PlannerServer::ScheduleBenchmark(
-    const monta::v1::RunBenchmarkRequest& request, absl::Time now,
+    const monta::v1::RunBenchmarkRequest& request, Instant now,
     const std::string& site) {
   absl::StatusOr<monta::v1::BenchmarkTaskStatus> scheduled =
       coordinator_->Schedule(request, now);
@@ -228,25 +229,54 @@ void PlannerServer::ScheduleBenchmark(
 
 void PlannerServer::Maintain() {
   // Once a second: fail benchmark tasks past their deadline, and the tasks of
-  // nodes whose lease expired (their agent died mid-run).
-  absl::Time last_periodic = absl::Now();
+  // nodes whose lease expired (their agent died mid-run); remove nodes gone
+  // for good; now and then, prune the decision history.
+  MonoTime last_periodic = std::chrono::steady_clock::now();
+  MonoTime last_prune = MonoTime::min();
   while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) {
-    const absl::Time now = absl::Now();
+    const Instant now = Instant::Now();
     coordinator_->ExpireOverdue(now);
     if (options_.bench_interval > absl::ZeroDuration() &&
-        now - last_periodic >= options_.bench_interval) {
-      last_periodic = now;
+        MonoSince(last_periodic, now.mono) >= options_.bench_interval) {
+      last_periodic = now.mono;
       SchedulePeriodicBenchmarks(now);
     }
-    for (const auto& node : registry_->List(now, /*include_gone=*/false)) {
-      if (node.state() == monta::v1::NODE_STATE_STALE) {
-        coordinator_->FailTasksOfNode(node.name(), "lost its lease", now);
-      }
+    for (const std::string& node : registry_->StaleNodes(now)) {
+      coordinator_->FailTasksOfNode(node, "lost its lease", now);
+    }
+    RemoveGoneNodes(now);
+    if (last_prune == MonoTime::min() ||
+        MonoSince(last_prune, now.mono) >= options_.prune_interval) {
+      last_prune = now.mono;
+      PruneDecisions(now);
     }
   }
 }
 
-void PlannerServer::SchedulePeriodicBenchmarks(absl::Time now) {
+void PlannerServer::RemoveGoneNodes(Instant now) {
+  const std::vector<std::string> removed = registry_->RemoveGone(now);
+  if (removed.empty()) return;
+  std::cerr << "monta-planner: removed " << removed.size()
+            << " node(s) not heard from for "
+            << absl::FormatDuration(options_.registry.gone_after)
+            << " (--gone_after_seconds): " << absl::StrJoin(removed, ",")
+            << std::endl;
+}
+
+void PlannerServer::PruneDecisions(Instant now) {
+  if (store_ == nullptr) return;
+  // Retention is about stored records, so it is measured on the wall time
+  // they carry.
+  absl::StatusOr<int64_t> pruned = store_->PruneDecisions(
+      now.wall - options_.decision_retention, options_.max_decisions);
+  // A failure is logged, counted and reflected in health by the store.
+  if (!pruned.ok() || *pruned == 0) return;
+  std::cerr << "monta-planner: pruned " << *pruned
+            << " decision(s) (--decision_retention_seconds, --max_decisions)"
+            << std::endl;
+}
+
+void PlannerServer::SchedulePeriodicBenchmarks(Instant now) {
   std::vector<std::string> idle;
   for (const auto& node : registry_->List(now, /*include_gone=*/false)) {
     if (node.state() == monta::v1::NODE_STATE_ALIVE &&
@@ -278,7 +308,7 @@ void PlannerServer::Shutdown(absl::Duration grace) {
   if (webhook_ != nullptr) webhook_->Shutdown();
   if (coordinator_ != nullptr) coordinator_->Shutdown();
   if (server_ != nullptr) {
-    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+    server_->Shutdown(GrpcDeadline(grace));
     server_->Wait();
   }
   if (maintenance_.joinable()) maintenance_.join();

@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "grpcpp/server.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
@@ -53,6 +53,12 @@ struct PlannerOptions {
   // PEM certificate chain and key of the webhook (re-read when they change).
   std::string tls_cert_file;
   std::string tls_key_file;
+  // Decision history (with db_path): decisions older than this, and all but
+  // the newest max_decisions, are deleted in the background.
+  absl::Duration decision_retention = absl::Hours(24 * 7);
+  int64_t max_decisions = 100000;
+  // How often the background loop prunes decisions.
+  absl::Duration prune_interval = absl::Seconds(10);
   // Log one line per admission decision (namespace/name, decision id,
   // strategy).
   bool webhook_log_decisions = true;
@@ -98,13 +104,18 @@ class PlannerServer {
   // Health of the monta.v1.Planner service follows the store's writes:
   // NOT_SERVING after a failed write, SERVING again after a successful one.
   void WatchStore();
+  // The background loop: deadlines, lost leases, periodic benchmarks, gone
+  // nodes, decision pruning. Every interval on the monotonic clock.
   void Maintain();
+  // Removes the nodes quiet for gone_after (registry and store), logged.
+  void RemoveGoneNodes(Instant now);
+  void PruneDecisions(Instant now);
   // Schedules a benchmark nobody waits for (on registration, periodic): a
   // failure is logged and counted under `site`.
   void ScheduleBenchmark(const monta::v1::RunBenchmarkRequest& request,
-                         absl::Time now, const std::string& site);
+                         Instant now, const std::string& site);
   // Schedules the periodic sweeps (see PlannerOptions::bench_interval).
-  void SchedulePeriodicBenchmarks(absl::Time now);
+  void SchedulePeriodicBenchmarks(Instant now);
 
   const PlannerOptions options_;
   std::shared_ptr<prometheus::Registry> metrics_;
@@ -126,7 +137,7 @@ class PlannerServer {
   std::unique_ptr<admission::WebhookServer> webhook_;
   int grpc_port_ = 0;
   int metrics_port_ = 0;
-  absl::Notification stop_;
+  MonoNotification stop_;
   std::thread maintenance_;
   bool shut_down_ = false;
 };

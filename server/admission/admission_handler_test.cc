@@ -113,7 +113,7 @@ class AdmissionHandlerTest : public ::testing::Test {
       gpu->set_index(i);
       gpu->set_name("NVIDIA H800");
     }
-    EXPECT_TRUE(registry_.Register(r, absl::Now()).ok());
+    EXPECT_TRUE(registry_.Register(r, Instant::Now()).ok());
   }
 
   // Sends `review` and returns the parsed response (expects HTTP 200 and the

@@ -178,7 +178,8 @@ class CertStore {
     if (!m.ok()) return m.status();
     StdMutexLock lock(&store->mu_);
     store->current_ = *std::move(m);
-    store->next_check_ = absl::Now() + check_interval;
+    store->next_check_ = std::chrono::steady_clock::now() +
+                         absl::ToChronoNanoseconds(check_interval);
     return store;
   }
 
@@ -266,9 +267,10 @@ class CertStore {
 
   std::shared_ptr<const Material> Current() {
     StdMutexLock lock(&mu_);
-    const absl::Time now = absl::Now();
+    // Monotonic: a wall clock step back must not postpone a rotation.
+    const auto now = std::chrono::steady_clock::now();
     if (now >= next_check_) {
-      next_check_ = now + check_interval_;
+      next_check_ = now + absl::ToChronoNanoseconds(check_interval_);
       if (!(Stamp(cert_file_) == current_->cert_stamp) ||
           !(Stamp(key_file_) == current_->key_stamp)) {
         absl::StatusOr<std::shared_ptr<const Material>> m = Read();
@@ -300,7 +302,7 @@ class CertStore {
   const absl::Duration check_interval_;
   StdMutex mu_;  // see BoundedTaskQueue::mu_
   std::shared_ptr<const Material> current_ ABSL_GUARDED_BY(mu_);
-  absl::Time next_check_ ABSL_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point next_check_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::Status SplitHostPort(const std::string& address, std::string* host,

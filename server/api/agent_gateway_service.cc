@@ -17,7 +17,7 @@ AgentGatewayService::AgentGatewayService(registry::Registry* registry,
 grpc::Status AgentGatewayService::Register(
     grpc::ServerContext* context, const monta::v1::RegisterRequest* request,
     monta::v1::RegisterReply* reply) {
-  absl::Status status = registry_->Register(*request, absl::Now());
+  absl::Status status = registry_->Register(*request, Instant::Now());
   if (!status.ok()) return ToGrpc(status);
   reply->set_lease_seconds(absl::ToDoubleSeconds(registry_->options().lease));
   reply->set_heartbeat_interval_seconds(
@@ -29,7 +29,7 @@ grpc::Status AgentGatewayService::Register(
 grpc::Status AgentGatewayService::Heartbeat(
     grpc::ServerContext* context, const monta::v1::HeartbeatRequest* request,
     monta::v1::HeartbeatReply* reply) {
-  absl::Status status = registry_->Heartbeat(*request, absl::Now());
+  absl::Status status = registry_->Heartbeat(*request, Instant::Now());
   if (!status.ok()) return ToGrpc(status);
   reply->set_lease_seconds(absl::ToDoubleSeconds(registry_->options().lease));
   return grpc::Status::OK;
@@ -38,7 +38,7 @@ grpc::Status AgentGatewayService::Heartbeat(
 grpc::Status AgentGatewayService::Deregister(
     grpc::ServerContext* context, const monta::v1::DeregisterRequest* request,
     monta::v1::DeregisterReply* reply) {
-  const absl::Time now = absl::Now();
+  const Instant now = Instant::Now();
   absl::Status status =
       registry_->Deregister(request->node_name(), request->instance_id(), now);
   if (status.ok())
@@ -50,7 +50,7 @@ grpc::Status AgentGatewayService::WatchTasks(
     grpc::ServerContext* context, const monta::v1::WatchTasksRequest* request,
     grpc::ServerWriter<monta::v1::BenchmarkTask>* writer) {
   if (!registry_->IsAlive(request->node_name(), request->instance_id(),
-                          absl::Now())) {
+                          Instant::Now())) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         absl::StrCat("node \"", request->node_name(),
                                      "\" instance ", request->instance_id(),
@@ -60,16 +60,22 @@ grpc::Status AgentGatewayService::WatchTasks(
   // call.
   while (!context->IsCancelled()) {
     if (!registry_->IsAlive(request->node_name(), request->instance_id(),
-                            absl::Now())) {
+                            Instant::Now())) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           "lease expired; register again");
     }
     std::optional<monta::v1::BenchmarkTask> task =
         coordinator_->NextTask(request->node_name(), absl::Milliseconds(500));
-    if (!task.has_value()) continue;
+    if (!task.has_value()) {
+      if (coordinator_->ShuttingDown()) {
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            "planner shutting down");
+      }
+      continue;
+    }
     if (!writer->Write(*task)) {
       coordinator_->FailTasksOfNode(request->node_name(),
-                                    "dropped its task stream", absl::Now());
+                                    "dropped its task stream", Instant::Now());
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "task stream closed");
     }
   }
@@ -97,7 +103,7 @@ grpc::Status AgentGatewayService::ReportBenchmark(
     grpc::ServerContext* context,
     const monta::v1::ReportBenchmarkRequest* request,
     monta::v1::ReportBenchmarkReply* reply) {
-  return ToGrpc(coordinator_->Report(*request, absl::Now()));
+  return ToGrpc(coordinator_->Report(*request, Instant::Now()));
 }
 
 }  // namespace monta::api

@@ -32,9 +32,10 @@ grpc::Status PlannerService::GetStrategy(
 grpc::Status PlannerService::ListNodes(
     grpc::ServerContext* context, const monta::v1::ListNodesRequest* request,
     monta::v1::ListNodesReply* reply) {
-  for (auto& node : registry_->List(absl::Now(), request->include_gone())) {
-    *reply->add_nodes() = std::move(node);
-  }
+  absl::StatusOr<monta::v1::ListNodesReply> page =
+      registry_->ListNodes(*request, Instant::Now());
+  if (!page.ok()) return ToGrpc(page.status());
+  *reply = *std::move(page);
   return grpc::Status::OK;
 }
 
@@ -46,7 +47,7 @@ grpc::Status PlannerService::GetNode(grpc::ServerContext* context,
                         "name: expected a node name");
   }
   absl::StatusOr<monta::v1::NodeInfo> node =
-      registry_->Get(request->name(), absl::Now());
+      registry_->Get(request->name(), Instant::Now());
   if (!node.ok()) return ToGrpc(node.status());
   *reply = *std::move(node);
   return grpc::Status::OK;
@@ -64,7 +65,7 @@ grpc::Status PlannerService::RunBenchmark(
     grpc::ServerContext* context, const monta::v1::RunBenchmarkRequest* request,
     monta::v1::RunBenchmarkReply* reply) {
   absl::StatusOr<monta::v1::BenchmarkTaskStatus> status =
-      coordinator_->Schedule(*request, absl::Now());
+      coordinator_->Schedule(*request, Instant::Now());
   if (!status.ok()) return ToGrpc(status.status());
   if (request->wait()) {
     // Bounded by the task's own deadline and by the caller's deadline.
@@ -72,10 +73,13 @@ grpc::Status PlannerService::RunBenchmark(
                                                 ? request->timeout_seconds()
                                                 : 120) +
                               absl::Seconds(5);
+    // Time left of the caller's deadline, read now against the clock gRPC
+    // converts with (the system clock).
     const auto caller_deadline = context->deadline();
     if (caller_deadline != std::chrono::system_clock::time_point::max()) {
-      max_wait =
-          std::min(max_wait, absl::FromChrono(caller_deadline) - absl::Now());
+      max_wait = std::min(
+          max_wait,
+          absl::FromChrono(caller_deadline - std::chrono::system_clock::now()));
     }
     status = coordinator_->WaitFinished(status->task_id(), max_wait);
     if (!status.ok()) return ToGrpc(status.status());

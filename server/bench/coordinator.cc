@@ -100,7 +100,7 @@ absl::Status CheckLimits(const monta::v1::RunBenchmarkRequest& request,
 // Every node listed once, known and alive; returns the fewest GPUs on any.
 absl::StatusOr<int> MinGpusOfAliveNodes(
     registry::Registry* registry, const monta::v1::RunBenchmarkRequest& request,
-    absl::Time now) {
+    Instant now) {
   std::set<std::string> seen;
   int min_gpus = -1;
   for (const std::string& node : request.nodes()) {
@@ -126,7 +126,7 @@ absl::StatusOr<int> MinGpusOfAliveNodes(
 
 absl::StatusOr<SweepPlan> PlanSweep(
     registry::Registry* registry, const monta::v1::RunBenchmarkRequest& request,
-    const CoordinatorOptions& options, absl::Time now) {
+    const CoordinatorOptions& options, Instant now) {
   if (request.nodes().empty()) {
     return absl::InvalidArgumentError("nodes: expected at least one node name");
   }
@@ -181,7 +181,7 @@ void FillSpec(const monta::v1::RunBenchmarkRequest& request,
 }  // namespace
 
 absl::StatusOr<BenchmarkTaskStatus> Coordinator::Schedule(
-    const monta::v1::RunBenchmarkRequest& request, absl::Time now) {
+    const monta::v1::RunBenchmarkRequest& request, Instant now) {
   absl::StatusOr<SweepPlan> plan = PlanSweep(registry_, request, options_, now);
   if (!plan.ok()) return plan.status();
   monta::v1::BenchmarkTask spec;
@@ -192,7 +192,7 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::Schedule(
 absl::StatusOr<BenchmarkTaskStatus> Coordinator::ScheduleDispatches(
     const monta::v1::RunBenchmarkRequest& request,
     const std::vector<monta::v1::DispatchWorkload>& dispatches, int iterations,
-    int warmup_iterations, absl::Time now) {
+    int warmup_iterations, Instant now) {
   if (dispatches.empty() || dispatches.size() > kMaxDispatchesPerTask) {
     return absl::InvalidArgumentError(
         absl::StrCat("dispatches: expected 1..", kMaxDispatchesPerTask,
@@ -210,27 +210,27 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::ScheduleDispatches(
 }
 
 absl::StatusOr<BenchmarkTaskStatus> Coordinator::Enqueue(
-    monta::v1::BenchmarkTask spec, absl::Duration timeout, absl::Time now) {
+    monta::v1::BenchmarkTask spec, absl::Duration timeout, Instant now) {
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("planner is shutting down");
   if (absl::Status s = CheckPendingBounds(spec.nodes()); !s.ok()) return s;
   Task task;
   const std::string id =
-      absl::StrCat("bench-", absl::ToUnixMillis(now), "-", next_id_++);
+      absl::StrCat("bench-", absl::ToUnixMillis(now.wall), "-", next_id_++);
   spec.set_task_id(id);
   task.spec = std::move(spec);
-  task.deadline = now + timeout;
-  *task.spec.mutable_deadline() = ToProto(task.deadline);
+  task.deadline = MonoAfter(now.mono, timeout);
+  *task.spec.mutable_deadline() = ToProto(now.wall + timeout);
   task.status.set_task_id(id);
   task.status.set_state(monta::v1::TASK_STATE_PENDING);
   *task.status.mutable_nodes() = task.spec.nodes();
-  *task.status.mutable_created_at() = ToProto(now);
+  *task.status.mutable_created_at() = ToProto(now.wall);
   for (const std::string& node : task.spec.nodes()) {
     queues_[node].push_back(id);
   }
   BenchmarkTaskStatus status = task.status;
   tasks_.emplace(id, std::move(task));
-  changed_.SignalAll();
+  changed_.notify_all();
   return status;
 }
 
@@ -244,19 +244,27 @@ absl::StatusOr<std::vector<monta::v1::BandwidthCurve>> Coordinator::Curves(
 
 std::optional<monta::v1::BenchmarkTask> Coordinator::NextTask(
     const std::string& node_name, absl::Duration max_wait) {
-  const absl::Time deadline = absl::Now() + max_wait;
+  const MonoTime deadline =
+      MonoAfter(std::chrono::steady_clock::now(), max_wait);
   absl::MutexLock lock(&mu_);
   while (!shutdown_) {
-    auto& queue = queues_[node_name];
-    while (!queue.empty()) {
-      const std::string id = queue.front();
-      queue.pop_front();
+    auto queue = queues_.find(node_name);
+    while (queue != queues_.end() && !queue->second.empty()) {
+      const std::string id = queue->second.front();
+      queue->second.pop_front();
+      if (queue->second.empty()) queues_.erase(queue);
       auto it = tasks_.find(id);
-      if (it == tasks_.end() || IsFinished(it->second.status)) continue;
-      it->second.status.set_state(monta::v1::TASK_STATE_RUNNING);
-      return it->second.spec;
+      if (it != tasks_.end() && !IsFinished(it->second.status)) {
+        it->second.status.set_state(monta::v1::TASK_STATE_RUNNING);
+        monta::v1::BenchmarkTask spec = it->second.spec;
+        spec.set_timeout_seconds(std::max(
+            0.0, absl::ToDoubleSeconds(MonoSince(
+                     std::chrono::steady_clock::now(), it->second.deadline))));
+        return spec;
+      }
+      queue = queues_.find(node_name);
     }
-    if (changed_.WaitWithDeadline(&mu_, deadline)) break;
+    if (WaitUntil(mu_, changed_, deadline)) break;
   }
   return std::nullopt;
 }
@@ -298,7 +306,7 @@ absl::Status Coordinator::Set(const monta::v1::RendezvousSetRequest& request) {
   if (stored.empty()) task.kv_bytes += request.key().size();
   task.kv_bytes = task.kv_bytes - stored.size() + request.value().size();
   stored = request.value();
-  changed_.SignalAll();
+  changed_.notify_all();
   return absl::OkStatus();
 }
 
@@ -307,8 +315,8 @@ absl::StatusOr<std::string> Coordinator::Get(
   if (request.wait_seconds() < 0 || request.wait_seconds() > 3600) {
     return absl::InvalidArgumentError("wait_seconds: expected 0..3600");
   }
-  const absl::Time deadline =
-      absl::Now() + absl::Seconds(request.wait_seconds());
+  const MonoTime deadline = MonoAfter(std::chrono::steady_clock::now(),
+                                      absl::Seconds(request.wait_seconds()));
   absl::MutexLock lock(&mu_);
   while (true) {
     absl::StatusOr<Task*> found = FindTask(request.task_id());
@@ -321,7 +329,7 @@ absl::StatusOr<std::string> Coordinator::Get(
     auto kv = task.kv.find(request.key());
     if (kv != task.kv.end()) return kv->second;
     if (shutdown_) return absl::UnavailableError("planner is shutting down");
-    if (changed_.WaitWithDeadline(&mu_, deadline)) {
+    if (WaitUntil(mu_, changed_, deadline)) {
       return absl::DeadlineExceededError(absl::StrCat(
           "key \"", request.key(), "\" of task ", request.task_id(),
           " not set within ", request.wait_seconds(), " s"));
@@ -330,7 +338,7 @@ absl::StatusOr<std::string> Coordinator::Get(
 }
 
 absl::Status Coordinator::Report(
-    const monta::v1::ReportBenchmarkRequest& request, absl::Time now) {
+    const monta::v1::ReportBenchmarkRequest& request, Instant now) {
   if (request.curves_size() > options_.max_curves_per_report) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "curves: ", request.curves_size(), " curves, at most ",
@@ -404,13 +412,14 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::Status(
 
 absl::StatusOr<BenchmarkTaskStatus> Coordinator::WaitFinished(
     const std::string& task_id, absl::Duration max_wait) {
-  const absl::Time deadline = absl::Now() + max_wait;
+  const MonoTime deadline =
+      MonoAfter(std::chrono::steady_clock::now(), max_wait);
   absl::MutexLock lock(&mu_);
   while (true) {
     absl::StatusOr<Task*> found = FindTask(task_id);
     if (!found.ok()) return found.status();
     if (IsFinished((*found)->status) || shutdown_) return (*found)->status;
-    if (changed_.WaitWithDeadline(&mu_, deadline)) return (*found)->status;
+    if (WaitUntil(mu_, changed_, deadline)) return (*found)->status;
   }
 }
 
@@ -424,17 +433,17 @@ absl::StatusOr<Coordinator::Task*> Coordinator::FindTask(
   return FindIn(tasks_, task_id);
 }
 
-void Coordinator::ExpireOverdue(absl::Time now) {
+void Coordinator::ExpireOverdue(Instant now) {
   absl::MutexLock lock(&mu_);
   for (auto& [id, task] : tasks_) {
-    if (IsFinished(task.status) || now < task.deadline) continue;
+    if (IsFinished(task.status) || now.mono < task.deadline) continue;
     Finish(task, monta::v1::TASK_STATE_FAILED,
            absl::StrCat("deadline exceeded; ", MissingRanks(task)), now);
   }
 }
 
 void Coordinator::FailTasksOfNode(const std::string& node_name,
-                                  const std::string& why, absl::Time now) {
+                                  const std::string& why, Instant now) {
   absl::MutexLock lock(&mu_);
   for (auto& [id, task] : tasks_) {
     if (IsFinished(task.status)) continue;
@@ -517,9 +526,20 @@ bool Coordinator::Busy(const std::string& node_name) const {
 }
 
 void Coordinator::Shutdown() {
+  const Instant now = Instant::Now();
   absl::MutexLock lock(&mu_);
   shutdown_ = true;
-  changed_.SignalAll();
+  for (auto& [id, task] : tasks_) {
+    if (!IsFinished(task.status)) {
+      Finish(task, monta::v1::TASK_STATE_FAILED, "planner shutting down", now);
+    }
+  }
+  changed_.notify_all();
+}
+
+bool Coordinator::ShuttingDown() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return shutdown_;
 }
 
 std::string Coordinator::MissingRanks(const Task& task) const {
@@ -545,10 +565,10 @@ std::string Coordinator::MissingRanks(const Task& task) const {
 }
 
 void Coordinator::Finish(Task& task, monta::v1::TaskState state,
-                         const std::string& reason, absl::Time now) {
+                         const std::string& reason, Instant now) {
   task.status.set_state(state);
   task.status.set_reason(reason);
-  *task.status.mutable_finished_at() = ToProto(now);
+  *task.status.mutable_finished_at() = ToProto(now.wall);
   task.kv.clear();
   task.kv_bytes = 0;
   // A node that never watches keeps no ids of finished tasks queued: its queue
@@ -569,7 +589,7 @@ void Coordinator::Finish(Task& task, monta::v1::TaskState state,
     tasks_.erase(finished_order_.front());
     finished_order_.pop_front();
   }
-  changed_.SignalAll();
+  changed_.notify_all();
 }
 
 }  // namespace monta::bench

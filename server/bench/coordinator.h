@@ -5,6 +5,7 @@
 #ifndef MONTA_SERVER_BENCH_COORDINATOR_H_
 #define MONTA_SERVER_BENCH_COORDINATOR_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -19,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "proto/monta/v1/agent.pb.h"
 #include "proto/monta/v1/benchmark.pb.h"
 #include "proto/monta/v1/planner.pb.h"
@@ -64,9 +66,10 @@ class Coordinator {
   void SetTaskFinishedCallback(TaskFinishedCallback callback);
 
   // Validates the request (nodes registered and alive, no duplicates, sizes
-  // sane) and queues one task for every node in it.
+  // sane) and queues one task for every node in it. Its deadline runs on
+  // `now.mono`; `now.wall` only dates it.
   absl::StatusOr<monta::v1::BenchmarkTaskStatus> Schedule(
-      const monta::v1::RunBenchmarkRequest& request, absl::Time now);
+      const monta::v1::RunBenchmarkRequest& request, Instant now);
 
   // A task of job-shaped dispatches (montactl verify) on the request's nodes
   // (its byte range is ignored): each workload once, `iterations` timed runs
@@ -75,14 +78,15 @@ class Coordinator {
   absl::StatusOr<monta::v1::BenchmarkTaskStatus> ScheduleDispatches(
       const monta::v1::RunBenchmarkRequest& request,
       const std::vector<monta::v1::DispatchWorkload>& dispatches,
-      int iterations, int warmup_iterations, absl::Time now);
+      int iterations, int warmup_iterations, Instant now);
 
   // The curves a finished task measured, in report order.
   absl::StatusOr<std::vector<monta::v1::BandwidthCurve>> Curves(
       const std::string& task_id) const;
 
-  // Waits up to `max_wait` for the next task of `node_name`. Returns nullopt
-  // when none came, or when Shutdown() was called.
+  // Waits up to `max_wait` (every wait here is on the monotonic clock) for the
+  // next task of `node_name`, and sets its timeout_seconds to the time left.
+  // Returns nullopt when none came, or when Shutdown() was called.
   std::optional<monta::v1::BenchmarkTask> NextTask(const std::string& node_name,
                                                    absl::Duration max_wait);
 
@@ -97,7 +101,7 @@ class Coordinator {
   // One node's result. The task succeeds when every node reported success; its
   // curves go to the registry. A failure report fails the task for everyone.
   absl::Status Report(const monta::v1::ReportBenchmarkRequest& request,
-                      absl::Time now);
+                      Instant now);
 
   absl::StatusOr<monta::v1::BenchmarkTaskStatus> Status(
       const std::string& task_id) const;
@@ -109,17 +113,20 @@ class Coordinator {
 
   // Fails tasks past their deadline, naming the ranks that never joined or
   // reported.
-  void ExpireOverdue(absl::Time now);
+  void ExpireOverdue(Instant now);
 
   // Fails the unfinished tasks of a node whose agent went away (stale or gone).
   void FailTasksOfNode(const std::string& node_name, const std::string& why,
-                       absl::Time now);
+                       Instant now);
 
   // True while a task that involves `node_name` is pending or running.
   bool Busy(const std::string& node_name) const;
 
-  // Wakes every waiter; later waits return at once.
+  // Fails every unfinished task ("planner shutting down": its agents' waits on
+  // the rendezvous store end with ABORTED, so they stop their sweeps) and
+  // wakes every waiter; later waits return at once, later tasks are refused.
   void Shutdown();
+  bool ShuttingDown() const;
 
   // Key an agent sets when one of its ranks starts working on a task:
   // "join/<rank>".
@@ -129,7 +136,7 @@ class Coordinator {
   struct Task {
     monta::v1::BenchmarkTask spec;
     monta::v1::BenchmarkTaskStatus status;
-    absl::Time deadline;
+    MonoTime deadline;
     std::map<std::string, std::string> kv;
     size_t kv_bytes = 0;  // keys and values in kv
     std::set<int> joined_ranks;
@@ -139,9 +146,9 @@ class Coordinator {
 
   // Queues a task with `spec` (id and deadline filled here) for its nodes.
   absl::StatusOr<monta::v1::BenchmarkTaskStatus> Enqueue(
-      monta::v1::BenchmarkTask spec, absl::Duration timeout, absl::Time now);
+      monta::v1::BenchmarkTask spec, absl::Duration timeout, Instant now);
   void Finish(Task& task, monta::v1::TaskState state, const std::string& reason,
-              absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+              Instant now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED when `nodes` would exceed the pending-task bounds.
   absl::Status CheckPendingBounds(
       const google::protobuf::RepeatedPtrField<std::string>& nodes) const
@@ -164,7 +171,9 @@ class Coordinator {
   const CoordinatorOptions options_;
 
   mutable absl::Mutex mu_;
-  absl::CondVar changed_;  // any task, queue or kv change
+  // Any task, queue or kv change. Not absl::CondVar: its timed waits follow
+  // the wall clock (see common/clock.h).
+  std::condition_variable_any changed_;
   TaskFinishedCallback on_finished_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Task> tasks_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> finished_order_ ABSL_GUARDED_BY(mu_);

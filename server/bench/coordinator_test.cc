@@ -10,6 +10,11 @@
 namespace monta::bench {
 namespace {
 
+// `t` moved by `d` on both clocks.
+Instant Later(Instant t, absl::Duration d) {
+  return Instant{t.wall + d, MonoAfter(t.mono, d)};
+}
+
 class CoordinatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -35,7 +40,7 @@ class CoordinatorTest : public ::testing::Test {
     return r;
   }
 
-  absl::Time now_ = absl::Now();
+  Instant now_ = Instant::Now();
   registry::Registry registry_{registry::RegistryOptions{}};
   Coordinator coordinator_{&registry_, CoordinatorOptions{}};
 };
@@ -72,7 +77,7 @@ TEST_F(CoordinatorTest, BusyWhileATaskIsUnfinished) {
   ASSERT_TRUE(status.ok());
   EXPECT_TRUE(coordinator_.Busy("a"));
   EXPECT_TRUE(coordinator_.Busy("b"));
-  coordinator_.ExpireOverdue(now_ + absl::Hours(1));
+  coordinator_.ExpireOverdue(Later(now_, absl::Hours(1)));
   EXPECT_FALSE(coordinator_.Busy("a"));
 }
 
@@ -110,7 +115,7 @@ TEST_F(CoordinatorTest, OverdueTaskNamesMissingRanksAndAbortsWaiters) {
     set.set_key(Coordinator::JoinKey(rank));
     ASSERT_TRUE(coordinator_.Set(set).ok());
   }
-  coordinator_.ExpireOverdue(now_ + absl::Seconds(31));
+  coordinator_.ExpireOverdue(Later(now_, absl::Seconds(31)));
   auto final_status = coordinator_.Status(status->task_id());
   EXPECT_EQ(final_status->state(), monta::v1::TASK_STATE_FAILED);
   EXPECT_NE(final_status->reason().find("rank 2 (node b)"), std::string::npos)
@@ -157,9 +162,10 @@ TEST_F(CoordinatorTest, ScheduleValidatesNodesAndSizes) {
   EXPECT_EQ(coordinator_.Schedule(req, now_).status().code(),
             absl::StatusCode::kInvalidArgument);
   // A stale node cannot be measured.
-  EXPECT_EQ(
-      coordinator_.Schedule(Pair(), now_ + absl::Hours(1)).status().code(),
-      absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(coordinator_.Schedule(Pair(), Later(now_, absl::Hours(1)))
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(CoordinatorTest, ShutdownWakesWatchers) {
@@ -188,6 +194,56 @@ TEST_F(CoordinatorTest, WaitsAfterShutdownReturnAtOnce) {
   const absl::Time start = absl::Now();
   EXPECT_FALSE(coordinator_.NextTask("a", absl::Seconds(60)));
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+}
+
+// Deadlines run on the monotonic clock: a wall clock stepped 10 minutes either
+// way fails no task, and the task still fails at its real deadline.
+TEST_F(CoordinatorTest, WallClockStepsFailNoTask) {
+  auto status = coordinator_.Schedule(Pair(), now_);  // 30 s deadline
+  ASSERT_TRUE(status.ok());
+  for (const absl::Duration step : {absl::Minutes(10), -absl::Minutes(10)}) {
+    const Instant stepped{now_.wall + step,
+                          MonoAfter(now_.mono, absl::Seconds(29))};
+    coordinator_.ExpireOverdue(stepped);
+    EXPECT_EQ(coordinator_.Status(status->task_id())->state(),
+              monta::v1::TASK_STATE_PENDING)
+        << absl::FormatDuration(step);
+  }
+  coordinator_.ExpireOverdue(Instant{now_.wall - absl::Minutes(10),
+                                     MonoAfter(now_.mono, absl::Seconds(30))});
+  EXPECT_EQ(coordinator_.Status(status->task_id())->state(),
+            monta::v1::TASK_STATE_FAILED);
+}
+
+// An agent gets the time left, not only the planner's wall clock deadline.
+TEST_F(CoordinatorTest, HandedOutTaskCarriesTheTimeLeft) {
+  ASSERT_TRUE(coordinator_.Schedule(Pair(), now_).ok());
+  auto task = coordinator_.NextTask("a", absl::Seconds(1));
+  ASSERT_TRUE(task);
+  EXPECT_GT(task->timeout_seconds(), 0);
+  EXPECT_LE(task->timeout_seconds(), 30);
+  EXPECT_TRUE(task->has_deadline());
+}
+
+TEST_F(CoordinatorTest, ShutdownFailsUnfinishedTasksAndRefusesNewOnes) {
+  auto status = coordinator_.Schedule(Pair(), now_);
+  ASSERT_TRUE(status.ok());
+  ASSERT_TRUE(coordinator_.NextTask("a", absl::Seconds(1)));  // running on a
+  EXPECT_FALSE(coordinator_.ShuttingDown());
+  coordinator_.Shutdown();
+  EXPECT_TRUE(coordinator_.ShuttingDown());
+  auto final_status = coordinator_.Status(status->task_id());
+  EXPECT_EQ(final_status->state(), monta::v1::TASK_STATE_FAILED);
+  EXPECT_EQ(final_status->reason(), "planner shutting down");
+  monta::v1::RendezvousGetRequest get;
+  get.set_task_id(status->task_id());
+  get.set_key("join/3");
+  get.set_wait_seconds(60);
+  const absl::Status aborted = coordinator_.Get(get).status();
+  EXPECT_EQ(aborted.code(), absl::StatusCode::kAborted);
+  EXPECT_NE(aborted.message().find("planner shutting down"), std::string::npos);
+  EXPECT_EQ(coordinator_.Schedule(Pair(), now_).status().code(),
+            absl::StatusCode::kUnavailable);
 }
 
 void ExpectExhausted(const absl::Status& s, const std::string& flag) {

@@ -120,7 +120,7 @@ ClusterCollector::ClusterCollector(const registry::Registry* registry)
 
 std::vector<MetricFamily> ClusterCollector::Collect() const {
   using google::protobuf::util::TimeUtil;
-  const absl::Time now = absl::Now();
+  const Instant now = Instant::Now();
   MetricFamily state =
       Family("monta_node_state",
              "1 for the node's current state (alive, stale, gone), else 0");
@@ -160,7 +160,7 @@ std::vector<MetricFamily> ClusterCollector::Collect() const {
         age.metric.push_back(Gauge({{"node", node.name()},
                                     {"scope", scope},
                                     {"collective", collective}},
-                                   absl::ToDoubleSeconds(now - measured)));
+                                   absl::ToDoubleSeconds(now.wall - measured)));
       }
       std::map<std::string, const monta::v1::CurvePoint*> by_bucket;
       for (const auto& p : curve.points())

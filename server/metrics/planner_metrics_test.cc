@@ -44,7 +44,7 @@ TEST(PlannerMetricsTest, CollectorExposesStatesCurvesAndEfficiency) {
   monta::v1::RegisterRequest r;
   r.set_node_name("a");
   r.set_instance_id("i");
-  ASSERT_TRUE(registry.Register(r, absl::Now()).ok());
+  ASSERT_TRUE(registry.Register(r, Instant::Now()).ok());
   monta::v1::BandwidthCurve c;
   c.set_collective(monta::v1::COLLECTIVE_ALLTOALL);
   c.set_scope(monta::v1::SCOPE_INTRA_NODE);

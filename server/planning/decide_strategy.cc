@@ -26,17 +26,18 @@ absl::StatusOr<monta::v1::StrategyReply> DecideStrategy(
     const registry::Registry* registry, metrics::PlannerMetrics* metrics,
     store::DecisionLog* decisions, const PlanKnowledge* knowledge) {
   const auto start = std::chrono::steady_clock::now();
-  const absl::Time now = absl::Now();
+  const Instant now = Instant::Now();
   RegistryNodeLookup lookup(registry, now);
   std::optional<PlanCalibration> calibration;
   if (knowledge != nullptr && request.placement().node_names_size() > 0) {
-    calibration = knowledge->Calibration(NodeSetKey(request), now);
+    calibration = knowledge->Calibration(NodeSetKey(request), now.wall);
   }
+  // Curve and verification ages are about stored records: wall time.
   absl::StatusOr<monta::v1::StrategyReply> reply = PlanStrategy(
-      request, &lookup, now, calibration ? &*calibration : nullptr);
+      request, &lookup, now.wall, calibration ? &*calibration : nullptr);
   if (reply.ok() && knowledge != nullptr) {
-    if (auto verified = knowledge->FreshVerified(request, now)) {
-      ApplyVerified(*verified, now, &*reply);
+    if (auto verified = knowledge->FreshVerified(request, now.wall)) {
+      ApplyVerified(*verified, now.wall, &*reply);
     }
   }
   const double seconds =

@@ -22,13 +22,13 @@ namespace monta::planning {
 // are unknown).
 class RegistryNodeLookup : public NodeLookup {
  public:
-  RegistryNodeLookup(const registry::Registry* registry, absl::Time now)
+  RegistryNodeLookup(const registry::Registry* registry, Instant now)
       : registry_(registry), now_(now) {}
   std::optional<NodeFacts> Find(absl::string_view name) const override;
 
  private:
   const registry::Registry* registry_;
-  absl::Time now_;
+  Instant now_;
 };
 
 // Plans one request against the registry, records the decision metrics and logs

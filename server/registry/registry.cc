@@ -4,6 +4,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/util/time_util.h"
@@ -46,6 +48,31 @@ absl::Status ValidateNodeName(absl::string_view name) {
   return absl::OkStatus();
 }
 
+// Keeps the newest `max_events` events (the ring's oldest go first).
+void TrimEvents(NodeInfo& info, int max_events) {
+  auto* events = info.mutable_events();
+  const int excess = events->size() - std::max(0, max_events);
+  if (excess > 0) events->DeleteSubrange(0, excess);
+}
+
+// ListNodes' page tokens: the last name of the page, so a node added or
+// removed between pages moves nothing else.
+constexpr absl::string_view kPageTokenPrefix = "after:";
+
+std::string PageToken(absl::string_view last_name) {
+  return absl::WebSafeBase64Escape(absl::StrCat(kPageTokenPrefix, last_name));
+}
+
+absl::StatusOr<std::string> NameAfterToken(absl::string_view token) {
+  std::string decoded;
+  if (!absl::WebSafeBase64Unescape(token, &decoded) ||
+      !absl::StartsWith(decoded, kPageTokenPrefix)) {
+    return absl::InvalidArgumentError(
+        "page_token: not a next_page_token of ListNodes");
+  }
+  return decoded.substr(kPageTokenPrefix.size());
+}
+
 absl::Status ValidateInstanceId(absl::string_view id) {
   if (id.empty() || id.size() > 128) {
     return absl::InvalidArgumentError(
@@ -71,7 +98,7 @@ void Registry::SetObserver(RegistryObserver* observer) {
 }
 
 absl::Status Registry::Register(const monta::v1::RegisterRequest& request,
-                                absl::Time now) {
+                                Instant now) {
   if (absl::Status s = ValidateNodeName(request.node_name()); !s.ok()) return s;
   if (absl::Status s = ValidateInstanceId(request.instance_id()); !s.ok())
     return s;
@@ -91,13 +118,12 @@ absl::Status Registry::Register(const monta::v1::RegisterRequest& request,
   auto it = nodes_.find(request.node_name());
   if (it != nodes_.end()) {
     Entry& entry = it->second;
-    const bool live =
-        !entry.gone && now - entry.last_heartbeat < options_.lease;
-    if (live && entry.info.instance_id() != request.instance_id()) {
+    if (Alive(entry, now) &&
+        entry.info.instance_id() != request.instance_id()) {
       return absl::AlreadyExistsError(absl::StrCat(
           "node_name \"", request.node_name(), "\" is held by agent instance ",
           entry.info.instance_id(), " whose lease is alive (last heartbeat ",
-          absl::FormatDuration(now - entry.last_heartbeat),
+          absl::FormatDuration(MonoSince(*entry.heard, now.mono)),
           " ago); stop that agent or wait for its lease (",
           absl::FormatDuration(options_.lease), ") to expire"));
     }
@@ -108,8 +134,10 @@ absl::Status Registry::Register(const monta::v1::RegisterRequest& request,
   entry.info.set_instance_id(request.instance_id());
   entry.info.set_agent_version(request.agent_version());
   entry.info.set_bench_address(request.bench_address());
-  entry.registered_at = now;
-  entry.last_heartbeat = now;
+  entry.registered_at = now.wall;
+  entry.last_heartbeat = now.wall;
+  entry.heard = now.mono;
+  entry.quiet_since = now.mono;
   entry.gone = false;
   if (is_new) {
     *entry.info.mutable_topology() = request.topology();
@@ -121,7 +149,7 @@ absl::Status Registry::Register(const monta::v1::RegisterRequest& request,
 }
 
 absl::Status Registry::Heartbeat(const monta::v1::HeartbeatRequest& request,
-                                 absl::Time now) {
+                                 Instant now) {
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(request.node_name());
   if (it == nodes_.end() || it->second.gone) {
@@ -135,7 +163,9 @@ absl::Status Registry::Heartbeat(const monta::v1::HeartbeatRequest& request,
         "node \"", request.node_name(), "\" is held by instance ",
         entry.info.instance_id(), ", not ", request.instance_id()));
   }
-  entry.last_heartbeat = now;
+  entry.last_heartbeat = now.wall;
+  entry.heard = now.mono;
+  entry.quiet_since = now.mono;
   if (request.has_topology()) {
     if (absl::Status s =
             ValidateTopology(request.topology(), options_.topology_limits);
@@ -150,8 +180,7 @@ absl::Status Registry::Heartbeat(const monta::v1::HeartbeatRequest& request,
 }
 
 absl::Status Registry::Deregister(absl::string_view node_name,
-                                  absl::string_view instance_id,
-                                  absl::Time now) {
+                                  absl::string_view instance_id, Instant now) {
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(node_name);
   if (it == nodes_.end()) {
@@ -165,21 +194,26 @@ absl::Status Registry::Deregister(absl::string_view node_name,
                      entry.info.instance_id()));
   }
   entry.gone = true;
+  entry.quiet_since = now.mono;
   Notify(entry, now);
   return absl::OkStatus();
 }
 
 bool Registry::IsAlive(absl::string_view node_name,
-                       absl::string_view instance_id, absl::Time now) const {
+                       absl::string_view instance_id, Instant now) const {
   absl::ReaderMutexLock lock(&mu_);
   auto it = nodes_.find(node_name);
   if (it == nodes_.end()) return false;
   const Entry& e = it->second;
-  return !e.gone && e.info.instance_id() == instance_id &&
-         now - e.last_heartbeat < options_.lease;
+  return e.info.instance_id() == instance_id && Alive(e, now);
 }
 
-std::vector<NodeInfo> Registry::List(absl::Time now, bool include_gone) const {
+bool Registry::Alive(const Entry& entry, Instant now) const {
+  return !entry.gone && entry.heard.has_value() &&
+         MonoSince(*entry.heard, now.mono) < options_.lease;
+}
+
+std::vector<NodeInfo> Registry::List(Instant now, bool include_gone) const {
   absl::ReaderMutexLock lock(&mu_);
   std::vector<NodeInfo> out;
   out.reserve(nodes_.size());
@@ -191,7 +225,7 @@ std::vector<NodeInfo> Registry::List(absl::Time now, bool include_gone) const {
 }
 
 absl::StatusOr<NodeInfo> Registry::Get(absl::string_view node_name,
-                                       absl::Time now) const {
+                                       Instant now) const {
   absl::ReaderMutexLock lock(&mu_);
   auto it = nodes_.find(node_name);
   if (it == nodes_.end()) {
@@ -199,6 +233,83 @@ absl::StatusOr<NodeInfo> Registry::Get(absl::string_view node_name,
         absl::StrCat("node \"", node_name, "\" is not registered"));
   }
   return Snapshot(it->second, now);
+}
+
+absl::StatusOr<monta::v1::ListNodesReply> Registry::ListNodes(
+    const monta::v1::ListNodesRequest& request, Instant now) const {
+  if (request.page_size() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_size: expected >= 0 (0: the planner's maximum, ",
+        options_.max_nodes_per_page, "), got ", request.page_size()));
+  }
+  std::string after;
+  if (!request.page_token().empty()) {
+    absl::StatusOr<std::string> name = NameAfterToken(request.page_token());
+    if (!name.ok()) return name.status();
+    after = *std::move(name);
+  }
+  const int limit =
+      request.page_size() == 0
+          ? options_.max_nodes_per_page
+          : std::min(request.page_size(), options_.max_nodes_per_page);
+  monta::v1::ListNodesReply reply;
+  absl::ReaderMutexLock lock(&mu_);
+  auto it =
+      request.page_token().empty() ? nodes_.begin() : nodes_.upper_bound(after);
+  for (; it != nodes_.end(); ++it) {
+    if (it->second.gone && !request.include_gone()) continue;
+    if (reply.nodes_size() == limit) {
+      reply.set_next_page_token(PageToken(reply.nodes().rbegin()->name()));
+      break;
+    }
+    *reply.add_nodes() = Snapshot(it->second, now);
+  }
+  return reply;
+}
+
+std::vector<std::string> Registry::StaleNodes(Instant now) const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const auto& [name, entry] : nodes_) {
+    if (!entry.gone && !Alive(entry, now)) out.push_back(name);
+  }
+  return out;
+}
+
+std::vector<std::string> Registry::RemoveGone(Instant now) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> removed;
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    const Entry& entry = it->second;
+    if (Alive(entry, now) ||
+        MonoSince(entry.quiet_since, now.mono) < options_.gone_after) {
+      ++it;
+      continue;
+    }
+    removed.push_back(it->first);
+    it = nodes_.erase(it);
+  }
+  if (removed.empty()) return removed;
+  // A pair's curve lives under both nodes; the survivor's copy names a node
+  // that no longer exists, so it goes too.
+  for (auto& [name, entry] : nodes_) {
+    auto* curves = entry.info.mutable_curves();
+    curves->erase(std::remove_if(curves->begin(), curves->end(),
+                                 [&](const BandwidthCurve& c) {
+                                   return std::any_of(
+                                       c.nodes().begin(), c.nodes().end(),
+                                       [&](const std::string& n) {
+                                         return std::find(removed.begin(),
+                                                          removed.end(),
+                                                          n) != removed.end();
+                                       });
+                                 }),
+                  curves->end());
+  }
+  if (observer_ != nullptr) {
+    for (const std::string& name : removed) observer_->NodeRemoved(name);
+  }
+  return removed;
 }
 
 absl::Status Registry::AddCurve(const BandwidthCurve& curve) {
@@ -247,10 +358,13 @@ absl::Status Registry::AddCurve(const BandwidthCurve& curve) {
   return absl::OkStatus();
 }
 
-void Registry::Restore(const NodeInfo& node) {
+void Registry::Restore(const NodeInfo& node, Instant now) {
   absl::MutexLock lock(&mu_);
   Entry& entry = nodes_[node.name()];
   entry.info = node;
+  TrimEvents(entry.info, options_.max_events_per_node);
+  entry.heard.reset();
+  entry.quiet_since = now.mono;
   entry.registered_at = absl::FromUnixNanos(
       TimeUtil::TimestampToNanoseconds(node.registered_at()));
   entry.last_heartbeat = absl::FromUnixNanos(
@@ -258,12 +372,17 @@ void Registry::Restore(const NodeInfo& node) {
   entry.gone = node.state() == monta::v1::NODE_STATE_GONE;
 }
 
-NodeInfo Registry::Snapshot(const Entry& entry, absl::Time now) const {
+NodeInfo Registry::Snapshot(const Entry& entry, Instant now) const {
   NodeInfo info = entry.info;
-  const absl::Duration age = now - entry.last_heartbeat;
+  // Monotonic while this process heard the node; for a restored node only the
+  // stored wall time is known, shown (never compared) as its age.
+  const absl::Duration age =
+      entry.heard.has_value()
+          ? MonoSince(*entry.heard, now.mono)
+          : std::max(absl::ZeroDuration(), now.wall - entry.last_heartbeat);
   if (entry.gone) {
     info.set_state(monta::v1::NODE_STATE_GONE);
-  } else if (age < options_.lease) {
+  } else if (Alive(entry, now)) {
     info.set_state(monta::v1::NODE_STATE_ALIVE);
   } else {
     info.set_state(monta::v1::NODE_STATE_STALE);
@@ -277,21 +396,19 @@ NodeInfo Registry::Snapshot(const Entry& entry, absl::Time now) const {
 
 void Registry::RecordTopology(Entry& entry,
                               const monta::v1::NodeTopology& topology,
-                              absl::Time now) {
+                              Instant now) {
   if (differ_ != nullptr) {
     for (monta::v1::TopologyEvent& event :
          differ_(entry.info.topology(), topology)) {
-      *event.mutable_time() = ToProto(now);
+      *event.mutable_time() = ToProto(now.wall);
       *entry.info.add_events() = std::move(event);
     }
-    auto* events = entry.info.mutable_events();
-    const int excess = events->size() - options_.max_events_per_node;
-    if (excess > 0) events->DeleteSubrange(0, excess);
+    TrimEvents(entry.info, options_.max_events_per_node);
   }
   *entry.info.mutable_topology() = topology;
 }
 
-void Registry::Notify(const Entry& entry, absl::Time now) {
+void Registry::Notify(const Entry& entry, Instant now) {
   if (observer_ != nullptr) observer_->NodeChanged(Snapshot(entry, now));
 }
 

@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/proto_names.h"
 #include "proto/monta/v1/agent.pb.h"
 #include "proto/monta/v1/benchmark.pb.h"
@@ -25,12 +26,18 @@
 namespace monta::registry {
 
 struct RegistryOptions {
-  // How long a node stays alive without a heartbeat.
+  // How long a node stays alive without a heartbeat (monotonic clock).
   absl::Duration lease = absl::Seconds(15);
+  // A node not heard from this long (no heartbeat, or deregistered) is
+  // removed, curves included (RemoveGone; the planner calls it in the
+  // background). Longer than `lease`.
+  absl::Duration gone_after = absl::Hours(1);
   // How often agents are asked to heartbeat (well inside the lease).
   absl::Duration heartbeat_interval = absl::Seconds(5);
-  // Events kept per node (oldest dropped first).
-  int max_events_per_node = 256;
+  // Topology events kept per node, a ring: the oldest is dropped first.
+  int max_events_per_node = 64;
+  // Nodes in one ListNodes page: the default and the most a caller gets.
+  int max_nodes_per_page = 500;
   // Curves kept per node (each distinct collective, scope, backend, strategy,
   // chunks, ranks and node set is one; a new one over it is
   // RESOURCE_EXHAUSTED, a re-measured one replaces its predecessor).
@@ -52,9 +59,13 @@ class RegistryObserver {
   virtual ~RegistryObserver() = default;
   virtual void NodeChanged(const monta::v1::NodeInfo& node) = 0;
   virtual void CurveAdded(const monta::v1::BandwidthCurve& curve) = 0;
+  // The node and every curve naming it are gone from the registry.
+  virtual void NodeRemoved(const std::string& node_name) {}
 };
 
-// Thread-safe. Every method takes the current time so tests control the clock.
+// Thread-safe. Every method takes the current time (both clocks: leases run on
+// `now.mono`, `now.wall` is only reported and stored) so tests control, and
+// step, each clock.
 class Registry {
  public:
   explicit Registry(RegistryOptions options, TopologyDiffer differ = nullptr);
@@ -65,52 +76,73 @@ class Registry {
   // Registers or re-registers `node_name`. Refused with ALREADY_EXISTS when
   // another instance id holds a live lease on the name; a stale or gone holder
   // is replaced.
-  absl::Status Register(const monta::v1::RegisterRequest& request,
-                        absl::Time now);
+  absl::Status Register(const monta::v1::RegisterRequest& request, Instant now);
 
   // Renews the lease. NOT_FOUND for an unknown node (the agent must register
   // again), FAILED_PRECONDITION when the instance id does not hold the name.
   absl::Status Heartbeat(const monta::v1::HeartbeatRequest& request,
-                         absl::Time now);
+                         Instant now);
 
   // Marks the node gone. Same errors as Heartbeat.
   absl::Status Deregister(absl::string_view node_name,
-                          absl::string_view instance_id, absl::Time now);
+                          absl::string_view instance_id, Instant now);
 
   // True when `instance_id` holds a live lease on `node_name`.
   bool IsAlive(absl::string_view node_name, absl::string_view instance_id,
-               absl::Time now) const;
+               Instant now) const;
 
   // Snapshot of every node (gone ones only when asked), sorted by name.
-  std::vector<monta::v1::NodeInfo> List(absl::Time now,
-                                        bool include_gone) const;
+  std::vector<monta::v1::NodeInfo> List(Instant now, bool include_gone) const;
+
+  // One page of List, sorted by name: `page_size` nodes (0 or more than
+  // max_nodes_per_page: that many) after the node named in `page_token`, and
+  // the token of the next page ("" after the last). INVALID_ARGUMENT names a
+  // negative page_size or a page_token ListNodes did not make.
+  absl::StatusOr<monta::v1::ListNodesReply> ListNodes(
+      const monta::v1::ListNodesRequest& request, Instant now) const;
+
+  // Names of the nodes whose lease expired (not deregistered ones).
+  std::vector<std::string> StaleNodes(Instant now) const;
+
+  // Removes every node not heard from for options().gone_after (stale or
+  // deregistered that long), its curves and the curves of other nodes that
+  // name it; tells the observer. Returns the names removed.
+  std::vector<std::string> RemoveGone(Instant now);
 
   // One node, NOT_FOUND when unknown.
   absl::StatusOr<monta::v1::NodeInfo> Get(absl::string_view node_name,
-                                          absl::Time now) const;
+                                          Instant now) const;
 
   // Stores a measured curve under every node it names, replacing an older curve
   // of the same (collective, scope, strategy, chunks, node set, nranks).
   absl::Status AddCurve(const monta::v1::BandwidthCurve& curve);
 
-  // Restores a node read back from the store (no lease: it starts stale).
-  void Restore(const monta::v1::NodeInfo& node);
+  // Restores a node read back from the store (no lease: it starts stale, and
+  // is removed options().gone_after after `now` unless its agent returns).
+  void Restore(const monta::v1::NodeInfo& node, Instant now);
 
   const RegistryOptions& options() const { return options_; }
 
  private:
   struct Entry {
     monta::v1::NodeInfo info;  // state/lease fields are recomputed on read
+    // Wall times: reported and stored, never compared.
     absl::Time registered_at;
     absl::Time last_heartbeat;
+    // Monotonic: the last Register or Heartbeat of this process's lifetime
+    // (none for a node restored from the store), and since when the node has
+    // been quiet (that heartbeat, its deregistration or its restoration).
+    std::optional<MonoTime> heard;
+    MonoTime quiet_since;
     bool gone = false;
   };
+  bool Alive(const Entry& entry, Instant now) const;
 
-  monta::v1::NodeInfo Snapshot(const Entry& entry, absl::Time now) const
+  monta::v1::NodeInfo Snapshot(const Entry& entry, Instant now) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void RecordTopology(Entry& entry, const monta::v1::NodeTopology& topology,
-                      absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Notify(const Entry& entry, absl::Time now)
+                      Instant now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Notify(const Entry& entry, Instant now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RegistryOptions options_;

@@ -1,5 +1,6 @@
 #include "server/registry/registry.h"
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace monta::registry {
@@ -25,32 +26,38 @@ class RegistryTest : public ::testing::Test {
     o.lease = absl::Seconds(10);
     return o;
   }
-  absl::Time t0_ = absl::FromUnixSeconds(1'700'000'000);
+  // Both clocks `d` after the start: the wall clock at t0_, the monotonic one
+  // at m0_ (tests that step one clock build an Instant by hand).
+  Instant At(absl::Duration d) const {
+    return Instant{t0_ + d, MonoAfter(m0_, d)};
+  }
+  const absl::Time t0_ = absl::FromUnixSeconds(1'700'000'000);
+  const MonoTime m0_ = MonoTime() + std::chrono::hours(1000);
+  const Instant start_ = At(absl::ZeroDuration());
 };
 
 TEST_F(RegistryTest, RegisteredNodeIsAliveThenStaleAfterLease) {
   Registry r(Options());
-  ASSERT_TRUE(r.Register(Req("node-a", "i1"), t0_).ok());
-  auto info = r.Get("node-a", t0_ + absl::Seconds(3));
+  ASSERT_TRUE(r.Register(Req("node-a", "i1"), start_).ok());
+  auto info = r.Get("node-a", At(absl::Seconds(3)));
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->state(), NODE_STATE_ALIVE);
   EXPECT_DOUBLE_EQ(info->lease_age_seconds(), 3.0);
-  info = r.Get("node-a", t0_ + absl::Seconds(11));
+  info = r.Get("node-a", At(absl::Seconds(11)));
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->state(), NODE_STATE_STALE);
 }
 
 TEST_F(RegistryTest, HeartbeatRenewsLease) {
   Registry r(Options());
-  ASSERT_TRUE(r.Register(Req("node-a", "i1"), t0_).ok());
+  ASSERT_TRUE(r.Register(Req("node-a", "i1"), start_).ok());
   monta::v1::HeartbeatRequest hb;
   hb.set_node_name("node-a");
   hb.set_instance_id("i1");
-  ASSERT_TRUE(r.Heartbeat(hb, t0_ + absl::Seconds(8)).ok());
-  EXPECT_EQ(r.Get("node-a", t0_ + absl::Seconds(15))->state(),
-            NODE_STATE_ALIVE);
-  EXPECT_TRUE(r.IsAlive("node-a", "i1", t0_ + absl::Seconds(15)));
-  EXPECT_FALSE(r.IsAlive("node-a", "other", t0_ + absl::Seconds(15)));
+  ASSERT_TRUE(r.Heartbeat(hb, At(absl::Seconds(8))).ok());
+  EXPECT_EQ(r.Get("node-a", At(absl::Seconds(15)))->state(), NODE_STATE_ALIVE);
+  EXPECT_TRUE(r.IsAlive("node-a", "i1", At(absl::Seconds(15))));
+  EXPECT_FALSE(r.IsAlive("node-a", "other", At(absl::Seconds(15))));
 }
 
 TEST_F(RegistryTest, HeartbeatForUnknownNodeAsksToRegister) {
@@ -58,32 +65,32 @@ TEST_F(RegistryTest, HeartbeatForUnknownNodeAsksToRegister) {
   monta::v1::HeartbeatRequest hb;
   hb.set_node_name("node-a");
   hb.set_instance_id("i1");
-  absl::Status s = r.Heartbeat(hb, t0_);
+  absl::Status s = r.Heartbeat(hb, start_);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_NE(s.message().find("register again"), std::string::npos);
 }
 
 TEST_F(RegistryTest, DuplicateNameRefusedWhileLeaseAliveThenTakenOver) {
   Registry r(Options());
-  ASSERT_TRUE(r.Register(Req("node-a", "i1"), t0_).ok());
-  absl::Status dup = r.Register(Req("node-a", "i2"), t0_ + absl::Seconds(2));
+  ASSERT_TRUE(r.Register(Req("node-a", "i1"), start_).ok());
+  absl::Status dup = r.Register(Req("node-a", "i2"), At(absl::Seconds(2)));
   EXPECT_EQ(dup.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_NE(dup.message().find("i1"), std::string::npos) << dup;
   // Same instance re-registering (planner restart, reconnect) is fine.
-  EXPECT_TRUE(r.Register(Req("node-a", "i1"), t0_ + absl::Seconds(3)).ok());
+  EXPECT_TRUE(r.Register(Req("node-a", "i1"), At(absl::Seconds(3))).ok());
   // Once the lease expired, a new instance may take the name.
-  EXPECT_TRUE(r.Register(Req("node-a", "i2"), t0_ + absl::Seconds(20)).ok());
-  EXPECT_EQ(r.Get("node-a", t0_ + absl::Seconds(20))->instance_id(), "i2");
+  EXPECT_TRUE(r.Register(Req("node-a", "i2"), At(absl::Seconds(20))).ok());
+  EXPECT_EQ(r.Get("node-a", At(absl::Seconds(20)))->instance_id(), "i2");
 }
 
 TEST_F(RegistryTest, InvalidNamesRejectedWithField) {
   Registry r(Options());
   for (const char* bad : {"", "Node_A", "-a", "a-", "has space"}) {
-    absl::Status s = r.Register(Req(bad, "i1"), t0_);
+    absl::Status s = r.Register(Req(bad, "i1"), start_);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(s.message().find("node_name"), std::string::npos) << s;
   }
-  EXPECT_EQ(r.Register(Req("ok", ""), t0_).code(),
+  EXPECT_EQ(r.Register(Req("ok", ""), start_).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -91,26 +98,26 @@ TEST_F(RegistryTest, BrokenTopologyIsRefusedAtRegisterAndHeartbeat) {
   Registry r(Options());
   auto req = Req("node-a", "i1");
   req.mutable_topology()->add_nics()->set_rate_bytes_per_second(-1);
-  absl::Status s = r.Register(req, t0_);
+  absl::Status s = r.Register(req, start_);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("topology.nics[0]"), std::string::npos) << s;
-  ASSERT_TRUE(r.Register(Req("node-a", "i1"), t0_).ok());
+  ASSERT_TRUE(r.Register(Req("node-a", "i1"), start_).ok());
   monta::v1::HeartbeatRequest hb;
   hb.set_node_name("node-a");
   hb.set_instance_id("i1");
   hb.mutable_topology()->add_gpus()->set_index(-3);
-  EXPECT_EQ(r.Heartbeat(hb, t0_).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.Heartbeat(hb, start_).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(RegistryTest, DeregisterMakesNodeGoneAndHiddenByDefault) {
   Registry r(Options());
-  ASSERT_TRUE(r.Register(Req("node-a", "i1"), t0_).ok());
-  ASSERT_TRUE(r.Register(Req("node-b", "i2"), t0_).ok());
-  EXPECT_EQ(r.Deregister("node-a", "wrong", t0_).code(),
+  ASSERT_TRUE(r.Register(Req("node-a", "i1"), start_).ok());
+  ASSERT_TRUE(r.Register(Req("node-b", "i2"), start_).ok());
+  EXPECT_EQ(r.Deregister("node-a", "wrong", start_).code(),
             absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(r.Deregister("node-a", "i1", t0_).ok());
-  EXPECT_EQ(r.List(t0_, false).size(), 1u);
-  auto all = r.List(t0_, true);
+  ASSERT_TRUE(r.Deregister("node-a", "i1", start_).ok());
+  EXPECT_EQ(r.List(start_, false).size(), 1u);
+  auto all = r.List(start_, true);
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[0].name(), "node-a");
   EXPECT_EQ(all[0].state(), NODE_STATE_GONE);
@@ -134,14 +141,14 @@ TEST_F(RegistryTest, TopologyChangesBecomeEvents) {
   auto* nic = req.mutable_topology()->add_nics();
   nic->set_name("mlx5_0");
   nic->set_rate_bytes_per_second(400e9 / 8);
-  ASSERT_TRUE(r.Register(req, t0_).ok());
+  ASSERT_TRUE(r.Register(req, start_).ok());
   monta::v1::HeartbeatRequest hb;
   hb.set_node_name("node-a");
   hb.set_instance_id("i1");
   *hb.mutable_topology() = req.topology();
   hb.mutable_topology()->mutable_nics(0)->set_rate_bytes_per_second(200e9 / 8);
-  ASSERT_TRUE(r.Heartbeat(hb, t0_ + absl::Seconds(1)).ok());
-  auto info = r.Get("node-a", t0_ + absl::Seconds(1));
+  ASSERT_TRUE(r.Heartbeat(hb, At(absl::Seconds(1))).ok());
+  auto info = r.Get("node-a", At(absl::Seconds(1)));
   ASSERT_EQ(info->events_size(), 1);
   EXPECT_EQ(info->events(0).change(),
             monta::v1::TOPOLOGY_CHANGE_NIC_RATE_CHANGED);
@@ -150,8 +157,8 @@ TEST_F(RegistryTest, TopologyChangesBecomeEvents) {
 
 TEST_F(RegistryTest, CurvesReplaceSameMeasurementAndNeedKnownNodes) {
   Registry r(Options());
-  ASSERT_TRUE(r.Register(Req("a", "i1"), t0_).ok());
-  ASSERT_TRUE(r.Register(Req("b", "i2"), t0_).ok());
+  ASSERT_TRUE(r.Register(Req("a", "i1"), start_).ok());
+  ASSERT_TRUE(r.Register(Req("b", "i2"), start_).ok());
   monta::v1::BandwidthCurve c;
   c.set_collective(monta::v1::COLLECTIVE_ALLTOALL);
   c.set_scope(monta::v1::SCOPE_INTER_NODE);
@@ -162,10 +169,10 @@ TEST_F(RegistryTest, CurvesReplaceSameMeasurementAndNeedKnownNodes) {
   ASSERT_TRUE(r.AddCurve(c).ok());
   c.mutable_points(0)->set_message_bytes(2048);
   ASSERT_TRUE(r.AddCurve(c).ok());
-  auto a = r.Get("a", t0_);
+  auto a = r.Get("a", start_);
   ASSERT_EQ(a->curves_size(), 1);
   EXPECT_EQ(a->curves(0).points(0).message_bytes(), 2048u);
-  EXPECT_EQ(r.Get("b", t0_)->curves_size(), 1);
+  EXPECT_EQ(r.Get("b", start_)->curves_size(), 1);
   c.add_nodes("zzz");
   EXPECT_EQ(r.AddCurve(c).code(), absl::StatusCode::kNotFound);
 }
@@ -174,8 +181,8 @@ TEST_F(RegistryTest, CurvesPerNodeAreBoundedAndReplacementsStillFit) {
   RegistryOptions options = Options();
   options.max_curves_per_node = 3;
   Registry r(options);
-  ASSERT_TRUE(r.Register(Req("a", "i1"), t0_).ok());
-  ASSERT_TRUE(r.Register(Req("b", "i2"), t0_).ok());
+  ASSERT_TRUE(r.Register(Req("a", "i1"), start_).ok());
+  ASSERT_TRUE(r.Register(Req("b", "i2"), start_).ok());
   monta::v1::BandwidthCurve c;
   c.set_collective(monta::v1::COLLECTIVE_ALLTOALL);
   c.add_nodes("a");
@@ -190,14 +197,14 @@ TEST_F(RegistryTest, CurvesPerNodeAreBoundedAndReplacementsStillFit) {
   EXPECT_NE(s.message().find("--max_curves_per_node"), std::string::npos) << s;
   c.set_chunks(2);  // a re-measurement replaces its predecessor
   EXPECT_TRUE(r.AddCurve(c).ok());
-  EXPECT_EQ(r.Get("a", t0_)->curves_size(), 3);
+  EXPECT_EQ(r.Get("a", start_)->curves_size(), 3);
   // A curve over two nodes is refused whole when one of them is full.
   c.set_chunks(5);
   c.clear_nodes();
   c.add_nodes("b");
   c.add_nodes("a");
   EXPECT_EQ(r.AddCurve(c).code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(r.Get("b", t0_)->curves_size(), 0);
+  EXPECT_EQ(r.Get("b", start_)->curves_size(), 0);
 }
 
 TEST_F(RegistryTest, OversizedTopologyIsRefusedAtRegisterAndHeartbeat) {
@@ -207,18 +214,188 @@ TEST_F(RegistryTest, OversizedTopologyIsRefusedAtRegisterAndHeartbeat) {
   auto req = Req("a", "i1");
   req.mutable_topology()->add_nics()->set_name("mlx5_0");
   req.mutable_topology()->mutable_nics(0)->set_state(std::string(65, 'A'));
-  EXPECT_EQ(r.Register(req, t0_).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(r.Register(req, start_).code(),
+            absl::StatusCode::kResourceExhausted);
   req.mutable_topology()->mutable_nics(0)->set_state("ACTIVE");
-  ASSERT_TRUE(r.Register(req, t0_).ok());
+  ASSERT_TRUE(r.Register(req, start_).ok());
   monta::v1::HeartbeatRequest hb;
   hb.set_node_name("a");
   hb.set_instance_id("i1");
   *hb.mutable_topology() = req.topology();
   hb.mutable_topology()->mutable_nics(0)->set_state(std::string(1 << 20, 'A'));
-  const absl::Status s = r.Heartbeat(hb, t0_);
+  const absl::Status s = r.Heartbeat(hb, start_);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(s.message().find("topology.nics[0].state"), std::string::npos);
-  EXPECT_EQ(r.Get("a", t0_)->topology().nics(0).state(), "ACTIVE");
+  EXPECT_EQ(r.Get("a", start_)->topology().nics(0).state(), "ACTIVE");
+}
+
+monta::v1::HeartbeatRequest Beat(const std::string& name,
+                                 const std::string& instance) {
+  monta::v1::HeartbeatRequest hb;
+  hb.set_node_name(name);
+  hb.set_instance_id(instance);
+  return hb;
+}
+
+// NTP or an operator steps the wall clock by +-10 minutes: leases run on the
+// monotonic clock, so no node changes state.
+TEST_F(RegistryTest, WallClockStepsChangeNoNodesState) {
+  RegistryOptions options = Options();
+  options.gone_after = absl::Seconds(60);
+  Registry r(options);
+  ASSERT_TRUE(r.Register(Req("live", "i1"), start_).ok());
+  ASSERT_TRUE(r.Register(Req("dead", "i2"), start_).ok());
+  for (const absl::Duration step : {absl::Minutes(10), -absl::Minutes(10)}) {
+    SCOPED_TRACE(absl::FormatDuration(step));
+    // 5 s later on the monotonic clock, 10 min off on the wall clock.
+    const Instant stepped{t0_ + absl::Seconds(5) + step,
+                          MonoAfter(m0_, absl::Seconds(5))};
+    ASSERT_TRUE(r.Heartbeat(Beat("live", "i1"), stepped).ok());
+    EXPECT_EQ(r.Get("live", stepped)->state(), NODE_STATE_ALIVE);
+    EXPECT_DOUBLE_EQ(r.Get("dead", stepped)->lease_age_seconds(), 5.0);
+    // The lease of "live" holds its name against another instance.
+    EXPECT_EQ(r.Register(Req("live", "other"), stepped).code(),
+              absl::StatusCode::kAlreadyExists);
+    EXPECT_TRUE(r.RemoveGone(stepped).empty());
+    EXPECT_TRUE(r.StaleNodes(stepped).empty());
+  }
+  // "dead" never heartbeats: stale after its lease whatever the wall clock
+  // says (stepped back 10 min it would look 9 min younger on the wall clock).
+  const Instant later{t0_ - absl::Minutes(10),
+                      MonoAfter(m0_, absl::Seconds(11))};
+  EXPECT_EQ(r.Get("dead", later)->state(), NODE_STATE_STALE);
+  EXPECT_EQ(r.StaleNodes(later), std::vector<std::string>{"dead"});
+  EXPECT_FALSE(r.IsAlive("dead", "i2", later));
+}
+
+class RecordingObserver : public RegistryObserver {
+ public:
+  void NodeChanged(const monta::v1::NodeInfo&) override {}
+  void CurveAdded(const monta::v1::BandwidthCurve&) override {}
+  void NodeRemoved(const std::string& name) override {
+    removed.push_back(name);
+  }
+  std::vector<std::string> removed;
+};
+
+TEST_F(RegistryTest, NodesQuietForGoneAfterAreRemovedWithTheirCurves) {
+  RegistryOptions options = Options();
+  options.gone_after = absl::Seconds(60);
+  Registry r(options);
+  RecordingObserver observer;
+  r.SetObserver(&observer);
+  for (const char* name : {"a", "b", "c"}) {
+    ASSERT_TRUE(r.Register(Req(name, name), start_).ok());
+  }
+  monta::v1::BandwidthCurve pair;
+  pair.add_nodes("a");
+  pair.add_nodes("b");
+  pair.add_points()->set_message_bytes(1024);
+  ASSERT_TRUE(r.AddCurve(pair).ok());
+  monta::v1::BandwidthCurve single;
+  single.add_nodes("a");
+  single.add_points()->set_message_bytes(1024);
+  ASSERT_TRUE(r.AddCurve(single).ok());
+  ASSERT_TRUE(r.Deregister("c", "c", At(absl::Seconds(10))).ok());
+  ASSERT_TRUE(r.Heartbeat(Beat("a", "a"), At(absl::Seconds(30))).ok());
+  // b (stale since its lease ran out) is quiet 59 s, c gone 49 s: both kept.
+  EXPECT_TRUE(r.RemoveGone(At(absl::Seconds(59))).empty());
+  EXPECT_EQ(r.List(At(absl::Seconds(59)), true).size(), 3u);
+  EXPECT_EQ(r.RemoveGone(At(absl::Seconds(60))), std::vector<std::string>{"b"});
+  EXPECT_EQ(r.RemoveGone(At(absl::Seconds(70))), std::vector<std::string>{"c"});
+  EXPECT_EQ(observer.removed, (std::vector<std::string>{"b", "c"}));
+  EXPECT_EQ(r.Get("b", At(absl::Seconds(70))).status().code(),
+            absl::StatusCode::kNotFound);
+  // a keeps its own curve; the pair's copy named b and went with it.
+  auto a = r.Get("a", At(absl::Seconds(70)));
+  ASSERT_TRUE(a.ok());
+  ASSERT_EQ(a->curves_size(), 1);
+  EXPECT_EQ(a->curves(0).nodes_size(), 1);
+  // a is stale now; quiet since its heartbeat at 30 s, it goes at 90 s.
+  EXPECT_TRUE(r.RemoveGone(At(absl::Seconds(89))).empty());
+  EXPECT_EQ(r.RemoveGone(At(absl::Seconds(90))), std::vector<std::string>{"a"});
+}
+
+TEST_F(RegistryTest, RestoredNodeIsStaleAndGoneAfterRestartPlusGoneAfter) {
+  RegistryOptions options = Options();
+  options.gone_after = absl::Seconds(60);
+  Registry r(options);
+  monta::v1::NodeInfo stored;
+  stored.set_name("a");
+  stored.set_instance_id("i1");
+  r.Restore(stored, At(absl::Seconds(100)));
+  EXPECT_EQ(r.Get("a", At(absl::Seconds(100)))->state(), NODE_STATE_STALE);
+  EXPECT_TRUE(r.RemoveGone(At(absl::Seconds(159))).empty());
+  // Its agent may come back (and take its lease) until then.
+  EXPECT_EQ(r.RemoveGone(At(absl::Seconds(160))),
+            std::vector<std::string>{"a"});
+}
+
+TEST_F(RegistryTest, EventsPerNodeAreARingOfTheNewest) {
+  int changes = 0;
+  TopologyDiffer differ = [&changes](const monta::v1::NodeTopology&,
+                                     const monta::v1::NodeTopology&) {
+    monta::v1::TopologyEvent e;
+    e.set_message(absl::StrCat("change ", ++changes));
+    return std::vector<monta::v1::TopologyEvent>{e};
+  };
+  RegistryOptions options = Options();
+  options.max_events_per_node = 3;
+  Registry r(options, differ);
+  ASSERT_TRUE(r.Register(Req("a", "i1"), start_).ok());
+  for (int i = 0; i < 5; ++i) {
+    auto hb = Beat("a", "i1");
+    hb.mutable_topology()->set_hostname("a");
+    ASSERT_TRUE(r.Heartbeat(hb, start_).ok());
+  }
+  auto info = r.Get("a", start_);
+  ASSERT_EQ(info->events_size(), 3);
+  EXPECT_EQ(info->events(0).message(), "change 3");
+  EXPECT_EQ(info->events(2).message(), "change 5");
+}
+
+TEST_F(RegistryTest, ListNodesPagesByNameWithTokens) {
+  RegistryOptions options = Options();
+  options.max_nodes_per_page = 3;
+  Registry r(options);
+  for (const char* name : {"e", "a", "d", "b", "c"}) {
+    ASSERT_TRUE(r.Register(Req(name, name), start_).ok());
+  }
+  ASSERT_TRUE(r.Deregister("c", "c", start_).ok());
+  monta::v1::ListNodesRequest request;
+  request.set_page_size(2);
+  std::vector<std::string> seen;
+  int pages = 0;
+  do {
+    auto page = r.ListNodes(request, start_);
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_LE(page->nodes_size(), 2);
+    for (const auto& node : page->nodes()) seen.push_back(node.name());
+    request.set_page_token(page->next_page_token());
+    ++pages;
+  } while (!request.page_token().empty() && pages < 10);
+  EXPECT_EQ(seen, (std::vector<std::string>{"a", "b", "d", "e"}));
+  EXPECT_EQ(pages, 2);
+  // 0 and anything above the maximum mean the maximum.
+  request.clear_page_token();
+  request.set_include_gone(true);
+  for (int size : {0, 1000}) {
+    request.set_page_size(size);
+    auto page = r.ListNodes(request, start_);
+    ASSERT_TRUE(page.ok());
+    EXPECT_EQ(page->nodes_size(), 3);
+    EXPECT_EQ(page->nodes(2).name(), "c");
+    EXPECT_FALSE(page->next_page_token().empty());
+  }
+  request.set_page_size(-1);
+  auto bad = r.ListNodes(request, start_);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("page_size"), std::string::npos);
+  request.set_page_size(0);
+  request.set_page_token("not a token");
+  bad = r.ListNodes(request, start_);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("page_token"), std::string::npos);
 }
 
 }  // namespace

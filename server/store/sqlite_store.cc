@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "common/clock.h"
 #include "common/proto_names.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -310,7 +312,8 @@ absl::Status SqliteStore::LoadInto(
                                                     sqlite3_errmsg(db_)));
     }
   }
-  for (const auto& node : nodes) registry.Restore(node);
+  const Instant now = Instant::Now();
+  for (const auto& node : nodes) registry.Restore(node, now);
   for (const auto& curve : curves) {
     // A curve naming a node that is no longer stored is history only.
     if (absl::Status added = registry.AddCurve(curve); !added.ok()) {
@@ -440,6 +443,57 @@ void SqliteStore::RecordVerification(const monta::v1::VerifyRequest& request,
 
 absl::StatusOr<int64_t> SqliteStore::VerificationCount() {
   return Count("verifications");
+}
+
+void SqliteStore::NodeRemoved(const std::string& node_name) {
+  absl::MutexLock lock(&mu_);
+  // The node's row and every curve naming it ("nodes" is comma-separated): on
+  // a restart they would name a node that no longer exists.
+  Statement node(db_, "DELETE FROM nodes WHERE name = ?1");
+  Statement curves(db_,
+                   "DELETE FROM curves WHERE "
+                   "',' || nodes || ',' LIKE '%,' || ?1 || ',%'");
+  if (node.get() == nullptr || curves.get() == nullptr) {
+    WriteDone("node", SqliteError(db_, "preparing node removal"));
+    return;
+  }
+  node.BindText(1, node_name);
+  curves.BindText(1, node_name);
+  const bool done = sqlite3_step(node.get()) == SQLITE_DONE &&
+                    sqlite3_step(curves.get()) == SQLITE_DONE;
+  WriteDone("node", done ? absl::OkStatus()
+                         : SqliteError(db_, "removing node " + node_name));
+}
+
+absl::StatusOr<int64_t> SqliteStore::PruneDecisions(absl::Time older_than,
+                                                    int64_t max_rows) {
+  absl::MutexLock lock(&mu_);
+  // By age, then by count (the newest max_rows stay). Ids grow with time, so
+  // both cut the oldest rows; the id index makes each one range delete.
+  Statement by_age(db_,
+                   "DELETE FROM decisions WHERE decided_unix_seconds < ?1");
+  Statement by_count(db_,
+                     "DELETE FROM decisions WHERE id <= (SELECT id FROM "
+                     "decisions ORDER BY id DESC LIMIT 1 OFFSET ?1)");
+  if (by_age.get() == nullptr || by_count.get() == nullptr) {
+    const absl::Status error = SqliteError(db_, "preparing decision pruning");
+    WriteDone("decision", error);
+    return error;
+  }
+  sqlite3_bind_double(by_age.get(), 1,
+                      absl::ToDoubleSeconds(older_than - absl::UnixEpoch()));
+  sqlite3_bind_int64(by_count.get(), 1, std::max<int64_t>(0, max_rows));
+  int64_t deleted = 0;
+  for (sqlite3_stmt* stmt : {by_age.get(), by_count.get()}) {
+    if (sqlite3_step(stmt) != SQLITE_DONE) {
+      const absl::Status error = SqliteError(db_, "pruning decisions");
+      WriteDone("decision", error);
+      return error;
+    }
+    deleted += sqlite3_changes(db_);
+  }
+  WriteDone("decision", absl::OkStatus());
+  return deleted;
 }
 
 absl::StatusOr<int64_t> SqliteStore::Count(const char* table) {

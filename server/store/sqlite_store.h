@@ -60,12 +60,20 @@ class SqliteStore : public registry::RegistryObserver, public DecisionLog {
   // planner keeps serving from memory.
   void NodeChanged(const monta::v1::NodeInfo& node) override;
   void CurveAdded(const monta::v1::BandwidthCurve& curve) override;
+  // Deletes the node's row and every curve row that names it.
+  void NodeRemoved(const std::string& node_name) override;
 
   // DecisionLog: appends the decision (request and reply kept whole).
   void RecordDecision(const monta::v1::StrategyRequest& request,
                       const monta::v1::StrategyReply& reply) override;
   void RecordVerification(const monta::v1::VerifyRequest& request,
                           const monta::v1::VerifyReply& reply) override;
+
+  // Deletes the decisions made before `older_than` (the stored wall time:
+  // retention is about records, not about a lease) and then all but the
+  // newest `max_rows`. Returns how many rows went.
+  absl::StatusOr<int64_t> PruneDecisions(absl::Time older_than,
+                                         int64_t max_rows);
 
   // Rows in the curve and decision history.
   absl::StatusOr<int64_t> CurveCount();

@@ -34,9 +34,13 @@ monta::v1::BandwidthCurve Curve(const std::string& task, uint64_t bytes) {
   return c;
 }
 
+Instant Later(Instant t, absl::Duration d) {
+  return Instant{t.wall + d, MonoAfter(t.mono, d)};
+}
+
 TEST(SqliteStoreTest, NodesAndLatestCurvesSurviveARestart) {
   const std::string path = TempPath("restart.db");
-  const absl::Time t0 = absl::Now();
+  const Instant t0 = Instant::Now();
   {
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
@@ -59,7 +63,7 @@ TEST(SqliteStoreTest, NodesAndLatestCurvesSurviveARestart) {
   registry::Registry registry{registry::RegistryOptions{}};
   ASSERT_TRUE((*store)->LoadInto(registry).ok());
   registry.SetObserver(store->get());
-  auto a = registry.Get("a", t0 + absl::Seconds(1));
+  auto a = registry.Get("a", Later(t0, absl::Seconds(1)));
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->instance_id(), "i-a");
   EXPECT_EQ(a->topology().hostname(), "a");
@@ -71,7 +75,7 @@ TEST(SqliteStoreTest, NodesAndLatestCurvesSurviveARestart) {
   monta::v1::HeartbeatRequest hb;
   hb.set_node_name("a");
   hb.set_instance_id("i-a");
-  EXPECT_TRUE(registry.Heartbeat(hb, t0 + absl::Seconds(2)).ok());
+  EXPECT_TRUE(registry.Heartbeat(hb, Later(t0, absl::Seconds(2))).ok());
 }
 
 TEST(SqliteStoreTest, ACurveWhoseNodeIsGoneIsLoggedAndCounted) {
@@ -134,6 +138,77 @@ TEST(SqliteStoreTest, VerificationsAreKeptWithTheirScores) {
   auto reopened = SqliteStore::Open(path);
   ASSERT_TRUE(reopened.ok());
   EXPECT_EQ(*(*reopened)->VerificationCount(), 1);
+}
+
+// The registry removes a node gone for --gone_after_seconds: its row and the
+// curves naming it leave the database, so a restart neither restores it nor
+// trips over curves of a node that no longer exists.
+TEST(SqliteStoreTest, ARemovedNodeLeavesWithItsCurves) {
+  const std::string path = TempPath("removed.db");
+  const Instant t0 = Instant::Now();
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    registry::RegistryOptions options;
+    options.gone_after = absl::Seconds(60);
+    registry::Registry registry(options);
+    registry.SetObserver(store->get());
+    for (const char* name : {"a", "b", "c"}) {
+      monta::v1::RegisterRequest r;
+      r.set_node_name(name);
+      r.set_instance_id(name);
+      ASSERT_TRUE(registry.Register(r, t0).ok());
+    }
+    ASSERT_TRUE(registry.AddCurve(Curve("pair", 1024)).ok());  // a and b
+    monta::v1::BandwidthCurve c_only = Curve("c", 1024);
+    c_only.clear_nodes();
+    c_only.add_nodes("c");
+    ASSERT_TRUE(registry.AddCurve(c_only).ok());
+    ASSERT_TRUE(registry.Deregister("b", "b", t0).ok());
+    monta::v1::HeartbeatRequest hb;
+    for (const char* name : {"a", "c"}) {
+      hb.set_node_name(name);
+      hb.set_instance_id(name);
+      ASSERT_TRUE(registry.Heartbeat(hb, Later(t0, absl::Seconds(30))).ok());
+    }
+    EXPECT_EQ(registry.RemoveGone(Later(t0, absl::Seconds(60))),
+              std::vector<std::string>{"b"});
+    EXPECT_EQ(*(*store)->CurveCount(), 1);  // c's own curve stays
+  }
+  auto store = SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok());
+  registry::Registry registry{registry::RegistryOptions{}};
+  int discarded = 0;
+  ASSERT_TRUE((*store)
+                  ->LoadInto(registry,
+                             [&discarded](const std::string&) { ++discarded; })
+                  .ok());
+  EXPECT_EQ(discarded, 0);
+  const auto nodes = registry.List(Instant::Now(), /*include_gone=*/true);
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_EQ(nodes[0].name(), "a");
+  EXPECT_EQ(nodes[0].curves_size(), 0);
+  EXPECT_EQ(nodes[1].name(), "c");
+  EXPECT_EQ(nodes[1].curves_size(), 1);
+}
+
+TEST(SqliteStoreTest, DecisionsArePrunedByAgeAndCount) {
+  auto store = SqliteStore::Open(TempPath("prune.db"));
+  ASSERT_TRUE(store.ok());
+  monta::v1::StrategyRequest request;
+  monta::v1::StrategyReply reply;
+  for (int i = 0; i < 5; ++i) (*store)->RecordDecision(request, reply);
+  const absl::Time now = absl::Now();
+  // Nothing is older than an hour ago; the newest 3 of 5 stay.
+  EXPECT_EQ(*(*store)->PruneDecisions(now - absl::Hours(1), 3), 2);
+  EXPECT_EQ(*(*store)->DecisionCount(), 3);
+  EXPECT_EQ(*(*store)->PruneDecisions(now - absl::Hours(1), 3), 0);
+  // All were made before an hour from now.
+  EXPECT_EQ(*(*store)->PruneDecisions(now + absl::Hours(1), 3), 3);
+  EXPECT_EQ(*(*store)->DecisionCount(), 0);
+  (*store)->RecordDecision(request, reply);
+  EXPECT_EQ(*(*store)->PruneDecisions(now - absl::Hours(1), 0), 1);
+  EXPECT_EQ((*store)->write_errors(), 0);
 }
 
 TEST(SqliteStoreTest, UnopenablePathIsAClearError) {
