@@ -31,6 +31,39 @@ void DiscardError(const std::string& node, const std::string& site,
   if (sink) sink(site);
 }
 
+void Cancellation::Cancel() {
+  std::map<int, std::function<void()>> callbacks;
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return;
+    cancelled_ = true;
+    callbacks.swap(callbacks_);
+  }
+  for (auto& [id, callback] : callbacks) callback();
+}
+
+bool Cancellation::cancelled() const {
+  absl::MutexLock lock(&mu_);
+  return cancelled_;
+}
+
+int Cancellation::Add(std::function<void()> on_cancel) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!cancelled_) {
+      callbacks_[next_id_] = std::move(on_cancel);
+      return next_id_++;
+    }
+  }
+  on_cancel();
+  return -1;
+}
+
+void Cancellation::Remove(int id) {
+  absl::MutexLock lock(&mu_);
+  callbacks_.erase(id);
+}
+
 std::string RandomInstanceId() {
   std::random_device rd;
   return absl::StrFormat("%08x%08x", rd(), rd());
@@ -78,6 +111,9 @@ void AgentRuntime::Start() {
 void AgentRuntime::Stop() {
   if (stop_.HasBeenNotified()) return;
   stop_.Notify();
+  // A running sweep fails now ("agent shutting down") rather than at its
+  // deadline; the watch thread reports it and returns.
+  cancel_.Cancel();
   {
     absl::MutexLock lock(&mu_);
     if (watch_context_ != nullptr) watch_context_->TryCancel();
@@ -100,7 +136,7 @@ void AgentRuntime::Stop() {
 
 std::unique_ptr<grpc::ClientContext> AgentRuntime::NewContext() const {
   auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  context->set_deadline(GrpcDeadline(options_.rpc_timeout));
   return context;
 }
 
@@ -141,7 +177,7 @@ absl::Status AgentRuntime::RegisterOnce() {
   if (reply.heartbeat_interval_seconds() > 0) {
     heartbeat_interval_ = absl::Seconds(reply.heartbeat_interval_seconds());
   }
-  last_topology_ = absl::Now();
+  last_topology_ = std::chrono::steady_clock::now();
   return absl::OkStatus();
 }
 
@@ -175,7 +211,8 @@ void AgentRuntime::LeaseLoop() {
       absl::MutexLock lock(&mu_);
       interval = heartbeat_interval_;
       refresh_topology =
-          absl::Now() - last_topology_ >= options_.topology_refresh;
+          MonoSince(last_topology_, std::chrono::steady_clock::now()) >=
+          options_.topology_refresh;
     }
     if (stop_.WaitForNotificationWithTimeout(attempt == 0 ? interval
                                                           : Backoff(attempt)))
@@ -197,7 +234,7 @@ void AgentRuntime::LeaseLoop() {
       registered_ = true;
       if (request.has_topology()) {
         absl::MutexLock lock(&mu_);
-        last_topology_ = absl::Now();
+        last_topology_ = std::chrono::steady_clock::now();
       }
     } else if (status.error_code() == grpc::StatusCode::NOT_FOUND ||
                status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
@@ -245,7 +282,7 @@ void AgentRuntime::WatchLoop() {
       Log(options_.node_name,
           absl::StrCat("task ", task.task_id(), " received"));
       if (options_.runner) {
-        options_.runner(task, watch_stub.get());
+        options_.runner(task, watch_stub.get(), cancel_);
       } else {
         monta::v1::ReportBenchmarkRequest report;
         report.set_task_id(task.task_id());

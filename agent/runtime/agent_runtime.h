@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -15,18 +16,38 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "grpcpp/client_context.h"
 #include "proto/monta/v1/agent.grpc.pb.h"
 
 namespace monta::agent {
 
+// Tells a running task that the agent is stopping (SIGTERM): cancelled()
+// turns true and the callbacks added run once, so a sweep stops within
+// moments instead of running to its deadline.
+class Cancellation {
+ public:
+  void Cancel();
+  bool cancelled() const;
+  // Runs `on_cancel` at Cancel(), or at once when already cancelled (then
+  // returns -1). Remove(id) before what it touches goes away.
+  int Add(std::function<void()> on_cancel);
+  void Remove(int id);
+
+ private:
+  mutable absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  int next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int, std::function<void()>> callbacks_ ABSL_GUARDED_BY(mu_);
+};
+
 // Runs one benchmark task for this node and reports its result to the planner
-// (through `stub`). Called on the task thread, one task at a time.
-using TaskRunner =
-    std::function<void(const monta::v1::BenchmarkTask& task,
-                       monta::v1::AgentGateway::StubInterface* stub)>;
+// (through `stub`). Called on the task thread, one task at a time; `cancel`
+// fires when the agent stops.
+using TaskRunner = std::function<void(
+    const monta::v1::BenchmarkTask& task,
+    monta::v1::AgentGateway::StubInterface* stub, Cancellation& cancel)>;
 
 // Counts a result the agent had to drop (nobody left to hand it to), by site,
 // e.g. for monta_agent_discarded_errors_total; DiscardError logs it first.
@@ -63,7 +84,8 @@ class AgentRuntime {
 
   // Starts the background threads. Returns at once.
   void Start();
-  // Stops the threads and deregisters (best effort, bounded by rpc_timeout).
+  // Aborts a running task, stops the threads and deregisters (best effort,
+  // bounded by rpc_timeout).
   void Stop();
 
   // True while the last Register/Heartbeat succeeded.
@@ -84,7 +106,10 @@ class AgentRuntime {
   std::shared_ptr<monta::v1::AgentGateway::Stub> stub();
 
   AgentOptions options_;
-  absl::Notification stop_;
+  // Waits on the monotonic clock: a wall clock step must not stretch a
+  // heartbeat interval.
+  MonoNotification stop_;
+  Cancellation cancel_;
   std::atomic<bool> registered_{false};
   std::atomic<int> registrations_{0};
   std::thread lease_thread_;
@@ -93,7 +118,7 @@ class AgentRuntime {
   absl::Mutex mu_;
   std::shared_ptr<monta::v1::AgentGateway::Stub> stub_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(5);
-  absl::Time last_topology_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  MonoTime last_topology_ ABSL_GUARDED_BY(mu_) = MonoTime();
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
   // The open WatchTasks call, so Stop() can cancel it.
   grpc::ClientContext* watch_context_ ABSL_GUARDED_BY(mu_) = nullptr;

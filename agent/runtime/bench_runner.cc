@@ -23,14 +23,24 @@ namespace monta::agent {
 namespace {
 
 // The planner fails tasks at their deadline; a rank stops a little earlier so
-// its own error (e.g. "rank 3 never joined") reaches the planner first.
-absl::Time RankDeadline(const monta::v1::BenchmarkTask& task) {
+// its own error (e.g. "rank 3 never joined") reaches the planner first. Counted
+// from the task's arrival with the time it had left then (timeout_seconds), so
+// the planner's wall clock never enters; the communicators take it as a local
+// absl::Time.
+absl::Time RankDeadline(const monta::v1::BenchmarkTask& task,
+                        absl::Time received) {
   using google::protobuf::util::TimeUtil;
-  if (!task.has_deadline()) return absl::Now() + absl::Seconds(120);
+  if (task.timeout_seconds() > 0) {
+    return received + absl::Seconds(task.timeout_seconds()) - absl::Seconds(1);
+  }
+  if (!task.has_deadline()) return received + absl::Seconds(120);
+  // A planner that predates timeout_seconds: its wall clock deadline.
   const absl::Time deadline =
       absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(task.deadline()));
   return deadline - absl::Seconds(1);
 }
+
+constexpr char kShuttingDown[] = "agent shutting down";
 
 struct RankResult {
   absl::Status status;
@@ -164,11 +174,11 @@ absl::Status RunDispatches(const monta::v1::BenchmarkTask& task,
 
 // One rank of the task: join, build the communicator, sweep every collective.
 RankResult RunRank(const monta::v1::BenchmarkTask& task, int rank,
+                   absl::Time deadline,
                    std::shared_ptr<comm::RendezvousStore> store,
-                   const BenchRunnerOptions& options) {
+                   const BenchRunnerOptions& options, Cancellation& cancel) {
   RankResult result;
   const int size = task.nodes_size() * task.ranks_per_node();
-  const absl::Time deadline = RankDeadline(task);
   // Tells the planner this rank showed up, so a missing one can be named.
   result.status = store->Set(absl::StrCat("join/", rank), options.node_name);
   if (!result.status.ok()) return result;
@@ -184,6 +194,14 @@ RankResult RunRank(const monta::v1::BenchmarkTask& task, int rank,
     result.status = comm.status();
     return result;
   }
+  // The agent stopping fails every operation of the sweep from here on.
+  comm::Communicator* raw = comm->get();
+  const int abort_id = cancel.Add([raw] { raw->Abort(); });
+  struct Unregister {
+    Cancellation& cancel;
+    int id;
+    ~Unregister() { cancel.Remove(id); }
+  } unregister{cancel, abort_id};
   const bench::SweepOptions sweep = SweepOptionsOf(task);
   if (task.dispatches_size() > 0) {
     result.status = RunDispatches(task, **comm, *backend, deadline,
@@ -204,7 +222,8 @@ RankResult RunRank(const monta::v1::BenchmarkTask& task, int rank,
     absl::StatusOr<std::vector<bench::SweepPoint>> points =
         bench::SweepCollective(**comm, *collective, sweep);
     if (!points.ok()) {
-      result.status = points.status();
+      result.status = cancel.cancelled() ? absl::AbortedError(kShuttingDown)
+                                         : points.status();
       (*comm)->Abort();
       return result;
     }
@@ -235,8 +254,21 @@ Request RendezvousRequest(const std::string& task_id, absl::string_view key) {
 }  // namespace
 
 RpcRendezvousStore::RpcRendezvousStore(
-    monta::v1::AgentGateway::StubInterface* stub, std::string task_id)
-    : stub_(stub), task_id_(std::move(task_id)) {}
+    monta::v1::AgentGateway::StubInterface* stub, std::string task_id,
+    Cancellation* cancel)
+    : stub_(stub), task_id_(std::move(task_id)), cancel_(cancel) {}
+
+grpc::Status RpcRendezvousStore::Call(
+    grpc::ClientContext& context, const std::function<grpc::Status()>& rpc) {
+  if (cancel_ == nullptr) return rpc();
+  const int id = cancel_->Add([&context] { context.TryCancel(); });
+  grpc::Status status = rpc();
+  cancel_->Remove(id);
+  if (cancel_->cancelled()) {
+    return grpc::Status(grpc::StatusCode::ABORTED, kShuttingDown);
+  }
+  return status;
+}
 
 absl::Status RpcRendezvousStore::Set(absl::string_view key,
                                      absl::string_view value) {
@@ -245,8 +277,10 @@ absl::Status RpcRendezvousStore::Set(absl::string_view key,
   request.set_value(std::string(value));
   monta::v1::RendezvousSetReply reply;
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  return FromGrpc(stub_->RendezvousSet(&context, request, &reply));
+  context.set_deadline(GrpcDeadline(absl::Seconds(10)));
+  return FromGrpc(Call(context, [&] {
+    return stub_->RendezvousSet(&context, request, &reply);
+  }));
 }
 
 absl::StatusOr<std::string> RpcRendezvousStore::Get(absl::string_view key,
@@ -260,9 +294,10 @@ absl::StatusOr<std::string> RpcRendezvousStore::Get(absl::string_view key,
     request.set_wait_seconds(absl::ToDoubleSeconds(wait));
     monta::v1::RendezvousGetReply reply;
     grpc::ClientContext context;
-    context.set_deadline(
-        absl::ToChronoTime(absl::Now() + wait + absl::Seconds(5)));
-    grpc::Status status = stub_->RendezvousGet(&context, request, &reply);
+    context.set_deadline(GrpcDeadline(wait + absl::Seconds(5)));
+    grpc::Status status = Call(context, [&] {
+      return stub_->RendezvousGet(&context, request, &reply);
+    });
     if (status.ok()) return reply.value();
     if (status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED &&
         status.error_code() != grpc::StatusCode::UNAVAILABLE) {
@@ -281,7 +316,9 @@ absl::StatusOr<std::string> RpcRendezvousStore::Get(absl::string_view key,
 
 TaskRunner MakeBenchRunner(BenchRunnerOptions options) {
   return [options](const monta::v1::BenchmarkTask& task,
-                   monta::v1::AgentGateway::StubInterface* stub) {
+                   monta::v1::AgentGateway::StubInterface* stub,
+                   Cancellation& cancel) {
+    const absl::Time deadline = RankDeadline(task, absl::Now());
     const auto& nodes = task.nodes();
     const int node_index = static_cast<int>(
         std::find(nodes.begin(), nodes.end(), options.node_name) -
@@ -296,12 +333,14 @@ TaskRunner MakeBenchRunner(BenchRunnerOptions options) {
     } else {
       const int first_rank = node_index * task.ranks_per_node();
       report.set_rank(first_rank);
-      auto store = std::make_shared<RpcRendezvousStore>(stub, task.task_id());
+      auto store =
+          std::make_shared<RpcRendezvousStore>(stub, task.task_id(), &cancel);
       std::vector<RankResult> results(task.ranks_per_node());
       std::vector<std::thread> threads;
       for (int i = 0; i < task.ranks_per_node(); ++i) {
         threads.emplace_back([&, i] {
-          results[i] = RunRank(task, first_rank + i, store, options);
+          results[i] =
+              RunRank(task, first_rank + i, deadline, store, options, cancel);
         });
       }
       for (auto& t : threads) t.join();
@@ -321,7 +360,9 @@ TaskRunner MakeBenchRunner(BenchRunnerOptions options) {
               << std::endl;
     monta::v1::ReportBenchmarkReply reply;
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    // Stopping: the report is worth a moment, not the whole grace period.
+    context.set_deadline(GrpcDeadline(cancel.cancelled() ? absl::Seconds(2)
+                                                         : absl::Seconds(10)));
     const absl::Status reported =
         FromGrpc(stub->ReportBenchmark(&context, report, &reply));
     if (!reported.ok()) {

@@ -15,19 +15,25 @@
 namespace monta::agent {
 
 // A RendezvousStore over the planner's per-task key-value RPCs. Get waits in
-// bounded slices; ABORTED (the task failed) ends the wait at once.
+// bounded slices; ABORTED (the task failed, or `cancel` fired: the agent is
+// stopping) ends the wait at once.
 class RpcRendezvousStore : public comm::RendezvousStore {
  public:
-  // `stub` must outlive the store.
+  // `stub` and `cancel` (may be null) must outlive the store.
   RpcRendezvousStore(monta::v1::AgentGateway::StubInterface* stub,
-                     std::string task_id);
+                     std::string task_id, Cancellation* cancel = nullptr);
   absl::Status Set(absl::string_view key, absl::string_view value) override;
   absl::StatusOr<std::string> Get(absl::string_view key,
                                   absl::Time deadline) override;
 
  private:
+  // Runs one RPC on `context`, cancelled when `cancel_` fires meanwhile.
+  grpc::Status Call(grpc::ClientContext& context,
+                    const std::function<grpc::Status()>& rpc);
+
   monta::v1::AgentGateway::StubInterface* const stub_;
   const std::string task_id_;
+  Cancellation* const cancel_;
 };
 
 struct BenchRunnerOptions {

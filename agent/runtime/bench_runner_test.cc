@@ -33,7 +33,8 @@ TEST(BenchRunnerTest, AReportThePlannerDoesNotTakeIsCounted) {
   task.set_task_id("t-1");
   task.add_nodes("node-b");
   task.set_ranks_per_node(1);
-  MakeBenchRunner(options)(task, stub.get());
+  Cancellation cancel;
+  MakeBenchRunner(options)(task, stub.get(), cancel);
 
   EXPECT_EQ(finished, "failed");
   const std::string out =
