@@ -27,6 +27,8 @@ PACKAGES=(
   googletest
   libbenchmark-dev
   iproute2
+  # tests/clock_and_shutdown_test steps the planner's wall clock with libfaketime.
+  faketime
   curl
   python3
   # The training-side package python/monta and its tests (Debian's /usr/bin/python3).

@@ -18,17 +18,21 @@ std::string LocalCluster::planner_address() const {
   return absl::StrCat("127.0.0.1:", grpc_port_);
 }
 
-absl::Status LocalCluster::StartPlanner(const std::vector<std::string>& flags,
-                                        int grpc_port) {
+absl::Status LocalCluster::StartPlanner(
+    const std::vector<std::string>& flags, int grpc_port,
+    const std::vector<std::string>& wrapper) {
   const std::string port_file =
       absl::StrCat(dir_, "/planner-ports-", planner_starts_, ".json");
   const std::string log =
       absl::StrCat(dir_, "/planner-", planner_starts_, ".log");
   ++planner_starts_;
-  std::vector<std::string> argv = {
-      Runfile("server/monta-planner"),
-      absl::StrCat("--listen=127.0.0.1:", grpc_port),
-      "--metrics_listen=127.0.0.1:0", absl::StrCat("--port_file=", port_file)};
+  std::vector<std::string> argv = wrapper;
+  for (const std::string& arg : {Runfile("server/monta-planner"),
+                                 absl::StrCat("--listen=127.0.0.1:", grpc_port),
+                                 std::string("--metrics_listen=127.0.0.1:0"),
+                                 absl::StrCat("--port_file=", port_file)}) {
+    argv.push_back(arg);
+  }
   argv.insert(argv.end(), flags.begin(), flags.end());
   absl::StatusOr<Process> p = Process::Start(argv, log);
   if (!p.ok()) return p.status();

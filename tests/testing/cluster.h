@@ -20,8 +20,11 @@ class LocalCluster {
 
   // Starts the planner with `flags`; port 0 (default) picks a free gRPC port, a
   // positive port reuses one (planner restart). Waits until it serves.
+  // `wrapper` (a command that execs its arguments, e.g. /usr/bin/env with
+  // variables) runs the planner when not empty.
   absl::Status StartPlanner(const std::vector<std::string>& flags = {},
-                            int grpc_port = 0);
+                            int grpc_port = 0,
+                            const std::vector<std::string>& wrapper = {});
   Process& planner() { return planner_; }
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const { return metrics_port_; }
