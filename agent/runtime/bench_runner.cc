@@ -206,6 +206,9 @@ RankResult RunRank(const monta::v1::BenchmarkTask& task, int rank,
   if (task.dispatches_size() > 0) {
     result.status = RunDispatches(task, **comm, *backend, deadline,
                                   rank == 0 ? &result.curves : nullptr);
+    if (!result.status.ok() && cancel.cancelled()) {
+      result.status = absl::AbortedError(kShuttingDown);
+    }
     if (!result.status.ok()) (*comm)->Abort();
     return result;
   }

@@ -99,8 +99,9 @@ grpc::Status PlannerService::Verify(grpc::ServerContext* context,
   absl::Duration max_wait = absl::Hours(1);
   const auto caller_deadline = context->deadline();
   if (caller_deadline != std::chrono::system_clock::time_point::max()) {
-    max_wait =
-        std::min(max_wait, absl::FromChrono(caller_deadline) - absl::Now());
+    max_wait = std::min(
+        max_wait,
+        absl::FromChrono(caller_deadline - std::chrono::system_clock::now()));
   }
   absl::StatusOr<monta::v1::VerifyReply> verified =
       verifier_->Verify(*request, max_wait);

@@ -210,7 +210,7 @@ absl::Status Execute(bench::Coordinator& coordinator,
                          : options.default_warmup_iterations;
   absl::StatusOr<v1::BenchmarkTaskStatus> status =
       coordinator.ScheduleDispatches(bench, workloads, iterations, warmup,
-                                     absl::Now());
+                                     Instant::Now());
   if (!status.ok()) return status.status();
   const absl::Duration wait =
       std::min(max_wait, absl::Seconds(bench.timeout_seconds() + 5));
@@ -319,10 +319,12 @@ Verifier::Verifier(registry::Registry* registry,
 absl::StatusOr<v1::VerifyReply> Verifier::Verify(
     const v1::VerifyRequest& request, absl::Duration max_wait) {
   if (absl::Status s = ValidateRequest(request); !s.ok()) return s;
-  const absl::Time now = absl::Now();
+  // Node states on the monotonic clock; curve and calibration ages (stored
+  // records) on the wall clock.
+  const Instant now = Instant::Now();
   const planning::RegistryNodeLookup lookup(registry_, now);
   absl::StatusOr<JobShape> job =
-      ShapeJob(request.request(), lookup, *knowledge_, now);
+      ShapeJob(request.request(), lookup, *knowledge_, now.wall);
   if (!job.ok()) return job.status();
   if (job->traffic.dispatch_bytes > options_.max_dispatch_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -331,7 +333,7 @@ absl::StatusOr<v1::VerifyReply> Verifier::Verify(
   }
   v1::VerifyReply reply;
   absl::StatusOr<v1::StrategyReply> plan =
-      planning::PlanStrategy(request.request(), &lookup, now,
+      planning::PlanStrategy(request.request(), &lookup, now.wall,
                              job->calibration ? &*job->calibration : nullptr);
   if (!plan.ok()) return plan.status();
   *reply.mutable_plan() = *plan;
