@@ -81,24 +81,30 @@ double Total(const StrategyTime& t) {
   return t.forward_seconds + t.backward_seconds;
 }
 
-// Best K in 1..k_max for a chunked schedule; the smallest K wins ties. A K
-// whose split yields fewer pieces costs exactly what K_eff costs, so only
-// K == K_eff is evaluated.
+// Best K in 1..k_max for a chunked schedule: the smallest K within
+// kChunkTolerance of the fastest. Near its optimum the predicted time is
+// flat in K while every extra chunk adds real risk (per-chunk costs the
+// curves do not see, more synchronisation), so a K that buys less than 1%
+// is not worth it (docs/MODEL.md §5). A K whose split yields fewer pieces
+// costs exactly what K_eff costs, so only K == K_eff is evaluated.
+constexpr double kChunkTolerance = 0.01;
+
 template <typename Fn>
 Evaluated BestChunks(int64_t rows, int k_max, Fn evaluate) {
-  Evaluated best;
-  best.time = evaluate(1);
+  std::vector<Evaluated> all;
+  all.push_back(Evaluated{1, evaluate(1)});
   const int limit =
       static_cast<int>(std::min<int64_t>(std::max(1, k_max), rows));
   for (int k = 2; k <= limit; ++k) {
     if (EffectiveChunks(rows, k) != k) continue;
-    StrategyTime t = evaluate(k);
-    if (Total(t) < Total(best.time) * (1 - 1e-12)) {
-      best.chunks = k;
-      best.time = t;
-    }
+    all.push_back(Evaluated{k, evaluate(k)});
   }
-  return best;
+  double fastest = Total(all[0].time);
+  for (const Evaluated& e : all) fastest = std::min(fastest, Total(e.time));
+  for (const Evaluated& e : all) {
+    if (Total(e.time) <= fastest * (1 + kChunkTolerance)) return e;
+  }
+  return all[0];
 }
 
 int KindOrder(StrategyKind k) { return static_cast<int>(k); }

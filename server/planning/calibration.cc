@@ -126,11 +126,11 @@ absl::StatusOr<CalibrationFit> FitCalibration(
   fit.points = static_cast<int>(points.size());
   fit.error_before_ratio =
       Median(RelativeErrors(points, Predict(points, {}, 1)));
-  // Coordinate descent over the grids (network and local scale 0.5..2 in
+  // Coordinate descent over the grids (network and local scale 0.25..4 in
   // steps of 2^(1/8), gamma 1..3 in steps of 0.1), the per-chunk overhead
   // solved in closed form at each point; a few rounds settle it.
   std::vector<double> scales;
-  for (int i = -8; i <= 8; ++i) scales.push_back(std::pow(2.0, i / 8.0));
+  for (int i = -16; i <= 16; ++i) scales.push_back(std::pow(2.0, i / 8.0));
   std::vector<double> gammas;
   for (int i = 0; i <= 20; ++i) gammas.push_back(1 + 0.1 * i);
   double best_sum = std::numeric_limits<double>::infinity();

@@ -42,7 +42,7 @@ struct CalibrationFit {
 };
 
 // Least relative squared error over grids of network and local scales
-// (0.5..2) and contention factors (1..3), by coordinate descent, the
+// (0.25..4) and contention factors (1..3), by coordinate descent, the
 // per-chunk overhead solved in closed form at each point (>= 0).
 // INVALID_ARGUMENT without usable observations (none measured, or none the
 // model can predict).
