@@ -17,9 +17,10 @@
 #include "agent/runtime/bench_runner.h"
 #include "agent/topology/discovery.h"
 #include "common/flags.h"
+#include "common/http/http_server.h"
+#include "common/http/metrics_endpoint.h"
 #include "common/port_file.h"
 #include "common/signals.h"
-#include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 
 ABSL_FLAG(std::string, planner, "127.0.0.1:7400", "planner gRPC address");
@@ -46,11 +47,41 @@ ABSL_FLAG(std::string, metrics_listen, "",
 ABSL_FLAG(std::string, port_file, "",
           "write the bound metrics port as JSON {\"metrics\":M} to this file "
           "(for tests)");
+ABSL_FLAG(double, http_header_timeout_seconds, 5,
+          "HTTP endpoints (/metrics): a connection must deliver its whole "
+          "request head (TLS handshake included) within this many seconds "
+          "of connecting, or of the first byte of a kept-alive request; "
+          "else it is closed, however steadily it trickles");
+ABSL_FLAG(double, http_body_timeout_seconds, 10,
+          "HTTP endpoints: the whole request body must arrive within this "
+          "many seconds after the head");
+ABSL_FLAG(double, http_idle_timeout_seconds, 5,
+          "HTTP endpoints: a kept-alive connection waiting for its next "
+          "request is closed after this many seconds");
+ABSL_FLAG(double, http_write_timeout_seconds, 10,
+          "HTTP endpoints: a response must be taken by the client within "
+          "this many seconds");
+ABSL_FLAG(int, http_max_connections, 4096,
+          "HTTP endpoints: open connections per endpoint; more are closed "
+          "at once");
+ABSL_FLAG(int, http_max_connections_per_client, 64,
+          "HTTP endpoints: open connections per client IP address per "
+          "endpoint; more are closed at once");
 ABSL_FLAG(
     double, topology_refresh_seconds, 30,
     "rediscover the topology this often and report changes with the heartbeat");
 
 namespace {
+
+absl::StatusOr<monta::http::HttpLimits> HttpLimitsFromFlags() {
+  return monta::http::HttpLimits::FromFlags(
+      absl::GetFlag(FLAGS_http_header_timeout_seconds),
+      absl::GetFlag(FLAGS_http_body_timeout_seconds),
+      absl::GetFlag(FLAGS_http_idle_timeout_seconds),
+      absl::GetFlag(FLAGS_http_write_timeout_seconds),
+      absl::GetFlag(FLAGS_http_max_connections),
+      absl::GetFlag(FLAGS_http_max_connections_per_client));
+}
 
 std::string Hostname() {
   char buf[256] = {0};
@@ -87,23 +118,27 @@ absl::StatusOr<monta::topology::DiscoveryOptions> DiscoveryFromFlags() {
 }
 
 // Serves `registry` and the agent's scrape-time gauges on --metrics_listen
-// (nothing when it is empty; `exposer` stays null) and writes --port_file.
-absl::Status ServeMetrics(std::shared_ptr<prometheus::Registry> registry,
-                          const monta::agent::AgentMetrics& metrics,
-                          std::unique_ptr<prometheus::Exposer>& exposer) {
+// (nothing when it is empty; `endpoint` stays null) and writes --port_file.
+absl::Status ServeMetrics(
+    std::shared_ptr<prometheus::Registry> registry,
+    const monta::agent::AgentMetrics& metrics,
+    std::unique_ptr<monta::http::MetricsEndpoint>& endpoint) {
   const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   int metrics_port = 0;
   if (!metrics_listen.empty()) {
-    try {
-      exposer = std::make_unique<prometheus::Exposer>(metrics_listen);
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(
-          absl::StrCat("--metrics_listen ", metrics_listen, ": ", e.what()));
-    }
-    exposer->RegisterCollectable(registry);
-    exposer->RegisterCollectable(metrics.collectable());
-    const std::vector<int> ports = exposer->GetListeningPorts();
-    metrics_port = ports.empty() ? 0 : ports.front();
+    absl::StatusOr<monta::http::HttpLimits> limits = HttpLimitsFromFlags();
+    if (!limits.ok()) return limits.status();
+    monta::http::HttpServerOptions options;
+    options.address = metrics_listen;
+    options.name = "--metrics_listen";
+    options.limits = *limits;
+    absl::StatusOr<std::unique_ptr<monta::http::MetricsEndpoint>> started =
+        monta::http::MetricsEndpoint::Start(std::move(options));
+    if (!started.ok()) return started.status();
+    endpoint = *std::move(started);
+    endpoint->RegisterCollectable(registry);
+    endpoint->RegisterCollectable(metrics.collectable());
+    metrics_port = endpoint->port();
   }
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (port_file.empty()) return absl::OkStatus();
@@ -186,15 +221,16 @@ int main(int argc, char** argv) {
   setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", /*overwrite=*/0);
 
   auto metrics_registry = std::make_shared<prometheus::Registry>();
-  std::unique_ptr<prometheus::Exposer> exposer;
-  // Read by the exposer's threads at scrape time.
+  std::unique_ptr<monta::http::MetricsEndpoint> metrics_endpoint;
+  // Read by the endpoint's threads at scrape time.
   std::atomic<monta::agent::AgentRuntime*> runtime_ptr{nullptr};
   monta::agent::AgentMetrics metrics(
       *metrics_registry, options.node_name, [&runtime_ptr] {
         monta::agent::AgentRuntime* runtime = runtime_ptr.load();
         return runtime != nullptr && runtime->registered();
       });
-  if (absl::Status served = ServeMetrics(metrics_registry, metrics, exposer);
+  if (absl::Status served =
+          ServeMetrics(metrics_registry, metrics, metrics_endpoint);
       !served.ok()) {
     std::cerr << "monta-agent: " << served.message() << "\n";
     return 1;
@@ -209,5 +245,7 @@ int main(int argc, char** argv) {
   std::cerr << "monta-agent: signal " << sig << ", shutting down" << std::endl;
   runtime.Stop();
   runtime_ptr = nullptr;
+  // Scrapes read `metrics`, which goes before the endpoint would.
+  if (metrics_endpoint != nullptr) metrics_endpoint->Shutdown();
   return 0;
 }

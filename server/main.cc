@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/flags.h"
+#include "common/http/http_server.h"
 #include "common/port_file.h"
 #include "common/signals.h"
 #include "server/planner_server.h"
@@ -63,6 +64,27 @@ ABSL_FLAG(
     std::string, tls_cert, "",
     "PEM certificate chain of the webhook (re-read when the file changes)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of the webhook");
+ABSL_FLAG(double, http_header_timeout_seconds, 5,
+          "HTTP endpoints (/metrics and the webhook): a connection must "
+          "deliver its whole "
+          "request head (TLS handshake included) within this many seconds "
+          "of connecting, or of the first byte of a kept-alive request; "
+          "else it is closed, however steadily it trickles");
+ABSL_FLAG(double, http_body_timeout_seconds, 10,
+          "HTTP endpoints: the whole request body must arrive within this "
+          "many seconds after the head");
+ABSL_FLAG(double, http_idle_timeout_seconds, 5,
+          "HTTP endpoints: a kept-alive connection waiting for its next "
+          "request is closed after this many seconds");
+ABSL_FLAG(double, http_write_timeout_seconds, 10,
+          "HTTP endpoints: a response must be taken by the client within "
+          "this many seconds");
+ABSL_FLAG(int, http_max_connections, 4096,
+          "HTTP endpoints: open connections per endpoint; more are closed "
+          "at once");
+ABSL_FLAG(int, http_max_connections_per_client, 64,
+          "HTTP endpoints: open connections per client IP address per "
+          "endpoint; more are closed at once");
 ABSL_FLAG(int, max_topology_string_bytes, 256,
           "longest name, id or address an agent may report in its topology "
           "(hostname, GPU uuid, NIC state, PCI address, ...); longer ones get "
@@ -97,6 +119,16 @@ ABSL_FLAG(std::string, port_file, "",
           "file (for tests)");
 
 namespace {
+
+absl::StatusOr<monta::http::HttpLimits> HttpLimitsFromFlags() {
+  return monta::http::HttpLimits::FromFlags(
+      absl::GetFlag(FLAGS_http_header_timeout_seconds),
+      absl::GetFlag(FLAGS_http_body_timeout_seconds),
+      absl::GetFlag(FLAGS_http_idle_timeout_seconds),
+      absl::GetFlag(FLAGS_http_write_timeout_seconds),
+      absl::GetFlag(FLAGS_http_max_connections),
+      absl::GetFlag(FLAGS_http_max_connections_per_client));
+}
 
 absl::Status TopologyLimitsFromFlags(
     monta::registry::RegistryOptions* options) {
@@ -178,6 +210,9 @@ absl::StatusOr<monta::PlannerOptions> OptionsFromFlags() {
   monta::PlannerOptions options;
   options.grpc_address = absl::GetFlag(FLAGS_listen);
   options.metrics_address = absl::GetFlag(FLAGS_metrics_listen);
+  absl::StatusOr<monta::http::HttpLimits> http_limits = HttpLimitsFromFlags();
+  if (!http_limits.ok()) return http_limits.status();
+  options.http_limits = *http_limits;
   const double lease = absl::GetFlag(FLAGS_lease_seconds);
   const double heartbeat = absl::GetFlag(FLAGS_heartbeat_seconds);
   if (lease <= 0 || heartbeat <= 0 || heartbeat >= lease) {

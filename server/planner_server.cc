@@ -37,18 +37,16 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(
 absl::Status PlannerServer::StartMetrics() {
   metrics_ = std::make_shared<prometheus::Registry>();
   if (!options_.metrics_address.empty()) {
-    try {
-      exposer_ =
-          std::make_unique<prometheus::Exposer>(options_.metrics_address);
-    } catch (const std::exception& e) {
-      // civetweb says only that binding failed; the probe says why.
-      return absl::UnavailableError(absl::StrCat(
-          "metrics address ", options_.metrics_address,
-          ": cannot listen: ", ListenFailureReason(options_.metrics_address)));
-    }
-    exposer_->RegisterCollectable(metrics_);
-    std::vector<int> ports = exposer_->GetListeningPorts();
-    metrics_port_ = ports.empty() ? 0 : ports.front();
+    http::HttpServerOptions http_options;
+    http_options.address = options_.metrics_address;
+    http_options.name = "metrics address";
+    http_options.limits = options_.http_limits;
+    absl::StatusOr<std::unique_ptr<http::MetricsEndpoint>> endpoint =
+        http::MetricsEndpoint::Start(std::move(http_options));
+    if (!endpoint.ok()) return endpoint.status();
+    metrics_endpoint_ = *std::move(endpoint);
+    metrics_endpoint_->RegisterCollectable(metrics_);
+    metrics_port_ = metrics_endpoint_->port();
   }
   planner_metrics_ = std::make_unique<metrics::PlannerMetrics>(*metrics_);
   return absl::OkStatus();
@@ -75,7 +73,8 @@ absl::Status PlannerServer::OpenRegistry() {
   }
   cluster_collector_ =
       std::make_shared<metrics::ClusterCollector>(registry_.get());
-  if (exposer_ != nullptr) exposer_->RegisterCollectable(cluster_collector_);
+  if (metrics_endpoint_ != nullptr)
+    metrics_endpoint_->RegisterCollectable(cluster_collector_);
   return absl::OkStatus();
 }
 
@@ -192,6 +191,7 @@ absl::Status PlannerServer::StartWebhook() {
   webhook_options.address = options_.webhook_address;
   webhook_options.tls_cert_file = options_.tls_cert_file;
   webhook_options.tls_key_file = options_.tls_key_file;
+  webhook_options.limits = options_.http_limits;
   auto webhook =
       admission::WebhookServer::Start(webhook_options, admission_.get());
   if (!webhook.ok()) return webhook.status();
@@ -312,6 +312,8 @@ void PlannerServer::Shutdown(absl::Duration grace) {
     server_->Wait();
   }
   if (maintenance_.joinable()) maintenance_.join();
+  // Scrapes read the registry: none may run once members go.
+  if (metrics_endpoint_ != nullptr) metrics_endpoint_->Shutdown();
 }
 
 PlannerServer::~PlannerServer() { Shutdown(); }

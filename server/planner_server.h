@@ -1,5 +1,6 @@
 // The planner process in one object: registry, benchmark coordinator, gRPC
-// services (with health checking and reflection) and the Prometheus exposer.
+// services (with health checking and reflection) and the Prometheus /metrics
+// endpoint.
 // main.cc wraps it in flags and signal handling; tests start it in-process.
 #ifndef MONTA_SERVER_PLANNER_SERVER_H_
 #define MONTA_SERVER_PLANNER_SERVER_H_
@@ -11,8 +12,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/http/http_server.h"
+#include "common/http/metrics_endpoint.h"
 #include "grpcpp/server.h"
-#include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 #include "server/admission/admission_handler.h"
 #include "server/admission/webhook_server.h"
@@ -30,8 +32,10 @@ namespace monta {
 struct PlannerOptions {
   // gRPC listen address; port 0 picks a free port (see grpc_port()).
   std::string grpc_address = "127.0.0.1:7400";
-  // Prometheus /metrics address; empty disables the exposer; port 0 picks one.
+  // Prometheus /metrics address; empty disables it; port 0 picks one.
   std::string metrics_address = "127.0.0.1:7401";
+  // Deadlines and connection caps of /metrics and the webhook (--http_*).
+  http::HttpLimits http_limits;
   registry::RegistryOptions registry;
   bench::CoordinatorOptions coordinator;
   // Schedule an intra-node sweep when a node registers without measured curves.
@@ -119,7 +123,7 @@ class PlannerServer {
 
   const PlannerOptions options_;
   std::shared_ptr<prometheus::Registry> metrics_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<http::MetricsEndpoint> metrics_endpoint_;
   std::unique_ptr<metrics::PlannerMetrics> planner_metrics_;
   std::unique_ptr<registry::Registry> registry_;
   // The registry's observer; members are destroyed in reverse, so the gRPC

@@ -38,9 +38,8 @@ TEST(HttpParseTest, ConnectionRulesOfHttp10And11) {
                   &request, &head),
             0);
   EXPECT_TRUE(head.keep_alive);
-  ASSERT_EQ(Parse("GET / HTTP/1.1\r\nConnection: TE, close\r\n", &request,
-                  &head),
-            0);
+  ASSERT_EQ(
+      Parse("GET / HTTP/1.1\r\nConnection: TE, close\r\n", &request, &head), 0);
   EXPECT_FALSE(head.keep_alive);
   ASSERT_EQ(Parse("POST / HTTP/1.1\r\nExpect: 100-continue\r\n"
                   "Content-Length: 5\r\n",
@@ -60,15 +59,14 @@ TEST(HttpParseTest, MalformedAndUnsupportedHeadsGetTheirStatus) {
   EXPECT_EQ(Parse("GET / HTTP/1.1\r\nBad Name: x\r\n", &request, &head), 400);
   EXPECT_EQ(Parse("GET / HTTP/1.1\r\nA: b\r\n folded\r\n", &request, &head),
             400);
-  EXPECT_EQ(Parse("POST / HTTP/1.1\r\nContent-Length: -1\r\n", &request,
-                  &head),
+  EXPECT_EQ(Parse("POST / HTTP/1.1\r\nContent-Length: -1\r\n", &request, &head),
             400);
   EXPECT_EQ(Parse("POST / HTTP/1.1\r\nContent-Length: 1\r\n"
                   "Content-Length: 2\r\n",
                   &request, &head),
             400);
-  EXPECT_EQ(Parse("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n",
-                  &request, &head),
+  EXPECT_EQ(Parse("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n", &request,
+                  &head),
             411);
   EXPECT_EQ(Parse("POST / HTTP/1.1\r\nExpect: magic\r\n", &request, &head),
             417);

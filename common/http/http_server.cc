@@ -62,6 +62,21 @@ absl::Status HttpLimits::Validate() const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<HttpLimits> HttpLimits::FromFlags(
+    double header_timeout_seconds, double body_timeout_seconds,
+    double idle_timeout_seconds, double write_timeout_seconds,
+    int max_connections, int max_connections_per_client) {
+  HttpLimits limits;
+  limits.header_timeout = absl::Seconds(header_timeout_seconds);
+  limits.body_timeout = absl::Seconds(body_timeout_seconds);
+  limits.idle_timeout = absl::Seconds(idle_timeout_seconds);
+  limits.write_timeout = absl::Seconds(write_timeout_seconds);
+  limits.max_connections = max_connections;
+  limits.max_connections_per_client = max_connections_per_client;
+  if (absl::Status s = limits.Validate(); !s.ok()) return s;
+  return limits;
+}
+
 absl::string_view HttpRequest::Header(absl::string_view name) const {
   for (const auto& [key, value] : headers) {
     if (key == name) return value;
@@ -82,9 +97,8 @@ absl::Status SplitHostPort(const std::string& address, absl::string_view what,
   if (h.empty()) h = "0.0.0.0";  // ":port": every interface
   int p = 0;
   if (!absl::SimpleAtoi(address.substr(colon + 1), &p) || p < 0 || p > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " \"", address,
-                     "\": expected host:port with port 0..65535"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " \"", address, "\": expected host:port with port 0..65535"));
   }
   *host = std::move(h);
   *port = p;
@@ -308,8 +322,8 @@ class HttpServer::Impl {
 absl::Status HttpServer::Impl::Bind() {
   std::string host;
   int port = 0;
-  if (absl::Status s = SplitHostPort(options_.address, options_.name, &host,
-                                     &port);
+  if (absl::Status s =
+          SplitHostPort(options_.address, options_.name, &host, &port);
       !s.ok()) {
     return s;
   }
@@ -321,9 +335,9 @@ absl::Status HttpServer::Impl::Bind() {
   const std::string port_text = std::to_string(port);
   if (int rc = getaddrinfo(host.c_str(), port_text.c_str(), &hints, &found);
       rc != 0) {
-    return absl::UnavailableError(
-        absl::StrCat(options_.name, " ", options_.address,
-                     ": cannot listen: cannot resolve host: ", gai_strerror(rc)));
+    return absl::UnavailableError(absl::StrCat(
+        options_.name, " ", options_.address,
+        ": cannot listen: cannot resolve host: ", gai_strerror(rc)));
   }
   std::string why = "no address";
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
@@ -434,9 +448,8 @@ void HttpServer::Impl::Accept() {
   for (int i = 0; i < 256; ++i) {
     sockaddr_storage ss{};
     socklen_t len = sizeof(ss);
-    const int fd =
-        ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len,
-                  SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
@@ -620,9 +633,8 @@ Step HttpServer::Impl::Parse(Conn& c) {
   if (end + 4 > options_.max_header_bytes) return Reject(c, 431);
   c.request = HttpRequest();
   c.head = RequestHead();
-  const int status =
-      ParseRequestHead(absl::string_view(c.in).substr(0, end + 2), &c.request,
-                       &c.head);
+  const int status = ParseRequestHead(
+      absl::string_view(c.in).substr(0, end + 2), &c.request, &c.head);
   c.in.erase(0, end + 4);
   if (status != 0) return Reject(c, status);
   c.request.client_address = c.client;
@@ -632,8 +644,8 @@ Step HttpServer::Impl::Parse(Conn& c) {
   if (c.head.content_length > options_.max_body_bytes) {
     // Read and drop a moderately oversized body, so the client reads the 413
     // instead of a reset; a huge one is refused at once.
-    if (c.head.content_length > std::max<size_t>(4 * options_.max_body_bytes,
-                                                 size_t{4} << 20)) {
+    if (c.head.content_length >
+        std::max<size_t>(4 * options_.max_body_bytes, size_t{4} << 20)) {
       return Reject(c, 413);
     }
     c.discarding = true;

@@ -52,6 +52,14 @@ struct HttpLimits {
 
   // INVALID_ARGUMENT naming the --http_* flag of a value out of range.
   absl::Status Validate() const;
+
+  // From the binaries' --http_* flag values (seconds and counts), validated.
+  static absl::StatusOr<HttpLimits> FromFlags(double header_timeout_seconds,
+                                              double body_timeout_seconds,
+                                              double idle_timeout_seconds,
+                                              double write_timeout_seconds,
+                                              int max_connections,
+                                              int max_connections_per_client);
 };
 
 struct HttpServerOptions {
@@ -74,8 +82,8 @@ struct HttpServerOptions {
 
 struct HttpRequest {
   std::string method;
-  std::string target;  // as sent: path and query
-  std::string path;    // target up to '?'
+  std::string target;     // as sent: path and query
+  std::string path;       // target up to '?'
   int minor_version = 1;  // HTTP/1.<minor_version>
   // Lower-cased names, values without surrounding blanks, in order.
   std::vector<std::pair<std::string, std::string>> headers;

@@ -85,9 +85,8 @@ class Client {
       const size_t end = out.find("\r\n\r\n");
       if (end != std::string::npos) {
         const size_t at = out.find("Content-Length: ");
-        const size_t length = at == std::string::npos
-                                  ? 0
-                                  : std::stoul(out.substr(at + 16));
+        const size_t length =
+            at == std::string::npos ? 0 : std::stoul(out.substr(at + 16));
         if (out.size() >= end + 4 + length) return out;
       }
       const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
@@ -139,8 +138,8 @@ TEST(HttpServerTest, SlowClientIsCutOffAtTheHeaderDeadline) {
   ASSERT_TRUE(slow.connected());
   // A byte at a time, each well inside any per-read timeout: only a deadline
   // on the whole header stops it.
-  const std::string request = "GET /healthz HTTP/1.1\r\nX-Pad: " +
-                              std::string(4000, 'a') + "\r\n\r\n";
+  const std::string request =
+      "GET /healthz HTTP/1.1\r\nX-Pad: " + std::string(4000, 'a') + "\r\n\r\n";
   size_t sent = 0;
   for (; sent < request.size(); ++sent) {
     if (!slow.Send(request.substr(sent, 1))) break;
@@ -226,8 +225,8 @@ TEST(HttpServerTest, ManySlowConnectionsDoNotHoldTheOnlyWorker) {
   ASSERT_NE(server, nullptr);
   std::vector<std::unique_ptr<Client>> slow;
   for (int i = 0; i < 100; ++i) {
-    slow.push_back(std::make_unique<Client>(
-        server->port(), absl::StrCat("127.0.2.", i + 1)));
+    slow.push_back(std::make_unique<Client>(server->port(),
+                                            absl::StrCat("127.0.2.", i + 1)));
     ASSERT_TRUE(slow.back()->Send("POST /echo HTTP/1.1\r\nContent-Length: 9"));
   }
   for (int i = 0; i < 5; ++i) {
@@ -246,9 +245,9 @@ TEST(HttpServerTest, KeepAlivePipeliningAndErrors) {
   ASSERT_NE(server, nullptr);
   Client client(server->port());
   // Two requests in one write: both answered in order on one connection.
-  ASSERT_TRUE(client.Send(
-      "POST /echo HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
-      "GET /healthz HTTP/1.1\r\n\r\n"));
+  ASSERT_TRUE(
+      client.Send("POST /echo HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
+                  "GET /healthz HTTP/1.1\r\n\r\n"));
   const std::string first = client.ReadResponse();
   EXPECT_TRUE(absl::EndsWith(first, "Connection: keep-alive\r\n\r\nhello"))
       << first;
@@ -266,8 +265,8 @@ TEST(HttpServerTest, KeepAlivePipeliningAndErrors) {
   EXPECT_TRUE(absl::StrContains(refused, "Connection: close")) << refused;
 
   Client big(server->port());
-  ASSERT_TRUE(big.Send("GET /healthz HTTP/1.1\r\nX: " +
-                       std::string(2000, 'h') + "\r\n\r\n"));
+  ASSERT_TRUE(big.Send("GET /healthz HTTP/1.1\r\nX: " + std::string(2000, 'h') +
+                       "\r\n\r\n"));
   EXPECT_TRUE(absl::StartsWith(big.ReadToClose(), "HTTP/1.1 431 "));
   Client old(server->port());
   ASSERT_TRUE(old.Send("GET /healthz HTTP/1.0\r\n\r\n"));
@@ -324,8 +323,8 @@ TEST(HttpServerTest, SecondServerOnABoundPortFails) {
   options.name = "metrics address";
   auto second = HttpServer::Start(options, {});
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_TRUE(absl::StrContains(second.status().message(),
-                                "Address already in use"))
+  EXPECT_TRUE(
+      absl::StrContains(second.status().message(), "Address already in use"))
       << second.status();
 }
 
@@ -350,8 +349,8 @@ TEST(MetricsEndpointTest, ServesRegisteredCollectables) {
   registry.reset();  // a collectable that is gone is skipped
   EXPECT_FALSE(absl::StrContains(Get((*endpoint)->port(), "/metrics"),
                                  "monta_test_total"));
-  EXPECT_TRUE(absl::StartsWith(Get((*endpoint)->port(), "/other"),
-                               "HTTP/1.1 404 "));
+  EXPECT_TRUE(
+      absl::StartsWith(Get((*endpoint)->port(), "/other"), "HTTP/1.1 404 "));
 }
 
 }  // namespace

@@ -50,8 +50,7 @@ std::string MetricsEndpoint::Scrape() const {
     std::shared_ptr<prometheus::Collectable> c = weak.lock();
     if (c == nullptr) continue;
     std::vector<prometheus::MetricFamily> collected = c->Collect();
-    families.insert(families.end(),
-                    std::make_move_iterator(collected.begin()),
+    families.insert(families.end(), std::make_move_iterator(collected.begin()),
                     std::make_move_iterator(collected.end()));
   }
   std::ostringstream out;

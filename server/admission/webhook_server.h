@@ -1,14 +1,14 @@
-// The admission webhook's HTTPS server (cpp-httplib + OpenSSL): POST /mutate
-// and /validate (AdmissionReview v1, answered by an AdmissionHandler) and GET
-// /healthz.
+// The admission webhook's HTTPS server: POST /mutate and /validate
+// (AdmissionReview v1, answered by an AdmissionHandler) and GET /healthz, on
+// common/http's server (epoll, non-blocking OpenSSL).
 //
-// Bounded everywhere so answers stay well inside the API server's 5 s timeout:
-// request bodies over max_body_bytes get 413; a fixed pool of worker threads
-// serves connections, and when max_pending_connections are already waiting the
-// accept loop pauses (the kernel's backlog then holds or refuses new ones, and
-// the API server applies failurePolicy). Read/write timeouts bound slow
-// clients; an idle keep-alive connection holds a worker for at most
-// keep_alive_seconds.
+// Bounded everywhere so answers stay well inside the API server's timeout and
+// slow clients cannot hold it (see common/http/http_server.h): a connection
+// costs no thread until its request is complete; the TLS handshake and headers
+// must arrive within limits.header_timeout, the body within body_timeout, a
+// response go out within write_timeout; connections are capped per client
+// address and in all (excess closed at once); bodies over max_body_bytes get
+// 413. A few worker threads run the handler.
 //
 // TLS: certificate chain and key are PEM files. They are checked for changes at
 // most every cert_check_interval (on a handshake) and re-read when they change,
@@ -20,15 +20,13 @@
 #include <cstddef>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/http/http_server.h"
 #include "server/admission/admission_handler.h"
 
-namespace httplib {
-class SSLServer;
-}  // namespace httplib
+typedef struct ssl_ctx_st SSL_CTX;
 
 namespace monta::admission {
 
@@ -38,18 +36,13 @@ struct WebhookOptions {
   std::string tls_cert_file;  // PEM: leaf first, then intermediates
   std::string tls_key_file;   // PEM private key
   size_t max_body_bytes = 1 << 20;
-  int worker_threads = 64;
-  int max_pending_connections = 256;
+  // Run the handler; slow connections never hold them.
+  int worker_threads = 4;
+  // Deadlines and connection caps (the planner's --http_* flags).
+  http::HttpLimits limits;
+  int keep_alive_max_requests = 100;
   // Kernel accept queue (capped by net.core.somaxconn).
   int listen_backlog = 1024;
-  absl::Duration read_timeout = absl::Seconds(2);
-  absl::Duration write_timeout = absl::Seconds(2);
-  int keep_alive_seconds = 2;
-  int keep_alive_max_requests = 100;
-  // When a new connection has waited this long for a worker, kept-alive
-  // connections are closed after their current request (clients reconnect and
-  // queue behind it), so idle or busy keep-alive clients cannot starve it.
-  absl::Duration fair_queue_wait = absl::Milliseconds(200);
   absl::Duration cert_check_interval = absl::Seconds(10);
 };
 
@@ -64,21 +57,22 @@ class WebhookServer {
       WebhookOptions options, const AdmissionHandler* handler);
   ~WebhookServer();
 
-  int port() const { return port_; }
+  int port() const { return server_->port(); }
 
-  // Stops accepting, finishes the requests in flight and joins the workers (an
-  // idle keep-alive connection can delay this by keep_alive_seconds).
+  // Stops accepting, closes connections waiting for a request, finishes the
+  // requests in flight and joins the threads.
   void Shutdown();
+
+  http::HttpServerStats Stats() const { return server_->Stats(); }
 
  private:
   WebhookServer() = default;
 
   WebhookOptions options_;
   std::unique_ptr<CertStore> certs_;
-  std::unique_ptr<httplib::SSLServer> server_;
-  std::thread listener_;
-  int port_ = 0;
-  bool shut_down_ = false;
+  // Declared before server_, so destroyed after it.
+  std::unique_ptr<SSL_CTX, void (*)(SSL_CTX*)> tls_{nullptr, nullptr};
+  std::unique_ptr<http::HttpServer> server_;
 };
 
 // Splits "host:port" / "[v6]:port". INVALID_ARGUMENT when malformed.

@@ -3,6 +3,12 @@
 // that trusts only that certificate.
 #include "server/admission/webhook_server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <openssl/ssl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -13,6 +19,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -235,7 +242,6 @@ TEST(WebhookServerStandaloneTest, RenewedCertificateIsServedWithoutRestart) {
   options.tls_cert_file = first->cert_file;
   options.tls_key_file = first->key_file;
   options.cert_check_interval = absl::ZeroDuration();
-  options.keep_alive_seconds = 1;
   auto server = WebhookServer::Start(options, &handler);
   ASSERT_TRUE(server.ok()) << server.status();
   auto get = [&](const std::string& ca) {
@@ -271,8 +277,6 @@ TEST(WebhookServerStandaloneTest, MoreClientsThanWorkersAllAnswered) {
   options.tls_cert_file = certs->cert_file;
   options.tls_key_file = certs->key_file;
   options.worker_threads = 2;
-  options.keep_alive_seconds = 1;
-  options.fair_queue_wait = absl::Milliseconds(1);
   auto server = WebhookServer::Start(options, &handler);
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string body =
@@ -301,6 +305,80 @@ TEST(WebhookServerStandaloneTest, MoreClientsThanWorkersAllAnswered) {
   for (auto& t : threads) t.join();
   for (int c = 0; c < kClients; ++c)
     EXPECT_EQ(ok[c], kRequests) << "client " << c;
+  (*server)->Shutdown();
+}
+
+// A TCP connection to the webhook from loopback address `source`.
+int ConnectFrom(int port, const char* source) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  inet_pton(AF_INET, source, &from.sin_addr);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from));
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+  return fd;
+}
+
+// Slow clients over TLS: one trickles its handshake, one completes it and
+// trickles its request. Both are cut off at the header deadline (whole, not
+// per read) while /healthz keeps answering. No timed asserts.
+TEST(WebhookServerStandaloneTest, SlowTlsClientsAreCutOffOthersAnswered) {
+  auto certs = WriteSelfSignedCert(TempDir(), "slow");
+  ASSERT_TRUE(certs.ok());
+  AdmissionHandler handler(nullptr, nullptr);
+  WebhookOptions options;
+  options.address = "127.0.0.1:0";
+  options.tls_cert_file = certs->cert_file;
+  options.tls_key_file = certs->key_file;
+  options.limits.header_timeout = absl::Milliseconds(300);
+  auto server = WebhookServer::Start(options, &handler);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+
+  // 1. A handshake that never completes: a ClientHello record header, then
+  // one byte at a time.
+  const int raw = ConnectFrom(port, "127.0.0.2");
+  const std::string hello("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11);
+  for (size_t i = 0; (*server)->Stats().timed_out == 0 && i < 100000; ++i) {
+    if (::send(raw, hello.data() + i % hello.size(), 1, MSG_NOSIGNAL) != 1)
+      break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ((*server)->Stats().timed_out, 1);
+  char byte;
+  EXPECT_LE(::recv(raw, &byte, 1, 0), 0);  // closed, nothing answered
+  ::close(raw);
+
+  // 2. A finished handshake, then the request a byte at a time.
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL* ssl = SSL_new(ctx);
+  const int fd = ConnectFrom(port, "127.0.0.3");
+  SSL_set_fd(ssl, fd);
+  ASSERT_EQ(SSL_connect(ssl), 1);
+  const std::string request =
+      "GET /healthz HTTP/1.1\r\nX-Pad: " + std::string(1000, 'a') + "\r\n\r\n";
+  size_t sent = 0;
+  for (; sent < request.size() && (*server)->Stats().timed_out == 1; ++sent) {
+    if (SSL_write(ssl, request.data() + sent, 1) != 1) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_LT(sent, request.size());
+  EXPECT_EQ((*server)->Stats().timed_out, 2);
+  EXPECT_LE(SSL_read(ssl, &byte, 1), 0);
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  ::close(fd);
+
+  httplib::SSLClient client("127.0.0.1", port);
+  client.set_ca_cert_path(certs->cert_file);
+  client.enable_server_certificate_verification(true);
+  auto res = client.Get("/healthz");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
   (*server)->Shutdown();
 }
 
