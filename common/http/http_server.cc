@@ -763,6 +763,7 @@ void HttpServer::Impl::UpdateInterest(Conn& c) {
 }
 
 void HttpServer::Impl::Close(Conn& c) {
+  --open_;  // before the peer can see the close: it then sees the count too
   auto it = per_client_.find(c.client);
   if (it != per_client_.end() && --it->second <= 0) per_client_.erase(it);
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
@@ -772,7 +773,6 @@ void HttpServer::Impl::Close(Conn& c) {
     SSL_free(c.ssl);
   }
   ::close(c.fd);
-  --open_;
   conns_.erase(c.id);  // `c` is gone
 }
 
