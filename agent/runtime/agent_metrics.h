@@ -27,7 +27,8 @@ class AgentMetrics {
   // (see DiscardError in agent_runtime.h).
   void RecordDiscardedError(const std::string& site);
 
-  // The scrape-time gauges; register it with the exposer next to `registry`.
+  // The scrape-time gauges; register it with the metrics endpoint next to
+  // `registry`.
   std::shared_ptr<prometheus::Collectable> collectable() const {
     return gauges_;
   }
