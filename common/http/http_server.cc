@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -370,8 +371,22 @@ absl::Status HttpServer::Impl::Bind() {
   return absl::OkStatus();
 }
 
+// Descriptors for max_connections: as Go's runtime does, the soft open-file
+// limit is raised to the hard one when it is lower than the cap needs (a
+// default soft limit of 1024 would otherwise make the cap unreachable, and
+// the connections beyond it wait in the backlog).
+static void RaiseFileLimit(int max_connections) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t wanted = static_cast<rlim_t>(max_connections) + 256;
+  if (limit.rlim_cur >= wanted || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = std::min(limit.rlim_max, std::max(wanted, limit.rlim_cur));
+  ::setrlimit(RLIMIT_NOFILE, &limit);
+}
+
 absl::Status HttpServer::Impl::Start() {
   if (absl::Status s = options_.limits.Validate(); !s.ok()) return s;
+  RaiseFileLimit(options_.limits.max_connections);
   if (absl::Status s = Bind(); !s.ok()) return s;
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -626,12 +641,12 @@ Step HttpServer::Impl::ReadRequest(Conn& c) {
 Step HttpServer::Impl::Parse(Conn& c) {
   if (c.phase == Phase::kBody) return ParseBody(c);
   const size_t end = c.in.find("\r\n\r\n");
+  c.request = HttpRequest();  // not the previous request's, even in a 431
   if (end == std::string::npos) {
     return c.in.size() > options_.max_header_bytes ? Reject(c, 431)
                                                    : Step::kWait;
   }
   if (end + 4 > options_.max_header_bytes) return Reject(c, 431);
-  c.request = HttpRequest();
   c.head = RequestHead();
   const int status = ParseRequestHead(
       absl::string_view(c.in).substr(0, end + 2), &c.request, &c.head);

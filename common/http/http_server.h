@@ -17,7 +17,9 @@
 // - write_timeout: from the first byte of a response to its last;
 // - max_connections in all and max_connections_per_client per client address:
 //   a connection over either cap is closed at once, before reading anything.
-// A connection past a deadline is closed without an answer. Bodies over
+// A connection past a deadline is closed without an answer. Start raises the
+// process's soft open-file limit towards the hard one when max_connections
+// needs it (as Go's runtime does at start). Bodies over
 // max_body_bytes get 413, headers over max_header_bytes 431; request bodies
 // must carry Content-Length (chunked requests get 411).
 #ifndef MONTA_COMMON_HTTP_HTTP_SERVER_H_
