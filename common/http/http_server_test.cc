@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -56,7 +57,7 @@ class Client {
   }
   // Everything until the server closes (or 20 s pass).
   std::string ReadToClose() {
-    std::string out;
+    std::string out = std::exchange(buffered_, "");
     char buf[4096];
     while (true) {
       const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
@@ -79,23 +80,28 @@ class Client {
   }
   // One response: the head, then Content-Length bytes of body.
   std::string ReadResponse() {
-    std::string out;
     char buf[4096];
     while (true) {
-      const size_t end = out.find("\r\n\r\n");
+      const size_t end = buffered_.find("\r\n\r\n");
       if (end != std::string::npos) {
-        const size_t at = out.find("Content-Length: ");
+        const size_t at = buffered_.substr(0, end).find("Content-Length: ");
         const size_t length =
-            at == std::string::npos ? 0 : std::stoul(out.substr(at + 16));
-        if (out.size() >= end + 4 + length) return out;
+            at == std::string::npos ? 0 : std::stoul(buffered_.substr(at + 16));
+        if (buffered_.size() >= end + 4 + length) {
+          // Pipelined responses may arrive together: keep the next ones.
+          std::string response = buffered_.substr(0, end + 4 + length);
+          buffered_.erase(0, end + 4 + length);
+          return response;
+        }
       }
       const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
-      if (n <= 0) return out;
-      out.append(buf, static_cast<size_t>(n));
+      if (n <= 0) return std::exchange(buffered_, "");
+      buffered_.append(buf, static_cast<size_t>(n));
     }
   }
 
  private:
+  std::string buffered_;  // received, not yet returned by ReadResponse
   int fd_ = -1;
   bool connected_ = false;
 };
