@@ -169,7 +169,16 @@ LinkRate BandwidthCurve::LinkRateAt(double x) const {
   // Near the latency floor the busy time beyond alpha is tiny and noisy; keep
   // at least 1% of the time so the rate stays finite.
   const double busy = std::max(t.seconds - alpha_seconds_, 0.01 * t.seconds);
-  return {link_share_ * x / busy, t.extrapolated};
+  // Small messages never move faster than the link did at the largest
+  // measured size (the most bandwidth-bound point): otherwise a chunk near
+  // the latency floor would look nearly free on the link and the K search
+  // would chase it (verify runs measured K = 64 at 4 MiB 40% slower than
+  // predicted).
+  const CurveSample& largest = samples_.back();
+  const double largest_busy = std::max(largest.time_seconds - alpha_seconds_,
+                                       0.01 * largest.time_seconds);
+  const double cap = link_share_ * largest.message_bytes / largest_busy;
+  return {std::min(link_share_ * x / busy, cap), t.extrapolated};
 }
 
 double BandwidthCurve::min_bytes() const {

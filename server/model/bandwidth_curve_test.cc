@@ -71,6 +71,20 @@ TEST(BandwidthCurve, FallingTailNeverMakesBiggerMessagesCheaper) {
   EXPECT_GT(c->TimeSeconds(4e6).seconds, c->TimeSeconds(2e6).seconds);
 }
 
+TEST(BandwidthCurve, SmallMessagesAreNeverFasterThanTheLargest) {
+  // The fitted alpha (from the two smallest samples) exceeds what the
+  // middle sample leaves beyond it, so its time minus alpha is tiny: without
+  // the cap that size would look nearly free on the link.
+  auto c = BandwidthCurve::FromSamples(
+      Collective::kAllToAll, 4, 2,
+      {{64e3, 1.25e-3}, {256e3, 1.30e-3}, {1e6, 22e-3}, {16e6, 376e-3}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  const double largest = c->LinkRateAt(16e6).bytes_per_second;
+  for (double x : {32e3, 64e3, 128e3, 256e3, 1e6}) {
+    EXPECT_LE(c->LinkRateAt(x).bytes_per_second, largest * (1 + 1e-12)) << x;
+  }
+}
+
 TEST(BandwidthCurve, RejectsBadInput) {
   EXPECT_FALSE(
       BandwidthCurve::FromSamples(Collective::kAllToAll, 8, 8, {}).ok());

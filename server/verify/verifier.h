@@ -26,7 +26,7 @@ struct VerifierOptions {
   // K values run for tp_dedup_pipelined when the request names none (the
   // chosen K is always added).
   std::vector<int> default_chunks = {1, 2, 4, 8, 16, 32};
-  int default_iterations = 5;
+  int default_iterations = 7;
   int default_warmup_iterations = 1;
   absl::Duration default_timeout = absl::Seconds(300);
   // Largest dispatch a verify may run, per rank (the buffers are allocated
