@@ -34,14 +34,32 @@ absl::Status Error(const std::string& path, absl::string_view what) {
 }
 
 std::string Show(const json& v) {
-  std::string s = v.dump();
+  // YAML strings may hold invalid UTF-8, which dump() would throw on.
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
   return s.size() > 40 ? s.substr(0, 37) + "..." : s;
 }
 
+// A job file is a few levels deep and a few dozen values wide. yaml-cpp
+// resolves an alias by sharing the anchored node, so an alias inside its own
+// anchor ("&a [*a]") is an endless tree and aliases of aliases ("billion
+// laughs") an exponential one: these bounds end the walk with an error instead
+// of overflowing the stack or filling memory.
+constexpr int kMaxYamlDepth = 32;
+constexpr int kMaxYamlValues = 100000;
+
 // YAML scalars stay strings here; the proto field's type decides how to read
 // them, so `hidden_size: 8192` and `hidden_size: "8192"` mean the same.
-absl::StatusOr<json> YamlToJson(const YAML::Node& node,
-                                const std::string& path) {
+// `values_left` counts down the values converted so far.
+absl::StatusOr<json> YamlToJson(const YAML::Node& node, const std::string& path,
+                                int depth, int& values_left) {
+  if (depth > kMaxYamlDepth) {
+    return Error(path, absl::StrCat("nested deeper than ", kMaxYamlDepth,
+                                    " levels (an alias inside its anchor?)"));
+  }
+  if (--values_left < 0) {
+    return Error(path, absl::StrCat("more than ", kMaxYamlValues,
+                                    " values (aliases expanding?)"));
+  }
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
@@ -51,8 +69,8 @@ absl::StatusOr<json> YamlToJson(const YAML::Node& node,
     case YAML::NodeType::Sequence: {
       json out = json::array();
       for (size_t i = 0; i < node.size(); ++i) {
-        absl::StatusOr<json> v =
-            YamlToJson(node[i], absl::StrCat(path, "[", i, "]"));
+        absl::StatusOr<json> v = YamlToJson(
+            node[i], absl::StrCat(path, "[", i, "]"), depth + 1, values_left);
         if (!v.ok()) return v.status();
         out.push_back(*std::move(v));
       }
@@ -67,7 +85,8 @@ absl::StatusOr<json> YamlToJson(const YAML::Node& node,
         const std::string child =
             path.empty() ? key : absl::StrCat(path, ".", key);
         if (out.contains(key)) return Error(child, "duplicate key");
-        absl::StatusOr<json> v = YamlToJson(kv.second, child);
+        absl::StatusOr<json> v =
+            YamlToJson(kv.second, child, depth + 1, values_left);
         if (!v.ok()) return v.status();
         out[key] = *std::move(v);
       }
@@ -278,7 +297,8 @@ absl::StatusOr<json> ParseText(absl::string_view text, JobFileFormat format) {
     return absl::InvalidArgumentError(absl::StrCat(
         "job file: invalid YAML at line ", e.mark.line + 1, ": ", e.msg));
   }
-  return YamlToJson(root, "");
+  int values_left = kMaxYamlValues;
+  return YamlToJson(root, "", 0, values_left);
 }
 
 }  // namespace

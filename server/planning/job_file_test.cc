@@ -102,6 +102,47 @@ TEST(JobFile, MissingFileIsNotFound) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
 }
 
+// Found by //fuzz:job_file_fuzz: an alias inside its own anchor is an endless
+// tree to yaml-cpp, and the conversion recursed until the stack overflowed.
+TEST(JobFile, AliasCycleIsAnError) {
+  auto r = ParseJobFile("job:\n  name: &a [*a]\n");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("job.name[0][0]"), std::string::npos)
+      << r.status();
+  EXPECT_NE(r.status().message().find("nested deeper than 32 levels"),
+            std::string::npos)
+      << r.status();
+}
+
+// Found by //fuzz:job_file_fuzz: the error message quoted a YAML string that
+// was not UTF-8, and nlohmann's dump() threw out of ParseJobFile.
+TEST(JobFile, InvalidUtf8ValueIsAnError) {
+  auto r = ParseJobFile("job:\n  hidden_size: \"\xff\xfe\"\n");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("job.hidden_size"), std::string::npos)
+      << r.status();
+}
+
+// Aliases of aliases grow exponentially ("billion laughs"): 10^9 values from a
+// few lines must be refused, not expanded.
+TEST(JobFile, ExpandingAliasesAreAnError) {
+  std::string yaml = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  for (char level = 'b'; level <= 'i'; ++level) {
+    const char previous = static_cast<char>(level - 1);
+    yaml += std::string(1, level) + ": &" + level + " [";
+    for (int i = 0; i < 10; ++i)
+      yaml += std::string(i ? ", *" : "*") + previous;
+    yaml += "]\n";
+  }
+  auto r = ParseJobFile(yaml);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("more than 100000 values"),
+            std::string::npos)
+      << r.status();
+}
+
 // Every example parses and plans; the paper's reproduces its headline.
 TEST(Examples, EveryExamplePlans) {
   for (const char* name :
