@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <string>
@@ -319,7 +321,8 @@ monta::v1::PathType ClassifyPciPath(const PciLocation& a,
 }
 
 absl::StatusOr<int> CountCpuList(absl::string_view cpu_list) {
-  int count = 0;
+  // 64 bits: ranges near INT_MAX (a corrupt or hostile file) must not overflow.
+  int64_t count = 0;
   for (absl::string_view range : absl::StrSplit(
            absl::StripAsciiWhitespace(cpu_list), ',', absl::SkipEmpty())) {
     std::vector<absl::string_view> ends = absl::StrSplit(range, '-');
@@ -330,9 +333,14 @@ absl::StatusOr<int> CountCpuList(absl::string_view cpu_list) {
       return absl::InvalidArgumentError(absl::StrCat(
           "cpu list \"", cpu_list, "\" is not like \"0-55,112-167\""));
     }
-    count += last - first + 1;
+    count += int64_t{last} - first + 1;
+    if (count > std::numeric_limits<int>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cpu list \"", cpu_list, "\" counts more than ",
+                       std::numeric_limits<int>::max(), " CPUs"));
+    }
   }
-  return count;
+  return static_cast<int>(count);
 }
 
 CpuScan ScanCpus(const SysfsTree& sysfs) {

@@ -51,6 +51,17 @@ TEST(CountCpuList, CountsRanges) {
   EXPECT_FALSE(CountCpuList("a-b").ok());
 }
 
+// Found by //fuzz:sysfs_fuzz: the count overflowed int (undefined behaviour).
+TEST(CountCpuList, RefusesCountsBeyondInt) {
+  EXPECT_EQ(*CountCpuList("0-2147483646"), 2147483647);
+  absl::StatusOr<int> count = CountCpuList("0-2147483647,5");
+  ASSERT_FALSE(count.ok());
+  EXPECT_EQ(count.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(count.status().message().find("0-2147483647,5"), std::string::npos)
+      << count.status();
+  EXPECT_FALSE(CountCpuList("1-2147483647,0-1").ok());
+}
+
 TEST(SysfsTree, ResolvesRelativeAndAbsoluteSymlinksInsideTheRoot) {
   namespace fs = std::filesystem;
   const std::string root = std::string(std::getenv("TEST_TMPDIR")) + "/links";
