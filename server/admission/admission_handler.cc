@@ -112,7 +112,10 @@ json ReviewResponse(const json& uid) {
 
 HttpReply Json200(const json& review) {
   HttpReply reply;
-  reply.body = review.dump();
+  // Messages may quote bytes of the request cut inside a UTF-8 character (a
+  // parse error's "last read", a truncated warning); dump() would throw on
+  // them, so they become U+FFFD instead.
+  reply.body = review.dump(-1, ' ', false, json::error_handler_t::replace);
   return reply;
 }
 

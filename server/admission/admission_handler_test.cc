@@ -303,6 +303,20 @@ TEST_F(AdmissionHandlerTest, BadJsonIsDenied400AndMutateWarns) {
   EXPECT_EQ(AdmissionCount("mutate", "allowed"), 1);
 }
 
+// Found by //fuzz:admission_review_fuzz: the parse error quoted the first byte
+// of a two-byte UTF-8 character, and the answer's dump() threw (HTTP 500).
+TEST_F(AdmissionHandlerTest, BadJsonCutInsideUtf8CharacterIsStill400) {
+  const json pod = Pod({{"monta.io/moe", "{\"job\": {\"name\": \u00e9t\"}}"}});
+  const json denied = Send(Operation::kValidate, Review(pod));
+  EXPECT_EQ(denied["allowed"], false);
+  EXPECT_EQ(denied["status"]["code"], 400);
+  EXPECT_TRUE(absl::StartsWith(denied["status"]["message"].get<std::string>(),
+                               "monta.io/moe: not valid JSON"));
+  const json mutated = Send(Operation::kMutate, Review(pod));
+  EXPECT_EQ(mutated["allowed"], true);
+  ASSERT_EQ(mutated["warnings"].size(), 1u);
+}
+
 TEST_F(AdmissionHandlerTest, UnknownKeyAndWrongShapeAre400NamingTheField) {
   json spec = PaperSpec();
   spec["job"]["hiden_size"] = 4096;
