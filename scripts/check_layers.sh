@@ -72,6 +72,8 @@ check //common/http/... allow '^//(common/http|third_party)[:/]|^//common:std_mu
   "common/http (the HTTP edge) may depend only on third_party/ and common:std_mutex, so every binary can serve HTTP without pulling in the contract"
 check //proto/... allow '^//(proto|third_party)[:/]' \
   "proto/ is the contract and may depend only on third_party/"
+check //fuzz/... allow '^//(fuzz|server|agent|common|proto|third_party)[:/]|^@local_cuda//' \
+  "fuzz/ holds the fuzz targets of the planner's and the agent's input edges and may depend only on server/, agent/, common/, proto/ and third_party/ (never on client/, perf/ or tests/)"
 # Below the gRPC handlers (server/api) the planner uses messages, never services.
 check "//server/model/... + //server/planning/... + //server/registry/... + //server/store/... + //server/bench/... + //server/metrics/... + //server/admission/... + //server/verify/..." \
   forbid '_grpc_proto$|^//third_party:grpc$' \

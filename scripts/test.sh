@@ -21,6 +21,9 @@ trap 'rm -f "$log"' EXIT
 #   layers: scripts/check_layers.sh (the allowed arrows between rooms, over `bazel query`).
 #   function-length: scripts/check_function_length.py (no function over 80 lines unless a
 #     `// long-function:` comment above it says why).
+#   fuzz: scripts/fuzz.sh builds the libFuzzer targets (//fuzz, --config=fuzz, in its own
+#     output base; $MONTA_FUZZ_OUTPUT_BASE overrides where) and runs each from its committed
+#     seeds for 20000 inputs or 15 s, whichever ends first; a crash, leak or timeout fails it.
 checks_passed=0
 checks_failed=0
 check() {  # NAME COMMAND...
@@ -57,6 +60,11 @@ run_checks() {
   check format ./scripts/format.sh --check
   check layers ./scripts/check_layers.sh
   check function-length python3 ./scripts/check_function_length.py
+  # A fresh working corpus: CI starts from the committed seeds only.
+  local fuzz_work
+  fuzz_work=$(mktemp -d)
+  check fuzz env MONTA_FUZZ_WORK="$fuzz_work" ./scripts/fuzz.sh --runs 20000 --seconds 15
+  rm -rf "$fuzz_work"
 }
 bazel test --color=no --curses=no "$@" -- //... 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}

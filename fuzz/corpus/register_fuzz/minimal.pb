@@ -1,0 +1,3 @@
+
+node-ai1
+node-a
