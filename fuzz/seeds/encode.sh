@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Encodes the readable seeds (fuzz/seeds/<target>/NAME.txtpb, protobuf text format) into the
 # binary corpus the proto fuzz targets read (fuzz/corpus/<target>/NAME.pb). Run after editing
-# a seed and commit both; fuzz/seeds_test.sh checks that they match.
+# a seed and commit both; //fuzz:seeds_test (this script with --check) fails when they differ.
 #   fuzz/seeds/encode.sh [--check]
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+# Under `bazel test` the working directory is already the workspace root (runfiles).
+[[ -n ${TEST_SRCDIR:-} ]] || cd "$(dirname "$0")/../.."
 check=0
 [[ ${1:-} == --check ]] && check=1
 declare -A message=(
@@ -15,7 +16,7 @@ status=0
 for target in "${!message[@]}"; do
   type=${message[$target]%%:*}
   file=${message[$target]#*:}
-  mkdir -p "fuzz/corpus/$target"
+  [[ $check -eq 1 ]] || mkdir -p "fuzz/corpus/$target"
   for seed in fuzz/seeds/"$target"/*.txtpb; do
     out="fuzz/corpus/$target/$(basename "$seed" .txtpb).pb"
     encoded=$(mktemp)
