@@ -10,14 +10,15 @@
 # found between runs ($MONTA_FUZZ_WORK, default ~/.cache/monta-fuzz/<target>), with
 # fuzz/dict/<target>.dict when present. A crash, leak, timeout (-timeout=10 s per input) or
 # out-of-memory (-rss_limit_mb=2048) fails the run; its reproducer is written to the work
-# directory and its path printed: replay it with `<binary> <file>`. Exit status 1 when any
-# target failed, 2 on a usage or build error. The build has its own output base
-# ($MONTA_FUZZ_OUTPUT_BASE), like test.sh's clang build, so the GCC build keeps its cache.
+# directory and its path printed, with the command that replays it (or, without sanitizers:
+# bazel run //fuzz:<target> -- FILE). Exit status 1 when any target failed, 2 on a usage or
+# build error. The build has its own output base ($MONTA_FUZZ_OUTPUT_BASE), like test.sh's
+# clang build, so the GCC build keeps its cache.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
-  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -81,7 +82,7 @@ for t in "${targets[@]}"; do
     grep -m1 -A24 -E '^==[0-9]+==ERROR|runtime error:|^==[0-9]+== ERROR: libFuzzer' "$work/log" ||
       tail -n 24 "$work/log"
     grep -E '^SUMMARY|Test unit written to' "$work/log" | sort -u
-    echo "fuzz.sh: ${t} FAILED (log: $work/log)"
+    echo "fuzz.sh: ${t} FAILED (log: $work/log; replay: ${bin_dir}/fuzz/${t} FILE)"
     failed+=("$t")
   fi
 done
