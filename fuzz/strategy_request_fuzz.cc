@@ -2,7 +2,9 @@
 // parse as a monta.v1.StrategyRequest go through the edge validation and then
 // the whole DecideStrategy path against a fixed two-node cluster. The answer
 // is a reply or INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION naming the
-// field; never a crash, a hang or an internal error.
+// field; never a crash, a hang or an internal error, and a reply's feasible
+// candidates predict finite, non-negative times.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -28,6 +30,22 @@ bool Expected(const absl::Status& status) {
   }
 }
 
+// A feasible candidate's predictions are finite, non-negative times; the
+// chosen one is feasible unless none is.
+void CheckReply(const monta::v1::StrategyReply& reply) {
+  bool any_feasible = false;
+  for (const monta::v1::Candidate& c : reply.candidates()) {
+    if (!c.feasible()) continue;
+    any_feasible = true;
+    for (double seconds :
+         {c.forward_seconds_per_layer(), c.backward_seconds_per_layer(),
+          c.total_seconds_per_layer()}) {
+      if (!std::isfinite(seconds) || seconds < 0) std::abort();
+    }
+  }
+  if (any_feasible && !reply.chosen().feasible()) std::abort();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -41,5 +59,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       monta::planning::DecideStrategy(request, &monta::fuzz::FixedCluster(),
                                       /*metrics=*/nullptr);
   if (!Expected(reply.status())) std::abort();
+  if (reply.ok()) CheckReply(*reply);
   return 0;
 }
