@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 
 namespace monta::fuzz {
 namespace {
@@ -60,7 +61,7 @@ registry::Registry* Build() {
   registry::RegistryOptions options;
   options.lease = absl::Hours(24 * 365);
   auto* cluster = new registry::Registry(options);
-  const absl::Time now = absl::Now();
+  const Instant now = Instant::Now();
   MustSucceed(cluster->Register(Node("node-a"), now));
   MustSucceed(cluster->Register(Node("node-b"), now));
   MustSucceed(cluster->AddCurve(Curve({"node-a"}, 8, 150e9)));

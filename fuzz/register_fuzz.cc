@@ -6,6 +6,7 @@
 // heartbeat), and the registry must stay consistent: what validation refuses
 // Register refuses, a registered node can be read back, another instance is
 // refused while the lease is alive, and a deregistered node is gone.
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/proto_names.h"
 #include "common/topology_diff.h"
 #include "proto/monta/v1/agent.pb.h"
@@ -74,35 +76,41 @@ bool IsRefusal(const absl::Status& status) {
 
 // Re-registration and heartbeats that diff `request`'s topology against the
 // baseline, then the lease rules and Deregister.
-void Exercise(Registry& registry, const monta::v1::RegisterRequest& request,
-              absl::Time t0) {
+// Both clocks `seconds` after a fixed start (the registry decides on the
+// monotonic one).
+monta::Instant At(int seconds) {
+  static const monta::MonoTime start =
+      monta::MonoTime() + std::chrono::hours(1000);
+  return monta::Instant{absl::FromUnixSeconds(1'700'000'000 + seconds),
+                        monta::MonoAfter(start, absl::Seconds(seconds))};
+}
+
+void Exercise(Registry& registry, const monta::v1::RegisterRequest& request) {
   monta::v1::RegisterRequest baseline = request;
   *baseline.mutable_topology() = Baseline();
-  Check(registry.Register(baseline, t0).ok());
-  Check(registry.Register(request, t0 + absl::Seconds(1)).ok());
+  Check(registry.Register(baseline, At(0)).ok());
+  Check(registry.Register(request, At(1)).ok());
   monta::v1::HeartbeatRequest heartbeat;
   heartbeat.set_node_name(request.node_name());
   heartbeat.set_instance_id(request.instance_id());
   *heartbeat.mutable_topology() = Baseline();
-  Check(registry.Heartbeat(heartbeat, t0 + absl::Seconds(2)).ok());
+  Check(registry.Heartbeat(heartbeat, At(2)).ok());
   *heartbeat.mutable_topology() = request.topology();
-  Check(registry.Heartbeat(heartbeat, t0 + absl::Seconds(3)).ok());
+  Check(registry.Heartbeat(heartbeat, At(3)).ok());
 
   absl::StatusOr<monta::v1::NodeInfo> node =
-      registry.Get(request.node_name(), t0 + absl::Seconds(3));
+      registry.Get(request.node_name(), At(3));
   Check(node.ok() && node->state() == monta::v1::NODE_STATE_ALIVE);
-  Check(registry.List(t0 + absl::Seconds(3), false).size() == 1);
+  Check(registry.List(At(3), false).size() == 1);
 
   monta::v1::RegisterRequest other = request;
   other.set_instance_id(request.instance_id() == "other" ? "another" : "other");
-  Check(registry.Register(other, t0 + absl::Seconds(4)).code() ==
+  Check(registry.Register(other, At(4)).code() ==
         absl::StatusCode::kAlreadyExists);
-  Check(registry
-            .Deregister(request.node_name(), request.instance_id(),
-                        t0 + absl::Seconds(5))
+  Check(registry.Deregister(request.node_name(), request.instance_id(), At(5))
             .ok());
-  Check(registry.List(t0 + absl::Seconds(5), false).empty());
-  Check(registry.Register(other, t0 + absl::Seconds(6)).ok());
+  Check(registry.List(At(5), false).empty());
+  Check(registry.Register(other, At(6)).ok());
 }
 
 }  // namespace
@@ -113,19 +121,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   monta::registry::RegistryOptions options;
   options.lease = absl::Seconds(15);
   Registry registry(options, Diff);
-  const absl::Time t0 = absl::FromUnixSeconds(1'700'000'000);
 
   const absl::Status valid = monta::registry::ValidateTopology(
       request.topology(), options.topology_limits);
   Check(valid.ok() || IsRefusal(valid));
-  const absl::Status registered = registry.Register(request, t0);
+  const absl::Status registered = registry.Register(request, At(0));
   if (!registered.ok()) {
     Check(IsRefusal(registered));
-    Check(registry.List(t0, true).empty());
+    Check(registry.List(At(0), true).empty());
     return 0;
   }
   Check(valid.ok());
   Registry fresh(options, Diff);
-  Exercise(fresh, request, t0);
+  Exercise(fresh, request);
   return 0;
 }
