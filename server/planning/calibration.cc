@@ -65,8 +65,16 @@ std::vector<double> RelativeErrors(const std::vector<Point>& points,
   return e;
 }
 
+// A relative error's share of the fit's objective: squared, but capped at
+// 25% so that one wild measurement (a stalled run on a loaded host) cannot
+// drag the calibration away from every other point.
+constexpr double kRobustCap = 0.25;
+double Loss(double relative_error) {
+  return std::min(relative_error * relative_error, kRobustCap * kRobustCap);
+}
+
 // The per-chunk overhead o >= 0 minimising sum(((p + c*o) - m) / m)^2 for
-// predictions p without overhead; and that sum.
+// predictions p without overhead; and the robust loss there.
 std::pair<double, double> BestOverhead(const std::vector<Point>& points,
                                        const std::vector<double>& predicted) {
   double num = 0;
@@ -81,8 +89,7 @@ std::pair<double, double> BestOverhead(const std::vector<Point>& points,
   double sum = 0;
   for (size_t i = 0; i < points.size(); ++i) {
     const double m = points[i].measured_seconds;
-    const double r = (predicted[i] + points[i].overhead_chunks * o - m) / m;
-    sum += r * r;
+    sum += Loss((predicted[i] + points[i].overhead_chunks * o - m) / m);
   }
   return {o, sum};
 }
