@@ -221,6 +221,15 @@ def main():
                                    SPEC.get("options"))
         log(f"GetStrategy over gRPC: {asked} (K={asked.num_chunks}, predicted forward "
             f"{asked.predicted_forward_seconds_per_layer:.3g} s/layer)")
+        # The reply's candidates: the chosen one first, flat's prediction alongside.
+        first = asked.candidates[0] if asked.candidates else None
+        if first is None or (first.strategy, first.num_chunks) != (asked.strategy,
+                                                                    asked.num_chunks):
+            raise RuntimeError(f"GetStrategy candidates do not start with the chosen "
+                               f"{asked}: {[str(c) for c in asked.candidates]}")
+        if not SPEC.get("options") and not (asked.candidate("flat") and asked.candidate(
+                "flat").predicted_forward_seconds_per_layer > 0):
+            raise RuntimeError("GetStrategy offered no flat candidate with a prediction")
         injected = monta.Plan.from_env(env)
         if (asked.strategy, asked.num_chunks) != (injected.strategy, injected.num_chunks):
             raise RuntimeError(f"webhook chose {injected}, gRPC {asked}")

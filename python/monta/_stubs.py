@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from typing import Any
 
 from monta.plan import Plan, PlanError, normalize_strategy
@@ -96,8 +97,10 @@ def _message(cls, value: Any, what: str):
         raise PlanError(f"{what}: {e}") from None
 
 
-def get_strategy(address: str, job: Any, placement: Any, options: Any,
-                 timeout_s: float) -> Plan:
+def get_strategy_reply(address: str, job: Any, placement: Any, options: Any,
+                       timeout_s: float):
+    """GetStrategy at `address`: (request, reply) as messages, for callers that want the
+    whole answer (every candidate, the evidence); Plan.request wraps it."""
     import grpc
     planner_pb2, planner_grpc, strategy_pb2 = _import_stubs()
     request = strategy_pb2.StrategyRequest(
@@ -110,18 +113,41 @@ def get_strategy(address: str, job: Any, placement: Any, options: Any,
             reply = stub.GetStrategy(request, timeout=timeout_s)
         except grpc.RpcError as e:
             raise PlanError(f"GetStrategy at {address}: {e.code().name}: {e.details()}") from None
-    chosen = reply.chosen
-    if chosen.kind == 0:  # STRATEGY_KIND_UNSPECIFIED
-        raise PlanError(f"GetStrategy at {address}: no strategy chosen (none feasible)")
-    # The enum's own descriptor names the value, wherever in the contract it is declared.
-    kind = chosen.DESCRIPTOR.fields_by_name["kind"].enum_type.values_by_number[chosen.kind].name
-    strategy = normalize_strategy(kind, "GetStrategy reply chosen.kind")
-    fwd, bwd = chosen.forward_seconds_per_layer, chosen.backward_seconds_per_layer
-    plan = Plan(strategy=strategy, num_chunks=max(1, chosen.chunks_effective),
+    return request, reply
+
+
+def _enum_name(message, field_name: str) -> str:
+    """The enum value's own name, wherever in the contract the enum is declared."""
+    enum = message.DESCRIPTOR.fields_by_name[field_name].enum_type
+    return enum.values_by_number[getattr(message, field_name)].name
+
+
+def _candidate_plan(candidate, evidence: str, what: str) -> Plan:
+    strategy = normalize_strategy(_enum_name(candidate, "kind"), what)
+    fwd, bwd = candidate.forward_seconds_per_layer, candidate.backward_seconds_per_layer
+    return Plan(strategy=strategy, num_chunks=max(1, candidate.chunks_effective),
                 predicted_forward_seconds_per_layer=fwd,
                 predicted_backward_seconds_per_layer=bwd,
                 predicted_alltoall_seconds_per_layer=fwd + bwd,
-                origin="planner")
+                speedup_over_flat=candidate.speedup_over_flat or None,
+                evidence_source=evidence, origin="planner")
+
+
+def plan_from_reply(address: str, request, reply) -> Plan:
+    """The chosen candidate as a Plan; `candidates` holds every feasible one (best first),
+    so a caller can see what the planner predicted for the strategies it did not choose."""
+    chosen = reply.chosen
+    if chosen.kind == 0:  # STRATEGY_KIND_UNSPECIFIED
+        raise PlanError(f"GetStrategy at {address}: no strategy chosen (none feasible)")
+    evidence = _enum_name(reply.evidence, "origin").lower()
+    evidence = evidence[len("evidence_source_"):] if evidence.startswith("evidence_source_") \
+        else evidence
+    if evidence == "unspecified":
+        evidence = ""
+    candidates = tuple(_candidate_plan(c, evidence, f"GetStrategy reply candidates[{i}].kind")
+                       for i, c in enumerate(reply.candidates) if c.feasible)
+    plan = replace(_candidate_plan(chosen, evidence, "GetStrategy reply chosen.kind"),
+                   candidates=candidates)
     sources = {"world_size": "job.world_size", "tensor_parallel_size": "job.tensor_parallel_size",
                "expert_parallel_size": "job.expert_parallel_size",
                "gpus_per_node": "placement.gpus_per_node"}
@@ -130,3 +156,9 @@ def get_strategy(address: str, job: Any, placement: Any, options: Any,
                             tensor_parallel_size=request.job.tensor_parallel_size or None,
                             expert_parallel_size=request.job.expert_parallel_size or None,
                             gpus_per_node=request.placement.gpus_per_node or None)
+
+
+def get_strategy(address: str, job: Any, placement: Any, options: Any,
+                 timeout_s: float) -> Plan:
+    request, reply = get_strategy_reply(address, job, placement, options, timeout_s)
+    return plan_from_reply(address, request, reply)

@@ -26,7 +26,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 LOG = logging.getLogger("monta")
 
@@ -109,6 +109,9 @@ class Plan:
     # "env", "planner" or "default".
     origin: str = "default"
     layout: Layout = field(default_factory=Layout)
+    # From the planner (Plan.request): every feasible candidate as a Plan, best first (the
+    # chosen one first), with its predicted times; empty for plans from the env or default.
+    candidates: Tuple["Plan", ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self):
         normalize_strategy(self.strategy, "Plan.strategy")
@@ -197,6 +200,12 @@ class Plan:
             except PlanError as e:
                 return Plan.flat(f"planner {planner_address}: {e}")
         return Plan.from_env(env)
+
+    def candidate(self, strategy: str) -> Optional["Plan"]:
+        """The planner's best candidate of `strategy` (its K and predicted times), or None
+        when the planner did not offer it (infeasible, not allowed, or no planner reply)."""
+        name = normalize_strategy(strategy, "Plan.candidate(strategy)")
+        return next((c for c in self.candidates if c.strategy == name), None)
 
     # ----- checks -----
 

@@ -1,5 +1,6 @@
 """monta.Plan.from_env on every variable the admission webhook injects, malformed ones too."""
 
+import dataclasses
 import logging
 import os
 import sys
@@ -122,6 +123,20 @@ class FromEnvTest(unittest.TestCase):
         self.assertEqual(plan.chunks_for(6), 3)
         self.assertEqual(plan.chunks_for(2), 2)
         self.assertEqual(monta.Plan(strategy="tp_dedup", num_chunks=1).chunks_for(6), 1)
+
+    def test_candidate_by_strategy(self):
+        flat = monta.Plan(predicted_forward_seconds_per_layer=0.8, origin="planner")
+        piped = monta.Plan(strategy="tp_dedup_pipelined", num_chunks=4,
+                           predicted_forward_seconds_per_layer=0.3, origin="planner")
+        plan = dataclasses.replace(piped, candidates=(piped, flat))
+        self.assertIs(plan.candidate("flat"), flat)
+        self.assertIs(plan.candidate("STRATEGY_KIND_TP_DEDUP_PIPELINED"), piped)
+        self.assertIsNone(plan.candidate("hierarchical"))  # not offered
+        self.assertIsNone(monta.Plan().candidate("flat"))  # no planner reply
+        with self.assertRaisesRegex(monta.PlanError, r"Plan.candidate\(strategy\)='nope'"):
+            plan.candidate("nope")
+        # The candidates are what the planner said, not part of what the plan is.
+        self.assertEqual(plan, piped)
 
     def test_resolve_prefers_env_then_planner_then_flat(self):
         self.assertEqual(monta.Plan.resolve(environ=INJECTED).origin, "env")

@@ -1,0 +1,305 @@
+#!/usr/bin/python3
+"""MoE training steps with the planner's strategy against flat, on the emulated cluster.
+
+perf/moe_step_bench.sh runs this (as root) on scripts/emulated-cluster.sh's two-tier
+cluster; it is not meant to be started by hand. Two roles:
+
+  --role=prepare  in the hub namespace: RunBenchmark on every node alone and on all nodes
+                  together up to --bench_max_bytes, so that the planner holds measured
+                  curves (intra-node AllToAll, AllGather, copy; inter-node AllToAll) that
+                  cover the sizes asked for.
+  --role=rank     one process per rank inside its node's namespace (RANK, WORLD_SIZE,
+                  LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GLOO_SOCKET_IFNAME from the
+                  env). Rank 0 asks the planner (GetStrategy, as monta.Plan.request does)
+                  for a MoE layer whose dispatch is each --mib per rank; then every rank runs
+                  examples/moe_layer.py's MoELayer: full training steps (forward + backward +
+                  SGD) and, separately, the dispatch AllToAll alone, with the planned strategy
+                  and with flat interleaved (planned, flat, planned, flat, ...).
+
+What rank 0 prints per size: the plan, the median step time of each (a step takes as long
+as its slowest rank) and their ratio, the measured dispatch op against the planner's
+prediction for it (a candidate's forward_seconds_per_layer / 2: the forward of a layer is
+dispatch + combine, docs/MODEL.md section 4), the error, and one JSON line.
+
+Sizing: a layer of E experts, hidden M, top-k, capacity factor cf and S tokens per rank
+has C = ceil(k S cf / E) rows per expert and dispatches D = E C M b bytes per rank
+(b = 4, fp32). The gate's einsum costs ~2 S D / b flops, so on a few shared CPU cores a
+wide row (M = 32768) with few tokens and a large cf keeps compute small next to the
+AllToAll; the experts' FFN width (--ffn) is small for the same reason.
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+
+ELEMENT_BYTES = 4  # fp32: Gloo on CPU, and the job's bytes_per_element
+
+
+def log(*args):
+    print(*args, flush=True)
+
+
+# ----- the job -----
+
+def job_for(mib, args):
+    """The planner's MoeJob for a dispatch of about `mib` MiB per rank (see Sizing)."""
+    row = args.hidden * ELEMENT_BYTES
+    want_rows = max(1, round(mib * 2**20 / (args.experts * row)))
+    tokens = max(1, math.ceil(want_rows * args.experts / (args.top_k * args.capacity_factor)))
+    cap = math.ceil(args.top_k * tokens * args.capacity_factor / args.experts)
+    return {
+        "name": f"moe-step-bench-{mib:g}mib", "hidden_size": args.hidden,
+        "num_experts": args.experts, "top_k": args.top_k,
+        "capacity_factor": args.capacity_factor, "micro_batch_size": 1,
+        "sequence_length": tokens, "bytes_per_element": ELEMENT_BYTES, "moe_layers": 1,
+        "microbatches_per_step": 1, "world_size": args.world, "tensor_parallel_size": args.tp,
+        "expert_parallel_size": args.ep, "pipeline_parallel_size": 1,
+        "data_parallel_size": args.world // args.tp, "experts_tensor_parallel": True,
+    }, cap
+
+
+# ----- role prepare: measured curves for the planner -----
+
+def prepare(args):
+    import grpc
+    from monta import _stubs
+    planner_pb2, planner_grpc, _ = _stubs._import_stubs()
+    nodes = args.nodes.split(",")
+    with grpc.insecure_channel(args.planner) as channel:
+        stub = planner_grpc.PlannerStub(channel)
+        # Each node alone first (its intra-node curves up to the size asked), then the
+        # AllToAll across the nodes: one task at a time, so no task shares the CPUs.
+        for task in [[n] for n in nodes] + [nodes]:
+            request = planner_pb2.RunBenchmarkRequest(
+                nodes=task, ranks_per_node=args.ranks_per_node, min_bytes=64 << 10,
+                max_bytes=args.bench_max_bytes, wait=True,
+                timeout_seconds=args.bench_timeout_s)
+            start = time.monotonic()
+            try:
+                reply = stub.RunBenchmark(request, timeout=args.bench_timeout_s + 30)
+            except grpc.RpcError as e:
+                sys.exit(f"moe_step_bench: RunBenchmark {task}: {e.code().name}: {e.details()}")
+            state = _stubs._enum_name(reply.status, "state")
+            log(f"# RunBenchmark {','.join(task)} up to {args.bench_max_bytes >> 20} MiB: "
+                f"{state} in {time.monotonic() - start:.1f} s (task {reply.status.task_id})")
+            if "SUCCEEDED" not in state:
+                sys.exit(f"moe_step_bench: RunBenchmark {task} did not succeed: {reply}")
+
+
+# ----- role rank -----
+
+def ask_planner(args, sizes):
+    """Rank 0: GetStrategy per size (what monta.Plan.request does, keeping the reply's
+    evidence for the record)."""
+    from monta import _stubs
+    placement = {"node_names": args.nodes.split(","), "gpus_per_node": args.ranks_per_node}
+    answers = []
+    for mib in sizes:
+        job, cap = job_for(mib, args)
+        request, reply = _stubs.get_strategy_reply(args.planner, job, placement, None, 30)
+        plan = _stubs.plan_from_reply(args.planner, request, reply)
+        flat = plan.candidate("flat")
+        curves = [{"used_as": _stubs._enum_name(c, "used_as"), "nodes": list(c.nodes),
+                   "extrapolated": c.extrapolated, "max_bytes": c.max_bytes}
+                  for c in reply.evidence.curves]
+        if reply.traffic.capacity_tokens != cap:  # the layer must run what was planned
+            sys.exit(f"moe_step_bench: the planner's capacity {reply.traffic.capacity_tokens} "
+                     f"is not the layer's {cap} for {job}")
+        answers.append({
+            "mib": mib, "job": job, "capacity": cap, "plan": plan, "flat": flat,
+            "evidence": plan.evidence_source, "curves": curves,
+            "notes": list(reply.evidence.notes),
+            "planned_dispatch_bytes": reply.traffic.dispatch_bytes,
+        })
+    return answers
+
+
+def slowest(samples):
+    """Per sample, the slowest rank's time (an op or a step ends when its last rank does)."""
+    import torch
+    import torch.distributed as dist
+    worst = torch.tensor(samples, dtype=torch.float64)
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    return worst.tolist()
+
+
+def interleaved(runs, rounds, warmup):
+    """runs: {name: fn}; calls them in turn (a, b, a, b, ...), `warmup` rounds unrecorded.
+    Returns {name: [slowest-rank seconds per round]}."""
+    import torch.distributed as dist
+    times = {name: [] for name in runs}
+    for r in range(warmup + rounds):
+        for name, fn in runs.items():
+            dist.barrier()
+            start = time.perf_counter()
+            fn()
+            if r >= warmup:
+                times[name].append(time.perf_counter() - start)
+    return {name: slowest(t) for name, t in times.items()}
+
+
+def bench_size(answer, groups, args):
+    import torch
+    import torch.distributed as dist
+    import monta
+    import moe_layer
+    planned = answer["plan"]
+    job = answer["job"]
+    plans = {"planned": planned, "flat": monta.Plan()}
+    layer = moe_layer.MoELayer(hidden=job["hidden_size"], ffn=args.ffn,
+                               num_experts=job["num_experts"], top_k=job["top_k"],
+                               capacity_factor=job["capacity_factor"], plan=planned,
+                               groups=groups)
+    optimizer = torch.optim.SGD(layer.experts.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(dist.get_rank() // groups.tp_size)  # same over TP
+    x = torch.randn((1, job["sequence_length"], job["hidden_size"]), generator=g)
+
+    def step(plan):
+        def run():
+            layer.plan = plan
+            loss = layer(x).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return run
+
+    steps = interleaved({k: step(p) for k, p in plans.items()}, args.steps, args.warmup)
+    d = torch.randn((job["num_experts"], answer["capacity"], job["hidden_size"]), generator=g)
+    ops = interleaved({k: (lambda p=p: monta.dispatch(d, p, groups)) for k, p in plans.items()},
+                      args.op_iters, args.warmup)
+    return steps, ops, d.numel() * d.element_size()
+
+
+def summarize(answer, steps, ops, dispatch_bytes, args):
+    planned, flat = answer["plan"], answer["flat"]
+    med = {k: statistics.median(v) for k, v in steps.items()}
+    op = {k: statistics.median(v) for k, v in ops.items()}
+    per_round = [f / p for p, f in zip(steps["planned"], steps["flat"])]
+    row = {
+        "mib_per_rank": dispatch_bytes / 2**20, "capacity": answer["capacity"],
+        "tokens_per_rank": answer["job"]["sequence_length"],
+        "planner_dispatch_bytes": answer["planned_dispatch_bytes"],
+        "strategy": planned.strategy, "K": planned.num_chunks,
+        "evidence": answer["evidence"],
+        "extrapolated_curves": [c["used_as"] for c in answer["curves"] if c["extrapolated"]],
+        "step_s": {"planned": med["planned"], "flat": med["flat"]},
+        "step_samples_s": steps,
+        "step_speedup": med["flat"] / med["planned"],
+        "step_speedup_per_round_median": statistics.median(per_round),
+        "dispatch_op_s": op, "dispatch_op_samples_s": ops,
+        "predicted_dispatch_op_s": {}, "dispatch_op_error": {},
+    }
+    for name, cand in (("planned", planned), ("flat", flat)):
+        if cand is None or not cand.predicted_forward_seconds_per_layer:
+            continue
+        predicted = cand.predicted_forward_seconds_per_layer / 2
+        row["predicted_dispatch_op_s"][name] = predicted
+        row["dispatch_op_error"][name] = op[name] / predicted - 1
+    row["bar_step_speedup_1_3x"] = row["step_speedup"] >= 1.3
+    err = row["dispatch_op_error"].get("planned")
+    row["bar_prediction_within_20pct"] = err is not None and abs(err) <= 0.20
+    return row
+
+
+def print_row(row, answer):
+    p = answer["plan"]
+    log(f"\n== dispatch {row['mib_per_rank']:.1f} MiB per rank (C={row['capacity']}, "
+        f"S={row['tokens_per_rank']} tokens/rank) ==")
+    log(f"planned: {p.strategy} K={p.num_chunks} (evidence {row['evidence'] or '-'}; "
+        f"extrapolated curves: {', '.join(row['extrapolated_curves']) or 'none'})")
+    for note in answer["notes"]:
+        log(f"  planner note: {note}")
+    s = row["step_s"]
+    log(f"step (fwd+bwd+SGD, median of {len(row['step_samples_s']['planned'])}): planned "
+        f"{s['planned'] * 1e3:.0f} ms, flat {s['flat'] * 1e3:.0f} ms, flat/planned "
+        f"{row['step_speedup']:.2f}x (per-round median {row['step_speedup_per_round_median']:.2f}x)"
+        f"  [bar >= 1.3x: {'PASS' if row['bar_step_speedup_1_3x'] else 'FAIL'}]")
+    for name in ("planned", "flat"):
+        measured = row["dispatch_op_s"][name]
+        pred = row["predicted_dispatch_op_s"].get(name)
+        text = (f"predicted {pred * 1e3:.0f} ms, error {row['dispatch_op_error'][name]:+.0%}"
+                if pred else "no prediction")
+        bar = ""
+        if name == "planned":
+            bar = f"  [bar within 20%: {'PASS' if row['bar_prediction_within_20pct'] else 'FAIL'}]"
+        log(f"dispatch AllToAll {name:>7}: measured {measured * 1e3:.0f} ms, {text}{bar}")
+
+
+def rank_main(args):
+    import torch
+    import torch.distributed as dist
+    import monta
+    torch.set_num_threads(1)
+    timeout = datetime.timedelta(seconds=args.timeout_s)
+    dist.init_process_group("gloo", timeout=timeout)
+    rank = dist.get_rank()
+    groups = monta.MoeGroups.build(args.tp, args.ep, args.ranks_per_node, timeout=timeout)
+    sizes = [float(m) for m in args.mib.split(",")]
+    box = [None]
+    if rank == 0:
+        try:
+            box[0] = ask_planner(args, sizes)
+        except (monta.PlanError, SystemExit) as e:  # every rank stops, none waits
+            box[0] = f"moe_step_bench: asking the planner at {args.planner}: {e}"
+    dist.broadcast_object_list(box, src=0)
+    if isinstance(box[0], str):
+        sys.exit(box[0])
+    rows = []
+    for answer in box[0]:
+        steps, ops, dispatch_bytes = bench_size(answer, groups, args)
+        if rank == 0:
+            row = summarize(answer, steps, ops, dispatch_bytes, args)
+            print_row(row, answer)
+            rows.append(row)
+    if rank == 0:
+        log("\nMOE_STEP_BENCH_JSON " + json.dumps({
+            "bench": "moe_step", "rate": args.rate, "nodes": args.nodes.split(","),
+            "ranks_per_node": args.ranks_per_node, "tp": args.tp, "ep": args.ep,
+            "hidden": args.hidden, "experts": args.experts, "top_k": args.top_k,
+            "capacity_factor": args.capacity_factor, "ffn": args.ffn, "steps": args.steps,
+            "op_iters": args.op_iters, "warmup": args.warmup, "sizes": rows}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--role", choices=["prepare", "rank"], required=True)
+    parser.add_argument("--planner", default="10.213.0.1:7400")
+    parser.add_argument("--nodes", default="node-0,node-1", help="registered node names")
+    parser.add_argument("--rate", default="", help="the links' rate, for the record")
+    parser.add_argument("--ranks_per_node", type=int, default=2)
+    parser.add_argument("--world", type=int, default=4)
+    parser.add_argument("--tp", type=int, default=2)
+    parser.add_argument("--ep", type=int, default=2)
+    parser.add_argument("--mib", default="16,64", help="dispatch MiB per rank, comma list")
+    parser.add_argument("--hidden", type=int, default=32768)
+    parser.add_argument("--experts", type=int, default=4)
+    parser.add_argument("--top_k", type=int, default=2)
+    parser.add_argument("--capacity_factor", type=float, default=8.0)
+    parser.add_argument("--ffn", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=3, help="timed rounds per strategy")
+    parser.add_argument("--op_iters", type=int, default=5, help="timed dispatch ops per strategy")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--timeout_s", type=float, default=600)
+    parser.add_argument("--bench_max_bytes", type=int, default=64 << 20)
+    parser.add_argument("--bench_timeout_s", type=float, default=300)
+    args = parser.parse_args()
+    if args.role == "prepare":
+        prepare(args)
+    else:
+        rank_main(args)
+
+
+if __name__ == "__main__":
+    main()
