@@ -7,6 +7,11 @@ Where DeepSpeed's MOELayer.forward calls `drop_tokens`, `_AllToAll.apply` and
 plan says (flat, tp_dedup, tp_dedup_pipelined(K), hierarchical); for expert_overlap(K) it
 hands its experts to monta.experts_overlapped, which runs the capacity in K chunks with the
 next chunk's AllToAll in flight while the experts work on the current one.
+
+`dispatcher="index"` builds the [E, C, M] buffer by index (scatter the routed tokens into
+their slots, gather them back weighted) instead of the dense einsums, as DeepSpeed does
+with `use_tutel=True` (Tutel's fast dispatcher): the same tensors, O(k S M) work instead of
+O(S E C M). The AllToAll sees exactly the same buffer either way.
 """
 
 import math
@@ -38,23 +43,51 @@ class TopKGate(torch.nn.Module):
         self.wg = torch.nn.Linear(hidden, num_experts, bias=False).float()
         self.num_experts, self.top_k, self.capacity_factor = num_experts, top_k, capacity_factor
 
-    def forward(self, x: torch.Tensor):
+    def route(self, x: torch.Tensor):
+        """Per token and choice [S, k]: the expert, the slot in its capacity buffer, the
+        combine weight (0 when the token is dropped for capacity) and whether it is kept.
+        Returns (capacity, expert, slot, weight, kept)."""
         tokens, experts = x.shape[0], self.num_experts
         cap = capacity(tokens, experts, self.top_k, self.capacity_factor)
         gates = F.softmax(self.wg(x.float()), dim=1)  # [S, E]
         top_vals, top_idx = gates.topk(self.top_k, dim=1)
         top_vals = top_vals / top_vals.sum(dim=1, keepdim=True)
-        combine = gates.new_zeros((tokens, experts, cap))
         filled = torch.zeros(experts, dtype=torch.long, device=x.device)
+        slots = []
         for choice in range(self.top_k):  # first choices claim capacity first
             mask = F.one_hot(top_idx[:, choice], experts)  # [S, E]
             slot = torch.cumsum(mask, dim=0) - 1 + filled  # position in the expert's buffer
             filled = filled + mask.sum(dim=0)
-            keep = mask * (slot < cap)
-            slot_1h = F.one_hot((slot * keep).sum(dim=1), cap)  # [S, C]
-            weight = (top_vals[:, choice:choice + 1] * keep)  # [S, E]
-            combine = combine + weight.unsqueeze(2) * slot_1h.unsqueeze(1)
+            slots.append((slot * mask).sum(dim=1))  # the chosen expert's slot
+        slot = torch.stack(slots, dim=1)
+        kept = slot < cap
+        return cap, top_idx, slot, top_vals * kept, kept
+
+    def forward(self, x: torch.Tensor):
+        """DeepSpeed's form: combine weights [S, E, C] and the dispatch mask."""
+        cap, expert, slot, weight, kept = self.route(x)
+        combine = weight.new_zeros((x.shape[0], self.num_experts, cap))
+        for choice in range(self.top_k):
+            slot_1h = F.one_hot(slot[:, choice] * kept[:, choice], cap)  # [S, C]
+            expert_w = F.one_hot(expert[:, choice], self.num_experts) * weight[:, choice:choice + 1]
+            combine = combine + expert_w.unsqueeze(2) * slot_1h.unsqueeze(1)
         return combine, combine > 0
+
+
+def dispatch_by_index(tokens, cap, expert, slot, kept, num_experts):
+    """[S, M] -> [E, C, M]: each kept (token, choice) copied into its expert's slot."""
+    where = (expert * cap + slot)[kept]  # row of the flattened [E*C, M] buffer
+    routed = tokens.unsqueeze(1).expand(-1, expert.shape[1], -1)[kept]
+    buffer = tokens.new_zeros((num_experts * cap, tokens.shape[1]))
+    return buffer.index_copy(0, where, routed).view(num_experts, cap, tokens.shape[1])
+
+
+def combine_by_index(out, cap, expert, slot, weight, kept):
+    """[E, C, M] -> [S, M]: each token's kept rows, weighted, summed over its choices."""
+    rows = out.reshape(-1, out.shape[-1]).index_select(0, (expert * cap + slot)[kept])
+    owner = torch.arange(expert.shape[0], device=out.device).unsqueeze(1).expand_as(expert)
+    weighted = rows * weight[kept].unsqueeze(1).type_as(out)
+    return out.new_zeros((expert.shape[0], out.shape[-1])).index_add(0, owner[kept], weighted)
 
 
 class Experts(torch.nn.Module):
@@ -81,8 +114,11 @@ class Experts(torch.nn.Module):
 class MoELayer(torch.nn.Module):
     def __init__(self, hidden: int, ffn: int, num_experts: int, top_k: int,
                  capacity_factor: float, plan: "monta.Plan", groups: "monta.MoeGroups",
-                 dtype=torch.float32):
+                 dtype=torch.float32, dispatcher: str = "einsum"):
         super().__init__()
+        if dispatcher not in ("einsum", "index"):
+            raise ValueError(f"dispatcher={dispatcher!r}: expected einsum or index")
+        self.dispatcher = dispatcher
         if num_experts % groups.ep_size:
             raise ValueError(f"num_experts {num_experts} not divisible by EP size {groups.ep_size}")
         groups.check(plan)  # a plan for another layout is refused here, before any step
@@ -97,13 +133,21 @@ class MoELayer(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         hidden = x.shape[-1]
         tokens = x.reshape(-1, hidden)
+        if self.dispatcher == "index":
+            cap, expert, slot, weight, kept = self.gate.route(tokens)
+            dispatched = dispatch_by_index(tokens, cap, expert, slot, kept,
+                                           self.gate.num_experts)
+            out = self._experts_and_alltoall(dispatched)
+            return combine_by_index(out, cap, expert, slot, weight, kept).reshape(x.shape)
         combine_w, dispatch_mask = self.gate(tokens)
         dispatched = torch.einsum("sec,sm->ecm", dispatch_mask.type_as(x), tokens)
-        if self.plan.strategy == monta.EXPERT_OVERLAP:
-            out = self._chunked(dispatched)
-        else:
-            out = self._through_experts(dispatched)
+        out = self._experts_and_alltoall(dispatched)
         return torch.einsum("sec,ecm->sm", combine_w.type_as(x), out).reshape(x.shape)
+
+    def _experts_and_alltoall(self, dispatched: torch.Tensor) -> torch.Tensor:
+        if self.plan.strategy == monta.EXPERT_OVERLAP:
+            return self._chunked(dispatched)
+        return self._through_experts(dispatched)
 
     def _through_experts(self, dispatched: torch.Tensor) -> torch.Tensor:
         e, hidden = self.groups.ep_size, dispatched.shape[-1]

@@ -23,9 +23,12 @@ dispatch + combine, docs/MODEL.md section 4), the error, and one JSON line.
 
 Sizing: a layer of E experts, hidden M, top-k, capacity factor cf and S tokens per rank
 has C = ceil(k S cf / E) rows per expert and dispatches D = E C M b bytes per rank
-(b = 4, fp32). The gate's einsum costs ~2 S D / b flops, so on a few shared CPU cores a
-wide row (M = 32768) with few tokens and a large cf keeps compute small next to the
-AllToAll; the experts' FFN width (--ffn) is small for the same reason.
+(b = 4, fp32); the defaults (E 4, M 8192, k 2, cf 1) give S = 256 and 1024 tokens for 16
+and 64 MiB. The layer dispatches by index (--dispatcher=index, DeepSpeed's use_tutel
+path) and its experts are narrow (--ffn 4): Debian's torch runs on the reference BLAS at
+about 1 GFLOP/s per core, and 4 ranks share the host's cores, so the dense einsum
+(2 S D / b flops) or a wide FFN (6 D ffn / b per step) would bury the AllToAll under CPU
+time a GPU would not spend. The AllToAll moves the same [E, C, M] buffer either way.
 """
 
 import argparse
@@ -108,7 +111,6 @@ def ask_planner(args, sizes):
         job, cap = job_for(mib, args)
         request, reply = _stubs.get_strategy_reply(args.planner, job, placement, None, 30)
         plan = _stubs.plan_from_reply(args.planner, request, reply)
-        flat = plan.candidate("flat")
         curves = [{"used_as": _stubs._enum_name(c, "used_as"), "nodes": list(c.nodes),
                    "extrapolated": c.extrapolated, "max_bytes": c.max_bytes}
                   for c in reply.evidence.curves]
@@ -116,7 +118,7 @@ def ask_planner(args, sizes):
             sys.exit(f"moe_step_bench: the planner's capacity {reply.traffic.capacity_tokens} "
                      f"is not the layer's {cap} for {job}")
         answers.append({
-            "mib": mib, "job": job, "capacity": cap, "plan": plan, "flat": flat,
+            "mib": mib, "job": job, "capacity": cap, "plan": plan,
             "evidence": plan.evidence_source, "curves": curves,
             "notes": list(reply.evidence.notes),
             "planned_dispatch_bytes": reply.traffic.dispatch_bytes,
@@ -148,6 +150,19 @@ def interleaved(runs, rounds, warmup):
     return {name: slowest(t) for name, t in times.items()}
 
 
+def op_plans(planned):
+    """The dispatch ops to time: the plan, flat, and every other strategy the planner
+    offered at its best K (keyed by strategy name), so each has a measured-vs-predicted."""
+    import monta
+    plans = {"planned": planned, "flat": monta.Plan()}
+    if planned.strategy in (monta.EXPERT_OVERLAP,):
+        return plans  # dispatch alone runs flat for it
+    for c in planned.candidates:
+        if c.strategy not in (planned.strategy, monta.FLAT, monta.EXPERT_OVERLAP):
+            plans[c.strategy] = monta.Plan(strategy=c.strategy, num_chunks=c.num_chunks)
+    return plans
+
+
 def bench_size(answer, groups, args):
     import torch
     import torch.distributed as dist
@@ -159,7 +174,7 @@ def bench_size(answer, groups, args):
     layer = moe_layer.MoELayer(hidden=job["hidden_size"], ffn=args.ffn,
                                num_experts=job["num_experts"], top_k=job["top_k"],
                                capacity_factor=job["capacity_factor"], plan=planned,
-                               groups=groups)
+                               groups=groups, dispatcher=args.dispatcher)
     optimizer = torch.optim.SGD(layer.experts.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(dist.get_rank() // groups.tp_size)  # same over TP
     x = torch.randn((1, job["sequence_length"], job["hidden_size"]), generator=g)
@@ -175,13 +190,13 @@ def bench_size(answer, groups, args):
 
     steps = interleaved({k: step(p) for k, p in plans.items()}, args.steps, args.warmup)
     d = torch.randn((job["num_experts"], answer["capacity"], job["hidden_size"]), generator=g)
-    ops = interleaved({k: (lambda p=p: monta.dispatch(d, p, groups)) for k, p in plans.items()},
-                      args.op_iters, args.warmup)
+    ops = interleaved({k: (lambda p=p: monta.dispatch(d, p, groups))
+                       for k, p in op_plans(planned).items()}, args.op_iters, args.warmup)
     return steps, ops, d.numel() * d.element_size()
 
 
 def summarize(answer, steps, ops, dispatch_bytes, args):
-    planned, flat = answer["plan"], answer["flat"]
+    planned = answer["plan"]
     med = {k: statistics.median(v) for k, v in steps.items()}
     op = {k: statistics.median(v) for k, v in ops.items()}
     per_round = [f / p for p, f in zip(steps["planned"], steps["flat"])]
@@ -196,10 +211,16 @@ def summarize(answer, steps, ops, dispatch_bytes, args):
         "step_samples_s": steps,
         "step_speedup": med["flat"] / med["planned"],
         "step_speedup_per_round_median": statistics.median(per_round),
+        "planner_candidates": [
+            {"strategy": c.strategy, "K": c.num_chunks,
+             "forward_s_per_layer": c.predicted_forward_seconds_per_layer,
+             "backward_s_per_layer": c.predicted_backward_seconds_per_layer}
+            for c in planned.candidates],
         "dispatch_op_s": op, "dispatch_op_samples_s": ops,
         "predicted_dispatch_op_s": {}, "dispatch_op_error": {},
     }
-    for name, cand in (("planned", planned), ("flat", flat)):
+    for name in ops:
+        cand = planned if name == "planned" else planned.candidate(name)
         if cand is None or not cand.predicted_forward_seconds_per_layer:
             continue
         predicted = cand.predicted_forward_seconds_per_layer / 2
@@ -224,7 +245,7 @@ def print_row(row, answer):
         f"{s['planned'] * 1e3:.0f} ms, flat {s['flat'] * 1e3:.0f} ms, flat/planned "
         f"{row['step_speedup']:.2f}x (per-round median {row['step_speedup_per_round_median']:.2f}x)"
         f"  [bar >= 1.3x: {'PASS' if row['bar_step_speedup_1_3x'] else 'FAIL'}]")
-    for name in ("planned", "flat"):
+    for name in row["dispatch_op_s"]:
         measured = row["dispatch_op_s"][name]
         pred = row["predicted_dispatch_op_s"].get(name)
         text = (f"predicted {pred * 1e3:.0f} ms, error {row['dispatch_op_error'][name]:+.0%}"
@@ -232,7 +253,9 @@ def print_row(row, answer):
         bar = ""
         if name == "planned":
             bar = f"  [bar within 20%: {'PASS' if row['bar_prediction_within_20pct'] else 'FAIL'}]"
-        log(f"dispatch AllToAll {name:>7}: measured {measured * 1e3:.0f} ms, {text}{bar}")
+        k = f" K={p.candidate(name).num_chunks}" if name not in ("planned", "flat") and \
+            p.candidate(name) else ""
+        log(f"dispatch AllToAll {name + k:>12}: measured {measured * 1e3:.0f} ms, {text}{bar}")
 
 
 def rank_main(args):
@@ -266,7 +289,8 @@ def rank_main(args):
             "bench": "moe_step", "rate": args.rate, "nodes": args.nodes.split(","),
             "ranks_per_node": args.ranks_per_node, "tp": args.tp, "ep": args.ep,
             "hidden": args.hidden, "experts": args.experts, "top_k": args.top_k,
-            "capacity_factor": args.capacity_factor, "ffn": args.ffn, "steps": args.steps,
+            "capacity_factor": args.capacity_factor, "ffn": args.ffn,
+            "dispatcher": args.dispatcher, "steps": args.steps,
             "op_iters": args.op_iters, "warmup": args.warmup, "sizes": rows}))
     dist.barrier()
     dist.destroy_process_group()
@@ -283,11 +307,13 @@ def main():
     parser.add_argument("--tp", type=int, default=2)
     parser.add_argument("--ep", type=int, default=2)
     parser.add_argument("--mib", default="16,64", help="dispatch MiB per rank, comma list")
-    parser.add_argument("--hidden", type=int, default=32768)
+    parser.add_argument("--hidden", type=int, default=8192)
     parser.add_argument("--experts", type=int, default=4)
     parser.add_argument("--top_k", type=int, default=2)
-    parser.add_argument("--capacity_factor", type=float, default=8.0)
-    parser.add_argument("--ffn", type=int, default=16)
+    parser.add_argument("--capacity_factor", type=float, default=1.0)
+    parser.add_argument("--ffn", type=int, default=4, help="experts' FFN width")
+    parser.add_argument("--dispatcher", choices=["index", "einsum"], default="index",
+                        help="how the layer builds the [E, C, M] buffer (examples/moe_layer.py)")
     parser.add_argument("--steps", type=int, default=3, help="timed rounds per strategy")
     parser.add_argument("--op_iters", type=int, default=5, help="timed dispatch ops per strategy")
     parser.add_argument("--warmup", type=int, default=1)
