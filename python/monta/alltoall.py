@@ -5,7 +5,9 @@ the EP size e), dim 1 the capacity axis. Every strategy computes what DeepSpeed'
 `_AllToAll` computes on the EP group (block i of dim 0 goes to EP rank i; the output's block
 i came from EP rank i), so dispatch and combine are the same operation:
 
-- flat: one AllToAll of the whole tensor (every TP rank sends the same bytes).
+- flat: one AllToAll of the whole tensor (every TP rank sends the same bytes). On Gloo
+  every AllToAll here is point-to-point with the receives posted first
+  (`_gloo_pairwise_start`), not torch's all_to_all_single (gloo::alltoall).
 - tp_dedup: TP rank j keeps rows [j*C/t, (j+1)*C/t) of the capacity axis (DeepSpeed's
   `drop_tokens`), AllToAll of that 1/t, AllGather over the TP group (`gather_tokens`).
   When C mod t != 0 the capacity axis is padded with zero rows up to C' = ceil(C/t)*t

@@ -4,7 +4,8 @@ Every strategy and K in {1, 2, 3, 8} against flat: forward outputs and the gradi
 the inputs and of the expert weights equal flat's exactly in fp32 and within tolerance in
 bf16; dtype kept; capacity not divisible by K; capacity not divisible by t (the dedup
 strategies pad it); plans that do not fit the groups refused; a
-killed rank makes the others fail with a clear error, no hang."""
+killed rank makes the others fail with a clear error, no hang; flat on Gloo runs as
+point-to-point messages with known data landing where DeepSpeed's AllToAll puts it."""
 
 import datetime
 import os
@@ -269,6 +270,45 @@ def gather_into_tensor_worker(rank, world):
     return failures
 
 
+def pairwise_worker(rank, world):
+    """Flat on Gloo is point-to-point (receives posted before sends), not
+    all_to_all_single: block j of rank r's input lands as block r of EP member j's output,
+    in fp32 and bf16 (byte view), on EP groups of 4 and of 2 (strided members), also with
+    two AllToAlls in flight on one group at once (expert_overlap's dispatch and combine)."""
+    from monta import alltoall
+    failures = []
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("all_to_all_single called on a Gloo group")
+
+    torch.distributed.all_to_all_single = refuse
+    for t, e, members in ((1, 4, [0, 1, 2, 3]), (2, 2, [rank % 2, rank % 2 + 2])):
+        group = monta.MoeGroups.build(t, e, GPUS_PER_NODE).ep_group
+
+        def block(src, dst, salt, dtype):  # what member src sends member dst
+            return (torch.arange(6.0).reshape(2, 3) + 1000 * src + 100 * dst + salt).to(dtype)
+
+        for dtype in (torch.float32, torch.bfloat16):
+            for salt in (0, 7):
+                x = torch.stack([block(rank, j, salt, dtype) for j in members])
+                want = torch.stack([block(j, rank, salt, dtype) for j in members])
+                out, work = alltoall._all_to_all_start(x, group)
+                work.wait()
+                compare(f"flat {e} ranks {dtype} salt {salt}", out, want, torch.float32,
+                        failures)
+            first = torch.stack([block(rank, j, 1, dtype) for j in members])
+            second = torch.stack([block(rank, j, 2, dtype) for j in members])
+            a, wa = alltoall._all_to_all_start(first, group)
+            b, wb = alltoall._all_to_all_start(second, group)
+            wb.wait()
+            wa.wait()
+            for name, got, salt in (("first", a, 1), ("second", b, 2)):
+                want = torch.stack([block(j, rank, salt, dtype) for j in members])
+                compare(f"two in flight, {name}, {e} ranks {dtype}", got, want, torch.float32,
+                        failures)
+    return failures
+
+
 def traffic_worker(rank, world):
     """What each strategy puts on the wire: AllToAll sizes and counts per op."""
     from monta import alltoall
@@ -310,6 +350,9 @@ class StrategiesTest(unittest.TestCase):
 
     def test_index_dispatcher_matches_einsum(self):
         self.assertEveryRankClean(index_dispatcher_worker, deadline_s=120)
+
+    def test_flat_on_gloo_is_pairwise_and_exact(self):
+        self.assertEveryRankClean(pairwise_worker, deadline_s=120)
 
     def test_what_each_strategy_sends(self):
         results = mp_harness.run(traffic_worker, WORLD, deadline_s=120)
