@@ -150,6 +150,25 @@ def interleaved(runs, rounds, warmup):
     return {name: slowest(t) for name, t in times.items()}
 
 
+class AllToAllClock:
+    """Seconds this rank spends inside monta's AllToAll (forward and backward, every
+    strategy but expert_overlap), by wrapping monta.alltoall._run, which both autograd
+    directions call."""
+
+    def __init__(self):
+        from monta import alltoall
+        self.spent = 0.0
+        inner = alltoall._run
+
+        def timed_run(*args):
+            start = time.perf_counter()
+            try:
+                return inner(*args)
+            finally:
+                self.spent += time.perf_counter() - start
+        alltoall._run = timed_run
+
+
 def op_plans(planned):
     """The dispatch ops to time: the plan, flat, and every other strategy the planner
     offered at its best K (keyed by strategy name), so each has a measured-vs-predicted."""
@@ -179,16 +198,23 @@ def bench_size(answer, groups, args):
     g = torch.Generator().manual_seed(dist.get_rank() // groups.tp_size)  # same over TP
     x = torch.randn((1, job["sequence_length"], job["hidden_size"]), generator=g)
 
-    def step(plan):
+    clock = AllToAllClock()
+    inside = {k: [] for k in plans}  # per step: this rank's seconds inside the AllToAll
+
+    def step(name, plan):
         def run():
             layer.plan = plan
+            before = clock.spent
             loss = layer(x).pow(2).mean()
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            inside[name].append(clock.spent - before)
         return run
 
-    steps = interleaved({k: step(p) for k, p in plans.items()}, args.steps, args.warmup)
+    steps = interleaved({k: step(k, p) for k, p in plans.items()}, args.steps, args.warmup)
+    # The rounds interleaved() recorded: the last args.steps of each.
+    steps["alltoall_in_step"] = {k: slowest(v[-args.steps:]) for k, v in inside.items()}
     d = torch.randn((job["num_experts"], answer["capacity"], job["hidden_size"]), generator=g)
     ops = interleaved({k: (lambda p=p: monta.dispatch(d, p, groups))
                        for k, p in op_plans(planned).items()}, args.op_iters, args.warmup)
@@ -197,6 +223,7 @@ def bench_size(answer, groups, args):
 
 def summarize(answer, steps, ops, dispatch_bytes, args):
     planned = answer["plan"]
+    in_step = steps.pop("alltoall_in_step")
     med = {k: statistics.median(v) for k, v in steps.items()}
     op = {k: statistics.median(v) for k, v in ops.items()}
     per_round = [f / p for p, f in zip(steps["planned"], steps["flat"])]
@@ -209,6 +236,10 @@ def summarize(answer, steps, ops, dispatch_bytes, args):
         "extrapolated_curves": [c["used_as"] for c in answer["curves"] if c["extrapolated"]],
         "step_s": {"planned": med["planned"], "flat": med["flat"]},
         "step_samples_s": steps,
+        # The slowest rank's time inside the four AllToAlls of a step (dispatch, combine and
+        # their gradients), median over the steps: the rest of a step is compute and waits.
+        "alltoall_in_step_s": {k: statistics.median(v) for k, v in in_step.items()},
+        "alltoall_in_step_samples_s": in_step,
         "step_speedup": med["flat"] / med["planned"],
         "step_speedup_per_round_median": statistics.median(per_round),
         "planner_candidates": [
@@ -245,6 +276,9 @@ def print_row(row, answer):
         f"{s['planned'] * 1e3:.0f} ms, flat {s['flat'] * 1e3:.0f} ms, flat/planned "
         f"{row['step_speedup']:.2f}x (per-round median {row['step_speedup_per_round_median']:.2f}x)"
         f"  [bar >= 1.3x: {'PASS' if row['bar_step_speedup_1_3x'] else 'FAIL'}]")
+    a = row["alltoall_in_step_s"]
+    log(f"  of which inside the 4 AllToAlls (slowest rank): planned {a['planned'] * 1e3:.0f} ms, "
+        f"flat {a['flat'] * 1e3:.0f} ms")
     for name in row["dispatch_op_s"]:
         measured = row["dispatch_op_s"][name]
         pred = row["predicted_dispatch_op_s"].get(name)
@@ -314,7 +348,7 @@ def main():
     parser.add_argument("--ffn", type=int, default=4, help="experts' FFN width")
     parser.add_argument("--dispatcher", choices=["index", "einsum"], default="index",
                         help="how the layer builds the [E, C, M] buffer (examples/moe_layer.py)")
-    parser.add_argument("--steps", type=int, default=3, help="timed rounds per strategy")
+    parser.add_argument("--steps", type=int, default=5, help="timed rounds per strategy")
     parser.add_argument("--op_iters", type=int, default=5, help="timed dispatch ops per strategy")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--timeout_s", type=float, default=600)
