@@ -19,7 +19,9 @@ cluster; it is not meant to be started by hand. Two roles:
 What rank 0 prints per size: the plan, the median step time of each (a step takes as long
 as its slowest rank) and their ratio, the measured dispatch op against the planner's
 prediction for it (a candidate's forward_seconds_per_layer / 2: the forward of a layer is
-dispatch + combine, docs/MODEL.md section 4), the error, and one JSON line.
+dispatch + combine, docs/MODEL.md section 4), the error as `montactl verify` reports it
+(predicted / measured - 1: negative = the op ran slower than predicted), and one JSON
+line.
 
 Sizing: a layer of E experts, hidden M, top-k, capacity factor cf and S tokens per rank
 has C = ceil(k S cf / E) rows per expert and dispatches D = E C M b bytes per rank
@@ -97,6 +99,44 @@ def prepare(args):
                 f"{state} in {time.monotonic() - start:.1f} s (task {reply.status.task_id})")
             if "SUCCEEDED" not in state:
                 sys.exit(f"moe_step_bench: RunBenchmark {task} did not succeed: {reply}")
+        for mib in [float(m) for m in args.calibrate_mib.split(",") if m]:
+            verify(stub, planner_pb2, mib, args)
+
+
+def verify(stub, planner_pb2, mib, args):
+    """The Verify RPC (montactl verify) for the same layer at `mib`: the agents run every
+    strategy and a K sweep of this dispatch on the nodes, and the planner fits its
+    calibration for these nodes, which the GetStrategy answers below then use. The sizes
+    scored here are other sizes (--calibrate_mib), so a prediction is never its own
+    measurement."""
+    import grpc
+    from monta import _stubs
+    _, _, strategy_pb2 = _stubs._import_stubs()
+    job, _ = job_for(mib, args)
+    placement = {"node_names": args.nodes.split(","), "gpus_per_node": args.ranks_per_node}
+    request = planner_pb2.VerifyRequest(
+        request=strategy_pb2.StrategyRequest(
+            job=_stubs._message(strategy_pb2.MoeJob, job, "job"),
+            placement=_stubs._message(strategy_pb2.Placement, placement, "placement")),
+        timeout_seconds=args.bench_timeout_s)
+    start = time.monotonic()
+    try:
+        reply = stub.Verify(request, timeout=args.bench_timeout_s + 30)
+    except grpc.RpcError as e:
+        sys.exit(f"moe_step_bench: Verify at {mib:g} MiB: {e.code().name}: {e.details()}")
+    cal = reply.calibration
+    log(f"# Verify {mib:g} MiB in {time.monotonic() - start:.1f} s: regret "
+        f"{reply.regret_ratio:+.0%}, median |error| {reply.median_error_ratio:.0%}, max "
+        f"{reply.max_error_ratio:.0%}; calibration: per-chunk overhead "
+        f"{cal.per_chunk_overhead_seconds * 1e3:.2f} ms, contention {cal.contention_factor:.2f}, "
+        f"bandwidth scale {cal.bandwidth_scale_ratio:.2f}, error {cal.error_before_ratio:.0%} -> "
+        f"{cal.error_after_ratio:.0%}")
+    for c in reply.candidates:
+        log(f"#   {_stubs._enum_name(c, 'kind')[len('STRATEGY_KIND_'):].lower():>18} "
+            f"K={c.chunks_effective:<3} predicted {c.predicted_seconds * 1e3:7.1f} ms, measured "
+            f"{c.measured_seconds * 1e3:7.1f} ms, error {c.error_ratio:+.0%}"
+            f"{' chosen' if c.chosen else ''}{' best' if c.best else ''}"
+            f"{' WRONG BYTES' if c.wrong_bytes else ''}")
 
 
 # ----- role rank -----
@@ -117,7 +157,17 @@ def ask_planner(args, sizes):
         if reply.traffic.capacity_tokens != cap:  # the layer must run what was planned
             sys.exit(f"moe_step_bench: the planner's capacity {reply.traffic.capacity_tokens} "
                      f"is not the layer's {cap} for {job}")
+        ev = reply.evidence
+        calibration = None
+        if ev.HasField("calibration"):
+            c = ev.calibration
+            calibration = {"per_chunk_overhead_s": c.per_chunk_overhead_seconds,
+                           "contention_factor": c.contention_factor,
+                           "bandwidth_scale_ratio": c.bandwidth_scale_ratio,
+                           "task_id": c.task_id}
         answers.append({
+            "calibration": calibration,
+            "verified_task": ev.verified.task_id if ev.HasField("verified") else None,
             "mib": mib, "job": job, "capacity": cap, "plan": plan,
             "evidence": plan.evidence_source, "curves": curves,
             "notes": list(reply.evidence.notes),
@@ -232,7 +282,8 @@ def summarize(answer, steps, ops, dispatch_bytes, args):
         "tokens_per_rank": answer["job"]["sequence_length"],
         "planner_dispatch_bytes": answer["planned_dispatch_bytes"],
         "strategy": planned.strategy, "K": planned.num_chunks,
-        "evidence": answer["evidence"],
+        "evidence": answer["evidence"], "calibration": answer["calibration"],
+        "verified_task": answer["verified_task"],
         "extrapolated_curves": [c["used_as"] for c in answer["curves"] if c["extrapolated"]],
         "step_s": {"planned": med["planned"], "flat": med["flat"]},
         "step_samples_s": steps,
@@ -248,7 +299,8 @@ def summarize(answer, steps, ops, dispatch_bytes, args):
              "backward_s_per_layer": c.predicted_backward_seconds_per_layer}
             for c in planned.candidates],
         "dispatch_op_s": op, "dispatch_op_samples_s": ops,
-        "predicted_dispatch_op_s": {}, "dispatch_op_error": {},
+        # predicted / measured - 1, as montactl verify's error_ratio.
+        "predicted_dispatch_op_s": {}, "dispatch_op_error_ratio": {},
     }
     for name in ops:
         cand = planned if name == "planned" else planned.candidate(name)
@@ -256,9 +308,9 @@ def summarize(answer, steps, ops, dispatch_bytes, args):
             continue
         predicted = cand.predicted_forward_seconds_per_layer / 2
         row["predicted_dispatch_op_s"][name] = predicted
-        row["dispatch_op_error"][name] = op[name] / predicted - 1
+        row["dispatch_op_error_ratio"][name] = predicted / op[name] - 1
     row["bar_step_speedup_1_3x"] = row["step_speedup"] >= 1.3
-    err = row["dispatch_op_error"].get("planned")
+    err = row["dispatch_op_error_ratio"].get("planned")
     row["bar_prediction_within_20pct"] = err is not None and abs(err) <= 0.20
     return row
 
@@ -269,6 +321,11 @@ def print_row(row, answer):
         f"S={row['tokens_per_rank']} tokens/rank) ==")
     log(f"planned: {p.strategy} K={p.num_chunks} (evidence {row['evidence'] or '-'}; "
         f"extrapolated curves: {', '.join(row['extrapolated_curves']) or 'none'})")
+    cal = row["calibration"]
+    log("calibration: " + (f"per-chunk overhead {cal['per_chunk_overhead_s'] * 1e3:.2f} ms, "
+                           f"contention {cal['contention_factor']:.2f}, bandwidth scale "
+                           f"{cal['bandwidth_scale_ratio']:.2f} (task {cal['task_id']})"
+                           if cal else "none"))
     for note in answer["notes"]:
         log(f"  planner note: {note}")
     s = row["step_s"]
@@ -282,7 +339,8 @@ def print_row(row, answer):
     for name in row["dispatch_op_s"]:
         measured = row["dispatch_op_s"][name]
         pred = row["predicted_dispatch_op_s"].get(name)
-        text = (f"predicted {pred * 1e3:.0f} ms, error {row['dispatch_op_error'][name]:+.0%}"
+        text = (f"predicted {pred * 1e3:.0f} ms, error "
+                f"{row['dispatch_op_error_ratio'][name]:+.0%}"
                 if pred else "no prediction")
         bar = ""
         if name == "planned":
@@ -354,6 +412,10 @@ def main():
     parser.add_argument("--timeout_s", type=float, default=600)
     parser.add_argument("--bench_max_bytes", type=int, default=64 << 20)
     parser.add_argument("--bench_timeout_s", type=float, default=300)
+    parser.add_argument("--calibrate_mib", default="4,32",
+                        help="prepare: sizes (MiB per rank) to run the Verify RPC on first, "
+                             "so the planner answers with its calibration for these nodes; "
+                             "empty = none")
     args = parser.parse_args()
     if args.role == "prepare":
         prepare(args)

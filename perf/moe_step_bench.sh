@@ -2,7 +2,9 @@
 # MoE training step with the planner's strategy against flat, on the emulated two-tier
 # cluster (scripts/emulated-cluster.sh; as root). Brings up 2 node namespaces x 2 ranks
 # with the links shaped at --rate (or uses --cluster=NAME, already up), has the agents
-# measure up to 64 MiB (each node alone, then across the link), starts 4 torch.distributed
+# measure up to 64 MiB (each node alone, then across the link), runs the Verify RPC on the
+# same layer at 4 and 32 MiB so that the planner calibrates its model for these nodes
+# (driver flag --calibrate_mib; sizes other than the scored ones), starts 4 torch.distributed
 # Gloo ranks, each inside its node's namespace (TCP store on node-0's address, Gloo on
 # eth0: ranks of one node meet on its local stack, the others across the shaped link),
 # and runs perf/moe_step_bench.py: per dispatch size, the plan from GetStrategy, step
@@ -15,7 +17,7 @@
 #
 # --cluster=NAME: an emulated cluster of 2 nodes x 2 ranks that is up (e.g. one on which
 #   `montactl verify` ran); left up afterwards. --measure=false skips the RunBenchmark
-#   tasks (the planner answers from the curves it has). --bin_dir: prebuilt monta-planner,
+#   and Verify tasks (the planner answers from the curves and calibration it has). --bin_dir: prebuilt monta-planner,
 #   monta-agent, montactl (default: bazel build -c opt here). DRIVER_FLAGS: see
 #   `/usr/bin/python3 perf/moe_step_bench.py --help` (--steps, --op_iters, --warmup,
 #   --hidden, --capacity_factor, --ffn, ...). Exit status: 0 when every rank finished
