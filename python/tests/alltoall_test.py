@@ -271,8 +271,8 @@ def gather_into_tensor_worker(rank, world):
 
 
 def pairwise_worker(rank, world):
-    """Flat on Gloo is point-to-point (receives posted before sends), not
-    all_to_all_single: block j of rank r's input lands as block r of EP member j's output,
+    """AllToAll and AllGather on Gloo are point-to-point (receives posted before sends), not
+    all_to_all_single / all_gather: the TP gather puts each rank's piece in TP order; block j of rank r's input lands as block r of EP member j's output,
     in fp32 and bf16 (byte view), on EP groups of 4 and of 2 (strided members), also with
     two AllToAlls in flight on one group at once (expert_overlap's dispatch and combine)."""
     from monta import alltoall
@@ -282,6 +282,15 @@ def pairwise_worker(rank, world):
         raise AssertionError("all_to_all_single called on a Gloo group")
 
     torch.distributed.all_to_all_single = refuse
+    torch.distributed.all_gather = refuse
+    tp = monta.MoeGroups.build(2, 2, GPUS_PER_NODE).tp_group
+    for dtype in (torch.float32, torch.bfloat16):
+        # gather_tokens on the TP group (ranks 2n, 2n+1): both pieces, in TP order.
+        x = (torch.arange(12.0).reshape(3, 4) + 100 * rank).to(dtype)
+        want = torch.cat([(torch.arange(12.0).reshape(3, 4) + 100 * (rank // 2 * 2 + j))
+                          .to(dtype) for j in range(2)], 1)
+        compare(f"gather_tokens on Gloo {dtype}", monta.gather_tokens(x, 1, tp), want,
+                torch.float32, failures)
     for t, e, members in ((1, 4, [0, 1, 2, 3]), (2, 2, [rank % 2, rank % 2 + 2])):
         group = monta.MoeGroups.build(t, e, GPUS_PER_NODE).ep_group
 
