@@ -99,8 +99,34 @@ def prepare(args):
                 f"{state} in {time.monotonic() - start:.1f} s (task {reply.status.task_id})")
             if "SUCCEEDED" not in state:
                 sys.exit(f"moe_step_bench: RunBenchmark {task} did not succeed: {reply}")
-        for mib in [float(m) for m in args.calibrate_mib.split(",") if m]:
+        calibrate = [float(m) for m in args.calibrate_mib.split(",") if m]
+        if calibrate and args.prepare_out:
+            record_uncalibrated(args)
+        for mib in calibrate:
             verify(stub, planner_pb2, mib, args)
+
+
+def candidates_json(plan):
+    return [{"strategy": c.strategy, "K": c.num_chunks,
+             "forward_s_per_layer": c.predicted_forward_seconds_per_layer,
+             "backward_s_per_layer": c.predicted_backward_seconds_per_layer}
+            for c in plan.candidates]
+
+
+def record_uncalibrated(args):
+    """The planner's answers for the scored sizes before any Verify on these nodes, so that
+    rank 0 can show the error before and after the calibration."""
+    from monta import _stubs
+    placement = {"node_names": args.nodes.split(","), "gpus_per_node": args.ranks_per_node}
+    out = {}
+    for mib in [float(m) for m in args.mib.split(",")]:
+        job, _ = job_for(mib, args)
+        request, reply = _stubs.get_strategy_reply(args.planner, job, placement, None, 30)
+        plan = _stubs.plan_from_reply(args.planner, request, reply)
+        out[str(mib)] = candidates_json(plan)
+        log(f"# before calibration, {mib:g} MiB: {plan.strategy} K={plan.num_chunks}")
+    with open(args.prepare_out, "w") as f:
+        json.dump(out, f)
 
 
 def verify(stub, planner_pb2, mib, args):
@@ -165,7 +191,12 @@ def ask_planner(args, sizes):
                            "contention_factor": c.contention_factor,
                            "bandwidth_scale_ratio": c.bandwidth_scale_ratio,
                            "task_id": c.task_id}
+        before = None
+        if args.prepare_out and os.path.isfile(args.prepare_out):
+            with open(args.prepare_out) as f:
+                before = json.load(f).get(str(mib))
         answers.append({
+            "uncalibrated": before,
             "calibration": calibration,
             "verified_task": ev.verified.task_id if ev.HasField("verified") else None,
             "mib": mib, "job": job, "capacity": cap, "plan": plan,
@@ -219,9 +250,10 @@ class AllToAllClock:
         alltoall._run = timed_run
 
 
-def op_plans(planned):
-    """The dispatch ops to time: the plan, flat, and every other strategy the planner
-    offered at its best K (keyed by strategy name), so each has a measured-vs-predicted."""
+def op_plans(planned, uncalibrated=None):
+    """The dispatch ops to time: the plan, flat, every other strategy the planner offered
+    at its best K (keyed by strategy name), and the choice before calibration when its K
+    differs, so each has a measured-vs-predicted."""
     import monta
     plans = {"planned": planned, "flat": monta.Plan()}
     if planned.strategy in (monta.EXPERT_OVERLAP,):
@@ -229,6 +261,13 @@ def op_plans(planned):
     for c in planned.candidates:
         if c.strategy not in (planned.strategy, monta.FLAT, monta.EXPERT_OVERLAP):
             plans[c.strategy] = monta.Plan(strategy=c.strategy, num_chunks=c.num_chunks)
+    if uncalibrated:
+        first = uncalibrated[0]
+        have = {(p.strategy, p.num_chunks) for p in plans.values()}
+        if (first["strategy"], first["K"]) not in have and \
+                first["strategy"] != monta.EXPERT_OVERLAP:
+            plans["uncalibrated_choice"] = monta.Plan(strategy=first["strategy"],
+                                                      num_chunks=first["K"])
     return plans
 
 
@@ -267,7 +306,8 @@ def bench_size(answer, groups, args):
     steps["alltoall_in_step"] = {k: slowest(v[-args.steps:]) for k, v in inside.items()}
     d = torch.randn((job["num_experts"], answer["capacity"], job["hidden_size"]), generator=g)
     ops = interleaved({k: (lambda p=p: monta.dispatch(d, p, groups))
-                       for k, p in op_plans(planned).items()}, args.op_iters, args.warmup)
+                       for k, p in op_plans(planned, answer["uncalibrated"]).items()},
+                      args.op_iters, args.warmup)
     return steps, ops, d.numel() * d.element_size()
 
 
@@ -293,11 +333,7 @@ def summarize(answer, steps, ops, dispatch_bytes, args):
         "alltoall_in_step_samples_s": in_step,
         "step_speedup": med["flat"] / med["planned"],
         "step_speedup_per_round_median": statistics.median(per_round),
-        "planner_candidates": [
-            {"strategy": c.strategy, "K": c.num_chunks,
-             "forward_s_per_layer": c.predicted_forward_seconds_per_layer,
-             "backward_s_per_layer": c.predicted_backward_seconds_per_layer}
-            for c in planned.candidates],
+        "planner_candidates": candidates_json(planned),
         "dispatch_op_s": op, "dispatch_op_samples_s": ops,
         # predicted / measured - 1, as montactl verify's error_ratio.
         "predicted_dispatch_op_s": {}, "dispatch_op_error_ratio": {},
@@ -309,10 +345,38 @@ def summarize(answer, steps, ops, dispatch_bytes, args):
         predicted = cand.predicted_forward_seconds_per_layer / 2
         row["predicted_dispatch_op_s"][name] = predicted
         row["dispatch_op_error_ratio"][name] = predicted / op[name] - 1
+    if answer["uncalibrated"]:
+        row["uncalibrated"] = uncalibrated_errors(answer, op)
     row["bar_step_speedup_1_3x"] = row["step_speedup"] >= 1.3
     err = row["dispatch_op_error_ratio"].get("planned")
     row["bar_prediction_within_20pct"] = err is not None and abs(err) <= 0.20
     return row
+
+
+def uncalibrated_errors(answer, op):
+    """The planner's answer before calibration against the same measurements: its choice,
+    and predicted / measured - 1 for every candidate whose (strategy, K) was timed."""
+    import monta
+    planned = answer["plan"]
+    ran = {}
+    for name, plan in op_plans(planned, answer["uncalibrated"]).items():
+        ran[(plan.strategy, plan.num_chunks)] = op[name]
+    out = {"strategy": answer["uncalibrated"][0]["strategy"],
+           "K": answer["uncalibrated"][0]["K"], "predicted_dispatch_op_s": {},
+           "dispatch_op_error_ratio": {}}
+    for c in answer["uncalibrated"]:
+        key = (c["strategy"], c["K"] if c["strategy"] in monta.plan.CHUNKED else 1)
+        if key not in ran or not c["forward_s_per_layer"]:
+            continue
+        label = f"{key[0]}(K={key[1]})"
+        out["predicted_dispatch_op_s"][label] = c["forward_s_per_layer"] / 2
+        out["dispatch_op_error_ratio"][label] = c["forward_s_per_layer"] / 2 / ran[key] - 1
+    return out
+
+
+def monta_strategies():
+    import monta
+    return monta.STRATEGIES
 
 
 def print_row(row, answer):
@@ -336,6 +400,11 @@ def print_row(row, answer):
     a = row["alltoall_in_step_s"]
     log(f"  of which inside the 4 AllToAlls (slowest rank): planned {a['planned'] * 1e3:.0f} ms, "
         f"flat {a['flat'] * 1e3:.0f} ms")
+    u = row.get("uncalibrated")
+    if u:
+        log(f"before calibration the planner chose {u['strategy']} K={u['K']}; its predictions "
+            "then: " + ", ".join(f"{k} {v * 1e3:.0f} ms ({u['dispatch_op_error_ratio'][k]:+.0%})"
+                                 for k, v in u["predicted_dispatch_op_s"].items()))
     for name in row["dispatch_op_s"]:
         measured = row["dispatch_op_s"][name]
         pred = row["predicted_dispatch_op_s"].get(name)
@@ -346,7 +415,7 @@ def print_row(row, answer):
         if name == "planned":
             bar = f"  [bar within 20%: {'PASS' if row['bar_prediction_within_20pct'] else 'FAIL'}]"
         k = f" K={p.candidate(name).num_chunks}" if name not in ("planned", "flat") and \
-            p.candidate(name) else ""
+            name in monta_strategies() and p.candidate(name) else ""
         log(f"dispatch AllToAll {name + k:>12}: measured {measured * 1e3:.0f} ms, {text}{bar}")
 
 
@@ -412,6 +481,9 @@ def main():
     parser.add_argument("--timeout_s", type=float, default=600)
     parser.add_argument("--bench_max_bytes", type=int, default=64 << 20)
     parser.add_argument("--bench_timeout_s", type=float, default=300)
+    parser.add_argument("--prepare_out", default="",
+                        help="file where prepare leaves the planner's answers before "
+                             "calibration, for rank 0 to compare")
     parser.add_argument("--calibrate_mib", default="4,32",
                         help="prepare: sizes (MiB per rank) to run the Verify RPC on first, "
                              "so the planner answers with its calibration for these nodes; "

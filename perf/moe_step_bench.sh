@@ -82,7 +82,7 @@ fi
 export MONTA_PROTO_ROOT="$PWD" MONTA_STUBS_DIR="$WORK/stubs" PYTHONDONTWRITEBYTECODE=1
 NODE_NAMES="node-0,node-1"
 COMMON=(--planner=10.213.0.1:7400 --nodes="$NODE_NAMES" --ranks_per_node=2 --world=4
-  --tp=2 --ep=2 --rate="$RATE" --mib="$MIB")
+  --tp=2 --ep=2 --rate="$RATE" --mib="$MIB" --prepare_out="$WORK/before-calibration.json")
 echo "# emulated cluster $NAME: 2 nodes x 2 ranks, links shaped at $RATE each way; t=2 e=2"
 if [[ "$MEASURE" == true ]]; then
   "${CL[@]}" exec --name="$NAME" hub -- timeout "$TIMEOUT_S" "$PY" perf/moe_step_bench.py \
