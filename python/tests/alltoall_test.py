@@ -272,9 +272,10 @@ def gather_into_tensor_worker(rank, world):
 
 def pairwise_worker(rank, world):
     """AllToAll and AllGather on Gloo are point-to-point (receives posted before sends), not
-    all_to_all_single / all_gather: the TP gather puts each rank's piece in TP order; block j of rank r's input lands as block r of EP member j's output,
-    in fp32 and bf16 (byte view), on EP groups of 4 and of 2 (strided members), also with
-    two AllToAlls in flight on one group at once (expert_overlap's dispatch and combine)."""
+    all_to_all_single / all_gather: the TP gather puts each rank's piece in TP order; block
+    j of rank r's input lands as block r of EP member j's output, in fp32 and bf16 (byte
+    view), on EP groups of 4 and of 2 (strided members), also with two AllToAlls in flight
+    on one group at once (expert_overlap's dispatch and combine)."""
     from monta import alltoall
     failures = []
 
