@@ -203,8 +203,22 @@ def ask_planner(args, sizes):
             "evidence": plan.evidence_source, "curves": curves,
             "notes": list(reply.evidence.notes),
             "planned_dispatch_bytes": reply.traffic.dispatch_bytes,
+            "k_sweep": k_sweep_predictions(args, job, placement),
         })
     return answers
+
+
+def k_sweep_predictions(args, job, placement):
+    """--k_sweep: the planner's what-if prediction (options.fixed_chunks) of the pipelined
+    dispatch at each K, {K: seconds per dispatch op}."""
+    from monta import _stubs
+    out = {}
+    for k in [int(v) for v in args.k_sweep.split(",") if v]:
+        options = {"allowed": ["STRATEGY_KIND_TP_DEDUP_PIPELINED"], "fixed_chunks": k}
+        request, reply = _stubs.get_strategy_reply(args.planner, job, placement, options, 30)
+        plan = _stubs.plan_from_reply(args.planner, request, reply)
+        out[plan.num_chunks] = plan.predicted_forward_seconds_per_layer / 2
+    return out
 
 
 def slowest(samples):
@@ -250,10 +264,10 @@ class AllToAllClock:
         alltoall._run = timed_run
 
 
-def op_plans(planned, uncalibrated=None):
+def op_plans(planned, uncalibrated=None, k_sweep=None):
     """The dispatch ops to time: the plan, flat, every other strategy the planner offered
-    at its best K (keyed by strategy name), and the choice before calibration when its K
-    differs, so each has a measured-vs-predicted."""
+    at its best K (keyed by strategy name), the --k_sweep Ks of the pipeline, and the
+    choice before calibration when its K differs, so each has a measured-vs-predicted."""
     import monta
     plans = {"planned": planned, "flat": monta.Plan()}
     if planned.strategy in (monta.EXPERT_OVERLAP,):
@@ -261,6 +275,10 @@ def op_plans(planned, uncalibrated=None):
     for c in planned.candidates:
         if c.strategy not in (planned.strategy, monta.FLAT, monta.EXPERT_OVERLAP):
             plans[c.strategy] = monta.Plan(strategy=c.strategy, num_chunks=c.num_chunks)
+    for k in sorted(k_sweep or {}):
+        if ("tp_dedup_pipelined", k) not in {(p.strategy, p.num_chunks) for p in plans.values()}:
+            plans[f"tp_dedup_pipelined(K={k})"] = monta.Plan(strategy="tp_dedup_pipelined",
+                                                             num_chunks=k)
     if uncalibrated:
         first = uncalibrated[0]
         have = {(p.strategy, p.num_chunks) for p in plans.values()}
@@ -306,7 +324,8 @@ def bench_size(answer, groups, args):
     steps["alltoall_in_step"] = {k: slowest(v[-args.steps:]) for k, v in inside.items()}
     d = torch.randn((job["num_experts"], answer["capacity"], job["hidden_size"]), generator=g)
     ops = interleaved({k: (lambda p=p: monta.dispatch(d, p, groups))
-                       for k, p in op_plans(planned, answer["uncalibrated"]).items()},
+                       for k, p in op_plans(planned, answer["uncalibrated"],
+                                            answer["k_sweep"]).items()},
                       args.op_iters, args.warmup)
     return steps, ops, d.numel() * d.element_size()
 
@@ -338,7 +357,12 @@ def summarize(answer, steps, ops, dispatch_bytes, args):
         # predicted / measured - 1, as montactl verify's error_ratio.
         "predicted_dispatch_op_s": {}, "dispatch_op_error_ratio": {},
     }
+    sweep = {f"tp_dedup_pipelined(K={k})": v for k, v in answer["k_sweep"].items()}
     for name in ops:
+        if name in sweep:
+            row["predicted_dispatch_op_s"][name] = sweep[name]
+            row["dispatch_op_error_ratio"][name] = sweep[name] / op[name] - 1
+            continue
         cand = planned if name == "planned" else planned.candidate(name)
         if cand is None or not cand.predicted_forward_seconds_per_layer:
             continue
@@ -359,7 +383,7 @@ def uncalibrated_errors(answer, op):
     import monta
     planned = answer["plan"]
     ran = {}
-    for name, plan in op_plans(planned, answer["uncalibrated"]).items():
+    for name, plan in op_plans(planned, answer["uncalibrated"], answer["k_sweep"]).items():
         ran[(plan.strategy, plan.num_chunks)] = op[name]
     out = {"strategy": answer["uncalibrated"][0]["strategy"],
            "K": answer["uncalibrated"][0]["K"], "predicted_dispatch_op_s": {},
@@ -481,6 +505,9 @@ def main():
     parser.add_argument("--timeout_s", type=float, default=600)
     parser.add_argument("--bench_max_bytes", type=int, default=64 << 20)
     parser.add_argument("--bench_timeout_s", type=float, default=300)
+    parser.add_argument("--k_sweep", default="",
+                        help="also time the pipelined dispatch at these K (comma list) "
+                             "against the planner's fixed-K prediction, e.g. 1,4,16,64")
     parser.add_argument("--prepare_out", default="",
                         help="file where prepare leaves the planner's answers before "
                              "calibration, for rank 0 to compare")
