@@ -88,7 +88,12 @@ def _gloo_pairwise_start(out: torch.Tensor, inp: torch.Tensor, group) -> _Works:
     the two directions then take turns, and its time is bimodal (issue 10 measured 60-80%
     of a shaped link's rate, this 90%+)."""
     size, me = dist.get_world_size(group), dist.get_rank(group)
-    ins, outs = inp.chunk(size), out.chunk(size)
+    if inp.shape[0] % size:
+        raise PlanError(f"monta: AllToAll of {inp.shape[0]} rows over a group of {size}: dim "
+                        "0 must split evenly")
+    n = inp.shape[0] // size
+    ins = [inp.narrow(0, j * n, n) for j in range(size)]
+    outs = [out.narrow(0, j * n, n) for j in range(size)]
     peers = [(me + k) % size for k in range(1, size)]
     ranks = {p: dist.distributed_c10d.get_global_rank(group, p) for p in peers}
     works = [dist.irecv(outs[p], src=ranks[p], group=group, tag=_GLOO_TAG) for p in peers]

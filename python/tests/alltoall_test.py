@@ -193,6 +193,13 @@ def refusal_worker(rank, world):
     except monta.PlanError as e:
         if "3 experts" not in str(e):
             seen.append(f"E=3: unclear error {e}")
+    # DeepSpeed's bare AllToAll with rows that do not split over the group: refused too.
+    try:
+        monta.all_to_all(torch.zeros(3, 2), groups.ep_group)
+        seen.append("all_to_all of 3 rows over 2 ranks accepted")
+    except monta.PlanError as e:
+        if "3 rows over a group of 2" not in str(e):
+            seen.append(f"all_to_all of 3 rows: unclear error {e}")
     # Hierarchical with an EP group spread unevenly over the nodes.
     reason = groups_mod._hierarchical_unfit([[0, 1, 2]], 2)
     if "same count" not in reason:
