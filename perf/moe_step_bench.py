@@ -221,6 +221,12 @@ def k_sweep_predictions(args, job, placement):
     return out
 
 
+def loadavg():
+    """The host's 1-minute load average: other work on the cores makes the numbers noisy."""
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
 def slowest(samples):
     """Per sample, the slowest rank's time (an op or a step ends when its last rank does)."""
     import torch
@@ -443,11 +449,25 @@ def print_row(row, answer):
         log(f"dispatch AllToAll {name + k:>12}: measured {measured * 1e3:.0f} ms, {text}{bar}")
 
 
+def report(rows, args, load_start):
+    log(f"\nhost load average (1 min) at start {load_start}, at end {loadavg()}; "
+        f"{os.cpu_count()} CPUs: the numbers above are as noisy as that")
+    log("\nMOE_STEP_BENCH_JSON " + json.dumps({
+        "bench": "moe_step", "rate": args.rate, "nodes": args.nodes.split(","),
+        "ranks_per_node": args.ranks_per_node, "tp": args.tp, "ep": args.ep,
+        "hidden": args.hidden, "experts": args.experts, "top_k": args.top_k,
+        "capacity_factor": args.capacity_factor, "ffn": args.ffn,
+        "dispatcher": args.dispatcher, "steps": args.steps, "op_iters": args.op_iters,
+        "warmup": args.warmup, "load_average_start": load_start,
+        "load_average_end": loadavg(), "cpus": os.cpu_count(), "sizes": rows}))
+
+
 def rank_main(args):
     import torch
     import torch.distributed as dist
     import monta
     torch.set_num_threads(1)
+    load_start = loadavg()
     timeout = datetime.timedelta(seconds=args.timeout_s)
     dist.init_process_group("gloo", timeout=timeout)
     rank = dist.get_rank()
@@ -470,13 +490,7 @@ def rank_main(args):
             print_row(row, answer)
             rows.append(row)
     if rank == 0:
-        log("\nMOE_STEP_BENCH_JSON " + json.dumps({
-            "bench": "moe_step", "rate": args.rate, "nodes": args.nodes.split(","),
-            "ranks_per_node": args.ranks_per_node, "tp": args.tp, "ep": args.ep,
-            "hidden": args.hidden, "experts": args.experts, "top_k": args.top_k,
-            "capacity_factor": args.capacity_factor, "ffn": args.ffn,
-            "dispatcher": args.dispatcher, "steps": args.steps,
-            "op_iters": args.op_iters, "warmup": args.warmup, "sizes": rows}))
+        report(rows, args, load_start)
     dist.barrier()
     dist.destroy_process_group()
 
