@@ -64,6 +64,7 @@ cleanup() {
   for pid in "${PIDS[@]:-}"; do
     if [[ -n "$pid" ]]; then kill "$pid" 2>/dev/null || true; fi
   done
+  if ((${#PIDS[@]})); then sleep 1; fi
   if [[ "$OWN" == true ]]; then "${CL[@]}" down --name="$NAME" >/dev/null 2>&1 || true; fi
   rm -rf "$WORK"
   exit "$rc"
@@ -71,6 +72,13 @@ cleanup() {
 PIDS=()
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+# Runs a step in the background and waits for it: bash defers a trapped signal until a
+# foreground command ends, but `wait` returns at once, so TERM tears down promptly.
+waited() {
+  "$@" &
+  PIDS+=($!)
+  wait "$!"
+}
 
 if [[ "$OWN" == true ]]; then
   UP=(up --name="$NAME" --nodes=2 --ranks_per_node=2 --rate="$RATE" --self_bench=true --timeout=120)
@@ -85,33 +93,37 @@ COMMON=(--planner=10.213.0.1:7400 --nodes="$NODE_NAMES" --ranks_per_node=2 --wor
   --tp=2 --ep=2 --rate="$RATE" --mib="$MIB" --prepare_out="$WORK/before-calibration.json")
 echo "# emulated cluster $NAME: 2 nodes x 2 ranks, links shaped at $RATE each way; t=2 e=2"
 if [[ "$MEASURE" == true ]]; then
-  "${CL[@]}" exec --name="$NAME" hub -- timeout "$TIMEOUT_S" "$PY" perf/moe_step_bench.py \
+  waited "${CL[@]}" exec --name="$NAME" hub -- timeout "$TIMEOUT_S" "$PY" perf/moe_step_bench.py \
     --role=prepare "${COMMON[@]}" "$@"
 fi
 
 # Ranks 3..1 in the background, rank 0 (which prints) in the foreground.
+# Always run in a background subshell (&, or waited): exec makes the subshell's pid the
+# rank's `timeout`, so killing that pid stops the rank.
 rank_cmd() { # rank_cmd RANK DRIVER_FLAGS...
   local r=$1 node=$(($1 / 2))
   shift
-  "${CL[@]}" exec --name="$NAME" "node-$node" -- env RANK="$r" WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) \
+  exec "${CL[@]}" exec --name="$NAME" "node-$node" -- env RANK="$r" WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) \
     LOCAL_WORLD_SIZE=2 MASTER_ADDR=10.213.1.1 MASTER_PORT=29517 GLOO_SOCKET_IFNAME=eth0 \
     OMP_NUM_THREADS=1 timeout "$TIMEOUT_S" "$PY" perf/moe_step_bench.py --role=rank \
     "${COMMON[@]}" "$@"
 }
+RANK_PIDS=()
 for r in 3 2 1; do
   rank_cmd "$r" "$@" >"$WORK/rank$r.log" 2>&1 &
   PIDS+=($!)
+  RANK_PIDS+=($!)
 done
 worst=0
-rank_cmd 0 "$@" || worst=$?
-for i in "${!PIDS[@]}"; do
+waited rank_cmd 0 "$@" || worst=$?
+for i in "${!RANK_PIDS[@]}"; do
   rc=0
-  wait "${PIDS[$i]}" || rc=$?
-  PIDS[i]=""
+  wait "${RANK_PIDS[$i]}" || rc=$?
   if ((rc != 0)); then
     echo "moe_step_bench: rank $((3 - i)) exited $rc:" >&2
     tail -20 "$WORK/rank$((3 - i)).log" >&2
     ((rc > worst)) && worst=$rc
   fi
 done
+PIDS=()
 exit "$worst"
