@@ -600,6 +600,35 @@ void FillEvidence(const Resolved& where, const RoleChoices& choices,
   }
 }
 
+// The request checked, its placement resolved and the model's inputs built:
+// what PlanStrategy decides on and PreparePlan hands out.
+struct Built {
+  Resolved where;
+  PreparedPlan plan;
+  RoleChoices choices;
+  std::vector<std::string> notes;
+};
+
+absl::StatusOr<Built> Build(const v1::StrategyRequest& request,
+                            const NodeLookup* lookup) {
+  absl::StatusOr<Resolved> where = CheckRequest(request, lookup);
+  if (!where.ok()) return where.status();
+  Built b;
+  b.where = *std::move(where);
+  b.plan.job = ToJobShape(request.job());
+  b.plan.shape = model::NodeShape{b.where.nodes, b.where.gpus_per_node};
+  absl::StatusOr<model::Traffic> traffic =
+      model::ComputeTraffic(b.plan.job, b.plan.shape);
+  if (!traffic.ok())
+    return absl::InvalidArgumentError(traffic.status().message());
+  absl::StatusOr<model::ClusterView> view =
+      BuildView(b.where, *traffic, &b.choices, &b.notes);
+  if (!view.ok()) return view.status();
+  b.plan.view = *std::move(view);
+  b.plan.options = ToSearchOptions(request.options());
+  return b;
+}
+
 }  // namespace
 
 // Check and resolve, build the model's view, decide, render the reply. The
@@ -608,29 +637,17 @@ void FillEvidence(const Resolved& where, const RoleChoices& choices,
 absl::StatusOr<v1::StrategyReply> PlanStrategy(
     const v1::StrategyRequest& request, const NodeLookup* lookup,
     absl::Time now, const PlanCalibration* calibration) {
-  absl::StatusOr<Resolved> where = CheckRequest(request, lookup);
-  if (!where.ok()) return where.status();
-  const model::MoeJobShape shape = ToJobShape(request.job());
-  const model::NodeShape node_shape{where->nodes, where->gpus_per_node};
-  absl::StatusOr<model::Traffic> traffic =
-      model::ComputeTraffic(shape, node_shape);
-  if (!traffic.ok())
-    return absl::InvalidArgumentError(traffic.status().message());
-
-  std::vector<std::string> notes;
-  RoleChoices choices;
-  absl::StatusOr<model::ClusterView> view =
-      BuildView(*where, *traffic, &choices, &notes);
-  if (!view.ok()) return view.status();
-  model::SearchOptions options = ToSearchOptions(request.options());
+  absl::StatusOr<Built> b = Build(request, lookup);
+  if (!b.ok()) return b.status();
+  PreparedPlan& plan = b->plan;
   if (calibration != nullptr) {
-    view->calibration = calibration->model;
+    plan.view.calibration = calibration->model;
     if (request.options().contention_factor() == 0) {
-      options.contention_factor = calibration->contention_factor;
+      plan.options.contention_factor = calibration->contention_factor;
     }
   }
   absl::StatusOr<model::Decision> decision =
-      model::Decide(shape, node_shape, *view, options);
+      model::Decide(plan.job, plan.shape, plan.view, plan.options);
   if (!decision.ok()) {
     return absl::InvalidArgumentError(decision.status().message());
   }
@@ -638,12 +655,12 @@ absl::StatusOr<v1::StrategyReply> PlanStrategy(
   v1::StrategyReply reply;
   FillTraffic(decision->traffic, reply.mutable_traffic());
   for (const model::Candidate& c : decision->candidates) {
-    FillCandidate(c, CpuRanks(*where), reply.add_candidates());
+    FillCandidate(c, CpuRanks(b->where), reply.add_candidates());
   }
   if (decision->chosen >= 0) {
     *reply.mutable_chosen() = reply.candidates(decision->chosen);
   }
-  FillEvidence(*where, choices, *decision, now, std::move(notes),
+  FillEvidence(b->where, b->choices, *decision, now, std::move(b->notes),
                reply.mutable_evidence());
   if (calibration != nullptr) {
     *reply.mutable_evidence()->mutable_calibration() = calibration->evidence;
@@ -653,23 +670,9 @@ absl::StatusOr<v1::StrategyReply> PlanStrategy(
 
 absl::StatusOr<PreparedPlan> PreparePlan(const v1::StrategyRequest& request,
                                          const NodeLookup* lookup) {
-  absl::StatusOr<Resolved> where = CheckRequest(request, lookup);
-  if (!where.ok()) return where.status();
-  PreparedPlan plan;
-  plan.job = ToJobShape(request.job());
-  plan.shape = model::NodeShape{where->nodes, where->gpus_per_node};
-  absl::StatusOr<model::Traffic> traffic =
-      model::ComputeTraffic(plan.job, plan.shape);
-  if (!traffic.ok())
-    return absl::InvalidArgumentError(traffic.status().message());
-  std::vector<std::string> notes;
-  RoleChoices choices;
-  absl::StatusOr<model::ClusterView> view =
-      BuildView(*where, *traffic, &choices, &notes);
-  if (!view.ok()) return view.status();
-  plan.view = *std::move(view);
-  plan.options = ToSearchOptions(request.options());
-  return plan;
+  absl::StatusOr<Built> b = Build(request, lookup);
+  if (!b.ok()) return b.status();
+  return std::move(b->plan);
 }
 
 std::optional<double> PredictDispatchSeconds(
