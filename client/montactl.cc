@@ -23,6 +23,7 @@
 #include "client/verify_render.h"
 #include "common/bandwidth/collective_proto.h"
 #include "common/flags.h"
+#include "common/grpc_security_flags.h"
 #include "common/job_file.h"
 #include "common/proto_json.h"
 #include "common/proto_names.h"
@@ -546,7 +547,8 @@ int main(int argc, char** argv) {
   std::vector<char*> rest = monta::ParseFlags(
       argc, argv,
       "Monta's command-line client.\n\n"
-      "Usage: montactl [--planner ADDR] [--output table|json] COMMAND [ARGS]\n"
+      "Usage: montactl [--planner ADDR] (--tls_ca_file F --tls_cert_file F "
+      "--tls_key_file F | --insecure) [--output table|json] COMMAND [ARGS]\n"
       "commands:\n"
       "  health            planner health (gRPC health checking)\n"
       "  nodes [--all]     registered nodes\n"
@@ -565,7 +567,7 @@ int main(int argc, char** argv) {
       "                    and score the plan (predicted vs measured, "
       "regret)\n"
       "Example:\n"
-      "  montactl --planner=127.0.0.1:7400 plan "
+      "  montactl --planner=127.0.0.1:7400 --insecure plan "
       "--job=examples/monta-paper-2x70b.yaml --profile=a800-hgx --nodes=2",
       __FILE__);
   std::vector<std::string> args(rest.begin() + 1, rest.end());
@@ -581,8 +583,17 @@ int main(int argc, char** argv) {
     std::cerr << absl::ProgramUsageMessage() << "\n";
     return 2;
   }
-  ctx.channel = grpc::CreateChannel(absl::GetFlag(FLAGS_planner),
-                                    grpc::InsecureChannelCredentials());
+  absl::StatusOr<monta::GrpcSecurityOptions> security =
+      monta::GrpcSecurityFromFlags();
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      security.ok() ? monta::MakeChannelCredentials(*security)
+                    : absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>(
+                          security.status());
+  if (!credentials.ok()) {
+    std::cerr << "montactl: " << credentials.status().message() << "\n";
+    return 2;
+  }
+  ctx.channel = grpc::CreateChannel(absl::GetFlag(FLAGS_planner), *credentials);
   const std::string command = args[0];
   args.erase(args.begin());
   using Handler = int (*)(const Context&, const std::vector<std::string>&);

@@ -79,6 +79,7 @@ absl::StatusOr<std::unique_ptr<monta::PlannerServer>> StartPlanner(
     const monta::admission::TestCertFiles& certs) {
   monta::PlannerOptions options;
   options.grpc_address = "127.0.0.1:0";
+  options.grpc_security.insecure = true;  // only the webhook is loaded
   options.metrics_address = "";
   options.webhook_address = "127.0.0.1:0";
   options.tls_cert_file = certs.cert_file;

@@ -46,6 +46,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/table.h"
+#include "common/grpc_security_flags.h"
 #include "common/job_file.h"
 #include "common/proto_names.h"
 #include "grpcpp/grpcpp.h"
@@ -158,8 +159,9 @@ double Percentile(std::vector<int64_t>& sorted_ns, double q) {
 class Client {
  public:
   // `raw`: send pre-serialized requests and leave replies unparsed.
-  Client(const std::string& target, int index, bool raw,
-         const monta::v1::StrategyRequest& job)
+  Client(const std::string& target,
+         const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+         int index, bool raw, const monta::v1::StrategyRequest& job)
       : raw_(raw),
         health_method_("/grpc.health.v1.Health/Check",
                        grpc::internal::RpcMethod::NORMAL_RPC),
@@ -176,8 +178,7 @@ class Client {
     // stream limit).
     args.SetInt("monta.planner_load.client", index);
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    channel_ = grpc::CreateCustomChannel(
-        target, grpc::InsecureChannelCredentials(), args);
+    channel_ = grpc::CreateCustomChannel(target, credentials, args);
     health_ = grpc::health::v1::Health::NewStub(channel_);
     planner_ = monta::v1::Planner::NewStub(channel_);
   }
@@ -358,6 +359,23 @@ struct Setup {
   monta::v1::StrategyReply sample;
 };
 
+// The --tls_* / --insecure flags; without any of them an in-process planner
+// (no --planner) is reached over plaintext loopback, as before mTLS. With the
+// TLS files, the in-process planner serves them too (so the certificate must
+// name 127.0.0.1) and the clients present them.
+absl::StatusOr<GrpcSecurityOptions> LoadSecurity() {
+  absl::StatusOr<GrpcSecurityOptions> security = GrpcSecurityFromFlags();
+  if (security.ok() || !absl::GetFlag(FLAGS_planner).empty()) return security;
+  GrpcSecurityOptions none;
+  if (absl::GetFlag(FLAGS_tls_ca_file).empty() &&
+      absl::GetFlag(FLAGS_tls_cert_file).empty() &&
+      absl::GetFlag(FLAGS_tls_key_file).empty()) {
+    none.insecure = true;
+    return none;
+  }
+  return security;
+}
+
 // Starts the in-process planner unless --planner names one, connects
 // `n_clients` clients and asks for one decision. Messages go to stderr; the
 // caller exits 1 on an error.
@@ -365,8 +383,14 @@ absl::StatusOr<Setup> SetUp(int n_clients,
                             const monta::v1::StrategyRequest& job) {
   Setup setup;
   setup.target = absl::GetFlag(FLAGS_planner);
+  absl::StatusOr<GrpcSecurityOptions> security = LoadSecurity();
+  if (!security.ok()) return security.status();
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeChannelCredentials(*security);
+  if (!credentials.ok()) return credentials.status();
   if (setup.target.empty()) {
     PlannerOptions options;
+    options.grpc_security = *security;
     options.grpc_address = "127.0.0.1:0";
     options.metrics_address = "";
     absl::StatusOr<std::unique_ptr<PlannerServer>> started =
@@ -380,8 +404,9 @@ absl::StatusOr<Setup> SetUp(int n_clients,
     setup.target = absl::StrCat("127.0.0.1:", setup.server->grpc_port());
   }
   for (int i = 0; i < n_clients; ++i) {
-    setup.clients.push_back(std::make_unique<Client>(
-        setup.target, i, !absl::GetFlag(FLAGS_client_decode), job));
+    setup.clients.push_back(
+        std::make_unique<Client>(setup.target, *credentials, i,
+                                 !absl::GetFlag(FLAGS_client_decode), job));
     if (!setup.clients.back()->Connect(absl::Seconds(10))) {
       return absl::UnavailableError(
           absl::StrCat("cannot connect to ", setup.target));

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/flags.h"
+#include "common/grpc_security_flags.h"
 #include "common/http/http_server.h"
 #include "common/port_file.h"
 #include "common/signals.h"
@@ -209,6 +210,10 @@ absl::Status RetentionFromFlags(monta::PlannerOptions* options) {
 absl::StatusOr<monta::PlannerOptions> OptionsFromFlags() {
   monta::PlannerOptions options;
   options.grpc_address = absl::GetFlag(FLAGS_listen);
+  absl::StatusOr<monta::GrpcSecurityOptions> security =
+      monta::GrpcSecurityFromFlags();
+  if (!security.ok()) return security.status();
+  options.grpc_security = *std::move(security);
   options.metrics_address = absl::GetFlag(FLAGS_metrics_listen);
   absl::StatusOr<monta::http::HttpLimits> http_limits = HttpLimitsFromFlags();
   if (!http_limits.ok()) return http_limits.status();
@@ -263,7 +268,9 @@ int main(int argc, char** argv) {
       "Prometheus metrics, optional Kubernetes admission webhook).\n\n"
       "Usage: monta-planner [flags]\n"
       "Example: monta-planner --listen=0.0.0.0:7400 "
-      "--metrics-listen=0.0.0.0:7401 --db=/var/lib/monta/planner.db",
+      "--metrics-listen=0.0.0.0:7401 --db=/var/lib/monta/planner.db "
+      "--tls-ca-file=/etc/monta/tls/ca.crt --tls-cert-file="
+      "/etc/monta/tls/tls.crt --tls-key-file=/etc/monta/tls/tls.key",
       __FILE__);
   // Debian's Abseil is built with deadlock detection on, which walks a lock
   // graph on every Mutex acquisition (~2.5% of the planner's CPU under load).
@@ -276,6 +283,15 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  std::cerr << "monta-planner: "
+            << monta::DescribeGrpcSecurity(options->grpc_security)
+            << (options->grpc_security.insecure
+                    ? " Authorization is OFF: every caller may act as any "
+                      "node and run benchmarks."
+                    : " Each call is authorized against the client "
+                      "certificate's identity (spiffe://monta/node/<name>, "
+                      "spiffe://monta/operator/<name>, else read-only).")
+            << std::endl;
   auto server = monta::PlannerServer::Start(*options);
   if (!server.ok()) {
     std::cerr << "monta-planner: " << server.status().message() << "\n";

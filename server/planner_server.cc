@@ -137,21 +137,26 @@ absl::Status PlannerServer::StartGrpc() {
       ScheduleBenchmark(request, now, "schedule_on_register");
     };
   }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options_.grpc_security);
+  if (!credentials.ok()) return credentials.status();
+  authz_ = std::make_unique<api::Authorizer>(!options_.grpc_security.insecure,
+                                             coordinator_.get());
   gateway_ = std::make_unique<api::AgentGatewayService>(
-      registry_.get(), coordinator_.get(), std::move(on_registered));
+      registry_.get(), coordinator_.get(), authz_.get(),
+      std::move(on_registered));
   knowledge_ = std::make_unique<planning::PlanKnowledge>();
   verifier_ = std::make_unique<verify::Verifier>(
       registry_.get(), coordinator_.get(), knowledge_.get(),
       planner_metrics_.get(), store_.get());
   planner_ = std::make_unique<api::PlannerService>(
-      registry_.get(), coordinator_.get(), planner_metrics_.get(), store_.get(),
-      knowledge_.get(), verifier_.get());
+      registry_.get(), coordinator_.get(), authz_.get(), planner_metrics_.get(),
+      store_.get(), knowledge_.get(), verifier_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.grpc_address,
-                           grpc::InsecureServerCredentials(), &grpc_port_);
+  builder.AddListeningPort(options_.grpc_address, *credentials, &grpc_port_);
   // gRPC sets SO_REUSEPORT by default on Linux: a second planner on a bound
   // port would start and silently take half the connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/grpc_security.h"
 #include "common/http/http_server.h"
 #include "common/http/metrics_endpoint.h"
 #include "grpcpp/server.h"
@@ -19,6 +20,7 @@
 #include "server/admission/admission_handler.h"
 #include "server/admission/webhook_server.h"
 #include "server/api/agent_gateway_service.h"
+#include "server/api/authz.h"
 #include "server/api/planner_service.h"
 #include "server/bench/coordinator.h"
 #include "server/metrics/planner_metrics.h"
@@ -32,6 +34,11 @@ namespace monta {
 struct PlannerOptions {
   // gRPC listen address; port 0 picks a free port (see grpc_port()).
   std::string grpc_address = "127.0.0.1:7400";
+  // How the gRPC API is protected: mutual TLS (client certificates required,
+  // verified, and authorizing each call; see server/api/authz.h) or, when
+  // `insecure`, plaintext with authorization off. The default is neither and
+  // refuses to start.
+  GrpcSecurityOptions grpc_security;
   // Prometheus /metrics address; empty disables it; port 0 picks one.
   std::string metrics_address = "127.0.0.1:7401";
   // Deadlines and connection caps of /metrics and the webhook (--http_*).
@@ -134,6 +141,7 @@ class PlannerServer {
   std::unique_ptr<bench::Coordinator> coordinator_;
   std::unique_ptr<planning::PlanKnowledge> knowledge_;
   std::unique_ptr<verify::Verifier> verifier_;
+  std::unique_ptr<api::Authorizer> authz_;
   std::unique_ptr<api::AgentGatewayService> gateway_;
   std::unique_ptr<api::PlannerService> planner_;
   std::unique_ptr<grpc::Server> server_;

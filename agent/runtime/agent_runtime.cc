@@ -89,7 +89,10 @@ void AgentRuntime::Reconnect() {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   auto channel = grpc::CreateCustomChannel(
-      options_.planner_address, grpc::InsecureChannelCredentials(), args);
+      options_.planner_address,
+      options_.credentials != nullptr ? options_.credentials
+                                      : grpc::InsecureChannelCredentials(),
+      args);
   std::shared_ptr<monta::v1::AgentGateway::Stub> stub =
       monta::v1::AgentGateway::NewStub(channel);
   absl::MutexLock lock(&mu_);
@@ -287,6 +290,13 @@ void AgentRuntime::WatchLoop() {
         monta::v1::ReportBenchmarkRequest report;
         report.set_task_id(task.task_id());
         report.set_node_name(options_.node_name);
+        // The planner accepts a rank's result only from the node that owns
+        // the rank: name this node's first one.
+        const auto& nodes = task.nodes();
+        report.set_rank(static_cast<int>(std::find(nodes.begin(), nodes.end(),
+                                                   options_.node_name) -
+                                         nodes.begin()) *
+                        task.ranks_per_node());
         *report.mutable_status() = StatusToProto(absl::FailedPreconditionError(
             "this agent has no benchmark runner"));
         monta::v1::ReportBenchmarkReply reply;

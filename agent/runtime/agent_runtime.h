@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/security/credentials.h"
 #include "proto/monta/v1/agent.grpc.pb.h"
 
 namespace monta::agent {
@@ -61,6 +62,10 @@ void DiscardError(const std::string& node, const std::string& site,
 
 struct AgentOptions {
   std::string planner_address = "127.0.0.1:7400";
+  // How to reach the planner: mutual TLS with this node's certificate (see
+  // common/grpc_security.h); null = plaintext (monta-agent sets it always,
+  // from --tls_* or --insecure).
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
   std::string node_name;
   // Random per process unless set (tests set it to simulate a duplicate agent).
   std::string instance_id;

@@ -66,6 +66,7 @@ class WebhookServerTest : public ::testing::Test {
     certs_ = new TestCertFiles(*certs);
     PlannerOptions options;
     options.grpc_address = "127.0.0.1:0";
+    options.grpc_security.insecure = true;  // gRPC is not under test here
     options.metrics_address = "";
     options.webhook_address = "127.0.0.1:0";
     options.tls_cert_file = certs->cert_file;

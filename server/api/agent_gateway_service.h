@@ -7,6 +7,7 @@
 #include <string>
 
 #include "proto/monta/v1/agent.grpc.pb.h"
+#include "server/api/authz.h"
 #include "server/bench/coordinator.h"
 #include "server/registry/registry.h"
 
@@ -18,9 +19,10 @@ class AgentGatewayService final : public monta::v1::AgentGateway::Service {
   // its intra-node sweep).
   using RegisteredCallback = std::function<void(const std::string& node_name)>;
 
-  // Neither pointer is owned; both must outlive the service.
+  // No pointer is owned; all must outlive the service. `authz` decides who
+  // may call what (see authz.h).
   AgentGatewayService(registry::Registry* registry,
-                      bench::Coordinator* coordinator,
+                      bench::Coordinator* coordinator, const Authorizer* authz,
                       RegisteredCallback on_registered = nullptr);
 
   grpc::Status Register(grpc::ServerContext* context,
@@ -48,6 +50,7 @@ class AgentGatewayService final : public monta::v1::AgentGateway::Service {
  private:
   registry::Registry* const registry_;
   bench::Coordinator* const coordinator_;
+  const Authorizer* const authz_;
   const RegisteredCallback on_registered_;
 };
 

@@ -8,12 +8,14 @@ namespace monta::api {
 
 PlannerService::PlannerService(registry::Registry* registry,
                                bench::Coordinator* coordinator,
+                               const Authorizer* authz,
                                metrics::PlannerMetrics* metrics,
                                store::DecisionLog* decisions,
                                const planning::PlanKnowledge* knowledge,
                                verify::Verifier* verifier)
     : registry_(registry),
       coordinator_(coordinator),
+      authz_(authz),
       metrics_(metrics),
       decisions_(decisions),
       knowledge_(knowledge),
@@ -22,6 +24,8 @@ PlannerService::PlannerService(registry::Registry* registry,
 grpc::Status PlannerService::GetStrategy(
     grpc::ServerContext* context, const monta::v1::StrategyRequest* request,
     monta::v1::StrategyReply* reply) {
+  if (grpc::Status s = authz_->RequireAuthenticated(*context); !s.ok())
+    return s;
   absl::StatusOr<monta::v1::StrategyReply> decided = planning::DecideStrategy(
       *request, registry_, metrics_, decisions_, knowledge_);
   if (!decided.ok()) return ToGrpc(decided.status());
@@ -32,9 +36,14 @@ grpc::Status PlannerService::GetStrategy(
 grpc::Status PlannerService::ListNodes(
     grpc::ServerContext* context, const monta::v1::ListNodesRequest* request,
     monta::v1::ListNodesReply* reply) {
+  if (grpc::Status s = authz_->RequireAuthenticated(*context); !s.ok())
+    return s;
   absl::StatusOr<monta::v1::ListNodesReply> page =
       registry_->ListNodes(*request, Instant::Now());
   if (!page.ok()) return ToGrpc(page.status());
+  // The instance id only tells an agent's restarts apart; replies never carry
+  // it (it once served as the node's credential).
+  for (auto& node : *page->mutable_nodes()) node.clear_instance_id();
   *reply = *std::move(page);
   return grpc::Status::OK;
 }
@@ -42,6 +51,8 @@ grpc::Status PlannerService::ListNodes(
 grpc::Status PlannerService::GetNode(grpc::ServerContext* context,
                                      const monta::v1::GetNodeRequest* request,
                                      monta::v1::NodeInfo* reply) {
+  if (grpc::Status s = authz_->RequireAuthenticated(*context); !s.ok())
+    return s;
   if (request->name().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "name: expected a node name");
@@ -49,6 +60,7 @@ grpc::Status PlannerService::GetNode(grpc::ServerContext* context,
   absl::StatusOr<monta::v1::NodeInfo> node =
       registry_->Get(request->name(), Instant::Now());
   if (!node.ok()) return ToGrpc(node.status());
+  node->clear_instance_id();  // see ListNodes
   *reply = *std::move(node);
   return grpc::Status::OK;
 }
@@ -56,6 +68,8 @@ grpc::Status PlannerService::GetNode(grpc::ServerContext* context,
 grpc::Status PlannerService::ListProfiles(
     grpc::ServerContext* context, const monta::v1::ListProfilesRequest* request,
     monta::v1::ListProfilesReply* reply) {
+  if (grpc::Status s = authz_->RequireAuthenticated(*context); !s.ok())
+    return s;
   for (auto& profile : planning::ListProfiles())
     *reply->add_profiles() = std::move(profile);
   return grpc::Status::OK;
@@ -64,6 +78,7 @@ grpc::Status PlannerService::ListProfiles(
 grpc::Status PlannerService::RunBenchmark(
     grpc::ServerContext* context, const monta::v1::RunBenchmarkRequest* request,
     monta::v1::RunBenchmarkReply* reply) {
+  if (grpc::Status s = authz_->RequireOperator(*context); !s.ok()) return s;
   absl::StatusOr<monta::v1::BenchmarkTaskStatus> status =
       coordinator_->Schedule(*request, Instant::Now());
   if (!status.ok()) return ToGrpc(status.status());
@@ -91,6 +106,7 @@ grpc::Status PlannerService::RunBenchmark(
 grpc::Status PlannerService::Verify(grpc::ServerContext* context,
                                     const monta::v1::VerifyRequest* request,
                                     monta::v1::VerifyReply* reply) {
+  if (grpc::Status s = authz_->RequireOperator(*context); !s.ok()) return s;
   if (verifier_ == nullptr) {
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                         "this planner does not verify");

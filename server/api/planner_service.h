@@ -4,6 +4,7 @@
 #define MONTA_SERVER_API_PLANNER_SERVICE_H_
 
 #include "proto/monta/v1/planner.grpc.pb.h"
+#include "server/api/authz.h"
 #include "server/bench/coordinator.h"
 #include "server/metrics/planner_metrics.h"
 #include "server/planning/calibration.h"
@@ -17,11 +18,11 @@ namespace monta::api {
 class PlannerService final : public monta::v1::Planner::Service {
  public:
   // Pointers are not owned and must outlive the service; `metrics` and
-  // `decisions` may be null.
+  // `decisions` may be null. `authz` decides who may call what (authz.h).
   // `knowledge` and `verifier` may be null (no calibration; Verify is then
   // UNIMPLEMENTED).
   PlannerService(registry::Registry* registry, bench::Coordinator* coordinator,
-                 metrics::PlannerMetrics* metrics,
+                 const Authorizer* authz, metrics::PlannerMetrics* metrics,
                  store::DecisionLog* decisions = nullptr,
                  const planning::PlanKnowledge* knowledge = nullptr,
                  verify::Verifier* verifier = nullptr);
@@ -48,6 +49,7 @@ class PlannerService final : public monta::v1::Planner::Service {
  private:
   registry::Registry* const registry_;
   bench::Coordinator* const coordinator_;
+  const Authorizer* const authz_;
   metrics::PlannerMetrics* const metrics_;
   store::DecisionLog* const decisions_;
   const planning::PlanKnowledge* const knowledge_;

@@ -21,6 +21,7 @@ class PlannerServiceTest : public ::testing::Test {
   static void SetUpTestSuite() {
     PlannerOptions options;
     options.grpc_address = "127.0.0.1:0";
+    options.grpc_security.insecure = true;  // gRPC is not under test here
     options.metrics_address =
         "";  // exposer teardown is slow; metrics tested elsewhere
     auto started = PlannerServer::Start(options);

@@ -410,6 +410,14 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::Status(
   return (*found)->status;
 }
 
+absl::StatusOr<monta::v1::BenchmarkTask> Coordinator::Spec(
+    const std::string& task_id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  absl::StatusOr<const Task*> found = FindTask(task_id);
+  if (!found.ok()) return found.status();
+  return (*found)->spec;
+}
+
 absl::StatusOr<BenchmarkTaskStatus> Coordinator::WaitFinished(
     const std::string& task_id, absl::Duration max_wait) {
   const MonoTime deadline =

@@ -106,6 +106,11 @@ class Coordinator {
   absl::StatusOr<monta::v1::BenchmarkTaskStatus> Status(
       const std::string& task_id) const;
 
+  // The task as handed to its nodes (nodes in rank order, ranks per node):
+  // what the API's authorization checks a caller's membership against.
+  absl::StatusOr<monta::v1::BenchmarkTask> Spec(
+      const std::string& task_id) const;
+
   // Waits until the task finished or `max_wait` passed; returns its status
   // either way.
   absl::StatusOr<monta::v1::BenchmarkTaskStatus> WaitFinished(

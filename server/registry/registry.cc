@@ -121,8 +121,9 @@ absl::Status Registry::Register(const monta::v1::RegisterRequest& request,
     if (Alive(entry, now) &&
         entry.info.instance_id() != request.instance_id()) {
       return absl::AlreadyExistsError(absl::StrCat(
-          "node_name \"", request.node_name(), "\" is held by agent instance ",
-          entry.info.instance_id(), " whose lease is alive (last heartbeat ",
+          "node_name \"", request.node_name(),
+          "\" is held by another agent instance whose lease is alive (last "
+          "heartbeat ",
           absl::FormatDuration(MonoSince(*entry.heard, now.mono)),
           " ago); stop that agent or wait for its lease (",
           absl::FormatDuration(options_.lease), ") to expire"));
@@ -159,9 +160,9 @@ absl::Status Registry::Heartbeat(const monta::v1::HeartbeatRequest& request,
   }
   Entry& entry = it->second;
   if (entry.info.instance_id() != request.instance_id()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "node \"", request.node_name(), "\" is held by instance ",
-        entry.info.instance_id(), ", not ", request.instance_id()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("node \"", request.node_name(),
+                     "\" is held by another agent instance"));
   }
   entry.last_heartbeat = now.wall;
   entry.heard = now.mono;
@@ -189,9 +190,8 @@ absl::Status Registry::Deregister(absl::string_view node_name,
   }
   Entry& entry = it->second;
   if (entry.info.instance_id() != instance_id) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("node \"", node_name, "\" is held by instance ",
-                     entry.info.instance_id()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node \"", node_name, "\" is held by another agent instance"));
   }
   entry.gone = true;
   entry.quiet_since = now.mono;

@@ -1,0 +1,206 @@
+#include "server/api/authz.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/grpc_status.h"
+#include "grpc/grpc_security_constants.h"
+
+namespace monta::api {
+namespace {
+
+std::vector<std::string> Values(const grpc::AuthContext& context,
+                                const char* property) {
+  std::vector<std::string> out;
+  for (const grpc::string_ref& value : context.FindPropertyValues(property)) {
+    out.emplace_back(value.data(), value.size());
+  }
+  return out;
+}
+
+grpc::Status Denied(const std::string& message) {
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, message);
+}
+
+// A name after a monta SPIFFE prefix: one path segment, as node names are.
+bool ValidIdentityName(absl::string_view name) {
+  return !name.empty() && name.size() <= 253 && !absl::StrContains(name, '/');
+}
+
+}  // namespace
+
+absl::StatusOr<Principal> PrincipalFromAuthContext(
+    const grpc::AuthContext& context) {
+  if (!context.IsPeerAuthenticated()) {
+    return absl::UnauthenticatedError(
+        "no verified client certificate: the planner requires mutual TLS");
+  }
+  const std::vector<std::string> uris =
+      Values(context, GRPC_PEER_URI_PROPERTY_NAME);
+  std::vector<Principal> privileged;
+  for (const std::string& uri : uris) {
+    for (const auto& [prefix, kind] :
+         {std::make_pair(kNodeUriPrefix, PrincipalKind::kNode),
+          std::make_pair(kOperatorUriPrefix, PrincipalKind::kOperator)}) {
+      if (!absl::StartsWith(uri, prefix)) continue;
+      const std::string name = uri.substr(prefix.size());
+      if (!ValidIdentityName(name)) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("client certificate URI \"", uri,
+                         "\": expected one non-empty name after ", prefix));
+      }
+      privileged.push_back(Principal{kind, name});
+    }
+  }
+  if (privileged.size() > 1) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("client certificate names ", privileged.size(),
+                     " monta identities (", absl::StrJoin(uris, ", "),
+                     "); expected at most one spiffe://monta/node/ or "
+                     "spiffe://monta/operator/ URI"));
+  }
+  if (privileged.size() == 1) return privileged.front();
+  Principal reader;
+  for (const char* property :
+       {GRPC_PEER_URI_PROPERTY_NAME, GRPC_PEER_DNS_PROPERTY_NAME,
+        GRPC_X509_CN_PROPERTY_NAME}) {
+    std::vector<std::string> names = Values(context, property);
+    if (!names.empty()) {
+      reader.name = names.front();
+      break;
+    }
+  }
+  return reader;
+}
+
+std::string DescribePrincipal(const Principal& principal) {
+  switch (principal.kind) {
+    case PrincipalKind::kNode:
+      return absl::StrCat("node ", principal.name);
+    case PrincipalKind::kOperator:
+      return absl::StrCat("operator ", principal.name);
+    case PrincipalKind::kReader:
+      break;
+  }
+  return absl::StrCat("reader ", principal.name);
+}
+
+Authorizer::Authorizer(bool enforce, const bench::Coordinator* coordinator)
+    : enforce_(enforce), coordinator_(coordinator) {}
+
+absl::StatusOr<Principal> Authorizer::Caller(
+    const grpc::ServerContextBase& context) const {
+  std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  if (auth == nullptr) {
+    return absl::UnauthenticatedError("no authentication context");
+  }
+  return PrincipalFromAuthContext(*auth);
+}
+
+grpc::Status Authorizer::CheckNode(const Principal& caller,
+                                   absl::string_view node_name) const {
+  if (caller.kind == PrincipalKind::kNode && caller.name == node_name) {
+    return grpc::Status::OK;
+  }
+  return Denied(absl::StrCat(DescribePrincipal(caller),
+                             " may not act as node \"", node_name,
+                             "\": only the agent whose certificate names "
+                             "spiffe://monta/node/",
+                             node_name, " may"));
+}
+
+grpc::Status Authorizer::RequireNode(const grpc::ServerContextBase& context,
+                                     absl::string_view node_name) const {
+  if (!enforce_) return grpc::Status::OK;
+  absl::StatusOr<Principal> caller = Caller(context);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  return CheckNode(*caller, node_name);
+}
+
+grpc::Status Authorizer::RequireTaskMember(
+    const grpc::ServerContextBase& context, const std::string& task_id) const {
+  if (!enforce_) return grpc::Status::OK;
+  absl::StatusOr<Principal> caller = Caller(context);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  absl::StatusOr<monta::v1::BenchmarkTask> task = coordinator_->Spec(task_id);
+  if (!task.ok()) return ToGrpc(task.status());
+  const auto& nodes = task->nodes();
+  if (caller->kind != PrincipalKind::kNode ||
+      std::find(nodes.begin(), nodes.end(), caller->name) == nodes.end()) {
+    return Denied(absl::StrCat(DescribePrincipal(*caller),
+                               " is not a node of task ", task_id));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status Authorizer::RequireReporter(
+    const grpc::ServerContextBase& context,
+    const monta::v1::ReportBenchmarkRequest& request) const {
+  if (!enforce_) return grpc::Status::OK;
+  absl::StatusOr<Principal> caller = Caller(context);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  if (grpc::Status s = CheckNode(*caller, request.node_name()); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<monta::v1::BenchmarkTask> task =
+      coordinator_->Spec(request.task_id());
+  if (!task.ok()) return ToGrpc(task.status());
+  const auto& nodes = task->nodes();
+  const auto at = std::find(nodes.begin(), nodes.end(), caller->name);
+  if (at == nodes.end()) {
+    return Denied(absl::StrCat(DescribePrincipal(*caller),
+                               " is not a node of task ", request.task_id()));
+  }
+  const int first_rank =
+      static_cast<int>(at - nodes.begin()) * task->ranks_per_node();
+  const int end_rank = first_rank + task->ranks_per_node();
+  if (request.rank() < first_rank || request.rank() >= end_rank) {
+    return Denied(absl::StrCat("rank: ", request.rank(), " is not one of ",
+                               DescribePrincipal(*caller), "'s ranks [",
+                               first_rank, ", ", end_rank, ") in task ",
+                               request.task_id()));
+  }
+  for (int i = 0; i < request.curves_size(); ++i) {
+    const auto& curve_nodes = request.curves(i).nodes();
+    const bool involves_caller =
+        std::find(curve_nodes.begin(), curve_nodes.end(), caller->name) !=
+        curve_nodes.end();
+    const bool within_task = std::all_of(
+        curve_nodes.begin(), curve_nodes.end(), [&](const std::string& n) {
+          return std::find(nodes.begin(), nodes.end(), n) != nodes.end();
+        });
+    if (!involves_caller || !within_task) {
+      return Denied(absl::StrCat(
+          "curves[", i, "].nodes: [", absl::StrJoin(curve_nodes, ","),
+          "] must include ", caller->name, " and only nodes of task ",
+          request.task_id(), " [", absl::StrJoin(nodes, ","), "]"));
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status Authorizer::RequireOperator(
+    const grpc::ServerContextBase& context) const {
+  if (!enforce_) return grpc::Status::OK;
+  absl::StatusOr<Principal> caller = Caller(context);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  if (caller->kind != PrincipalKind::kOperator) {
+    return Denied(absl::StrCat(DescribePrincipal(*caller),
+                               " may not start work on the cluster: only an "
+                               "operator (certificate URI ",
+                               kOperatorUriPrefix, "<name>) may"));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status Authorizer::RequireAuthenticated(
+    const grpc::ServerContextBase& context) const {
+  if (!enforce_) return grpc::Status::OK;
+  absl::StatusOr<Principal> caller = Caller(context);
+  return caller.ok() ? grpc::Status::OK : ToGrpc(caller.status());
+}
+
+}  // namespace monta::api

@@ -1,0 +1,97 @@
+// Who is calling, and may they: the gRPC API's authorization, in one place so
+// each handler calls one function at its top.
+//
+// Identity comes from the client certificate of the mutual-TLS connection
+// (the planner requires and verifies one against --tls_ca_file), from its URI
+// subjectAltNames in the trust domain "monta":
+//   spiffe://monta/node/<node name>      the agent of that node
+//   spiffe://monta/operator/<name>       an operator (may run benchmarks)
+//   anything else the CA signed          a reader
+// A certificate naming more than one monta node/operator identity is refused.
+//
+// Rules: a node registers, heartbeats, deregisters and watches tasks only as
+// itself; uses the rendezvous store only of tasks it is in; reports only in
+// its own tasks, for its own ranks, curves that involve itself and only nodes
+// of the task. RunBenchmark (and other RPCs that start work) need an operator.
+// Everything else is read-only and open to any authenticated caller.
+//
+// Under --insecure there are no certificates and authorization is off: every
+// call is allowed (the planner says so loudly at start).
+#ifndef MONTA_SERVER_API_AUTHZ_H_
+#define MONTA_SERVER_API_AUTHZ_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "grpcpp/security/auth_context.h"
+#include "grpcpp/server_context.h"
+#include "proto/monta/v1/agent.pb.h"
+#include "server/bench/coordinator.h"
+
+namespace monta::api {
+
+enum class PrincipalKind { kNode, kOperator, kReader };
+
+struct Principal {
+  PrincipalKind kind = PrincipalKind::kReader;
+  // The node's or operator's name; for a reader, its certificate's first URI
+  // or DNS name or common name (for messages only).
+  std::string name;
+};
+
+// SPIFFE URIs of the two privileged kinds.
+inline constexpr absl::string_view kNodeUriPrefix = "spiffe://monta/node/";
+inline constexpr absl::string_view kOperatorUriPrefix =
+    "spiffe://monta/operator/";
+
+// The caller of an authenticated (TLS, verified client certificate)
+// connection. UNAUTHENTICATED without a verified peer certificate,
+// PERMISSION_DENIED when the certificate names several monta identities or an
+// empty name.
+absl::StatusOr<Principal> PrincipalFromAuthContext(
+    const grpc::AuthContext& context);
+
+// "node node-a", "operator alice", "reader ci.example.org".
+std::string DescribePrincipal(const Principal& principal);
+
+class Authorizer {
+ public:
+  // `enforce` false (--insecure): every call is allowed. `coordinator` (not
+  // owned, must outlive this) answers which nodes a task has.
+  Authorizer(bool enforce, const bench::Coordinator* coordinator);
+
+  bool enforced() const { return enforce_; }
+
+  // Register, Heartbeat, Deregister, WatchTasks: the caller is `node_name`.
+  grpc::Status RequireNode(const grpc::ServerContextBase& context,
+                           absl::string_view node_name) const;
+  // RendezvousSet, RendezvousGet: the caller is a node of task `task_id`.
+  grpc::Status RequireTaskMember(const grpc::ServerContextBase& context,
+                                 const std::string& task_id) const;
+  // ReportBenchmark: the caller is the reporting node, a node of the task;
+  // the rank is one of its ranks; every curve involves it and only nodes of
+  // the task.
+  grpc::Status RequireReporter(
+      const grpc::ServerContextBase& context,
+      const monta::v1::ReportBenchmarkRequest& request) const;
+  // RunBenchmark and other RPCs that make the cluster do work: an operator.
+  grpc::Status RequireOperator(const grpc::ServerContextBase& context) const;
+  // Read-only RPCs: any authenticated caller.
+  grpc::Status RequireAuthenticated(
+      const grpc::ServerContextBase& context) const;
+
+ private:
+  absl::StatusOr<Principal> Caller(
+      const grpc::ServerContextBase& context) const;
+  // The caller as node `node_name` (PERMISSION_DENIED otherwise).
+  grpc::Status CheckNode(const Principal& caller,
+                         absl::string_view node_name) const;
+
+  const bool enforce_;
+  const bench::Coordinator* const coordinator_;
+};
+
+}  // namespace monta::api
+
+#endif  // MONTA_SERVER_API_AUTHZ_H_
