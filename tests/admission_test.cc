@@ -52,7 +52,7 @@ TEST(AdmissionProcessTest, PlannerBinaryServesWebhookOverHttps) {
   ASSERT_TRUE(certs.ok()) << certs.status();
   const std::string port_file = dir + "/ports.json";
   auto planner = Process::Start(
-      {Runfile("server/monta-planner"), "--listen=127.0.0.1:0",
+      {Runfile("server/monta-planner"), "--listen=127.0.0.1:0", "--insecure",
        "--metrics_listen=127.0.0.1:0", "--webhook_listen=127.0.0.1:0",
        "--tls_cert=" + certs->cert_file, "--tls_key=" + certs->key_file,
        "--bench_on_register=false", "--bench_interval_seconds=0",
@@ -112,7 +112,7 @@ TEST(AdmissionProcessTest, PlannerBinaryServesWebhookOverHttps) {
 TEST(AdmissionProcessTest, BadTlsFlagsRefuseToStart) {
   const std::string dir = TempDir();
   auto missing_key =
-      testing::Run({Runfile("server/monta-planner"), "--listen=127.0.0.1:0",
+      testing::Run({Runfile("server/monta-planner"), "--listen=127.0.0.1:0", "--insecure",
                     "--metrics_listen=", "--webhook_listen=127.0.0.1:0",
                     "--tls_cert=" + dir + "/x.crt"});
   EXPECT_EQ(missing_key.exit_code, 2) << missing_key.err;
@@ -120,7 +120,7 @@ TEST(AdmissionProcessTest, BadTlsFlagsRefuseToStart) {
       << missing_key.err;
 
   auto unreadable = testing::Run(
-      {Runfile("server/monta-planner"), "--listen=127.0.0.1:0",
+      {Runfile("server/monta-planner"), "--listen=127.0.0.1:0", "--insecure",
        "--metrics_listen=", "--webhook_listen=127.0.0.1:0",
        "--tls_cert=" + dir + "/none.crt", "--tls_key=" + dir + "/none.key"});
   EXPECT_EQ(unreadable.exit_code, 1) << unreadable.err;

@@ -125,6 +125,9 @@ TEST_F(BenchClusterTest,
       "--bench_timeout_seconds=30"};
   std::vector<std::string> argv = {Runfile("client/montactl"),
                                    "--planner=" + cluster_.planner_address()};
+  for (const std::string& flag : cluster_.OperatorTlsFlags()) {
+    argv.push_back(flag);
+  }
   argv.insert(argv.end(), args.begin(), args.end());
   // Bigger sweep than the default through the RunBenchmark size fields is not
   // exposed by montactl; the default 64 KiB..16 MiB sweep lasts long enough on

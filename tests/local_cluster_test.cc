@@ -28,8 +28,10 @@ TEST(LocalClusterTest, TwoAgentsRegisterAndShowUpInMontactl) {
   nlohmann::json nodes = cluster.Nodes();
   ASSERT_EQ(nodes["nodes"].size(), 2u);
   for (const auto& node : nodes["nodes"]) {
-    // Proto field names, not lowerCamelCase.
-    EXPECT_TRUE(node.contains("instance_id"));
+    // Proto field names, not lowerCamelCase; no instance id (see
+    // DuplicateNodeNameIsRefused).
+    EXPECT_TRUE(node.contains("bench_address"));
+    EXPECT_EQ(node.value("instance_id", ""), "");
     EXPECT_TRUE(node.contains("lease_age_seconds"));
     EXPECT_FALSE(node["topology"]["hostname"].get<std::string>().empty());
   }
@@ -139,6 +141,9 @@ TEST(LocalClusterTest, DuplicateNodeNameIsRefused) {
   std::vector<std::string> argv = {
       Runfile("agent/monta-agent"), "--planner=" + cluster.planner_address(),
       "--node_name=node-a", "--instance_id=second"};
+  for (const std::string& flag : cluster.NodeTlsFlags("node-a")) {
+    argv.push_back(flag);
+  }
   absl::StatusOr<Process> second =
       Process::Start(argv, cluster.dir() + "/second.log");
   ASSERT_TRUE(second.ok());
@@ -149,11 +154,13 @@ TEST(LocalClusterTest, DuplicateNodeNameIsRefused) {
       },
       absl::Seconds(10)))
       << ReadFile(second->log_path());
-  EXPECT_NE(ReadFile(second->log_path()).find("held by agent instance first"),
+  // The instance id is no secret any more, but still not handed out.
+  EXPECT_NE(ReadFile(second->log_path()).find("held by another agent instance"),
             std::string::npos);
+  EXPECT_EQ(ReadFile(second->log_path()).find("first"), std::string::npos);
   nlohmann::json nodes = cluster.Nodes();
   ASSERT_EQ(nodes["nodes"].size(), 1u);
-  EXPECT_EQ(nodes["nodes"][0]["instance_id"], "first");
+  EXPECT_EQ(nodes["nodes"][0].value("instance_id", ""), "");
 }
 
 }  // namespace

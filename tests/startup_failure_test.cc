@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <fstream>
 #include <string>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "gtest/gtest.h"
+#include "server/admission/test_certs.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
 
@@ -42,6 +44,17 @@ void ExpectRefused(const std::string& binary,
   std::vector<std::string> argv = wrapper;
   argv.push_back(Runfile(binary));
   argv.insert(argv.end(), flags.begin(), flags.end());
+  // Plaintext on loopback unless the test is about transport security, so
+  // that the failure under test is the one reported.
+  const bool chooses_security =
+      std::any_of(flags.begin(), flags.end(), [](const std::string& flag) {
+        for (const char* prefix : {"--insecure", "--tls_ca_file",
+                                   "--tls_cert_file", "--tls_key_file"}) {
+          if (absl::StartsWith(flag, prefix)) return true;
+        }
+        return false;
+      });
+  if (!chooses_security) argv.push_back("--insecure");
   const CommandResult result = Run(argv, absl::Seconds(60));
   // exit_code is -1 when a signal ended the process.
   EXPECT_GT(result.exit_code, 0) << result.err;
@@ -93,7 +106,7 @@ std::string MakeDatabase(const std::string& name) {
   const std::string path = absl::StrCat(TempDir(), "/", name);
   absl::StatusOr<Process> planner =
       Process::Start({Runfile("server/monta-planner"), "--listen=127.0.0.1:0",
-                      "--metrics_listen=", "--db=" + path},
+                      "--insecure", "--metrics_listen=", "--db=" + path},
                      path + ".log");
   EXPECT_TRUE(planner.ok());
   EXPECT_TRUE(WaitFor(
@@ -149,6 +162,46 @@ TEST(StartupFailureTest, GrpcPortInUseByAnotherPlanner) {
   const CommandResult health = cluster.Montactl({"health"});
   EXPECT_EQ(health.exit_code, 0) << health.err;
   EXPECT_EQ(health.out, "SERVING\n");
+}
+
+// Neither mutual TLS nor an explicit --insecure: every gRPC binary refuses
+// to start, naming the flags; a bad TLS file is named with what is wrong.
+TEST(StartupFailureTest, TransportSecurityMustBeChosenAndUsable) {
+  const std::vector<std::string> need = {"--tls_ca_file", "--tls_cert_file",
+                                         "--tls_key_file", "--insecure"};
+  ExpectRefused("server/monta-planner",
+                {"--listen=127.0.0.1:0", "--metrics_listen=", "--insecure=false"},
+                need);
+  ExpectRefused("agent/monta-agent",
+                {"--planner=127.0.0.1:1", "--insecure=false"}, need);
+  ExpectRefused("client/montactl", {"--planner=127.0.0.1:1", "--insecure=false",
+                                    "health"},
+                need);
+  const std::string dir = TempDir();
+  auto ca = admission::WriteTestCa(dir, "startup-ca", "startup-ca");
+  ASSERT_TRUE(ca.ok()) << ca.status();
+  auto other = admission::WriteTestLeafCert(*ca, dir, "startup-other", "");
+  ASSERT_TRUE(other.ok()) << other.status();
+  ExpectRefused("server/monta-planner",
+                {"--listen=127.0.0.1:0", "--metrics_listen=", "--insecure",
+                 "--tls_ca_file=" + ca->cert_file},
+                {"--insecure excludes"});
+  ExpectRefused("server/monta-planner",
+                {"--listen=127.0.0.1:0", "--metrics_listen=",
+                 "--tls_ca_file=" + dir + "/none.crt",
+                 "--tls_cert_file=" + ca->cert_file,
+                 "--tls_key_file=" + ca->key_file},
+                {"--tls_ca_file " + dir + "/none.crt", "cannot read"});
+  ExpectRefused("agent/monta-agent",
+                {"--planner=127.0.0.1:1", "--tls_ca_file=" + ca->cert_file,
+                 "--tls_cert_file=" + ca->cert_file,
+                 "--tls_key_file=" + other->key_file},
+                {"--tls_key_file " + other->key_file, "is not the private key"});
+  ExpectRefused("client/montactl",
+                {"--tls_ca_file=" + ca->cert_file,
+                 "--tls_cert_file=" + ca->key_file,
+                 "--tls_key_file=" + ca->key_file, "health"},
+                {"--tls_cert_file", "expected a PEM certificate"});
 }
 
 TEST(StartupFailureTest, GrpcPortHeldBySocket) {

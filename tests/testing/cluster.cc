@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "server/admission/test_certs.h"
 
 namespace monta::testing {
 
@@ -12,6 +13,44 @@ LocalCluster::LocalCluster() {
   static int counter = 0;
   dir_ = absl::StrCat(TempDir(), "/cluster-", getpid(), "-", counter++);
   Run({"/bin/mkdir", "-p", dir_});
+  auto ca = admission::WriteTestCa(dir_, "ca", "monta-test-ca");
+  if (!ca.ok()) {
+    certs_ = ca.status();
+    return;
+  }
+  for (const auto& [name, san] :
+       {std::pair<std::string, std::string>{"planner",
+                                            "DNS:localhost,IP:127.0.0.1"},
+        {"operator", "URI:spiffe://monta/operator/test"}}) {
+    auto written = admission::WriteTestLeafCert(*ca, dir_, name, san);
+    if (!written.ok()) certs_ = written.status();
+  }
+}
+
+std::vector<std::string> LocalCluster::TlsFlags(const std::string& name) const {
+  if (!certs_.ok()) return {};
+  return {absl::StrCat("--tls_ca_file=", dir_, "/ca.crt"),
+          absl::StrCat("--tls_cert_file=", dir_, "/", name, ".crt"),
+          absl::StrCat("--tls_key_file=", dir_, "/", name, ".key")};
+}
+
+std::vector<std::string> LocalCluster::PlannerTlsFlags() const {
+  return TlsFlags("planner");
+}
+
+std::vector<std::string> LocalCluster::OperatorTlsFlags() const {
+  return TlsFlags("operator");
+}
+
+std::vector<std::string> LocalCluster::NodeTlsFlags(const std::string& node) {
+  const std::string name = absl::StrCat("node-cert-", node);
+  if (certs_.ok() && ReadFile(absl::StrCat(dir_, "/", name, ".crt")).empty()) {
+    auto written = admission::WriteTestLeafCert(
+        {absl::StrCat(dir_, "/ca.crt"), absl::StrCat(dir_, "/ca.key")}, dir_,
+        name, absl::StrCat("URI:spiffe://monta/node/", node));
+    if (!written.ok()) certs_ = written.status();
+  }
+  return TlsFlags(name);
 }
 
 std::string LocalCluster::planner_address() const {
@@ -26,6 +65,7 @@ absl::Status LocalCluster::StartPlanner(
   const std::string log =
       absl::StrCat(dir_, "/planner-", planner_starts_, ".log");
   ++planner_starts_;
+  if (!certs_.ok()) return certs_;
   std::vector<std::string> argv = wrapper;
   for (const std::string& arg : {Runfile("server/monta-planner"),
                                  absl::StrCat("--listen=127.0.0.1:", grpc_port),
@@ -33,6 +73,7 @@ absl::Status LocalCluster::StartPlanner(
                                  absl::StrCat("--port_file=", port_file)}) {
     argv.push_back(arg);
   }
+  for (const std::string& flag : PlannerTlsFlags()) argv.push_back(flag);
   argv.insert(argv.end(), flags.begin(), flags.end());
   absl::StatusOr<Process> p = Process::Start(argv, log);
   if (!p.ok()) return p.status();
@@ -61,6 +102,7 @@ absl::Status LocalCluster::StartAgent(const std::string& node,
       Runfile("agent/monta-agent"),
       absl::StrCat("--planner=", planner_address()),
       absl::StrCat("--node_name=", node)};
+  for (const std::string& flag : NodeTlsFlags(node)) argv.push_back(flag);
   argv.insert(argv.end(), flags.begin(), flags.end());
   absl::StatusOr<Process> p =
       Process::Start(argv, absl::StrCat(dir_, "/agent-", node, ".log"));
@@ -73,6 +115,7 @@ CommandResult LocalCluster::Montactl(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {
       Runfile("client/montactl"),
       absl::StrCat("--planner=", planner_address())};
+  for (const std::string& flag : OperatorTlsFlags()) argv.push_back(flag);
   argv.insert(argv.end(), args.begin(), args.end());
   return Run(argv);
 }

@@ -1,6 +1,8 @@
 // A local Monta cluster for multi-process tests: the real monta-planner and
 // monta-agent binaries on free loopback ports, driven through the real
-// montactl.
+// montactl, over mutual TLS with certificates made for the cluster (a CA, the
+// planner's for 127.0.0.1, one per node naming it, an operator's for
+// montactl), as a deployment runs.
 #ifndef MONTA_TESTS_TESTING_CLUSTER_H_
 #define MONTA_TESTS_TESTING_CLUSTER_H_
 
@@ -30,12 +32,19 @@ class LocalCluster {
   int metrics_port() const { return metrics_port_; }
   std::string planner_address() const;
 
+  // The --tls_* flags of the planner, of node `node`'s agent (its certificate
+  // is made on first use) and of an operator (montactl); empty after a
+  // certificate could not be made (StartPlanner reports why).
+  std::vector<std::string> PlannerTlsFlags() const;
+  std::vector<std::string> NodeTlsFlags(const std::string& node);
+  std::vector<std::string> OperatorTlsFlags() const;
+
   // Starts an agent named `node` against the planner.
   absl::Status StartAgent(const std::string& node,
                           const std::vector<std::string>& flags = {});
   Process& agent(const std::string& node) { return agents_.at(node); }
 
-  // montactl --planner <addr> <args...>
+  // montactl --planner <addr> <operator TLS flags> <args...>
   CommandResult Montactl(const std::vector<std::string>& args);
   // `montactl --output json nodes [--all]`, parsed; a null json on failure.
   nlohmann::json Nodes(bool include_gone = false);
@@ -47,7 +56,10 @@ class LocalCluster {
   const std::string& dir() const { return dir_; }
 
  private:
+  std::vector<std::string> TlsFlags(const std::string& name) const;
+
   std::string dir_;
+  absl::Status certs_;  // why the cluster's certificates could not be made
   Process planner_;
   int grpc_port_ = 0;
   int metrics_port_ = 0;

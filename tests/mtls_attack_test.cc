@@ -1,0 +1,449 @@
+// The attacks of issue 11 ("anyone who reaches port 7400 is every node"),
+// replayed over real mutual-TLS connections against a real planner (in this
+// process, gRPC on loopback): each is refused with UNAVAILABLE (no handshake),
+// UNAUTHENTICATED or PERMISSION_DENIED, the victim node's state and the plan
+// do not change, and the legitimate node can still do what the attacker
+// could not (so a refusal is the authorization's doing, not a broken setup).
+#include <memory>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/grpc_security.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+#include "proto/monta/v1/agent.grpc.pb.h"
+#include "proto/monta/v1/planner.grpc.pb.h"
+#include "server/admission/test_certs.h"
+#include "server/planner_server.h"
+#include "tests/testing/paper_job.h"
+#include "tests/testing/process.h"
+
+namespace monta {
+namespace {
+
+using admission::TestCertFiles;
+using grpc::StatusCode;
+
+constexpr absl::string_view kSecretInstance = "instance-of-node-a-7f3c";
+
+class MtlsAttackTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(testing::TempDir() + "/mtls");
+    testing::Run({"/bin/mkdir", "-p", *dir_});
+    auto ca = admission::WriteTestCa(*dir_, "ca", "monta-test-ca");
+    ASSERT_TRUE(ca.ok()) << ca.status();
+    ca_ = new TestCertFiles(*ca);
+    auto rogue_ca = admission::WriteTestCa(*dir_, "rogue-ca", "monta-test-ca");
+    ASSERT_TRUE(rogue_ca.ok()) << rogue_ca.status();
+    for (const auto& [name, san] : {
+             std::pair<std::string, std::string>{"planner",
+                                                 "DNS:localhost,IP:127.0.0.1"},
+             {"node-a", "URI:spiffe://monta/node/node-a"},
+             {"node-b", "URI:spiffe://monta/node/node-b"},
+             {"node-c", "URI:spiffe://monta/node/node-c"},
+             {"operator", "URI:spiffe://monta/operator/alice"},
+             {"reader", "DNS:dashboard.example.org"},
+             {"two-identities",
+              "URI:spiffe://monta/node/node-a,URI:spiffe://monta/operator/x"},
+         }) {
+      ASSERT_TRUE(admission::WriteTestLeafCert(*ca, *dir_, name, san).ok());
+    }
+    // node-a's name, signed by a CA the planner does not trust.
+    ASSERT_TRUE(admission::WriteTestLeafCert(*rogue_ca, *dir_, "rogue-node-a",
+                                             "URI:spiffe://monta/node/node-a")
+                    .ok());
+    PlannerOptions options;
+    options.grpc_address = "127.0.0.1:0";
+    options.metrics_address = "";
+    options.grpc_security = Security("planner");
+    options.registry.lease = absl::Hours(1);  // no lease runs out mid-test
+    auto started = PlannerServer::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = started->release();
+  }
+
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+
+  static GrpcSecurityOptions Security(const std::string& identity) {
+    GrpcSecurityOptions security;
+    security.ca_file = ca_->cert_file;
+    security.cert_file = absl::StrCat(*dir_, "/", identity, ".crt");
+    security.key_file = absl::StrCat(*dir_, "/", identity, ".key");
+    return security;
+  }
+
+  static std::string Target() {
+    return absl::StrCat("127.0.0.1:", server_->grpc_port());
+  }
+
+  // A fresh channel presenting `identity`'s certificate.
+  static std::shared_ptr<grpc::Channel> As(const std::string& identity) {
+    auto credentials = MakeChannelCredentials(Security(identity));
+    EXPECT_TRUE(credentials.ok()) << credentials.status();
+    return grpc::CreateChannel(Target(), *credentials);
+  }
+
+  static std::unique_ptr<monta::v1::AgentGateway::Stub> Gateway(
+      const std::string& identity) {
+    return monta::v1::AgentGateway::NewStub(As(identity));
+  }
+  static std::unique_ptr<monta::v1::Planner::Stub> Planner(
+      const std::string& identity) {
+    return monta::v1::Planner::NewStub(As(identity));
+  }
+
+  static std::unique_ptr<grpc::ClientContext> Context() {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::seconds(10));
+    return context;
+  }
+
+  static monta::v1::RegisterRequest Registration(const std::string& node,
+                                                 absl::string_view instance) {
+    monta::v1::RegisterRequest request;
+    request.set_node_name(node);
+    request.set_instance_id(std::string(instance));
+    request.set_bench_address("127.0.0.1");
+    request.mutable_topology()->set_hostname(node);
+    return request;
+  }
+
+  static grpc::Status Register(const std::string& identity,
+                               const monta::v1::RegisterRequest& request) {
+    monta::v1::RegisterReply reply;
+    return Gateway(identity)->Register(Context().get(), request, &reply);
+  }
+
+  // The node as every reader sees it.
+  static monta::v1::NodeInfo Node(const std::string& node) {
+    monta::v1::GetNodeRequest request;
+    request.set_name(node);
+    monta::v1::NodeInfo info;
+    const grpc::Status s =
+        Planner("reader")->GetNode(Context().get(), request, &info);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return info;
+  }
+
+  // The cpu-dev job (examples/cpu-dev.yaml) planned on node-a and node-b.
+  static monta::v1::StrategyReply PlanOnAB() {
+    monta::v1::StrategyRequest request = testing::PaperJobRequest();
+    monta::v1::MoeJob& job = *request.mutable_job();
+    job.set_world_size(4);
+    job.set_tensor_parallel_size(2);
+    job.set_data_parallel_size(2);
+    job.set_expert_parallel_size(2);
+    request.mutable_placement()->clear_profile();
+    request.mutable_placement()->set_nodes(0);
+    request.mutable_placement()->add_node_names("node-a");
+    request.mutable_placement()->add_node_names("node-b");
+    request.mutable_placement()->set_gpus_per_node(2);
+    monta::v1::StrategyReply reply;
+    const grpc::Status s =
+        Planner("reader")->GetStrategy(Context().get(), request, &reply);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return reply;
+  }
+
+  // What a plan is judged by: the choice, its predicted time and evidence.
+  static std::string PlanSummary(const monta::v1::StrategyReply& reply) {
+    return absl::StrCat(reply.chosen().kind(),
+                        " K=", reply.chosen().chunks_effective(),
+                        " t=", reply.chosen().step_seconds(),
+                        " evidence=", reply.evidence().origin());
+  }
+
+  // A benchmark of `nodes` scheduled by the operator (2 ranks per node).
+  static std::string Schedule(const std::vector<std::string>& nodes) {
+    monta::v1::RunBenchmarkRequest request;
+    for (const std::string& node : nodes) request.add_nodes(node);
+    request.set_ranks_per_node(2);
+    request.set_timeout_seconds(600);
+    monta::v1::RunBenchmarkReply reply;
+    const grpc::Status s =
+        Planner("operator")->RunBenchmark(Context().get(), request, &reply);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return reply.status().task_id();
+  }
+
+  // A report of a 1 ns AllToAll (absurdly fast) for `curve_nodes`.
+  static monta::v1::ReportBenchmarkRequest FastReport(
+      const std::string& task_id, const std::string& reporter, int rank,
+      const std::vector<std::string>& curve_nodes) {
+    monta::v1::ReportBenchmarkRequest report;
+    report.set_task_id(task_id);
+    report.set_node_name(reporter);
+    report.set_rank(rank);
+    monta::v1::BandwidthCurve& curve = *report.add_curves();
+    curve.set_collective(monta::v1::COLLECTIVE_ALLTOALL);
+    curve.set_scope(curve_nodes.size() > 1 ? monta::v1::SCOPE_INTER_NODE
+                                           : monta::v1::SCOPE_INTRA_NODE);
+    curve.set_backend(monta::v1::BACKEND_GLOO);
+    curve.set_nranks(2 * static_cast<int>(curve_nodes.size()));
+    curve.set_n_nodes(static_cast<int>(curve_nodes.size()));
+    for (const std::string& n : curve_nodes) curve.add_nodes(n);
+    curve.set_chunks(1);
+    for (uint64_t bytes = 1 << 10; bytes <= (1u << 24); bytes <<= 2) {
+      monta::v1::CurvePoint& point = *curve.add_points();
+      point.set_message_bytes(bytes);
+      point.set_time_seconds(1e-9);
+      point.set_algbw_bytes_per_second(static_cast<double>(bytes) / 1e-9);
+      point.set_busbw_bytes_per_second(static_cast<double>(bytes) / 1e-9);
+    }
+    report.mutable_status()->set_code(0);
+    return report;
+  }
+
+  static grpc::Status Report(const std::string& identity,
+                             const monta::v1::ReportBenchmarkRequest& report) {
+    monta::v1::ReportBenchmarkReply reply;
+    return Gateway(identity)->ReportBenchmark(Context().get(), report, &reply);
+  }
+
+  // node-a and node-b registered by their own agents (once per suite).
+  void SetUp() override {
+    if (registered_) return;
+    ASSERT_TRUE(
+        Register("node-a", Registration("node-a", kSecretInstance)).ok());
+    ASSERT_TRUE(Register("node-b", Registration("node-b", "b-1")).ok());
+    registered_ = true;
+  }
+
+  static std::string* dir_;
+  static TestCertFiles* ca_;
+  static PlannerServer* server_;
+  static bool registered_;
+};
+
+std::string* MtlsAttackTest::dir_ = nullptr;
+TestCertFiles* MtlsAttackTest::ca_ = nullptr;
+PlannerServer* MtlsAttackTest::server_ = nullptr;
+bool MtlsAttackTest::registered_ = false;
+
+// Refused without reaching a handler: no certificate, plaintext, or a
+// certificate from a CA the planner does not trust.
+void ExpectNoHandshake(const grpc::Status& status, const std::string& who) {
+  EXPECT_TRUE(status.error_code() == StatusCode::UNAVAILABLE ||
+              status.error_code() == StatusCode::UNAUTHENTICATED)
+      << who << ": " << status.error_code() << " " << status.error_message();
+}
+
+TEST_F(MtlsAttackTest, AnonymousAndUntrustedClientsNeverGetIn) {
+  grpc::SslCredentialsOptions no_client_cert;
+  no_client_cert.pem_root_certs = testing::ReadFile(ca_->cert_file);
+  ASSERT_FALSE(no_client_cert.pem_root_certs.empty());
+  const std::vector<std::pair<std::string, std::shared_ptr<grpc::Channel>>>
+      outsiders = {
+          {"TLS without a client certificate",
+           grpc::CreateChannel(Target(), grpc::SslCredentials(no_client_cert))},
+          {"plaintext",
+           grpc::CreateChannel(Target(), grpc::InsecureChannelCredentials())},
+          {"node-a's name from an untrusted CA", As("rogue-node-a")},
+      };
+  for (const auto& [who, channel] : outsiders) {
+    monta::v1::ListNodesReply nodes;
+    ExpectNoHandshake(monta::v1::Planner::NewStub(channel)->ListNodes(
+                          Context().get(), {}, &nodes),
+                      who);
+    monta::v1::HeartbeatRequest heartbeat;
+    heartbeat.set_node_name("node-a");
+    heartbeat.set_instance_id(std::string(kSecretInstance));
+    monta::v1::HeartbeatReply reply;
+    ExpectNoHandshake(monta::v1::AgentGateway::NewStub(channel)->Heartbeat(
+                          Context().get(), heartbeat, &reply),
+                      who);
+  }
+  // The control: the same call with a trusted certificate gets through.
+  monta::v1::ListNodesReply nodes;
+  EXPECT_TRUE(Planner("reader")->ListNodes(Context().get(), {}, &nodes).ok());
+}
+
+TEST_F(MtlsAttackTest, AnotherNodeCannotHeartbeatReRegisterOrDeregisterIt) {
+  const monta::v1::NodeInfo before = Node("node-a");
+  // Even knowing node-a's instance id (it was the credential once).
+  monta::v1::HeartbeatRequest heartbeat;
+  heartbeat.set_node_name("node-a");
+  heartbeat.set_instance_id(std::string(kSecretInstance));
+  monta::v1::HeartbeatReply heartbeat_reply;
+  EXPECT_EQ(Gateway("node-b")
+                ->Heartbeat(Context().get(), heartbeat, &heartbeat_reply)
+                .error_code(),
+            StatusCode::PERMISSION_DENIED);
+  // 8 fake GPUs and another bench address.
+  monta::v1::RegisterRequest takeover =
+      Registration("node-a", kSecretInstance);
+  takeover.set_bench_address("10.66.6.6");
+  for (int i = 0; i < 8; ++i) takeover.mutable_topology()->add_gpus();
+  const grpc::Status reregistered = Register("node-b", takeover);
+  EXPECT_EQ(reregistered.error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(absl::StrContains(reregistered.error_message(), "node node-b"))
+      << reregistered.error_message();
+  // Readers and operators are not nodes either.
+  EXPECT_EQ(Register("reader", takeover).error_code(),
+            StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Register("operator", takeover).error_code(),
+            StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Register("two-identities", takeover).error_code(),
+            StatusCode::PERMISSION_DENIED);
+  monta::v1::DeregisterRequest deregister;
+  deregister.set_node_name("node-a");
+  deregister.set_instance_id(std::string(kSecretInstance));
+  monta::v1::DeregisterReply deregister_reply;
+  EXPECT_EQ(Gateway("node-b")
+                ->Deregister(Context().get(), deregister, &deregister_reply)
+                .error_code(),
+            StatusCode::PERMISSION_DENIED);
+
+  const monta::v1::NodeInfo after = Node("node-a");
+  EXPECT_EQ(after.state(), monta::v1::NODE_STATE_ALIVE);
+  EXPECT_EQ(after.bench_address(), "127.0.0.1");
+  EXPECT_EQ(after.topology().gpus_size(), 0);
+  EXPECT_EQ(after.registered_at().seconds(), before.registered_at().seconds());
+  EXPECT_EQ(after.registered_at().nanos(), before.registered_at().nanos());
+  // The control: node-a's own certificate may heartbeat as node-a.
+  EXPECT_TRUE(Gateway("node-a")
+                  ->Heartbeat(Context().get(), heartbeat, &heartbeat_reply)
+                  .ok());
+}
+
+TEST_F(MtlsAttackTest, NobodyElseCanHoldANodesName) {
+  // node-c's agent has not started yet; node-b tries to take its name first.
+  EXPECT_EQ(Register("node-b", Registration("node-c", "squatter")).error_code(),
+            StatusCode::PERMISSION_DENIED);
+  monta::v1::GetNodeRequest get;
+  get.set_name("node-c");
+  monta::v1::NodeInfo info;
+  EXPECT_EQ(Planner("reader")->GetNode(Context().get(), get, &info).error_code(),
+            StatusCode::NOT_FOUND);
+  // So the real agent registers at once (no ALREADY_EXISTS).
+  EXPECT_TRUE(Register("node-c", Registration("node-c", "c-1")).ok());
+}
+
+TEST_F(MtlsAttackTest, WatchTasksOnlyForItself) {
+  for (const std::string identity : {"node-b", "reader", "operator"}) {
+    monta::v1::WatchTasksRequest request;
+    request.set_node_name("node-a");
+    request.set_instance_id(std::string(kSecretInstance));
+    auto context = Context();
+    auto stream = Gateway(identity)->WatchTasks(context.get(), request);
+    monta::v1::BenchmarkTask task;
+    EXPECT_FALSE(stream->Read(&task)) << identity;
+    EXPECT_EQ(stream->Finish().error_code(), StatusCode::PERMISSION_DENIED)
+        << identity;
+  }
+}
+
+TEST_F(MtlsAttackTest, OnlyOperatorsRunBenchmarks) {
+  monta::v1::RunBenchmarkRequest request;
+  request.add_nodes("node-a");
+  for (const std::string identity : {"reader", "node-a", "node-b"}) {
+    monta::v1::RunBenchmarkReply reply;
+    const grpc::Status s =
+        Planner(identity)->RunBenchmark(Context().get(), request, &reply);
+    EXPECT_EQ(s.error_code(), StatusCode::PERMISSION_DENIED) << identity;
+    EXPECT_TRUE(absl::StrContains(s.error_message(), "operator"))
+        << s.error_message();
+  }
+  // Every authenticated caller may read.
+  for (const std::string identity : {"reader", "node-b", "operator"}) {
+    monta::v1::ListProfilesReply profiles;
+    EXPECT_TRUE(
+        Planner(identity)->ListProfiles(Context().get(), {}, &profiles).ok())
+        << identity;
+  }
+}
+
+TEST_F(MtlsAttackTest, ForgedResultsAreRefusedAndThePlanStays) {
+  const std::string plan_before = PlanSummary(PlanOnAB());
+  const std::string task_a = Schedule({"node-a"});
+  const std::string task_ab = Schedule({"node-a", "node-b"});
+  ASSERT_FALSE(task_a.empty());
+  ASSERT_FALSE(task_ab.empty());
+  struct Forgery {
+    std::string what;
+    std::string identity;
+    monta::v1::ReportBenchmarkRequest report;
+  };
+  const std::vector<Forgery> forgeries = {
+      {"a 1 ns curve from a non-member", "node-b",
+       FastReport(task_a, "node-b", 0, {"node-b"})},
+      {"a non-member reporting as the member", "node-b",
+       FastReport(task_a, "node-a", 0, {"node-a"})},
+      {"node-a's task adding curves to node-b", "node-a",
+       FastReport(task_a, "node-a", 0, {"node-b"})},
+      {"node-a's task adding a pair curve with node-b", "node-a",
+       FastReport(task_a, "node-a", 0, {"node-a", "node-b"})},
+      {"node-b reporting node-a's rank", "node-b",
+       FastReport(task_ab, "node-b", 0, {"node-a", "node-b"})},
+      {"a reader", "reader", FastReport(task_a, "node-a", 0, {"node-a"})},
+  };
+  for (const Forgery& forgery : forgeries) {
+    EXPECT_EQ(Report(forgery.identity, forgery.report).error_code(),
+              StatusCode::PERMISSION_DENIED)
+        << forgery.what;
+  }
+  // The rendezvous store of a task is its members' only.
+  monta::v1::RendezvousSetRequest set;
+  set.set_task_id(task_a);
+  set.set_key("join/0");
+  set.set_value("x");
+  monta::v1::RendezvousSetReply set_reply;
+  EXPECT_EQ(Gateway("node-b")->RendezvousSet(Context().get(), set, &set_reply)
+                .error_code(),
+            StatusCode::PERMISSION_DENIED);
+  monta::v1::RendezvousGetRequest get;
+  get.set_task_id(task_a);
+  get.set_key("join/0");
+  monta::v1::RendezvousGetReply get_reply;
+  EXPECT_EQ(Gateway("node-b")->RendezvousGet(Context().get(), get, &get_reply)
+                .error_code(),
+            StatusCode::PERMISSION_DENIED);
+
+  EXPECT_EQ(Node("node-a").curves_size(), 0);
+  EXPECT_EQ(Node("node-b").curves_size(), 0);
+  EXPECT_EQ(PlanSummary(PlanOnAB()), plan_before);
+  // The control: node-a's own report of its own task is taken (so what was
+  // refused above would have landed).
+  EXPECT_TRUE(Gateway("node-a")->RendezvousSet(Context().get(), set, &set_reply)
+                  .ok());
+  EXPECT_TRUE(
+      Report("node-a", FastReport(task_a, "node-a", 0, {"node-a"})).ok());
+  EXPECT_EQ(Node("node-a").curves_size(), 1);
+  EXPECT_EQ(Node("node-b").curves_size(), 0);
+}
+
+TEST_F(MtlsAttackTest, InstanceIdIsNeverHandedOut) {
+  monta::v1::ListNodesRequest list;
+  list.set_include_gone(true);
+  monta::v1::ListNodesReply nodes;
+  ASSERT_TRUE(Planner("reader")->ListNodes(Context().get(), list, &nodes).ok());
+  ASSERT_GE(nodes.nodes_size(), 2);
+  EXPECT_FALSE(absl::StrContains(nodes.DebugString(), kSecretInstance));
+  EXPECT_FALSE(absl::StrContains(Node("node-a").DebugString(), kSecretInstance));
+  // A second agent of node-a (same certificate, another process) is told the
+  // name is held, not by whom.
+  const grpc::Status second =
+      Register("node-a", Registration("node-a", "second"));
+  EXPECT_EQ(second.error_code(), StatusCode::ALREADY_EXISTS);
+  EXPECT_FALSE(absl::StrContains(second.error_message(), kSecretInstance))
+      << second.error_message();
+  monta::v1::HeartbeatRequest heartbeat;
+  heartbeat.set_node_name("node-a");
+  heartbeat.set_instance_id("second");
+  monta::v1::HeartbeatReply reply;
+  const grpc::Status stale =
+      Gateway("node-a")->Heartbeat(Context().get(), heartbeat, &reply);
+  EXPECT_FALSE(stale.ok());
+  EXPECT_FALSE(absl::StrContains(stale.error_message(), kSecretInstance))
+      << stale.error_message();
+}
+
+}  // namespace
+}  // namespace monta
