@@ -73,7 +73,9 @@ def start_planner(binary, workdir, cert, key):
     port_file = os.path.join(workdir, "ports.json")
     log_path = os.path.join(workdir, "planner.log")
     proc = subprocess.Popen(
-        [binary, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+        # gRPC in plaintext on loopback (--insecure): this example is about the webhook;
+        # a deployment's planner requires mutual TLS (README "Security").
+        [binary, "--listen=127.0.0.1:0", "--insecure", "--metrics_listen=127.0.0.1:0",
          "--webhook_listen=127.0.0.1:0", f"--tls_cert={cert}", f"--tls_key={key}",
          "--bench_on_register=false", "--bench_interval_seconds=0",
          f"--port_file={port_file}"],

@@ -28,6 +28,11 @@
 # and logs go to --run_dir (default /tmp/monta-emul-NAME). `down` stops every process in
 # the cluster's namespaces and deletes the namespaces (the bridge and veths go with them).
 #
+# gRPC runs in plaintext (--insecure on the planner, the agents and montactl): the
+# planner is reachable only inside the cluster's own namespaces, which nothing else on
+# the host can enter without root. Authorization is therefore off in the emulated
+# cluster; mutual TLS is exercised by scripts/local-cluster.sh and the tests.
+#
 # Exit status: 0 ok, 1 failure, 2 usage, 3 this machine cannot make namespaces, veths,
 # bridges or tbf qdiscs (not root, or a kernel/container without them).
 set -euo pipefail
@@ -163,7 +168,7 @@ copy_binaries() {
 }
 
 montactl_in_hub() {
-  ip netns exec "$HUB" "$RUN_DIR/montactl" --planner="$HUB_ADDR:$PLANNER_PORT" "$@"
+  ip netns exec "$HUB" "$RUN_DIR/montactl" --planner="$HUB_ADDR:$PLANNER_PORT" --insecure "$@"
 }
 
 # Polls until `montactl nodes` shows $NODES alive nodes (and, with self_bench, their
@@ -188,14 +193,14 @@ wait_ready() {
 }
 
 start_processes() {
-  ip netns exec "$HUB" "$RUN_DIR/monta-planner" --listen="$HUB_ADDR:$PLANNER_PORT" \
+  ip netns exec "$HUB" "$RUN_DIR/monta-planner" --listen="$HUB_ADDR:$PLANNER_PORT" --insecure \
     --metrics_listen="$HUB_ADDR:7401" --db="$RUN_DIR/planner.db" \
     --cpu_ranks_per_node="$RANKS_PER_NODE" --bench_on_register="$SELF_BENCH" \
     </dev/null >"$RUN_DIR/planner.log" 2>&1 &
   echo $! >"$RUN_DIR/planner.pid"
   local i
   for ((i = 0; i < NODES; i++)); do
-    ip netns exec "$(node_ns "$i")" "$RUN_DIR/monta-agent" --planner="$HUB_ADDR:$PLANNER_PORT" \
+    ip netns exec "$(node_ns "$i")" "$RUN_DIR/monta-agent" --planner="$HUB_ADDR:$PLANNER_PORT" --insecure \
       --node_name="node-$i" --bench_address="$(node_addr "$i")" \
       --metrics_listen="$(node_addr "$i"):7402" </dev/null >"$RUN_DIR/agent-node-$i.log" 2>&1 &
     echo $! >"$RUN_DIR/agent-node-$i.pid"

@@ -65,6 +65,15 @@ ABSL_FLAG(
     std::string, tls_cert, "",
     "PEM certificate chain of the webhook (re-read when the file changes)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of the webhook");
+ABSL_FLAG(std::string, webhook_client_ca_file, "",
+          "PEM CA bundle; when set, the webhook requires a client certificate "
+          "it signed (the API server's, configured with an "
+          "AdmissionConfiguration kubeconfig); empty = any client");
+ABSL_FLAG(std::string, health_listen, "",
+          "plaintext gRPC port for health checks only (kubelet gRPC probes "
+          "present no client certificate), e.g. 0.0.0.0:7404: "
+          "grpc.health.v1 answers there, every Monta RPC is refused "
+          "UNAUTHENTICATED; empty disables");
 ABSL_FLAG(double, http_header_timeout_seconds, 5,
           "HTTP endpoints (/metrics and the webhook): a connection must "
           "deliver its whole "
@@ -116,7 +125,7 @@ ABSL_FLAG(int64_t, max_rendezvous_bytes_per_task, 64 << 20,
           "bytes of all rendezvous keys and values of one benchmark task");
 ABSL_FLAG(std::string, port_file, "",
           "write the bound ports as JSON "
-          "{\"grpc\":N,\"metrics\":M,\"webhook\":W} to this "
+          "{\"grpc\":N,\"metrics\":M,\"webhook\":W,\"health\":H} to this "
           "file (for tests)");
 
 namespace {
@@ -249,6 +258,8 @@ absl::StatusOr<monta::PlannerOptions> OptionsFromFlags() {
   options.webhook_address = absl::GetFlag(FLAGS_webhook_listen);
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  options.webhook_client_ca_file = absl::GetFlag(FLAGS_webhook_client_ca_file);
+  options.health_address = absl::GetFlag(FLAGS_health_listen);
   if (!options.webhook_address.empty() &&
       (options.tls_cert_file.empty() || options.tls_key_file.empty())) {
     return absl::InvalidArgumentError(
@@ -299,6 +310,10 @@ int main(int argc, char** argv) {
   }
   std::cerr << "monta-planner: serving gRPC on port " << (*server)->grpc_port()
             << ", metrics on port " << (*server)->metrics_port();
+  if ((*server)->health_port() != 0) {
+    std::cerr << ", plaintext health checks on port "
+              << (*server)->health_port();
+  }
   if ((*server)->webhook_port() != 0) {
     std::cerr << ", admission webhook (HTTPS) on port "
               << (*server)->webhook_port();
@@ -309,7 +324,8 @@ int main(int argc, char** argv) {
     const absl::Status written = monta::WritePortFile(
         port_file, {{"grpc", (*server)->grpc_port()},
                     {"metrics", (*server)->metrics_port()},
-                    {"webhook", (*server)->webhook_port()}});
+                    {"webhook", (*server)->webhook_port()},
+                    {"health", (*server)->health_port()}});
     if (!written.ok()) {
       std::cerr << "monta-planner: --port_file: " << written.message() << "\n";
       (*server)->Shutdown(absl::Seconds(5));

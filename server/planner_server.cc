@@ -157,6 +157,13 @@ absl::Status PlannerServer::StartGrpc() {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.grpc_address, *credentials, &grpc_port_);
+  if (!options_.health_address.empty()) {
+    // Plaintext for the kubelet's probes: without a client certificate the
+    // Authorizer refuses every Monta RPC here; only health (and reflection)
+    // answer.
+    builder.AddListeningPort(options_.health_address,
+                             grpc::InsecureServerCredentials(), &health_port_);
+  }
   // gRPC sets SO_REUSEPORT by default on Linux: a second planner on a bound
   // port would start and silently take half the connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -169,11 +176,15 @@ absl::Status PlannerServer::StartGrpc() {
       std::make_unique<RpcMetricsInterceptorFactory>(*metrics_, "planner"));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server_ = builder.BuildAndStart();
-  if (server_ == nullptr || grpc_port_ == 0) {
+  if (server_ == nullptr || grpc_port_ == 0 ||
+      (!options_.health_address.empty() && health_port_ == 0)) {
     server_.reset();  // nothing listens; Shutdown skips it
-    return absl::UnavailableError(absl::StrCat(
-        "grpc address ", options_.grpc_address,
-        ": cannot listen: ", ListenFailureReason(options_.grpc_address)));
+    const bool grpc_failed = grpc_port_ == 0;
+    const std::string& address =
+        grpc_failed ? options_.grpc_address : options_.health_address;
+    return absl::UnavailableError(
+        absl::StrCat(grpc_failed ? "grpc address " : "health address ", address,
+                     ": cannot listen: ", ListenFailureReason(address)));
   }
   server_->GetHealthCheckService()->SetServingStatus(
       monta::v1::Planner::service_full_name(), true);
@@ -196,6 +207,7 @@ absl::Status PlannerServer::StartWebhook() {
   webhook_options.address = options_.webhook_address;
   webhook_options.tls_cert_file = options_.tls_cert_file;
   webhook_options.tls_key_file = options_.tls_key_file;
+  webhook_options.client_ca_file = options_.webhook_client_ca_file;
   webhook_options.limits = options_.http_limits;
   auto webhook =
       admission::WebhookServer::Start(webhook_options, admission_.get());

@@ -39,6 +39,11 @@ struct PlannerOptions {
   // `insecure`, plaintext with authorization off. The default is neither and
   // refuses to start.
   GrpcSecurityOptions grpc_security;
+  // A second, plaintext gRPC port for health checks only (kubelet gRPC probes
+  // cannot present a client certificate): the standard health service
+  // answers there, every Monta RPC is refused UNAUTHENTICATED (no client
+  // certificate) unless grpc_security.insecure. Empty = none; port 0 picks one.
+  std::string health_address;
   // Prometheus /metrics address; empty disables it; port 0 picks one.
   std::string metrics_address = "127.0.0.1:7401";
   // Deadlines and connection caps of /metrics and the webhook (--http_*).
@@ -64,6 +69,9 @@ struct PlannerOptions {
   // PEM certificate chain and key of the webhook (re-read when they change).
   std::string tls_cert_file;
   std::string tls_key_file;
+  // PEM CA bundle: when set, the webhook requires a client certificate it
+  // signed (the API server's), see WebhookOptions::client_ca_file.
+  std::string webhook_client_ca_file;
   // Decision history (with db_path): decisions older than this, and all but
   // the newest max_decisions, are deleted in the background.
   absl::Duration decision_retention = absl::Hours(24 * 7);
@@ -85,6 +93,8 @@ class PlannerServer {
   ~PlannerServer();
 
   int grpc_port() const { return grpc_port_; }
+  // 0 when there is no health port.
+  int health_port() const { return health_port_; }
   int metrics_port() const { return metrics_port_; }
   // 0 when the webhook is off.
   int webhook_port() const {
@@ -148,6 +158,7 @@ class PlannerServer {
   std::unique_ptr<admission::AdmissionHandler> admission_;
   std::unique_ptr<admission::WebhookServer> webhook_;
   int grpc_port_ = 0;
+  int health_port_ = 0;
   int metrics_port_ = 0;
   MonoNotification stop_;
   std::thread maintenance_;

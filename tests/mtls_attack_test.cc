@@ -13,6 +13,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/monta/v1/agent.grpc.pb.h"
 #include "proto/monta/v1/planner.grpc.pb.h"
 #include "server/admission/test_certs.h"
@@ -59,6 +60,7 @@ class MtlsAttackTest : public ::testing::Test {
     options.grpc_address = "127.0.0.1:0";
     options.metrics_address = "";
     options.grpc_security = Security("planner");
+    options.health_address = "127.0.0.1:0";
     options.registry.lease = absl::Hours(1);  // no lease runs out mid-test
     auto started = PlannerServer::Start(options);
     ASSERT_TRUE(started.ok()) << started.status();
@@ -263,6 +265,40 @@ TEST_F(MtlsAttackTest, AnonymousAndUntrustedClientsNeverGetIn) {
   // The control: the same call with a trusted certificate gets through.
   monta::v1::ListNodesReply nodes;
   EXPECT_TRUE(Planner("reader")->ListNodes(Context().get(), {}, &nodes).ok());
+}
+
+// The plaintext health port (for kubelet probes) answers health checks and
+// nothing else: without a client certificate every Monta RPC is refused.
+TEST_F(MtlsAttackTest, PlaintextHealthPortServesOnlyHealth) {
+  ASSERT_GT(server_->health_port(), 0);
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->health_port()),
+                          grpc::InsecureChannelCredentials());
+  grpc::health::v1::HealthCheckRequest check;
+  check.set_service("monta.v1.Planner");
+  grpc::health::v1::HealthCheckResponse health;
+  const grpc::Status checked = grpc::health::v1::Health::NewStub(channel)->Check(
+      Context().get(), check, &health);
+  ASSERT_TRUE(checked.ok()) << checked.error_message();
+  EXPECT_EQ(health.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  monta::v1::ListNodesReply nodes;
+  EXPECT_EQ(monta::v1::Planner::NewStub(channel)
+                ->ListNodes(Context().get(), {}, &nodes)
+                .error_code(),
+            StatusCode::UNAUTHENTICATED);
+  monta::v1::RegisterReply registered;
+  EXPECT_EQ(monta::v1::AgentGateway::NewStub(channel)
+                ->Register(Context().get(), Registration("node-a", "x"),
+                           &registered)
+                .error_code(),
+            StatusCode::UNAUTHENTICATED);
+  monta::v1::RunBenchmarkRequest bench;
+  bench.add_nodes("node-a");
+  monta::v1::RunBenchmarkReply bench_reply;
+  EXPECT_EQ(monta::v1::Planner::NewStub(channel)
+                ->RunBenchmark(Context().get(), bench, &bench_reply)
+                .error_code(),
+            StatusCode::UNAUTHENTICATED);
 }
 
 TEST_F(MtlsAttackTest, AnotherNodeCannotHeartbeatReRegisterOrDeregisterIt) {

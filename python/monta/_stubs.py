@@ -97,6 +97,31 @@ def _message(cls, value: Any, what: str):
         raise PlanError(f"{what}: {e}") from None
 
 
+# Mutual TLS to the planner, as monta-planner requires unless it runs with --insecure:
+# PEM files named by these variables (the same files as montactl's --tls_* flags; a
+# training pod mounts a reader certificate). Without them the channel is plaintext.
+ENV_TLS_FILES = ("MONTA_TLS_CA_FILE", "MONTA_TLS_CERT_FILE", "MONTA_TLS_KEY_FILE")
+
+
+def _channel(grpc, address: str):
+    given = [name for name in ENV_TLS_FILES if os.environ.get(name)]
+    if not given:
+        return grpc.insecure_channel(address)
+    if len(given) != len(ENV_TLS_FILES):
+        raise PlanError(f"{', '.join(ENV_TLS_FILES)}: set all three for mutual TLS, "
+                        f"got only {', '.join(given)}")
+    contents = []
+    for name in ENV_TLS_FILES:
+        try:
+            with open(os.environ[name], "rb") as f:
+                contents.append(f.read())
+        except OSError as e:
+            raise PlanError(f"{name}={os.environ[name]}: {e.strerror}") from None
+    ca, cert, key = contents
+    return grpc.secure_channel(address, grpc.ssl_channel_credentials(
+        root_certificates=ca, private_key=key, certificate_chain=cert))
+
+
 def get_strategy_reply(address: str, job: Any, placement: Any, options: Any,
                        timeout_s: float):
     """GetStrategy at `address`: (request, reply) as messages, for callers that want the
@@ -107,7 +132,7 @@ def get_strategy_reply(address: str, job: Any, placement: Any, options: Any,
         job=_message(strategy_pb2.MoeJob, job, "job"),
         placement=_message(strategy_pb2.Placement, placement, "placement"),
         options=_message(strategy_pb2.StrategyOptions, options, "options"))
-    with grpc.insecure_channel(address) as channel:
+    with _channel(grpc, address) as channel:
         stub = planner_grpc.PlannerStub(channel)
         try:
             reply = stub.GetStrategy(request, timeout=timeout_s)

@@ -5,8 +5,11 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -225,6 +228,20 @@ std::vector<http::HttpRoute> Routes(const AdmissionHandler* handler) {
   return routes;
 }
 
+// Makes `ctx` require a client certificate signed by a CA of `ca_file`.
+bool RequireClientCertificates(SSL_CTX& ctx, const std::string& ca_file) {
+  STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(ca_file.c_str());
+  if (names == nullptr ||
+      SSL_CTX_load_verify_locations(&ctx, ca_file.c_str(), nullptr) != 1) {
+    if (names != nullptr) sk_X509_NAME_pop_free(names, X509_NAME_free);
+    return false;
+  }
+  SSL_CTX_set_client_CA_list(&ctx, names);  // takes ownership
+  SSL_CTX_set_verify(&ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
+                     nullptr);
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(
@@ -244,8 +261,17 @@ absl::StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(
                       s->options_.cert_check_interval);
   if (!certs.ok()) return certs.status();
   s->certs_ = *std::move(certs);
+  const std::string& client_ca = s->options_.client_ca_file;
+  if (!client_ca.empty() && ::access(client_ca.c_str(), R_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--webhook_client_ca_file ", client_ca,
+                     ": cannot read: ", std::strerror(errno)));
+  }
   s->tls_ = {SSL_CTX_new(TLS_server_method()), SSL_CTX_free};
-  if (s->tls_ == nullptr || !s->certs_->SetUpContext(*s->tls_)) {
+  // With a client CA every connection's handshake verifies the client's
+  // certificate against it and fails without one (common/http closes it).
+  if (s->tls_ == nullptr || !s->certs_->SetUpContext(*s->tls_) ||
+      (!client_ca.empty() && !RequireClientCertificates(*s->tls_, client_ca))) {
     return absl::InvalidArgumentError(
         absl::StrCat("webhook: TLS setup failed: ", OpenSslError()));
   }

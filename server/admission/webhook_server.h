@@ -35,6 +35,10 @@ struct WebhookOptions {
   std::string address = "0.0.0.0:8443";
   std::string tls_cert_file;  // PEM: leaf first, then intermediates
   std::string tls_key_file;   // PEM private key
+  // PEM CA bundle; when set, a client must present a certificate it signed
+  // (the API server's webhook client certificate, see deploy/README.md) or
+  // the handshake fails. Read once at start.
+  std::string client_ca_file;
   size_t max_body_bytes = 1 << 20;
   // Run the handler; slow connections never hold them.
   int worker_threads = 4;

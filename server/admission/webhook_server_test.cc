@@ -263,6 +263,51 @@ TEST(WebhookServerStandaloneTest, RenewedCertificateIsServedWithoutRestart) {
   (*server)->Shutdown();
 }
 
+// --webhook_client_ca_file: only a client presenting a certificate the CA
+// signed (the API server's) gets an answer.
+TEST(WebhookServerStandaloneTest, ClientCaRequiresTheApiServersCertificate) {
+  const std::string dir = TempDir();
+  auto serving = WriteSelfSignedCert(dir, "serving-for-client-ca");
+  auto ca = WriteTestCa(dir, "apiserver-ca", "apiserver-ca");
+  auto other_ca = WriteTestCa(dir, "other-ca", "other-ca");
+  ASSERT_TRUE(serving.ok() && ca.ok() && other_ca.ok());
+  auto apiserver = WriteTestLeafCert(*ca, dir, "apiserver", "DNS:apiserver");
+  auto stranger = WriteTestLeafCert(*other_ca, dir, "stranger", "DNS:x");
+  ASSERT_TRUE(apiserver.ok() && stranger.ok());
+  AdmissionHandler handler(nullptr, nullptr);
+  WebhookOptions options;
+  options.address = "127.0.0.1:0";
+  options.tls_cert_file = serving->cert_file;
+  options.tls_key_file = serving->key_file;
+  options.client_ca_file = ca->cert_file;
+  auto server = WebhookServer::Start(options, &handler);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto healthz = [&](const TestCertFiles* client_cert) {
+    std::unique_ptr<httplib::SSLClient> client =
+        client_cert == nullptr
+            ? std::make_unique<httplib::SSLClient>("127.0.0.1",
+                                                   (*server)->port())
+            : std::make_unique<httplib::SSLClient>(
+                  "127.0.0.1", (*server)->port(), client_cert->cert_file,
+                  client_cert->key_file);
+    client->set_ca_cert_path(serving->cert_file);
+    client->enable_server_certificate_verification(true);
+    auto res = client->Get("/healthz");
+    return res && res->status == 200;
+  };
+  EXPECT_TRUE(healthz(&*apiserver));
+  EXPECT_FALSE(healthz(nullptr));
+  EXPECT_FALSE(healthz(&*stranger));
+  (*server)->Shutdown();
+
+  options.client_ca_file = dir + "/no-such-ca.crt";
+  server = WebhookServer::Start(options, &handler);
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(server.status().message(),
+                                "--webhook_client_ca_file"))
+      << server.status();
+}
+
 // Many clients, more connections than workers, no gRPC or registry in the
 // process (so the test is meaningful under --config=tsan).
 TEST(WebhookServerStandaloneTest, MoreClientsThanWorkersAllAnswered) {

@@ -75,7 +75,10 @@ TEST_F(RegistryTest, DuplicateNameRefusedWhileLeaseAliveThenTakenOver) {
   ASSERT_TRUE(r.Register(Req("node-a", "i1"), start_).ok());
   absl::Status dup = r.Register(Req("node-a", "i2"), At(absl::Seconds(2)));
   EXPECT_EQ(dup.code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_NE(dup.message().find("i1"), std::string::npos) << dup;
+  // Names no instance id: they are not handed out (issue 11).
+  EXPECT_EQ(dup.message().find("i1"), std::string::npos) << dup;
+  EXPECT_NE(dup.message().find("another agent instance"), std::string::npos)
+      << dup;
   // Same instance re-registering (planner restart, reconnect) is fine.
   EXPECT_TRUE(r.Register(Req("node-a", "i1"), At(absl::Seconds(3))).ok());
   // Once the lease expired, a new instance may take the name.
