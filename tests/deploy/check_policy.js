@@ -47,16 +47,18 @@ check(pc.securityContext.readOnlyRootFilesystem === true, "planner: read-only ro
 check(pc.securityContext.allowPrivilegeEscalation === false, "planner: no privilege escalation");
 check(JSON.stringify(pc.securityContext.capabilities) === JSON.stringify({ drop: ["ALL"] }),
   "planner: drops ALL capabilities, adds none");
+// Probes reach the plaintext health port: the kubelet presents no client certificate.
 for (const p of ["startupProbe", "readinessProbe", "livenessProbe"]) {
-  check(pc[p] && pc[p].grpc && pc[p].grpc.port === 7400, `planner: ${p} is a grpc probe on 7400`);
+  check(pc[p] && pc[p].grpc && pc[p].grpc.port === 7404, `planner: ${p} is a grpc probe on the health port 7404`);
 }
 check(pc.resources && pc.resources.requests && pc.resources.requests.cpu && pc.resources.requests.memory &&
   pc.resources.limits && pc.resources.limits.memory, "planner: cpu/memory requests and a memory limit");
-for (const [name, port] of [["grpc", 7400], ["metrics", 7401], ["webhook", 8443]]) {
+for (const [name, port] of [["grpc", 7400], ["metrics", 7401], ["webhook", 8443], ["health", 7404]]) {
   check((portByName(pc, name) || {}).containerPort === port, `planner: container port ${name}=${port}`);
 }
 const args = pc.args || [];
-for (const want of ["--listen=0.0.0.0:7400", "--metrics_listen=0.0.0.0:7401"]) {
+check(!args.includes("--insecure"), "planner: never --insecure");
+for (const want of ["--listen=0.0.0.0:7400", "--metrics_listen=0.0.0.0:7401", "--health_listen=0.0.0.0:7404"]) {
   check(args.includes(want), `planner: arg ${want}`);
 }
 const flag = (name) => (args.find((a) => a.startsWith(`--${name}=`)) || "").split("=")[1];
@@ -88,6 +90,43 @@ const tlsMount = tlsVol && (pc.volumeMounts || []).find((m) => m.name === tlsVol
 check(tlsMount && tlsMount.readOnly === true, "TLS secret mounted read-only");
 check(tlsMount && flag("tls_cert") === `${tlsMount.mountPath}/tls.crt` && flag("tls_key") === `${tlsMount.mountPath}/tls.key`,
   "--tls_cert/--tls_key point into the mounted secret");
+
+// --- gRPC mutual TLS (cert-manager CA) -----------------------------------------------------
+const caCert = one("Certificate", "monta-ca");
+check(caCert.spec && caCert.spec.isCA === true, "monta-ca Certificate is a CA");
+check((caCert.spec.issuerRef || {}).name === "monta-selfsigned", "monta-ca is self-signed (bootstrap Issuer)");
+const caIssuer = one("Issuer", "monta-ca");
+check(caIssuer.spec && caIssuer.spec.ca && caIssuer.spec.ca.secretName === caCert.spec.secretName,
+  "Issuer monta-ca signs with the monta-ca Certificate's secret");
+const grpcCert = one("Certificate", "monta-planner-grpc");
+check((grpcCert.spec.issuerRef || {}).name === "monta-ca", "planner gRPC certificate from the monta CA");
+check((grpcCert.spec.dnsNames || []).includes(`${svc.metadata.name}.${NS}.svc`),
+  "planner gRPC certificate covers the Service DNS name agents dial");
+const grpcVol = (pspec.volumes || []).find((v) => v.secret && v.secret.secretName === grpcCert.spec.secretName);
+const grpcMount = grpcVol && (pc.volumeMounts || []).find((m) => m.name === grpcVol.name);
+check(grpcMount && grpcMount.readOnly === true, "planner mounts its gRPC certificate read-only");
+check(grpcMount && flag("tls_ca_file") === `${grpcMount.mountPath}/ca.crt` &&
+  flag("tls_cert_file") === `${grpcMount.mountPath}/tls.crt` && flag("tls_key_file") === `${grpcMount.mountPath}/tls.key`,
+  "planner --tls_ca_file/--tls_cert_file/--tls_key_file point into the gRPC certificate's secret");
+const operatorCert = one("Certificate", "monta-operator");
+check((operatorCert.spec.uris || []).every((u) => u.startsWith("spiffe://monta/operator/")) &&
+  (operatorCert.spec.uris || []).length === 1, "operator certificate names one spiffe://monta/operator/ identity");
+check((operatorCert.spec.issuerRef || {}).name === "monta-ca", "operator certificate from the monta CA");
+
+// --- NetworkPolicy: only agents (nodes), the API server and Prometheus reach the planner ----
+const np = one("NetworkPolicy", "monta-planner");
+check(matches(np.spec.podSelector.matchLabels, planner.spec.template.metadata.labels), "NetworkPolicy selects the planner");
+check(JSON.stringify(np.spec.policyTypes) === '["Ingress"]', "NetworkPolicy restricts ingress");
+const allowedPorts = new Set([7400, 7401, 7404, 8443]);
+for (const [i, rule] of (np.spec.ingress || []).entries()) {
+  check((rule.from || []).length > 0, `NetworkPolicy rule ${i}: names its sources (no allow-all)`);
+  check((rule.ports || []).length > 0 && rule.ports.every((p) => allowedPorts.has(p.port)),
+    `NetworkPolicy rule ${i}: only the planner's ports`);
+  if ((rule.ports || []).some((p) => p.port === 7401)) {
+    check(rule.from.every((f) => f.podSelector && f.podSelector.matchLabels &&
+      f.podSelector.matchLabels["app.kubernetes.io/name"] === "prometheus"), "NetworkPolicy: /metrics from Prometheus only");
+  }
+}
 
 // --- admission webhooks -----------------------------------------------------------------
 const expectedRules = JSON.stringify([
@@ -122,15 +161,14 @@ for (const [kind, path, policy] of [["MutatingWebhookConfiguration", "/mutate", 
 }
 
 // --- RBAC: least privilege ----------------------------------------------------------------
+// Neither the planner nor the agent has a Kubernetes client: no role, no binding, no token.
 const roles = objs.filter((o) => o.kind === "Role" || o.kind === "ClusterRole");
-check(roles.length === 1, "one role in all (the planner's node reader)");
-const cr = one("ClusterRole", "monta-planner-node-reader");
-check(JSON.stringify(cr.rules) === JSON.stringify([{ apiGroups: [""], resources: ["nodes"], verbs: ["get", "list", "watch"] }]),
-  "planner ClusterRole: read nodes only");
-for (const b of objs.filter((o) => o.kind === "RoleBinding" || o.kind === "ClusterRoleBinding")) {
-  check(JSON.stringify(b.subjects) === JSON.stringify([{ kind: "ServiceAccount", name: "monta-planner", namespace: NS }]),
-    `${b.kind} ${b.metadata.name}: bound to the planner only`);
-}
+check(roles.length === 0, `no Role or ClusterRole (found ${roles.map((r) => r.metadata.name).join(", ")})`);
+const bindings = objs.filter((o) => o.kind === "RoleBinding" || o.kind === "ClusterRoleBinding");
+check(bindings.length === 0, "no RoleBinding or ClusterRoleBinding");
+const plannerSa = one("ServiceAccount", "monta-planner");
+check(plannerSa.automountServiceAccountToken === false && pspec.automountServiceAccountToken === false,
+  "planner: no API token mounted");
 for (const o of objs) {
   if (o.kind === "ClusterRole" || o.kind === "Role") {
     for (const r of o.rules || []) {
@@ -163,7 +201,15 @@ const sysVol = (aspec.volumes || []).find((v) => v.hostPath && v.hostPath.path =
 const sysMount = sysVol && (ac.volumeMounts || []).find((m) => m.name === sysVol.name);
 check(sysMount && sysMount.readOnly === true && sysMount.mountPath === sysfs, "agent: host /sys read-only at --sysfs_root");
 const hostPaths = (aspec.volumes || []).filter((v) => v.hostPath).map((v) => v.hostPath.path);
-check(JSON.stringify(hostPaths) === '["/sys"]', "agent: /sys is the only hostPath");
+check(JSON.stringify(hostPaths.sort()) === '["/etc/monta/agent-tls","/sys"]',
+  "agent: /sys and the node's own certificate directory are the only hostPaths");
+check(!aargs.includes("--insecure"), "agent: never --insecure");
+const tlsHostVol = (aspec.volumes || []).find((v) => v.hostPath && v.hostPath.path === "/etc/monta/agent-tls");
+const agentTlsMount = tlsHostVol && (ac.volumeMounts || []).find((m) => m.name === tlsHostVol.name);
+const aflag = (name) => (aargs.find((a) => a.startsWith(`--${name}=`)) || "").split("=")[1];
+check(agentTlsMount && agentTlsMount.readOnly === true && aflag("tls_ca_file") === `${agentTlsMount.mountPath}/ca.crt` &&
+  aflag("tls_cert_file") === `${agentTlsMount.mountPath}/tls.crt` && aflag("tls_key_file") === `${agentTlsMount.mountPath}/tls.key`,
+  "agent: --tls_* files from the node's certificate directory, mounted read-only");
 check((portByName(ac, "metrics") || {}).containerPort === 7402, "agent: metrics port 7402");
 check(ac.securityContext.privileged !== true && ac.securityContext.allowPrivilegeEscalation === false,
   "agent: not privileged, no privilege escalation");

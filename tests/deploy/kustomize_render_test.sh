@@ -8,7 +8,8 @@ source "$lib"
 
 need_kubectl
 echo "kubectl: $KUBECTL ($("$KUBECTL" version --client --short 2>/dev/null || true))"
-want="ClusterRole ClusterRoleBinding DaemonSet Deployment Issuer Certificate MutatingWebhookConfiguration Namespace PodDisruptionBudget PodMonitor PrometheusRule Service ServiceAccount ServiceMonitor ValidatingWebhookConfiguration"
+# No ClusterRole: the planner has no Kubernetes client (deploy/base/planner-rbac.yaml).
+want="DaemonSet Deployment Issuer Certificate MutatingWebhookConfiguration Namespace NetworkPolicy PodDisruptionBudget PodMonitor PrometheusRule Service ServiceAccount ServiceMonitor ValidatingWebhookConfiguration"
 for dir in base overlays/gpu overlays/dev; do
   out="$SCRATCH/${dir//\//_}.yaml"
   render "$dir" "$out"
