@@ -10,6 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "agent/runtime/agent_metrics.h"
@@ -169,6 +170,50 @@ void SetUpBenchRunner(monta::agent::AgentOptions& options,
   options.runner = monta::agent::MakeBenchRunner(bench);
 }
 
+// Under mutual TLS the planner accepts this agent only as the node its
+// certificate names: refuse to start, saying so, when that is another node.
+absl::Status CheckCertificateNamesNode(
+    const monta::GrpcSecurityOptions& security, const std::string& node) {
+  if (security.insecure) return absl::OkStatus();
+  absl::StatusOr<std::vector<std::string>> uris =
+      monta::CertificateUris("--tls_cert_file", security.cert_file);
+  if (!uris.ok()) return uris.status();
+  const std::string want = absl::StrCat("spiffe://monta/node/", node);
+  for (const std::string& uri : *uris) {
+    if (uri == want) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--tls_cert_file ", security.cert_file, " does not name node \"", node,
+      "\" (expected the URI subjectAltName ", want, ", found [",
+      absl::StrJoin(*uris, ", "), "]); the planner would refuse every call"));
+}
+
+// Who this agent is and how it reaches the planner: --planner, --tls_* /
+// --insecure (logged), --node_name, --instance_id, --bench_address.
+absl::StatusOr<monta::agent::AgentOptions> AgentOptionsFromFlags() {
+  monta::agent::AgentOptions options;
+  options.planner_address = absl::GetFlag(FLAGS_planner);
+  absl::StatusOr<monta::GrpcSecurityOptions> security =
+      monta::GrpcSecurityFromFlags();
+  if (!security.ok()) return security.status();
+  std::cerr << "monta-agent: " << monta::DescribeGrpcSecurity(*security)
+            << std::endl;
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      monta::MakeChannelCredentials(*security);
+  if (!credentials.ok()) return credentials.status();
+  options.credentials = *std::move(credentials);
+  options.node_name = absl::GetFlag(FLAGS_node_name);
+  if (options.node_name.empty()) options.node_name = DefaultNodeName();
+  if (absl::Status named =
+          CheckCertificateNamesNode(*security, options.node_name);
+      !named.ok()) {
+    return named;
+  }
+  options.instance_id = absl::GetFlag(FLAGS_instance_id);
+  options.bench_address = absl::GetFlag(FLAGS_bench_address);
+  return options;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -189,25 +234,14 @@ int main(int argc, char** argv) {
   // The unit tests keep it; the production binaries skip it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
-  monta::agent::AgentOptions options;
-  options.planner_address = absl::GetFlag(FLAGS_planner);
-  absl::StatusOr<monta::GrpcSecurityOptions> security =
-      monta::GrpcSecurityFromFlags();
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      security.ok() ? monta::MakeChannelCredentials(*security)
-                    : absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>(
-                          security.status());
-  if (!credentials.ok()) {
-    std::cerr << "monta-agent: " << credentials.status().message() << "\n";
+  absl::StatusOr<monta::agent::AgentOptions> options_from_flags =
+      AgentOptionsFromFlags();
+  if (!options_from_flags.ok()) {
+    std::cerr << "monta-agent: " << options_from_flags.status().message()
+              << "\n";
     return 2;
   }
-  std::cerr << "monta-agent: " << monta::DescribeGrpcSecurity(*security)
-            << std::endl;
-  options.credentials = *std::move(credentials);
-  options.node_name = absl::GetFlag(FLAGS_node_name);
-  if (options.node_name.empty()) options.node_name = DefaultNodeName();
-  options.instance_id = absl::GetFlag(FLAGS_instance_id);
-  options.bench_address = absl::GetFlag(FLAGS_bench_address);
+  monta::agent::AgentOptions options = *std::move(options_from_flags);
   absl::StatusOr<monta::topology::DiscoveryOptions> discovery_flags =
       DiscoveryFromFlags();
   if (!discovery_flags.ok()) {

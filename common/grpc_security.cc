@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 #include <cerrno>
 #include <cstring>
@@ -149,6 +150,25 @@ MakeChannelCredentials(const GrpcSecurityOptions& options) {
   tls.set_certificate_verifier(
       std::make_shared<grpc::experimental::HostNameCertificateVerifier>());
   return grpc::experimental::TlsCredentials(tls);
+}
+
+absl::StatusOr<std::vector<std::string>> CertificateUris(
+    absl::string_view flag, const std::string& path) {
+  absl::StatusOr<std::unique_ptr<X509, Deleter>> cert =
+      ReadCertificate(flag, path);
+  if (!cert.ok()) return cert.status();
+  std::vector<std::string> uris;
+  auto* names = static_cast<GENERAL_NAMES*>(
+      X509_get_ext_d2i(cert->get(), NID_subject_alt_name, nullptr, nullptr));
+  for (int i = 0; names != nullptr && i < sk_GENERAL_NAME_num(names); ++i) {
+    const GENERAL_NAME* name = sk_GENERAL_NAME_value(names, i);
+    if (name->type != GEN_URI) continue;
+    const ASN1_IA5STRING* uri = name->d.uniformResourceIdentifier;
+    uris.emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(uri)),
+                      ASN1_STRING_length(uri));
+  }
+  GENERAL_NAMES_free(names);
+  return uris;
 }
 
 std::string DescribeGrpcSecurity(const GrpcSecurityOptions& options) {

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -48,6 +49,11 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 // insecure ones. Validates first.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
 MakeChannelCredentials(const GrpcSecurityOptions& options);
+
+// The URI subjectAltNames of the first certificate in the PEM file `path`
+// (e.g. "spiffe://monta/node/node-a"); errors name `flag`.
+absl::StatusOr<std::vector<std::string>> CertificateUris(
+    absl::string_view flag, const std::string& path);
 
 // One line for a process's log: what its gRPC connections are protected
 // with, e.g. "mTLS (CA /etc/monta/tls/ca.crt, certificate ...)", or a loud

@@ -321,11 +321,11 @@ int main(int argc, char** argv) {
   std::cerr << std::endl;
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
-    const absl::Status written = monta::WritePortFile(
-        port_file, {{"grpc", (*server)->grpc_port()},
-                    {"metrics", (*server)->metrics_port()},
-                    {"webhook", (*server)->webhook_port()},
-                    {"health", (*server)->health_port()}});
+    const absl::Status written =
+        monta::WritePortFile(port_file, {{"grpc", (*server)->grpc_port()},
+                                         {"metrics", (*server)->metrics_port()},
+                                         {"webhook", (*server)->webhook_port()},
+                                         {"health", (*server)->health_port()}});
     if (!written.ok()) {
       std::cerr << "monta-planner: --port_file: " << written.message() << "\n";
       (*server)->Shutdown(absl::Seconds(5));

@@ -111,10 +111,10 @@ TEST(AdmissionProcessTest, PlannerBinaryServesWebhookOverHttps) {
 
 TEST(AdmissionProcessTest, BadTlsFlagsRefuseToStart) {
   const std::string dir = TempDir();
-  auto missing_key =
-      testing::Run({Runfile("server/monta-planner"), "--listen=127.0.0.1:0", "--insecure",
-                    "--metrics_listen=", "--webhook_listen=127.0.0.1:0",
-                    "--tls_cert=" + dir + "/x.crt"});
+  auto missing_key = testing::Run(
+      {Runfile("server/monta-planner"), "--listen=127.0.0.1:0", "--insecure",
+       "--metrics_listen=", "--webhook_listen=127.0.0.1:0",
+       "--tls_cert=" + dir + "/x.crt"});
   EXPECT_EQ(missing_key.exit_code, 2) << missing_key.err;
   EXPECT_TRUE(absl::StrContains(missing_key.err, "--tls_key"))
       << missing_key.err;

@@ -277,8 +277,9 @@ TEST_F(MtlsAttackTest, PlaintextHealthPortServesOnlyHealth) {
   grpc::health::v1::HealthCheckRequest check;
   check.set_service("monta.v1.Planner");
   grpc::health::v1::HealthCheckResponse health;
-  const grpc::Status checked = grpc::health::v1::Health::NewStub(channel)->Check(
-      Context().get(), check, &health);
+  const grpc::Status checked =
+      grpc::health::v1::Health::NewStub(channel)->Check(Context().get(), check,
+                                                        &health);
   ASSERT_TRUE(checked.ok()) << checked.error_message();
   EXPECT_EQ(health.status(), grpc::health::v1::HealthCheckResponse::SERVING);
   monta::v1::ListNodesReply nodes;
@@ -287,11 +288,11 @@ TEST_F(MtlsAttackTest, PlaintextHealthPortServesOnlyHealth) {
                 .error_code(),
             StatusCode::UNAUTHENTICATED);
   monta::v1::RegisterReply registered;
-  EXPECT_EQ(monta::v1::AgentGateway::NewStub(channel)
-                ->Register(Context().get(), Registration("node-a", "x"),
-                           &registered)
-                .error_code(),
-            StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(
+      monta::v1::AgentGateway::NewStub(channel)
+          ->Register(Context().get(), Registration("node-a", "x"), &registered)
+          .error_code(),
+      StatusCode::UNAUTHENTICATED);
   monta::v1::RunBenchmarkRequest bench;
   bench.add_nodes("node-a");
   monta::v1::RunBenchmarkReply bench_reply;
@@ -313,8 +314,7 @@ TEST_F(MtlsAttackTest, AnotherNodeCannotHeartbeatReRegisterOrDeregisterIt) {
                 .error_code(),
             StatusCode::PERMISSION_DENIED);
   // 8 fake GPUs and another bench address.
-  monta::v1::RegisterRequest takeover =
-      Registration("node-a", kSecretInstance);
+  monta::v1::RegisterRequest takeover = Registration("node-a", kSecretInstance);
   takeover.set_bench_address("10.66.6.6");
   for (int i = 0; i < 8; ++i) takeover.mutable_topology()->add_gpus();
   const grpc::Status reregistered = Register("node-b", takeover);
@@ -356,8 +356,9 @@ TEST_F(MtlsAttackTest, NobodyElseCanHoldANodesName) {
   monta::v1::GetNodeRequest get;
   get.set_name("node-c");
   monta::v1::NodeInfo info;
-  EXPECT_EQ(Planner("reader")->GetNode(Context().get(), get, &info).error_code(),
-            StatusCode::NOT_FOUND);
+  EXPECT_EQ(
+      Planner("reader")->GetNode(Context().get(), get, &info).error_code(),
+      StatusCode::NOT_FOUND);
   // So the real agent registers at once (no ALREADY_EXISTS).
   EXPECT_TRUE(Register("node-c", Registration("node-c", "c-1")).ok());
 }
@@ -431,14 +432,16 @@ TEST_F(MtlsAttackTest, ForgedResultsAreRefusedAndThePlanStays) {
   set.set_key("join/0");
   set.set_value("x");
   monta::v1::RendezvousSetReply set_reply;
-  EXPECT_EQ(Gateway("node-b")->RendezvousSet(Context().get(), set, &set_reply)
+  EXPECT_EQ(Gateway("node-b")
+                ->RendezvousSet(Context().get(), set, &set_reply)
                 .error_code(),
             StatusCode::PERMISSION_DENIED);
   monta::v1::RendezvousGetRequest get;
   get.set_task_id(task_a);
   get.set_key("join/0");
   monta::v1::RendezvousGetReply get_reply;
-  EXPECT_EQ(Gateway("node-b")->RendezvousGet(Context().get(), get, &get_reply)
+  EXPECT_EQ(Gateway("node-b")
+                ->RendezvousGet(Context().get(), get, &get_reply)
                 .error_code(),
             StatusCode::PERMISSION_DENIED);
 
@@ -447,8 +450,8 @@ TEST_F(MtlsAttackTest, ForgedResultsAreRefusedAndThePlanStays) {
   EXPECT_EQ(PlanSummary(PlanOnAB()), plan_before);
   // The control: node-a's own report of its own task is taken (so what was
   // refused above would have landed).
-  EXPECT_TRUE(Gateway("node-a")->RendezvousSet(Context().get(), set, &set_reply)
-                  .ok());
+  EXPECT_TRUE(
+      Gateway("node-a")->RendezvousSet(Context().get(), set, &set_reply).ok());
   EXPECT_TRUE(
       Report("node-a", FastReport(task_a, "node-a", 0, {"node-a"})).ok());
   EXPECT_EQ(Node("node-a").curves_size(), 1);
@@ -462,7 +465,8 @@ TEST_F(MtlsAttackTest, InstanceIdIsNeverHandedOut) {
   ASSERT_TRUE(Planner("reader")->ListNodes(Context().get(), list, &nodes).ok());
   ASSERT_GE(nodes.nodes_size(), 2);
   EXPECT_FALSE(absl::StrContains(nodes.DebugString(), kSecretInstance));
-  EXPECT_FALSE(absl::StrContains(Node("node-a").DebugString(), kSecretInstance));
+  EXPECT_FALSE(
+      absl::StrContains(Node("node-a").DebugString(), kSecretInstance));
   // A second agent of node-a (same certificate, another process) is told the
   // name is held, not by whom.
   const grpc::Status second =

@@ -169,14 +169,13 @@ TEST(StartupFailureTest, GrpcPortInUseByAnotherPlanner) {
 TEST(StartupFailureTest, TransportSecurityMustBeChosenAndUsable) {
   const std::vector<std::string> need = {"--tls_ca_file", "--tls_cert_file",
                                          "--tls_key_file", "--insecure"};
-  ExpectRefused("server/monta-planner",
-                {"--listen=127.0.0.1:0", "--metrics_listen=", "--insecure=false"},
-                need);
+  ExpectRefused(
+      "server/monta-planner",
+      {"--listen=127.0.0.1:0", "--metrics_listen=", "--insecure=false"}, need);
   ExpectRefused("agent/monta-agent",
                 {"--planner=127.0.0.1:1", "--insecure=false"}, need);
-  ExpectRefused("client/montactl", {"--planner=127.0.0.1:1", "--insecure=false",
-                                    "health"},
-                need);
+  ExpectRefused("client/montactl",
+                {"--planner=127.0.0.1:1", "--insecure=false", "health"}, need);
   const std::string dir = TempDir();
   auto ca = admission::WriteTestCa(dir, "startup-ca", "startup-ca");
   ASSERT_TRUE(ca.ok()) << ca.status();
@@ -186,22 +185,31 @@ TEST(StartupFailureTest, TransportSecurityMustBeChosenAndUsable) {
                 {"--listen=127.0.0.1:0", "--metrics_listen=", "--insecure",
                  "--tls_ca_file=" + ca->cert_file},
                 {"--insecure excludes"});
-  ExpectRefused("server/monta-planner",
-                {"--listen=127.0.0.1:0", "--metrics_listen=",
-                 "--tls_ca_file=" + dir + "/none.crt",
-                 "--tls_cert_file=" + ca->cert_file,
-                 "--tls_key_file=" + ca->key_file},
-                {"--tls_ca_file " + dir + "/none.crt", "cannot read"});
-  ExpectRefused("agent/monta-agent",
-                {"--planner=127.0.0.1:1", "--tls_ca_file=" + ca->cert_file,
-                 "--tls_cert_file=" + ca->cert_file,
-                 "--tls_key_file=" + other->key_file},
-                {"--tls_key_file " + other->key_file, "is not the private key"});
-  ExpectRefused("client/montactl",
-                {"--tls_ca_file=" + ca->cert_file,
-                 "--tls_cert_file=" + ca->key_file,
-                 "--tls_key_file=" + ca->key_file, "health"},
-                {"--tls_cert_file", "expected a PEM certificate"});
+  ExpectRefused(
+      "server/monta-planner",
+      {"--listen=127.0.0.1:0",
+       "--metrics_listen=", "--tls_ca_file=" + dir + "/none.crt",
+       "--tls_cert_file=" + ca->cert_file, "--tls_key_file=" + ca->key_file},
+      {"--tls_ca_file " + dir + "/none.crt", "cannot read"});
+  ExpectRefused(
+      "agent/monta-agent",
+      {"--planner=127.0.0.1:1", "--tls_ca_file=" + ca->cert_file,
+       "--tls_cert_file=" + ca->cert_file, "--tls_key_file=" + other->key_file},
+      {"--tls_key_file " + other->key_file, "is not the private key"});
+  auto node_b = admission::WriteTestLeafCert(*ca, dir, "startup-node-b",
+                                             "URI:spiffe://monta/node/node-b");
+  ASSERT_TRUE(node_b.ok()) << node_b.status();
+  ExpectRefused(
+      "agent/monta-agent",
+      {"--planner=127.0.0.1:1", "--node_name=node-a",
+       "--tls_ca_file=" + ca->cert_file, "--tls_cert_file=" + node_b->cert_file,
+       "--tls_key_file=" + node_b->key_file},
+      {"does not name node \"node-a\"", "spiffe://monta/node/node-b"});
+  ExpectRefused(
+      "client/montactl",
+      {"--tls_ca_file=" + ca->cert_file, "--tls_cert_file=" + ca->key_file,
+       "--tls_key_file=" + ca->key_file, "health"},
+      {"--tls_cert_file", "expected a PEM certificate"});
 }
 
 TEST(StartupFailureTest, GrpcPortHeldBySocket) {

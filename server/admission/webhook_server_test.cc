@@ -303,8 +303,8 @@ TEST(WebhookServerStandaloneTest, ClientCaRequiresTheApiServersCertificate) {
   options.client_ca_file = dir + "/no-such-ca.crt";
   server = WebhookServer::Start(options, &handler);
   EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(server.status().message(),
-                                "--webhook_client_ca_file"))
+  EXPECT_TRUE(
+      absl::StrContains(server.status().message(), "--webhook_client_ca_file"))
       << server.status();
 }
 
