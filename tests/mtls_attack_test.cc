@@ -388,6 +388,15 @@ TEST_F(MtlsAttackTest, OnlyOperatorsRunBenchmarks) {
     EXPECT_TRUE(absl::StrContains(s.error_message(), "operator"))
         << s.error_message();
   }
+  // Verify runs workloads on the nodes too: operators only.
+  for (const std::string identity : {"reader", "node-a"}) {
+    monta::v1::VerifyReply reply;
+    EXPECT_EQ(Planner(identity)
+                  ->Verify(Context().get(), monta::v1::VerifyRequest(), &reply)
+                  .error_code(),
+              StatusCode::PERMISSION_DENIED)
+        << identity;
+  }
   // Every authenticated caller may read.
   for (const std::string identity : {"reader", "node-b", "operator"}) {
     monta::v1::ListProfilesReply profiles;
