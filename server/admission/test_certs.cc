@@ -32,7 +32,7 @@ bool AddExtension(X509* cert, X509* issuer, int nid, const char* value) {
   return ext != nullptr && X509_add_ext(cert, ext.get(), -1) == 1;
 }
 
-// A certificate for `key` with subject CN `common_name`, valid from a minute
+// A certificate for `key` with subject CN `common_name`, valid from an hour
 // ago for a day, with a serial unique within the process (a verifier may
 // reject two certificates of one issuer with one serial).
 Cert NewCert(EVP_PKEY* key, const std::string& common_name) {
@@ -40,7 +40,9 @@ Cert NewCert(EVP_PKEY* key, const std::string& common_name) {
   Cert cert(X509_new());
   X509_set_version(cert.get(), 2);
   ASN1_INTEGER_set(X509_get_serialNumber(cert.get()), serial++);
-  X509_gmtime_adj(X509_getm_notBefore(cert.get()), -60);
+  // Backdated an hour, as issuers do for clock skew: a peer whose wall clock
+  // runs behind (tests step the planner's by -10 minutes) still accepts it.
+  X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3600);
   X509_gmtime_adj(X509_getm_notAfter(cert.get()), 24 * 3600);
   X509_set_pubkey(cert.get(), key);
   X509_NAME_add_entry_by_txt(
