@@ -16,12 +16,14 @@ struct TestCertFiles {
   std::string key_file;   // PEM private key
 };
 
-// Writes `<dir>/<name>.crt` and `<dir>/<name>.key`, valid from an hour ago (clock skew) for a day.
+// Writes `<dir>/<name>.crt` and `<dir>/<name>.key`, valid from an hour ago
+// (clock skew) for a day.
 absl::StatusOr<TestCertFiles> WriteSelfSignedCert(
     const std::string& dir, const std::string& name = "webhook");
 
 // A self-signed CA (CA:TRUE, keyCertSign), `<dir>/<name>.crt` and `.key`,
-// valid from an hour ago (clock skew) for a day. `common_name` tells CAs of one test apart.
+// valid from an hour ago (clock skew) for a day. `common_name` tells CAs of one
+// test apart.
 absl::StatusOr<TestCertFiles> WriteTestCa(const std::string& dir,
                                           const std::string& name,
                                           const std::string& common_name);
