@@ -214,6 +214,31 @@ absl::StatusOr<monta::agent::AgentOptions> AgentOptionsFromFlags() {
   return options;
 }
 
+// Discovery from the flags into `options`: run once now, so broken declared
+// inputs fail at start and not in the background, then on every refresh.
+absl::Status SetUpDiscovery(monta::agent::AgentOptions& options) {
+  absl::StatusOr<monta::topology::DiscoveryOptions> discovery_flags =
+      DiscoveryFromFlags();
+  if (!discovery_flags.ok()) return discovery_flags.status();
+  const monta::topology::DiscoveryOptions discovery = *discovery_flags;
+  absl::StatusOr<monta::v1::NodeTopology> first =
+      monta::topology::DiscoverTopology(discovery);
+  if (!first.ok()) {
+    return absl::Status(first.status().code(),
+                        absl::StrCat("topology: ", first.status().message()));
+  }
+  std::cerr << "monta-agent: discovered " << first->gpus_size() << " GPU(s), "
+            << first->nics_size()
+            << " NIC port(s); CUDA: " << first->cuda_status()
+            << "; NVML: " << first->nvml_status() << std::endl;
+  options.discover = [discovery] {
+    return monta::topology::DiscoverTopology(discovery);
+  };
+  options.topology_refresh =
+      absl::Seconds(absl::GetFlag(FLAGS_topology_refresh_seconds));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -242,29 +267,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   monta::agent::AgentOptions options = *std::move(options_from_flags);
-  absl::StatusOr<monta::topology::DiscoveryOptions> discovery_flags =
-      DiscoveryFromFlags();
-  if (!discovery_flags.ok()) {
-    std::cerr << "monta-agent: " << discovery_flags.status().message() << "\n";
+  if (absl::Status discovered = SetUpDiscovery(options); !discovered.ok()) {
+    std::cerr << "monta-agent: " << discovered.message() << "\n";
     return 2;
   }
-  const monta::topology::DiscoveryOptions discovery = *discovery_flags;
-  // Fail at start, not in the background, when the declared inputs are broken.
-  absl::StatusOr<monta::v1::NodeTopology> first =
-      monta::topology::DiscoverTopology(discovery);
-  if (!first.ok()) {
-    std::cerr << "monta-agent: topology: " << first.status().message() << "\n";
-    return 2;
-  }
-  std::cerr << "monta-agent: discovered " << first->gpus_size() << " GPU(s), "
-            << first->nics_size()
-            << " NIC port(s); CUDA: " << first->cuda_status()
-            << "; NVML: " << first->nvml_status() << std::endl;
-  options.discover = [discovery] {
-    return monta::topology::DiscoverTopology(discovery);
-  };
-  options.topology_refresh =
-      absl::Seconds(absl::GetFlag(FLAGS_topology_refresh_seconds));
 
   // Two NCCL communicators run kernels concurrently in the pipelined schedules;
   // implicit launch order keeps their order consistent across ranks.
