@@ -1,6 +1,9 @@
 #include "server/bench/coordinator.h"
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -51,6 +54,15 @@ std::string Coordinator::JoinKey(int rank) {
 Coordinator::Coordinator(registry::Registry* registry,
                          CoordinatorOptions options)
     : registry_(registry), options_(options) {}
+
+class Coordinator::WakeOnExit {
+ public:
+  explicit WakeOnExit(Coordinator* coordinator) : coordinator_(coordinator) {}
+  ~WakeOnExit() { coordinator_->DeliverWakes(); }
+
+ private:
+  Coordinator* const coordinator_;
+};
 
 void Coordinator::SetTaskFinishedCallback(TaskFinishedCallback callback) {
   absl::MutexLock lock(&mu_);
@@ -211,6 +223,7 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::ScheduleDispatches(
 
 absl::StatusOr<BenchmarkTaskStatus> Coordinator::Enqueue(
     monta::v1::BenchmarkTask spec, absl::Duration timeout, Instant now) {
+  WakeOnExit wake(this);
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("planner is shutting down");
   if (absl::Status s = CheckPendingBounds(spec.nodes()); !s.ok()) return s;
@@ -227,10 +240,10 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::Enqueue(
   *task.status.mutable_created_at() = ToProto(now.wall);
   for (const std::string& node : task.spec.nodes()) {
     queues_[node].push_back(id);
+    changed_nodes_.insert(node);
   }
   BenchmarkTaskStatus status = task.status;
   tasks_.emplace(id, std::move(task));
-  changed_.notify_all();
   return status;
 }
 
@@ -242,31 +255,151 @@ absl::StatusOr<std::vector<monta::v1::BandwidthCurve>> Coordinator::Curves(
   return (*found)->curves;
 }
 
-std::optional<monta::v1::BenchmarkTask> Coordinator::NextTask(
-    const std::string& node_name, absl::Duration max_wait) {
+namespace {
+
+// The blocking calls' waiter: a flag the caller's thread waits on. A
+// std::condition_variable, not absl's Mutex::AwaitWithDeadline: its timed
+// waits follow the wall clock (see common/clock.h).
+class BlockingWaiter : public Waiter {
+ public:
+  void Wake() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      woken_ = true;
+    }
+    cv_.notify_all();
+  }
+  // True when woken before `deadline` on the monotonic clock (and resets the
+  // flag).
+  bool Await(MonoTime deadline) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (deadline == MonoTime::max()) {  // no deadline: wait_until overflows
+      cv_.wait(lock, [this] { return woken_; });
+    } else {
+      cv_.wait_until(lock, deadline, [this] { return woken_; });
+    }
+    const bool woken = woken_;
+    woken_ = false;
+    return woken;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool woken_ = false;  // guarded by mu_ (std::mutex carries no annotation)
+};
+
+}  // namespace
+
+template <typename Ready>
+void Coordinator::WaitFor(bool is_node, const std::string& key,
+                          absl::Duration max_wait, Ready ready) {
   const MonoTime deadline =
       MonoAfter(std::chrono::steady_clock::now(), max_wait);
-  absl::MutexLock lock(&mu_);
-  while (!shutdown_) {
-    auto queue = queues_.find(node_name);
-    while (queue != queues_.end() && !queue->second.empty()) {
-      const std::string id = queue->second.front();
-      queue->second.pop_front();
-      if (queue->second.empty()) queues_.erase(queue);
-      auto it = tasks_.find(id);
-      if (it != tasks_.end() && !IsFinished(it->second.status)) {
-        it->second.status.set_state(monta::v1::TASK_STATE_RUNNING);
-        monta::v1::BenchmarkTask spec = it->second.spec;
-        spec.set_timeout_seconds(std::max(
-            0.0, absl::ToDoubleSeconds(MonoSince(
-                     std::chrono::steady_clock::now(), it->second.deadline))));
-        return spec;
-      }
-      queue = queues_.find(node_name);
-    }
-    if (WaitUntil(mu_, changed_, deadline)) break;
+  BlockingWaiter waiter;
+  if (is_node) {
+    AddNodeWaiter(key, &waiter);
+  } else {
+    AddTaskWaiter(key, &waiter);
   }
-  return std::nullopt;
+  while (!ready() && waiter.Await(deadline)) {
+  }
+  if (is_node) {
+    RemoveNodeWaiter(key, &waiter);
+  } else {
+    RemoveTaskWaiter(key, &waiter);
+  }
+}
+
+std::optional<monta::v1::BenchmarkTask> Coordinator::NextTask(
+    const std::string& node_name, absl::Duration max_wait) {
+  std::optional<monta::v1::BenchmarkTask> task;
+  WaitFor(/*is_node=*/true, node_name, max_wait, [&] {
+    task = TryNextTask(node_name);
+    return task.has_value() || IsShutdown();
+  });
+  return task;
+}
+
+std::optional<monta::v1::BenchmarkTask> Coordinator::TryNextTask(
+    const std::string& node_name) {
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return std::nullopt;
+  auto queue = queues_.find(node_name);
+  if (queue == queues_.end()) return std::nullopt;
+  std::optional<monta::v1::BenchmarkTask> next;
+  while (!next.has_value() && !queue->second.empty()) {
+    const std::string id = queue->second.front();
+    queue->second.pop_front();
+    auto it = tasks_.find(id);
+    if (it == tasks_.end() || IsFinished(it->second.status)) continue;
+    it->second.status.set_state(monta::v1::TASK_STATE_RUNNING);
+    next = it->second.spec;
+    // The time left, counted down on the agent's own monotonic clock.
+    next->set_timeout_seconds(std::max(
+        0.0, absl::ToDoubleSeconds(MonoSince(std::chrono::steady_clock::now(),
+                                             it->second.deadline))));
+  }
+  if (queue->second.empty()) queues_.erase(queue);
+  return next;
+}
+
+void Coordinator::AddNodeWaiter(const std::string& node_name, Waiter* waiter) {
+  absl::MutexLock lock(&waiters_mu_);
+  node_waiters_[node_name].insert(waiter);
+}
+
+void Coordinator::RemoveNodeWaiter(const std::string& node_name,
+                                   Waiter* waiter) {
+  absl::MutexLock lock(&waiters_mu_);
+  auto it = node_waiters_.find(node_name);
+  if (it == node_waiters_.end()) return;
+  it->second.erase(waiter);
+  if (it->second.empty()) node_waiters_.erase(it);
+}
+
+void Coordinator::AddTaskWaiter(const std::string& task_id, Waiter* waiter) {
+  absl::MutexLock lock(&waiters_mu_);
+  task_waiters_[task_id].insert(waiter);
+}
+
+void Coordinator::RemoveTaskWaiter(const std::string& task_id, Waiter* waiter) {
+  absl::MutexLock lock(&waiters_mu_);
+  auto it = task_waiters_.find(task_id);
+  if (it == task_waiters_.end()) return;
+  it->second.erase(waiter);
+  if (it->second.empty()) task_waiters_.erase(it);
+}
+
+bool Coordinator::IsShutdown() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return shutdown_;
+}
+
+void Coordinator::DeliverWakes() {
+  std::set<std::string> nodes;
+  std::set<std::string> tasks;
+  bool everyone;
+  {
+    absl::MutexLock lock(&mu_);
+    nodes.swap(changed_nodes_);
+    tasks.swap(changed_tasks_);
+    everyone = wake_everyone_;
+    wake_everyone_ = false;
+  }
+  if (nodes.empty() && tasks.empty() && !everyone) return;
+  // Held while waking, so that a Remove*Waiter returns only after any Wake()
+  // of its waiter finished.
+  absl::MutexLock lock(&waiters_mu_);
+  const auto wake = [everyone](const auto& waiters,
+                               const std::set<std::string>& keys) {
+    for (const auto& [key, set] : waiters) {
+      if (!everyone && keys.count(key) == 0) continue;
+      for (Waiter* waiter : set) waiter->Wake();
+    }
+  };
+  wake(node_waiters_, nodes);
+  wake(task_waiters_, tasks);
 }
 
 absl::Status Coordinator::Set(const monta::v1::RendezvousSetRequest& request) {
@@ -281,6 +414,7 @@ absl::Status Coordinator::Set(const monta::v1::RendezvousSetRequest& request) {
                      options_.max_rendezvous_value_bytes,
                      " (--max_rendezvous_value_bytes)"));
   }
+  WakeOnExit wake(this);
   absl::MutexLock lock(&mu_);
   absl::StatusOr<Task*> found = FindTask(request.task_id());
   if (!found.ok()) return found.status();
@@ -306,35 +440,57 @@ absl::Status Coordinator::Set(const monta::v1::RendezvousSetRequest& request) {
   if (stored.empty()) task.kv_bytes += request.key().size();
   task.kv_bytes = task.kv_bytes - stored.size() + request.value().size();
   stored = request.value();
-  changed_.notify_all();
+  changed_tasks_.insert(request.task_id());
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> Coordinator::Get(
+absl::StatusOr<absl::Duration> Coordinator::GetWait(
     const monta::v1::RendezvousGetRequest& request) {
   if (request.wait_seconds() < 0 || request.wait_seconds() > 3600) {
     return absl::InvalidArgumentError("wait_seconds: expected 0..3600");
   }
-  const MonoTime deadline = MonoAfter(std::chrono::steady_clock::now(),
-                                      absl::Seconds(request.wait_seconds()));
-  absl::MutexLock lock(&mu_);
-  while (true) {
-    absl::StatusOr<Task*> found = FindTask(request.task_id());
-    if (!found.ok()) return found.status();
-    const Task& task = **found;
-    if (task.status.state() == monta::v1::TASK_STATE_FAILED) {
-      return absl::AbortedError(absl::StrCat(
-          "task ", request.task_id(), " failed: ", task.status.reason()));
+  return absl::Seconds(request.wait_seconds());
+}
+
+absl::Status Coordinator::GetTimedOut(
+    const monta::v1::RendezvousGetRequest& request) {
+  return absl::DeadlineExceededError(
+      absl::StrCat("key \"", request.key(), "\" of task ", request.task_id(),
+                   " not set within ", request.wait_seconds(), " s"));
+}
+
+absl::StatusOr<std::string> Coordinator::Get(
+    const monta::v1::RendezvousGetRequest& request) {
+  absl::StatusOr<absl::Duration> wait = GetWait(request);
+  if (!wait.ok()) return wait.status();
+  absl::StatusOr<std::string> result = GetTimedOut(request);
+  WaitFor(/*is_node=*/false, request.task_id(), *wait, [&] {
+    absl::StatusOr<std::optional<std::string>> now = TryGet(request);
+    if (!now.ok()) {
+      result = now.status();
+      return true;
     }
-    auto kv = task.kv.find(request.key());
-    if (kv != task.kv.end()) return kv->second;
-    if (shutdown_) return absl::UnavailableError("planner is shutting down");
-    if (WaitUntil(mu_, changed_, deadline)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "key \"", request.key(), "\" of task ", request.task_id(),
-          " not set within ", request.wait_seconds(), " s"));
-    }
+    if (!now->has_value()) return false;
+    result = **std::move(now);
+    return true;
+  });
+  return result;
+}
+
+absl::StatusOr<std::optional<std::string>> Coordinator::TryGet(
+    const monta::v1::RendezvousGetRequest& request) {
+  absl::ReaderMutexLock lock(&mu_);
+  absl::StatusOr<const Task*> found = FindTask(request.task_id());
+  if (!found.ok()) return found.status();
+  const Task& task = **found;
+  if (task.status.state() == monta::v1::TASK_STATE_FAILED) {
+    return absl::AbortedError(absl::StrCat(
+        "task ", request.task_id(), " failed: ", task.status.reason()));
   }
+  auto kv = task.kv.find(request.key());
+  if (kv != task.kv.end()) return std::optional<std::string>(kv->second);
+  if (shutdown_) return absl::UnavailableError("planner is shutting down");
+  return std::optional<std::string>();
 }
 
 absl::Status Coordinator::Report(
@@ -352,6 +508,7 @@ absl::Status Coordinator::Report(
           " (--max_points_per_curve)"));
     }
   }
+  WakeOnExit wake(this);
   absl::MutexLock lock(&mu_);
   absl::StatusOr<Task*> found = FindTask(request.task_id());
   if (!found.ok()) return found.status();
@@ -420,15 +577,12 @@ absl::StatusOr<monta::v1::BenchmarkTask> Coordinator::Spec(
 
 absl::StatusOr<BenchmarkTaskStatus> Coordinator::WaitFinished(
     const std::string& task_id, absl::Duration max_wait) {
-  const MonoTime deadline =
-      MonoAfter(std::chrono::steady_clock::now(), max_wait);
-  absl::MutexLock lock(&mu_);
-  while (true) {
-    absl::StatusOr<Task*> found = FindTask(task_id);
-    if (!found.ok()) return found.status();
-    if (IsFinished((*found)->status) || shutdown_) return (*found)->status;
-    if (WaitUntil(mu_, changed_, deadline)) return (*found)->status;
-  }
+  absl::StatusOr<BenchmarkTaskStatus> status;
+  WaitFor(/*is_node=*/false, task_id, max_wait, [&] {
+    status = Status(task_id);
+    return !status.ok() || IsFinished(*status) || IsShutdown();
+  });
+  return status;
 }
 
 absl::StatusOr<const Coordinator::Task*> Coordinator::FindTask(
@@ -442,6 +596,7 @@ absl::StatusOr<Coordinator::Task*> Coordinator::FindTask(
 }
 
 void Coordinator::ExpireOverdue(Instant now) {
+  WakeOnExit wake(this);
   absl::MutexLock lock(&mu_);
   for (auto& [id, task] : tasks_) {
     if (IsFinished(task.status) || now.mono < task.deadline) continue;
@@ -452,6 +607,7 @@ void Coordinator::ExpireOverdue(Instant now) {
 
 void Coordinator::FailTasksOfNode(const std::string& node_name,
                                   const std::string& why, Instant now) {
+  WakeOnExit wake(this);
   absl::MutexLock lock(&mu_);
   for (auto& [id, task] : tasks_) {
     if (IsFinished(task.status)) continue;
@@ -535,14 +691,15 @@ bool Coordinator::Busy(const std::string& node_name) const {
 
 void Coordinator::Shutdown() {
   const Instant now = Instant::Now();
+  WakeOnExit wake(this);
   absl::MutexLock lock(&mu_);
   shutdown_ = true;
+  wake_everyone_ = true;
   for (auto& [id, task] : tasks_) {
     if (!IsFinished(task.status)) {
       Finish(task, monta::v1::TASK_STATE_FAILED, "planner shutting down", now);
     }
   }
-  changed_.notify_all();
 }
 
 bool Coordinator::ShuttingDown() const {
@@ -589,15 +746,16 @@ void Coordinator::Finish(Task& task, monta::v1::TaskState state,
               ids.end());
     if (ids.empty()) queues_.erase(queue);
   }
+  changed_tasks_.insert(task.spec.task_id());
   finished_order_.push_back(task.spec.task_id());
   if (on_finished_) on_finished_(task.status);
   // Never evicts the task just finished: the caller still holds it.
   while (finished_order_.size() >
          static_cast<size_t>(std::max(1, options_.max_finished_tasks))) {
+    changed_tasks_.insert(finished_order_.front());  // now NOT_FOUND
     tasks_.erase(finished_order_.front());
     finished_order_.pop_front();
   }
-  changed_.notify_all();
 }
 
 }  // namespace monta::bench

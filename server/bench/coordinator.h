@@ -5,7 +5,6 @@
 #ifndef MONTA_SERVER_BENCH_COORDINATOR_H_
 #define MONTA_SERVER_BENCH_COORDINATOR_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -58,6 +57,17 @@ struct CoordinatorOptions {
 using TaskFinishedCallback =
     std::function<void(const monta::v1::BenchmarkTaskStatus&)>;
 
+// Something waiting, without a thread of its own, for one node's task queue or
+// one task (a gRPC reactor): woken when that node's queue or that task changed
+// and at Shutdown. Wake() runs without the coordinator's state lock, so it may
+// call TryNextTask / TryGet / Status to see what changed; wake-ups can be
+// spurious. It must not add or remove waiters itself.
+class Waiter {
+ public:
+  virtual ~Waiter() = default;
+  virtual void Wake() = 0;
+};
+
 class Coordinator {
  public:
   // `registry` is not owned and must outlive the coordinator.
@@ -89,6 +99,19 @@ class Coordinator {
   // Returns nullopt when none came, or when Shutdown() was called.
   std::optional<monta::v1::BenchmarkTask> NextTask(const std::string& node_name,
                                                    absl::Duration max_wait);
+  // The next task of `node_name` (now running), nullopt when none is queued or
+  // after Shutdown(). Never waits.
+  std::optional<monta::v1::BenchmarkTask> TryNextTask(
+      const std::string& node_name);
+
+  // Per-node and per-task wake-ups (see Waiter). A waiter added before its
+  // first Try* call misses no change. After Remove* returns, `waiter` is not
+  // woken again and no Wake() of it is running, so it may be destroyed.
+  void AddNodeWaiter(const std::string& node_name, Waiter* waiter);
+  void RemoveNodeWaiter(const std::string& node_name, Waiter* waiter);
+  void AddTaskWaiter(const std::string& task_id, Waiter* waiter);
+  void RemoveTaskWaiter(const std::string& task_id, Waiter* waiter);
+  bool IsShutdown() const;
 
   // Rendezvous store. Set on a finished task is FAILED_PRECONDITION.
   absl::Status Set(const monta::v1::RendezvousSetRequest& request);
@@ -96,6 +119,16 @@ class Coordinator {
   // reason) when the task fails meanwhile, DEADLINE_EXCEEDED when the key never
   // comes.
   absl::StatusOr<std::string> Get(
+      const monta::v1::RendezvousGetRequest& request);
+  // Get without waiting: nullopt while the key is not set and the task has not
+  // failed (wait_seconds is not checked here).
+  absl::StatusOr<std::optional<std::string>> TryGet(
+      const monta::v1::RendezvousGetRequest& request);
+  // wait_seconds of a RendezvousGet, INVALID_ARGUMENT when out of range.
+  static absl::StatusOr<absl::Duration> GetWait(
+      const monta::v1::RendezvousGetRequest& request);
+  // The error of a Get whose key never came within wait_seconds.
+  static absl::Status GetTimedOut(
       const monta::v1::RendezvousGetRequest& request);
 
   // One node's result. The task succeeds when every node reported success; its
@@ -171,14 +204,34 @@ class Coordinator {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Task*> FindTask(const std::string& task_id)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Calls DeliverWakes() when it goes out of scope: declared before a method's
+  // MutexLock, it runs after the lock is released.
+  class WakeOnExit;
+  // Wakes the waiters of every node and task changed since the last call.
+  // Called by each method that changes state, after releasing mu_.
+  void DeliverWakes() ABSL_LOCKS_EXCLUDED(mu_, waiters_mu_);
+  // Waits (a thread of the caller's) until `ready` says the wait is over or
+  // `max_wait` passed, re-checking on every wake-up of the node's or task's
+  // waiters. For the blocking NextTask / Get / WaitFinished.
+  template <typename Ready>
+  void WaitFor(bool is_node, const std::string& key, absl::Duration max_wait,
+               Ready ready);
 
   registry::Registry* const registry_;
   const CoordinatorOptions options_;
 
+  // Acquired before mu_ (a Wake() calls Try* methods, which take mu_).
+  mutable absl::Mutex waiters_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::map<std::string, std::set<Waiter*>> node_waiters_
+      ABSL_GUARDED_BY(waiters_mu_);
+  std::map<std::string, std::set<Waiter*>> task_waiters_
+      ABSL_GUARDED_BY(waiters_mu_);
+
   mutable absl::Mutex mu_;
-  // Any task, queue or kv change. Not absl::CondVar: its timed waits follow
-  // the wall clock (see common/clock.h).
-  std::condition_variable_any changed_;
+  // Nodes whose queue and tasks whose state changed, not yet woken.
+  std::set<std::string> changed_nodes_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> changed_tasks_ ABSL_GUARDED_BY(mu_);
+  bool wake_everyone_ ABSL_GUARDED_BY(mu_) = false;
   TaskFinishedCallback on_finished_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Task> tasks_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> finished_order_ ABSL_GUARDED_BY(mu_);
