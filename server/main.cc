@@ -123,6 +123,14 @@ ABSL_FLAG(int64_t, max_rendezvous_value_bytes, 1 << 20,
           "bytes of one rendezvous value");
 ABSL_FLAG(int64_t, max_rendezvous_bytes_per_task, 64 << 20,
           "bytes of all rendezvous keys and values of one benchmark task");
+ABSL_FLAG(int, grpc_max_threads, 32,
+          "threads the gRPC server may use for its synchronous services "
+          "(health checking, reflection; grpc::ResourceQuota). The planner's "
+          "own services use gRPC's callback API: no thread per call or "
+          "stream");
+ABSL_FLAG(int64_t, grpc_memory_bytes, int64_t{256} << 20,
+          "memory for the gRPC server's connection and stream buffers "
+          "(grpc::ResourceQuota); beyond it gRPC refuses new streams");
 ABSL_FLAG(std::string, port_file, "",
           "write the bound ports as JSON "
           "{\"grpc\":N,\"metrics\":M,\"webhook\":W,\"health\":H} to this "
@@ -240,6 +248,12 @@ absl::StatusOr<monta::PlannerOptions> OptionsFromFlags() {
     return s;
   }
   if (absl::Status s = BenchBoundsFromFlags(&options); !s.ok()) return s;
+  options.grpc_max_threads = absl::GetFlag(FLAGS_grpc_max_threads);
+  options.grpc_memory_bytes = absl::GetFlag(FLAGS_grpc_memory_bytes);
+  if (options.grpc_max_threads < 4 || options.grpc_memory_bytes < (1 << 20)) {
+    return absl::InvalidArgumentError(
+        "--grpc_max_threads must be >= 4, --grpc_memory_bytes >= 1048576");
+  }
   options.bench_on_register = absl::GetFlag(FLAGS_bench_on_register);
   options.db_path = absl::GetFlag(FLAGS_db);
   options.db_reset_corrupt = absl::GetFlag(FLAGS_db_reset_corrupt);

@@ -11,6 +11,7 @@
 #include "common/topology_diff.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
 #include "proto/monta/v1/planner.grpc.pb.h"
 #include "server/listen_probe.h"
@@ -167,6 +168,10 @@ absl::Status PlannerServer::StartGrpc() {
   // gRPC sets SO_REUSEPORT by default on Linux: a second planner on a bound
   // port would start and silently take half the connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  grpc::ResourceQuota quota("monta-planner");
+  quota.SetMaxThreads(options_.grpc_max_threads);
+  quota.Resize(static_cast<size_t>(options_.grpc_memory_bytes));
+  builder.SetResourceQuota(quota);
   builder.RegisterService(gateway_.get());
   builder.RegisterService(planner_.get());
   std::vector<
@@ -253,6 +258,8 @@ void PlannerServer::Maintain() {
   while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) {
     const Instant now = Instant::Now();
     coordinator_->ExpireOverdue(now);
+    // WatchTasks streams hold no thread that could notice an expired lease.
+    gateway_->ExpireWatches(now);
     if (options_.bench_interval > absl::ZeroDuration() &&
         MonoSince(last_periodic, now.mono) >= options_.bench_interval) {
       last_periodic = now.mono;

@@ -48,6 +48,12 @@ struct PlannerOptions {
   std::string metrics_address = "127.0.0.1:7401";
   // Deadlines and connection caps of /metrics and the webhook (--http_*).
   http::HttpLimits http_limits;
+  // The gRPC server's grpc::ResourceQuota: threads for the synchronous
+  // services (health checking, reflection; the planner's own services use the
+  // callback API and hold no thread per call) and the memory of all
+  // connections' buffers, beyond which gRPC refuses new streams.
+  int grpc_max_threads = 32;
+  int64_t grpc_memory_bytes = int64_t{256} << 20;
   registry::RegistryOptions registry;
   bench::CoordinatorOptions coordinator;
   // Schedule an intra-node sweep when a node registers without measured curves.

@@ -16,116 +16,122 @@ AgentGatewayService::AgentGatewayService(registry::Registry* registry,
       authz_(authz),
       on_registered_(std::move(on_registered)) {}
 
-grpc::Status AgentGatewayService::Register(
-    grpc::ServerContext* context, const monta::v1::RegisterRequest* request,
+grpc::ServerUnaryReactor* AgentGatewayService::Register(
+    grpc::CallbackServerContext* context,
+    const monta::v1::RegisterRequest* request,
     monta::v1::RegisterReply* reply) {
   if (grpc::Status s = authz_->RequireNode(*context, request->node_name());
       !s.ok())
-    return s;
+    return FinishUnary(context, s);
   absl::Status status = registry_->Register(*request, Instant::Now());
-  if (!status.ok()) return ToGrpc(status);
+  if (!status.ok()) return FinishUnary(context, ToGrpc(status));
   reply->set_lease_seconds(absl::ToDoubleSeconds(registry_->options().lease));
   reply->set_heartbeat_interval_seconds(
       absl::ToDoubleSeconds(registry_->options().heartbeat_interval));
   if (on_registered_) on_registered_(request->node_name());
-  return grpc::Status::OK;
+  return FinishUnary(context, grpc::Status::OK);
 }
 
-grpc::Status AgentGatewayService::Heartbeat(
-    grpc::ServerContext* context, const monta::v1::HeartbeatRequest* request,
+grpc::ServerUnaryReactor* AgentGatewayService::Heartbeat(
+    grpc::CallbackServerContext* context,
+    const monta::v1::HeartbeatRequest* request,
     monta::v1::HeartbeatReply* reply) {
   if (grpc::Status s = authz_->RequireNode(*context, request->node_name());
       !s.ok())
-    return s;
+    return FinishUnary(context, s);
   absl::Status status = registry_->Heartbeat(*request, Instant::Now());
-  if (!status.ok()) return ToGrpc(status);
-  reply->set_lease_seconds(absl::ToDoubleSeconds(registry_->options().lease));
-  return grpc::Status::OK;
+  if (status.ok()) {
+    reply->set_lease_seconds(
+        absl::ToDoubleSeconds(registry_->options().lease));
+  }
+  return FinishUnary(context, ToGrpc(status));
 }
 
-grpc::Status AgentGatewayService::Deregister(
-    grpc::ServerContext* context, const monta::v1::DeregisterRequest* request,
+grpc::ServerUnaryReactor* AgentGatewayService::Deregister(
+    grpc::CallbackServerContext* context,
+    const monta::v1::DeregisterRequest* request,
     monta::v1::DeregisterReply* reply) {
   if (grpc::Status s = authz_->RequireNode(*context, request->node_name());
       !s.ok())
-    return s;
+    return FinishUnary(context, s);
   const Instant now = Instant::Now();
   absl::Status status =
       registry_->Deregister(request->node_name(), request->instance_id(), now);
   if (status.ok())
     coordinator_->FailTasksOfNode(request->node_name(), "deregistered", now);
-  return ToGrpc(status);
+  return FinishUnary(context, ToGrpc(status));
 }
 
-grpc::Status AgentGatewayService::WatchTasks(
-    grpc::ServerContext* context, const monta::v1::WatchTasksRequest* request,
-    grpc::ServerWriter<monta::v1::BenchmarkTask>* writer) {
+grpc::ServerWriteReactor<monta::v1::BenchmarkTask>*
+AgentGatewayService::WatchTasks(grpc::CallbackServerContext* context,
+                                const monta::v1::WatchTasksRequest* request) {
   if (grpc::Status s = authz_->RequireNode(*context, request->node_name());
-      !s.ok())
-    return s;
+      !s.ok()) {
+    return new FinishedWriteReactor<monta::v1::BenchmarkTask>(s);
+  }
   if (!registry_->IsAlive(request->node_name(), request->instance_id(),
                           Instant::Now())) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("node \"", request->node_name(),
-                                     "\": this agent instance holds no live "
-                                     "lease; register first"));
+    return new FinishedWriteReactor<monta::v1::BenchmarkTask>(grpc::Status(
+        grpc::StatusCode::FAILED_PRECONDITION,
+        absl::StrCat("node \"", request->node_name(),
+                     "\": this agent instance holds no live lease; register "
+                     "first")));
   }
-  // Poll in short slices so a cancelled stream or an expired lease ends the
-  // call.
-  while (!context->IsCancelled()) {
-    if (!registry_->IsAlive(request->node_name(), request->instance_id(),
-                            Instant::Now())) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "lease expired; register again");
-    }
-    std::optional<monta::v1::BenchmarkTask> task =
-        coordinator_->NextTask(request->node_name(), absl::Milliseconds(500));
-    if (!task.has_value()) {
-      if (coordinator_->ShuttingDown()) {
-        return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                            "planner shutting down");
-      }
-      continue;
-    }
-    if (!writer->Write(*task)) {
-      coordinator_->FailTasksOfNode(request->node_name(),
-                                    "dropped its task stream", Instant::Now());
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "task stream closed");
-    }
-  }
-  return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled");
+  // Ends when the lease expires (ExpireWatches), the agent cancels, a write
+  // fails or the planner shuts down.
+  return WatchTasksReactor::Start(coordinator_, &watches_,
+                                  request->node_name(),
+                                  request->instance_id());
 }
 
-grpc::Status AgentGatewayService::RendezvousSet(
-    grpc::ServerContext* context,
+void AgentGatewayService::ExpireWatches(Instant now) {
+  watches_.ExpireLeases(*registry_, now);
+}
+
+grpc::ServerUnaryReactor* AgentGatewayService::RendezvousSet(
+    grpc::CallbackServerContext* context,
     const monta::v1::RendezvousSetRequest* request,
     monta::v1::RendezvousSetReply* reply) {
   if (grpc::Status s = authz_->RequireTaskMember(*context, request->task_id());
       !s.ok())
-    return s;
-  return ToGrpc(coordinator_->Set(*request));
+    return FinishUnary(context, s);
+  return FinishUnary(context, ToGrpc(coordinator_->Set(*request)));
 }
 
-grpc::Status AgentGatewayService::RendezvousGet(
-    grpc::ServerContext* context,
+grpc::ServerUnaryReactor* AgentGatewayService::RendezvousGet(
+    grpc::CallbackServerContext* context,
     const monta::v1::RendezvousGetRequest* request,
     monta::v1::RendezvousGetReply* reply) {
   if (grpc::Status s = authz_->RequireTaskMember(*context, request->task_id());
       !s.ok())
-    return s;
-  absl::StatusOr<std::string> value = coordinator_->Get(*request);
-  if (!value.ok()) return ToGrpc(value.status());
-  reply->set_value(*std::move(value));
-  return grpc::Status::OK;
+    return FinishUnary(context, s);
+  absl::StatusOr<absl::Duration> wait = bench::Coordinator::GetWait(*request);
+  if (!wait.ok()) return FinishUnary(context, ToGrpc(wait.status()));
+  bench::Coordinator* coordinator = coordinator_;
+  // Waits for the key without a thread; a cancelled Get is freed at once.
+  return TaskWaitReactor::Start(
+      coordinator, request->task_id(), *wait,
+      [coordinator, request, reply]() -> std::optional<grpc::Status> {
+        absl::StatusOr<std::optional<std::string>> value =
+            coordinator->TryGet(*request);
+        if (!value.ok()) return ToGrpc(value.status());
+        if (!value->has_value()) return std::nullopt;
+        reply->set_value(**std::move(value));
+        return grpc::Status::OK;
+      },
+      [request] {
+        return ToGrpc(bench::Coordinator::GetTimedOut(*request));
+      });
 }
 
-grpc::Status AgentGatewayService::ReportBenchmark(
-    grpc::ServerContext* context,
+grpc::ServerUnaryReactor* AgentGatewayService::ReportBenchmark(
+    grpc::CallbackServerContext* context,
     const monta::v1::ReportBenchmarkRequest* request,
     monta::v1::ReportBenchmarkReply* reply) {
   if (grpc::Status s = authz_->RequireReporter(*context, *request); !s.ok())
-    return s;
-  return ToGrpc(coordinator_->Report(*request, Instant::Now()));
+    return FinishUnary(context, s);
+  return FinishUnary(context,
+                     ToGrpc(coordinator_->Report(*request, Instant::Now())));
 }
 
 }  // namespace monta::api

@@ -1,5 +1,6 @@
 // gRPC handlers for the node agents: thin adapters over the registry and the
-// benchmark coordinator.
+// benchmark coordinator, on gRPC's callback API (no thread per call; the calls
+// that wait are reactors, see reactors.h).
 #ifndef MONTA_SERVER_API_AGENT_GATEWAY_SERVICE_H_
 #define MONTA_SERVER_API_AGENT_GATEWAY_SERVICE_H_
 
@@ -8,12 +9,14 @@
 
 #include "proto/monta/v1/agent.grpc.pb.h"
 #include "server/api/authz.h"
+#include "server/api/reactors.h"
 #include "server/bench/coordinator.h"
 #include "server/registry/registry.h"
 
 namespace monta::api {
 
-class AgentGatewayService final : public monta::v1::AgentGateway::Service {
+class AgentGatewayService final
+    : public monta::v1::AgentGateway::CallbackService {
  public:
   // Called after a successful Register with the node's name (e.g. to schedule
   // its intra-node sweep).
@@ -25,33 +28,46 @@ class AgentGatewayService final : public monta::v1::AgentGateway::Service {
                       bench::Coordinator* coordinator, const Authorizer* authz,
                       RegisteredCallback on_registered = nullptr);
 
-  grpc::Status Register(grpc::ServerContext* context,
-                        const monta::v1::RegisterRequest* request,
-                        monta::v1::RegisterReply* reply) override;
-  grpc::Status Heartbeat(grpc::ServerContext* context,
-                         const monta::v1::HeartbeatRequest* request,
-                         monta::v1::HeartbeatReply* reply) override;
-  grpc::Status Deregister(grpc::ServerContext* context,
-                          const monta::v1::DeregisterRequest* request,
-                          monta::v1::DeregisterReply* reply) override;
-  grpc::Status WatchTasks(
-      grpc::ServerContext* context, const monta::v1::WatchTasksRequest* request,
-      grpc::ServerWriter<monta::v1::BenchmarkTask>* writer) override;
-  grpc::Status RendezvousSet(grpc::ServerContext* context,
-                             const monta::v1::RendezvousSetRequest* request,
-                             monta::v1::RendezvousSetReply* reply) override;
-  grpc::Status RendezvousGet(grpc::ServerContext* context,
-                             const monta::v1::RendezvousGetRequest* request,
-                             monta::v1::RendezvousGetReply* reply) override;
-  grpc::Status ReportBenchmark(grpc::ServerContext* context,
-                               const monta::v1::ReportBenchmarkRequest* request,
-                               monta::v1::ReportBenchmarkReply* reply) override;
+  grpc::ServerUnaryReactor* Register(
+      grpc::CallbackServerContext* context,
+      const monta::v1::RegisterRequest* request,
+      monta::v1::RegisterReply* reply) override;
+  grpc::ServerUnaryReactor* Heartbeat(
+      grpc::CallbackServerContext* context,
+      const monta::v1::HeartbeatRequest* request,
+      monta::v1::HeartbeatReply* reply) override;
+  grpc::ServerUnaryReactor* Deregister(
+      grpc::CallbackServerContext* context,
+      const monta::v1::DeregisterRequest* request,
+      monta::v1::DeregisterReply* reply) override;
+  grpc::ServerWriteReactor<monta::v1::BenchmarkTask>* WatchTasks(
+      grpc::CallbackServerContext* context,
+      const monta::v1::WatchTasksRequest* request) override;
+  grpc::ServerUnaryReactor* RendezvousSet(
+      grpc::CallbackServerContext* context,
+      const monta::v1::RendezvousSetRequest* request,
+      monta::v1::RendezvousSetReply* reply) override;
+  grpc::ServerUnaryReactor* RendezvousGet(
+      grpc::CallbackServerContext* context,
+      const monta::v1::RendezvousGetRequest* request,
+      monta::v1::RendezvousGetReply* reply) override;
+  grpc::ServerUnaryReactor* ReportBenchmark(
+      grpc::CallbackServerContext* context,
+      const monta::v1::ReportBenchmarkRequest* request,
+      monta::v1::ReportBenchmarkReply* reply) override;
+
+  // Ends the WatchTasks streams whose node lost its lease (the planner's
+  // maintenance loop calls this every second).
+  void ExpireWatches(Instant now);
+  // Open WatchTasks streams.
+  size_t open_watches() const { return watches_.size(); }
 
  private:
   registry::Registry* const registry_;
   bench::Coordinator* const coordinator_;
   const Authorizer* const authz_;
   const RegisteredCallback on_registered_;
+  WatchList watches_;
 };
 
 }  // namespace monta::api

@@ -1,7 +1,10 @@
 #include "server/api/planner_service.h"
 
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "server/api/reactors.h"
 #include "server/planning/decide_strategy.h"
 
 namespace monta::api {
@@ -21,95 +24,127 @@ PlannerService::PlannerService(registry::Registry* registry,
       knowledge_(knowledge),
       verifier_(verifier) {}
 
-grpc::Status PlannerService::GetStrategy(
-    grpc::ServerContext* context, const monta::v1::StrategyRequest* request,
-    monta::v1::StrategyReply* reply) {
-  if (grpc::Status s = authz_->RequireAuthenticated(*context); !s.ok())
-    return s;
-  absl::StatusOr<monta::v1::StrategyReply> decided = planning::DecideStrategy(
-      *request, registry_, metrics_, decisions_, knowledge_);
-  if (!decided.ok()) return ToGrpc(decided.status());
-  *reply = *std::move(decided);
-  return grpc::Status::OK;
+PlannerService::~PlannerService() {
+  absl::MutexLock lock(&verify_mu_);
+  verify_mu_.Await(absl::Condition(
+      +[](int* running) { return *running == 0; }, &verifying_));
 }
 
-grpc::Status PlannerService::ListNodes(
-    grpc::ServerContext* context, const monta::v1::ListNodesRequest* request,
+grpc::ServerUnaryReactor* PlannerService::GetStrategy(
+    grpc::CallbackServerContext* context,
+    const monta::v1::StrategyRequest* request,
+    monta::v1::StrategyReply* reply) {
+  if (grpc::Status s = authz_->RequireAuthenticated(*context); !s.ok())
+    return FinishUnary(context, s);
+  absl::StatusOr<monta::v1::StrategyReply> decided = planning::DecideStrategy(
+      *request, registry_, metrics_, decisions_, knowledge_);
+  if (!decided.ok()) return FinishUnary(context, ToGrpc(decided.status()));
+  *reply = *std::move(decided);
+  return FinishUnary(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* PlannerService::ListNodes(
+    grpc::CallbackServerContext* context,
+    const monta::v1::ListNodesRequest* request,
     monta::v1::ListNodesReply* reply) {
   if (grpc::Status s = authz_->RequireAuthenticated(*context); !s.ok())
-    return s;
+    return FinishUnary(context, s);
   absl::StatusOr<monta::v1::ListNodesReply> page =
       registry_->ListNodes(*request, Instant::Now());
-  if (!page.ok()) return ToGrpc(page.status());
+  if (!page.ok()) return FinishUnary(context, ToGrpc(page.status()));
   // The instance id only tells an agent's restarts apart; replies never carry
   // it (it once served as the node's credential).
   for (auto& node : *page->mutable_nodes()) node.clear_instance_id();
   *reply = *std::move(page);
-  return grpc::Status::OK;
+  return FinishUnary(context, grpc::Status::OK);
 }
 
-grpc::Status PlannerService::GetNode(grpc::ServerContext* context,
-                                     const monta::v1::GetNodeRequest* request,
-                                     monta::v1::NodeInfo* reply) {
+grpc::ServerUnaryReactor* PlannerService::GetNode(
+    grpc::CallbackServerContext* context,
+    const monta::v1::GetNodeRequest* request, monta::v1::NodeInfo* reply) {
   if (grpc::Status s = authz_->RequireAuthenticated(*context); !s.ok())
-    return s;
+    return FinishUnary(context, s);
   if (request->name().empty()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "name: expected a node name");
+    return FinishUnary(context,
+                       grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                    "name: expected a node name"));
   }
   absl::StatusOr<monta::v1::NodeInfo> node =
       registry_->Get(request->name(), Instant::Now());
-  if (!node.ok()) return ToGrpc(node.status());
+  if (!node.ok()) return FinishUnary(context, ToGrpc(node.status()));
   node->clear_instance_id();  // see ListNodes
   *reply = *std::move(node);
-  return grpc::Status::OK;
+  return FinishUnary(context, grpc::Status::OK);
 }
 
-grpc::Status PlannerService::ListProfiles(
-    grpc::ServerContext* context, const monta::v1::ListProfilesRequest* request,
+grpc::ServerUnaryReactor* PlannerService::ListProfiles(
+    grpc::CallbackServerContext* context,
+    const monta::v1::ListProfilesRequest* request,
     monta::v1::ListProfilesReply* reply) {
   if (grpc::Status s = authz_->RequireAuthenticated(*context); !s.ok())
-    return s;
+    return FinishUnary(context, s);
   for (auto& profile : planning::ListProfiles())
     *reply->add_profiles() = std::move(profile);
-  return grpc::Status::OK;
+  return FinishUnary(context, grpc::Status::OK);
 }
 
-grpc::Status PlannerService::RunBenchmark(
-    grpc::ServerContext* context, const monta::v1::RunBenchmarkRequest* request,
+grpc::ServerUnaryReactor* PlannerService::RunBenchmark(
+    grpc::CallbackServerContext* context,
+    const monta::v1::RunBenchmarkRequest* request,
     monta::v1::RunBenchmarkReply* reply) {
-  if (grpc::Status s = authz_->RequireOperator(*context); !s.ok()) return s;
+  if (grpc::Status s = authz_->RequireOperator(*context); !s.ok())
+    return FinishUnary(context, s);
   absl::StatusOr<monta::v1::BenchmarkTaskStatus> status =
       coordinator_->Schedule(*request, Instant::Now());
-  if (!status.ok()) return ToGrpc(status.status());
-  if (request->wait()) {
-    // Bounded by the task's own deadline and by the caller's deadline.
-    absl::Duration max_wait = absl::Seconds(request->timeout_seconds() > 0
-                                                ? request->timeout_seconds()
-                                                : 120) +
-                              absl::Seconds(5);
-    // Time left of the caller's deadline, read now against the clock gRPC
-    // converts with (the system clock).
-    const auto caller_deadline = context->deadline();
-    if (caller_deadline != std::chrono::system_clock::time_point::max()) {
-      max_wait = std::min(
-          max_wait,
-          absl::FromChrono(caller_deadline - std::chrono::system_clock::now()));
-    }
-    status = coordinator_->WaitFinished(status->task_id(), max_wait);
-    if (!status.ok()) return ToGrpc(status.status());
+  if (!status.ok()) return FinishUnary(context, ToGrpc(status.status()));
+  *reply->mutable_status() = *status;
+  if (!request->wait()) return FinishUnary(context, grpc::Status::OK);
+  // Bounded by the task's own deadline and by the caller's deadline, as a
+  // duration from now: the alarm's deadline is derived from it (GrpcDeadline),
+  // so a wall clock step does not move it.
+  absl::Duration max_wait =
+      absl::Seconds(request->timeout_seconds() > 0 ? request->timeout_seconds()
+                                                   : 120) +
+      absl::Seconds(5);
+  // Time left of the caller's deadline, read now against the clock gRPC
+  // converts with (the system clock).
+  const auto caller_deadline = context->deadline();
+  if (caller_deadline != std::chrono::system_clock::time_point::max()) {
+    max_wait = std::min(
+        max_wait,
+        absl::FromChrono(caller_deadline - std::chrono::system_clock::now()));
   }
-  *reply->mutable_status() = *std::move(status);
-  return grpc::Status::OK;
+  bench::Coordinator* coordinator = coordinator_;
+  const std::string task_id = status->task_id();
+  // Replies with the task's status once it finished, or as it is at the
+  // deadline; the last known status stands when the task was evicted.
+  const auto reply_status = [coordinator, task_id, reply](bool at_deadline)
+      -> std::optional<grpc::Status> {
+    absl::StatusOr<monta::v1::BenchmarkTaskStatus> now =
+        coordinator->Status(task_id);
+    if (!now.ok()) return ToGrpc(now.status());
+    const bool finished = now->state() == monta::v1::TASK_STATE_SUCCEEDED ||
+                          now->state() == monta::v1::TASK_STATE_FAILED;
+    if (!finished && !at_deadline && !coordinator->IsShutdown())
+      return std::nullopt;
+    *reply->mutable_status() = *std::move(now);
+    return grpc::Status::OK;
+  };
+  return TaskWaitReactor::Start(
+      coordinator, task_id, max_wait,
+      [reply_status] { return reply_status(false); },
+      [reply_status] { return *reply_status(true); });
 }
 
-grpc::Status PlannerService::Verify(grpc::ServerContext* context,
-                                    const monta::v1::VerifyRequest* request,
-                                    monta::v1::VerifyReply* reply) {
-  if (grpc::Status s = authz_->RequireOperator(*context); !s.ok()) return s;
+grpc::ServerUnaryReactor* PlannerService::Verify(
+    grpc::CallbackServerContext* context,
+    const monta::v1::VerifyRequest* request, monta::v1::VerifyReply* reply) {
+  if (grpc::Status s = authz_->RequireOperator(*context); !s.ok())
+    return FinishUnary(context, s);
   if (verifier_ == nullptr) {
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                        "this planner does not verify");
+    return FinishUnary(context,
+                       grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                    "this planner does not verify"));
   }
   // Bounded by the run's own deadline (the verifier's) and the caller's.
   absl::Duration max_wait = absl::Hours(1);
@@ -119,11 +154,25 @@ grpc::Status PlannerService::Verify(grpc::ServerContext* context,
         max_wait,
         absl::FromChrono(caller_deadline - std::chrono::system_clock::now()));
   }
-  absl::StatusOr<monta::v1::VerifyReply> verified =
-      verifier_->Verify(*request, max_wait);
-  if (!verified.ok()) return ToGrpc(verified.status());
-  *reply = *std::move(verified);
-  return grpc::Status::OK;
+  // A verification runs benchmarks for minutes and blocks while it does: on a
+  // thread of its own, never on one of gRPC's callback threads. Operators
+  // start them one at a time; the destructor waits for the last.
+  {
+    absl::MutexLock lock(&verify_mu_);
+    ++verifying_;
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  verify::Verifier* verifier = verifier_;
+  std::thread([this, verifier, request, reply, reactor, max_wait] {
+    absl::StatusOr<monta::v1::VerifyReply> verified =
+        verifier->Verify(*request, max_wait);
+    grpc::Status status = ToGrpc(verified.status());
+    if (verified.ok()) *reply = *std::move(verified);
+    reactor->Finish(std::move(status));
+    absl::MutexLock lock(&verify_mu_);
+    --verifying_;
+  }).detach();
+  return reactor;
 }
 
 }  // namespace monta::api

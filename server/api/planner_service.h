@@ -1,8 +1,12 @@
 // gRPC handlers of the public Planner API: thin adapters over the registry, the
-// strategy planner and the benchmark coordinator.
+// strategy planner and the benchmark coordinator, on gRPC's callback API
+// (RunBenchmark with wait is a reactor that holds no thread while it waits;
+// Verify, which runs benchmarks for minutes, runs on a thread of its own).
 #ifndef MONTA_SERVER_API_PLANNER_SERVICE_H_
 #define MONTA_SERVER_API_PLANNER_SERVICE_H_
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/monta/v1/planner.grpc.pb.h"
 #include "server/api/authz.h"
 #include "server/bench/coordinator.h"
@@ -15,7 +19,7 @@
 
 namespace monta::api {
 
-class PlannerService final : public monta::v1::Planner::Service {
+class PlannerService final : public monta::v1::Planner::CallbackService {
  public:
   // Pointers are not owned and must outlive the service; `metrics` and
   // `decisions` may be null. `authz` decides who may call what (authz.h).
@@ -27,24 +31,31 @@ class PlannerService final : public monta::v1::Planner::Service {
                  const planning::PlanKnowledge* knowledge = nullptr,
                  verify::Verifier* verifier = nullptr);
 
-  grpc::Status GetStrategy(grpc::ServerContext* context,
-                           const monta::v1::StrategyRequest* request,
-                           monta::v1::StrategyReply* reply) override;
-  grpc::Status ListNodes(grpc::ServerContext* context,
-                         const monta::v1::ListNodesRequest* request,
-                         monta::v1::ListNodesReply* reply) override;
-  grpc::Status GetNode(grpc::ServerContext* context,
-                       const monta::v1::GetNodeRequest* request,
-                       monta::v1::NodeInfo* reply) override;
-  grpc::Status ListProfiles(grpc::ServerContext* context,
-                            const monta::v1::ListProfilesRequest* request,
-                            monta::v1::ListProfilesReply* reply) override;
-  grpc::Status RunBenchmark(grpc::ServerContext* context,
-                            const monta::v1::RunBenchmarkRequest* request,
-                            monta::v1::RunBenchmarkReply* reply) override;
-  grpc::Status Verify(grpc::ServerContext* context,
-                      const monta::v1::VerifyRequest* request,
-                      monta::v1::VerifyReply* reply) override;
+  // Waits for the Verify calls still running.
+  ~PlannerService() override;
+
+  grpc::ServerUnaryReactor* GetStrategy(
+      grpc::CallbackServerContext* context,
+      const monta::v1::StrategyRequest* request,
+      monta::v1::StrategyReply* reply) override;
+  grpc::ServerUnaryReactor* ListNodes(
+      grpc::CallbackServerContext* context,
+      const monta::v1::ListNodesRequest* request,
+      monta::v1::ListNodesReply* reply) override;
+  grpc::ServerUnaryReactor* GetNode(grpc::CallbackServerContext* context,
+                                    const monta::v1::GetNodeRequest* request,
+                                    monta::v1::NodeInfo* reply) override;
+  grpc::ServerUnaryReactor* ListProfiles(
+      grpc::CallbackServerContext* context,
+      const monta::v1::ListProfilesRequest* request,
+      monta::v1::ListProfilesReply* reply) override;
+  grpc::ServerUnaryReactor* RunBenchmark(
+      grpc::CallbackServerContext* context,
+      const monta::v1::RunBenchmarkRequest* request,
+      monta::v1::RunBenchmarkReply* reply) override;
+  grpc::ServerUnaryReactor* Verify(grpc::CallbackServerContext* context,
+                                   const monta::v1::VerifyRequest* request,
+                                   monta::v1::VerifyReply* reply) override;
 
  private:
   registry::Registry* const registry_;
@@ -54,6 +65,9 @@ class PlannerService final : public monta::v1::Planner::Service {
   store::DecisionLog* const decisions_;
   const planning::PlanKnowledge* const knowledge_;
   verify::Verifier* const verifier_;
+  // Verify calls running on their own threads.
+  absl::Mutex verify_mu_;
+  int verifying_ ABSL_GUARDED_BY(verify_mu_) = 0;
 };
 
 }  // namespace monta::api
