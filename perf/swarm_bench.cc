@@ -25,6 +25,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,6 +36,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <queue>
@@ -49,6 +51,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -179,6 +182,7 @@ bool WaitServing(const std::string& target, absl::Duration timeout) {
 struct ProcSample {
   int threads = 0;
   int64_t rss_kb = 0;
+  double cpu_seconds = 0;  // user + system
 };
 
 // Threads and VmRSS of `pid` (zeros when it is gone).
@@ -189,6 +193,19 @@ ProcSample ReadProc(pid_t pid) {
   while (std::getline(in, line)) {
     if (line.rfind("Threads:", 0) == 0) s.threads = std::atoi(&line[8]);
     if (line.rfind("VmRSS:", 0) == 0) s.rss_kb = std::atoll(&line[6]);
+  }
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string all((std::istreambuf_iterator<char>(stat)),
+                  std::istreambuf_iterator<char>());
+  // Fields after the command (which may hold spaces): state is field 3,
+  // utime and stime fields 14 and 15.
+  const size_t close = all.rfind(')');
+  if (close != std::string::npos) {
+    std::vector<std::string> f = absl::StrSplit(all.substr(close + 2), ' ');
+    if (f.size() > 12) {
+      s.cpu_seconds = (std::atof(f[11].c_str()) + std::atof(f[12].c_str())) /
+                      sysconf(_SC_CLK_TCK);
+    }
   }
   return s;
 }
@@ -746,7 +763,99 @@ void Swarm::Stop() {
   }
 }
 
+// ---------------------------------------------------------------- metrics --
+
+// GET http://127.0.0.1:<port>/metrics; empty on failure.
+std::string Scrape(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  std::string body;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request =
+        "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(fd, request.data(), request.size()) ==
+        static_cast<ssize_t>(request.size())) {
+      char buf[65536];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof(buf))) > 0) body.append(buf, n);
+    }
+  }
+  close(fd);
+  return body;
+}
+
+// Cumulative bucket counts (by upper bound) of the planner's own Heartbeat
+// latency histogram, monta_rpc_duration_seconds{method="Heartbeat"}.
+std::map<double, double> HeartbeatBuckets(const std::string& metrics) {
+  std::map<double, double> buckets;
+  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
+    if (!absl::StartsWith(line, "monta_rpc_duration_seconds_bucket{") ||
+        !absl::StrContains(line, "method=\"Heartbeat\"")) {
+      continue;
+    }
+    const size_t le = line.find("le=\"");
+    const size_t space = line.rfind(' ');
+    if (le == absl::string_view::npos || space == absl::string_view::npos)
+      continue;
+    const std::string bound(line.substr(le + 4, line.find('"', le + 4) - le - 4));
+    const double upper =
+        bound == "+Inf" ? std::numeric_limits<double>::infinity()
+                        : std::atof(bound.c_str());
+    buckets[upper] = std::atof(std::string(line.substr(space + 1)).c_str());
+  }
+  return buckets;
+}
+
+// The planner's view between two scrapes: the smallest bucket bound holding
+// fraction `q` of the heartbeats (ms), and the share served within `ms`.
+struct ServerSide {
+  double p50_le_ms = -1;
+  double p99_le_ms = -1;
+  double within_100ms = -1;
+  double within_250ms = -1;
+};
+
+ServerSide Diff(const std::map<double, double>& before,
+                const std::map<double, double>& after) {
+  ServerSide s;
+  if (after.empty()) return s;
+  const auto count = [&](double upper) {
+    auto b = before.find(upper);
+    return after.at(upper) - (b == before.end() ? 0 : b->second);
+  };
+  const double total = count(after.rbegin()->first);
+  if (total <= 0) return s;
+  for (const auto& [upper, n] : after) {
+    const double share = count(upper) / total;
+    if (s.p50_le_ms < 0 && share >= 0.5) s.p50_le_ms = upper * 1e3;
+    if (s.p99_le_ms < 0 && share >= 0.99) s.p99_le_ms = upper * 1e3;
+    if (upper == 0.1) s.within_100ms = share;
+    if (upper == 0.25) s.within_250ms = share;
+  }
+  return s;
+}
+
 // ----------------------------------------------------------------- report --
+
+// The 1-minute load average: other work on the machine shows up here and
+// explains noisy runs.
+double LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  double one = -1;
+  in >> one;
+  return in ? one : -1;
+}
+
+double SelfCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
+         (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
 
 double Percentile(std::vector<int32_t>& v, double q) {
   if (v.empty()) return 0;
@@ -763,6 +872,11 @@ struct Run {
   int end_threads = 0;
   int64_t end_rss_kb = 0;
   double ramp_seconds = 0;
+  // CPU of the planner and of this process over the measured phase (the
+  // planner's only when it was not restarted), in cores.
+  double planner_cpu_cores = -1;
+  double client_cpu_cores = -1;
+  ServerSide server;  // only when the planner was not restarted
   // Kill mode.
   bool killed = false;
   double restart_to_serving_s = -1;
@@ -801,6 +915,15 @@ nlohmann::json Report(const Run& run, Stats s) {
   j["planner_end_threads"] = run.end_threads;
   j["planner_end_rss_mb"] = run.end_rss_kb / 1024.0;
   j["client_max_lag_ms"] = s.max_lag_ms;
+  j["planner_cpu_cores"] = run.planner_cpu_cores;
+  if (!run.killed) {
+    j["planner_heartbeat_p50_le_ms"] = run.server.p50_le_ms;
+    j["planner_heartbeat_p99_le_ms"] = run.server.p99_le_ms;
+    j["planner_heartbeat_within_100ms"] = run.server.within_100ms;
+    j["planner_heartbeat_within_250ms"] = run.server.within_250ms;
+  }
+  j["client_cpu_cores"] = run.client_cpu_cores;
+  j["loadavg_1m"] = LoadAverage();
   if (run.killed) {
     j["heartbeat_interval_s"] = run.heartbeat_interval_s;
     j["restart_to_serving_s"] = run.restart_to_serving_s;
@@ -825,11 +948,12 @@ absl::StatusOr<monta::v1::StrategyRequest> LoadJob(const std::string& path) {
   return job;
 }
 
-std::vector<std::string> PlannerArgv(int port, const std::string& db) {
+std::vector<std::string> PlannerArgv(int port, int metrics_port,
+                                     const std::string& db) {
   std::vector<std::string> argv = {
       absl::GetFlag(FLAGS_planner_binary),
       absl::StrCat("--listen=127.0.0.1:", port),
-      "--metrics_listen=127.0.0.1:0",
+      absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port),
       absl::StrCat("--db=", db),
       // A swarm measures the lease path: no sweeps for every new node.
       "--bench_on_register=false",
@@ -915,7 +1039,8 @@ int Main() {
   if (temp_db) db = absl::StrCat("/tmp/swarm-bench-", getpid(), ".db");
   std::string log = absl::GetFlag(FLAGS_planner_log);
   if (log.empty()) log = absl::StrCat("/tmp/swarm-bench-", getpid(), "-planner.log");
-  PlannerProcess planner(PlannerArgv(port, db), log);
+  const int metrics_port = PickFreePort();
+  PlannerProcess planner(PlannerArgv(port, metrics_port, db), log);
   const std::string target = absl::StrCat("127.0.0.1:", port);
   if (absl::Status s = planner.Start(); !s.ok() ||
                                         !WaitServing(target, absl::Seconds(60))) {
@@ -941,6 +1066,9 @@ int Main() {
     absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_settle_seconds)));
     swarm.SetMeasuring(true);
     const absl::Time start = absl::Now();
+    const double planner_cpu0 = ReadProc(planner.pid()).cpu_seconds;
+    const double client_cpu0 = SelfCpuSeconds();
+    const auto buckets0 = HeartbeatBuckets(Scrape(metrics_port));
     const absl::Duration length = absl::Seconds(absl::GetFlag(FLAGS_seconds));
     const double kill_after = absl::GetFlag(FLAGS_kill_after_seconds);
     if (kill_after > 0) {
@@ -955,6 +1083,14 @@ int Main() {
             &run);
     run.measured_seconds = absl::ToDoubleSeconds(absl::Now() - start);
     swarm.SetMeasuring(false);
+    if (!run.killed) {
+      run.server = Diff(buckets0, HeartbeatBuckets(Scrape(metrics_port)));
+      run.planner_cpu_cores =
+          (ReadProc(planner.pid()).cpu_seconds - planner_cpu0) /
+          run.measured_seconds;
+    }
+    run.client_cpu_cores =
+        (SelfCpuSeconds() - client_cpu0) / run.measured_seconds;
     stats = swarm.TakeStats();
   }
   planner.Kill();

@@ -371,6 +371,14 @@ void Coordinator::RemoveTaskWaiter(const std::string& task_id, Waiter* waiter) {
   if (it->second.empty()) task_waiters_.erase(it);
 }
 
+size_t Coordinator::waiter_count() const {
+  absl::MutexLock lock(&waiters_mu_);
+  size_t n = 0;
+  for (const auto& [node, set] : node_waiters_) n += set.size();
+  for (const auto& [task, set] : task_waiters_) n += set.size();
+  return n;
+}
+
 bool Coordinator::IsShutdown() const {
   absl::ReaderMutexLock lock(&mu_);
   return shutdown_;

@@ -112,6 +112,8 @@ class Coordinator {
   void AddTaskWaiter(const std::string& task_id, Waiter* waiter);
   void RemoveTaskWaiter(const std::string& task_id, Waiter* waiter);
   bool IsShutdown() const;
+  // Waiters registered now (node and task), for tests and gauges.
+  size_t waiter_count() const;
 
   // Rendezvous store. Set on a finished task is FAILED_PRECONDITION.
   absl::Status Set(const monta::v1::RendezvousSetRequest& request);

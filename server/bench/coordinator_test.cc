@@ -168,6 +168,61 @@ TEST_F(CoordinatorTest, ScheduleValidatesNodesAndSizes) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// Counts its wake-ups.
+class CountingWaiter : public Waiter {
+ public:
+  void Wake() override { ++wakes; }
+  int wakes = 0;
+};
+
+TEST_F(CoordinatorTest, WakesOnlyTheWaitersOfTheChangedNodeOrTask) {
+  CountingWaiter on_a, on_c, on_task, removed;
+  coordinator_.AddNodeWaiter("a", &on_a);
+  coordinator_.AddNodeWaiter("c", &on_c);  // not in the pair
+  coordinator_.AddNodeWaiter("b", &removed);
+  coordinator_.RemoveNodeWaiter("b", &removed);
+  auto status = coordinator_.Schedule(Pair(), now_);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(on_a.wakes, 1);
+  EXPECT_EQ(on_c.wakes, 0);
+  EXPECT_EQ(removed.wakes, 0);
+  ASSERT_TRUE(coordinator_.TryNextTask("a").has_value());
+  EXPECT_FALSE(coordinator_.TryNextTask("a").has_value());
+
+  coordinator_.AddTaskWaiter(status->task_id(), &on_task);
+  monta::v1::RendezvousSetRequest set;
+  set.set_task_id(status->task_id());
+  set.set_key("k");
+  set.set_value("v");
+  ASSERT_TRUE(coordinator_.Set(set).ok());
+  EXPECT_EQ(on_task.wakes, 1);
+  monta::v1::RendezvousGetRequest get;
+  get.set_task_id(status->task_id());
+  get.set_key("k");
+  auto value = coordinator_.TryGet(get);
+  ASSERT_TRUE(value.ok() && value->has_value()) << value.status();
+  EXPECT_EQ(**value, "v");
+  get.set_key("missing");
+  value = coordinator_.TryGet(get);
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_FALSE(value->has_value());
+  EXPECT_EQ(on_a.wakes, 1);  // a key of the task is no change of a's queue
+
+  // The task failing wakes its waiters; Get then reports why.
+  coordinator_.FailTasksOfNode("b", "went away", now_);
+  EXPECT_EQ(on_task.wakes, 2);
+  EXPECT_EQ(coordinator_.TryGet(get).status().code(),
+            absl::StatusCode::kAborted);
+  coordinator_.RemoveTaskWaiter(status->task_id(), &on_task);
+
+  coordinator_.Shutdown();  // everyone still registered
+  EXPECT_EQ(on_a.wakes, 2);
+  EXPECT_EQ(on_c.wakes, 1);
+  EXPECT_EQ(on_task.wakes, 2);
+  coordinator_.RemoveNodeWaiter("a", &on_a);
+  coordinator_.RemoveNodeWaiter("c", &on_c);
+}
+
 TEST_F(CoordinatorTest, ShutdownWakesWatchers) {
   // The watcher would wait kWatchTimeout for a task that never comes; Shutdown
   // must end the wait long before that. The bound is half the timeout, so the

@@ -60,6 +60,21 @@ TEST_F(RegistryTest, HeartbeatRenewsLease) {
   EXPECT_FALSE(r.IsAlive("node-a", "other", At(absl::Seconds(15))));
 }
 
+TEST_F(RegistryTest, StaleNodesListsExpiredLeasesOnly) {
+  Registry r(Options());
+  ASSERT_TRUE(r.Register(Req("node-a", "i1"), start_).ok());
+  ASSERT_TRUE(r.Register(Req("node-b", "i2"), At(absl::Seconds(5))).ok());
+  ASSERT_TRUE(r.Register(Req("node-c", "i3"), start_).ok());
+  ASSERT_TRUE(r.Deregister("node-c", "i3", start_).ok());
+  EXPECT_TRUE(r.StaleNodes(At(absl::Seconds(9))).empty());
+  // node-a's lease ended at 10 s, node-b's runs to 15 s; gone node-c is not
+  // stale.
+  EXPECT_EQ(r.StaleNodes(At(absl::Seconds(12))),
+            std::vector<std::string>{"node-a"});
+  EXPECT_EQ(r.StaleNodes(At(absl::Seconds(15))),
+            (std::vector<std::string>{"node-a", "node-b"}));
+}
+
 TEST_F(RegistryTest, HeartbeatForUnknownNodeAsksToRegister) {
   Registry r(Options());
   monta::v1::HeartbeatRequest hb;

@@ -1,0 +1,181 @@
+// The agent gateway's waiting calls on gRPC's callback API, through a real
+// in-process planner on loopback: a WatchTasks stream receives a task
+// scheduled after it opened, RendezvousGet waits for a Set, a cancelled Get
+// gives its waiter back, and a stream whose lease expires is ended.
+#include <memory>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/clock.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "proto/monta/v1/agent.grpc.pb.h"
+#include "proto/monta/v1/planner.grpc.pb.h"
+#include "server/planner_server.h"
+
+namespace monta {
+namespace {
+
+// Bounds for waits that end as soon as the server does its part; only a
+// broken server reaches them.
+constexpr absl::Duration kBound = absl::Seconds(60);
+
+class AgentGatewayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    PlannerOptions options;
+    options.grpc_address = "127.0.0.1:0";
+    options.metrics_address = "";
+    options.registry.lease = absl::Seconds(2);
+    options.registry.heartbeat_interval = absl::Seconds(1);
+    auto started = PlannerServer::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = *std::move(started);
+    auto channel =
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->grpc_port()),
+                            grpc::InsecureChannelCredentials());
+    planner_ = monta::v1::Planner::NewStub(channel);
+    gateway_ = monta::v1::AgentGateway::NewStub(channel);
+  }
+
+  std::unique_ptr<grpc::ClientContext> Context() {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(GrpcDeadline(kBound));
+    return context;
+  }
+
+  void Register(const std::string& node) {
+    monta::v1::RegisterRequest request;
+    request.set_node_name(node);
+    request.set_instance_id("i-" + node);
+    monta::v1::RegisterReply reply;
+    ASSERT_TRUE(gateway_->Register(Context().get(), request, &reply).ok());
+  }
+
+  // Polls `done` until it holds or kBound passed.
+  static bool Eventually(const std::function<bool()>& done) {
+    const MonoTime end = MonoAfter(std::chrono::steady_clock::now(), kBound);
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return true;
+  }
+
+  std::unique_ptr<PlannerServer> server_;
+  std::unique_ptr<monta::v1::Planner::Stub> planner_;
+  std::unique_ptr<monta::v1::AgentGateway::Stub> gateway_;
+};
+
+TEST_F(AgentGatewayTest, WatchGetsALaterTaskAndGetWaitsForSet) {
+  Register("node-a");
+  monta::v1::WatchTasksRequest watch;
+  watch.set_node_name("node-a");
+  watch.set_instance_id("i-node-a");
+  auto watch_context = Context();
+  auto reader = gateway_->WatchTasks(watch_context.get(), watch);
+  // The stream is registered once the server waits on node-a's queue.
+  ASSERT_TRUE(Eventually(
+      [&] { return server_->coordinator().waiter_count() == 1; }));
+
+  monta::v1::RunBenchmarkRequest run;
+  run.add_nodes("node-a");
+  monta::v1::RunBenchmarkReply scheduled;
+  ASSERT_TRUE(planner_->RunBenchmark(Context().get(), run, &scheduled).ok());
+  monta::v1::BenchmarkTask task;
+  ASSERT_TRUE(reader->Read(&task));
+  EXPECT_EQ(task.task_id(), scheduled.status().task_id());
+
+  monta::v1::RendezvousGetRequest get;
+  get.set_task_id(task.task_id());
+  get.set_key("unique-id");
+  get.set_wait_seconds(3600);
+  monta::v1::RendezvousGetReply got;
+  grpc::Status get_status;
+  std::thread getter([&] {
+    get_status = gateway_->RendezvousGet(Context().get(), get, &got);
+  });
+  // The Get waits (as a second waiter) until the key is set.
+  ASSERT_TRUE(Eventually(
+      [&] { return server_->coordinator().waiter_count() == 2; }));
+  monta::v1::RendezvousSetRequest set;
+  set.set_task_id(task.task_id());
+  set.set_key("unique-id");
+  set.set_value("42");
+  monta::v1::RendezvousSetReply set_reply;
+  ASSERT_TRUE(gateway_->RendezvousSet(Context().get(), set, &set_reply).ok());
+  getter.join();
+  ASSERT_TRUE(get_status.ok()) << get_status.error_message();
+  EXPECT_EQ(got.value(), "42");
+  watch_context->TryCancel();
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(Eventually(
+      [&] { return server_->coordinator().waiter_count() == 0; }));
+}
+
+TEST_F(AgentGatewayTest, CancelledGetGivesItsWaiterBack) {
+  Register("node-a");
+  monta::v1::RunBenchmarkRequest run;
+  run.add_nodes("node-a");
+  monta::v1::RunBenchmarkReply scheduled;
+  ASSERT_TRUE(planner_->RunBenchmark(Context().get(), run, &scheduled).ok());
+  monta::v1::RendezvousGetRequest get;
+  get.set_task_id(scheduled.status().task_id());
+  get.set_key("never-set");
+  get.set_wait_seconds(3600);
+  grpc::ClientContext context;
+  monta::v1::RendezvousGetReply got;
+  grpc::Status status;
+  absl::Notification done;
+  gateway_->async()->RendezvousGet(&context, &get, &got,
+                                   [&](grpc::Status s) {
+                                     status = std::move(s);
+                                     done.Notify();
+                                   });
+  ASSERT_TRUE(Eventually(
+      [&] { return server_->coordinator().waiter_count() == 1; }));
+  context.TryCancel();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(kBound));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  // Freed now, not when its hour is up.
+  EXPECT_TRUE(Eventually(
+      [&] { return server_->coordinator().waiter_count() == 0; }));
+}
+
+TEST_F(AgentGatewayTest, WatchEndsWhenTheLeaseExpires) {
+  Register("node-a");  // and never heartbeats: the 2 s lease runs out
+  monta::v1::WatchTasksRequest watch;
+  watch.set_node_name("node-a");
+  watch.set_instance_id("i-node-a");
+  auto context = Context();
+  auto reader = gateway_->WatchTasks(context.get(), watch);
+  monta::v1::BenchmarkTask task;
+  EXPECT_FALSE(reader->Read(&task));
+  const grpc::Status status = reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << status.error_message();
+  EXPECT_NE(status.error_message().find("lease expired"), std::string::npos)
+      << status.error_message();
+}
+
+TEST_F(AgentGatewayTest, GetWithoutTheKeyTimesOutNamingIt) {
+  Register("node-a");
+  monta::v1::RunBenchmarkRequest run;
+  run.add_nodes("node-a");
+  monta::v1::RunBenchmarkReply scheduled;
+  ASSERT_TRUE(planner_->RunBenchmark(Context().get(), run, &scheduled).ok());
+  monta::v1::RendezvousGetRequest get;
+  get.set_task_id(scheduled.status().task_id());
+  get.set_key("never-set");
+  get.set_wait_seconds(0);
+  monta::v1::RendezvousGetReply got;
+  const grpc::Status status =
+      gateway_->RendezvousGet(Context().get(), get, &got);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_NE(status.error_message().find("never-set"), std::string::npos)
+      << status.error_message();
+}
+
+}  // namespace
+}  // namespace monta
