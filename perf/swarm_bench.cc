@@ -1018,6 +1018,52 @@ absl::Status KillAndRestart(Swarm& swarm, PlannerProcess& planner,
   return absl::OkStatus();
 }
 
+// The ramp, the settling and the measured phase (with the kill when asked);
+// returns the swarm's counts and fills `run` with the planner's.
+Stats RunSwarm(PlannerProcess& planner, const std::string& target,
+               int metrics_port, int n, monta::v1::StrategyRequest job,
+               Run* run) {
+  Swarm swarm(target, n, absl::GetFlag(FLAGS_agents_per_channel),
+              std::move(job));
+  const absl::Time ramp_start = absl::Now();
+  swarm.Start(absl::GetFlag(FLAGS_register_rate),
+              absl::GetFlag(FLAGS_strategy_qps));
+  // Ramp: until every agent registered (or 5 min), then settle.
+  while (swarm.Registered() < n && absl::Now() - ramp_start < absl::Minutes(5))
+    absl::SleepFor(absl::Milliseconds(200));
+  run->ramp_seconds = absl::ToDoubleSeconds(absl::Now() - ramp_start);
+  std::cerr << "swarm_bench: " << swarm.Registered() << " of " << n
+            << " registered in " << run->ramp_seconds << " s\n";
+  absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_settle_seconds)));
+  swarm.SetMeasuring(true);
+  const absl::Time start = absl::Now();
+  const double planner_cpu0 = ReadProc(planner.pid()).cpu_seconds;
+  const double client_cpu0 = SelfCpuSeconds();
+  const auto buckets0 = HeartbeatBuckets(Scrape(metrics_port));
+  const absl::Duration length = absl::Seconds(absl::GetFlag(FLAGS_seconds));
+  const double kill_after = absl::GetFlag(FLAGS_kill_after_seconds);
+  if (kill_after > 0) {
+    Observe(swarm, planner, absl::Seconds(kill_after), run);
+    if (absl::Status s = KillAndRestart(swarm, planner, target, n, run);
+        !s.ok()) {
+      std::cerr << "swarm_bench: " << s << "\n";
+    }
+  }
+  Observe(swarm, planner,
+          std::max(absl::ZeroDuration(), start + length - absl::Now()), run);
+  run->measured_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  swarm.SetMeasuring(false);
+  if (!run->killed) {
+    run->server = Diff(buckets0, HeartbeatBuckets(Scrape(metrics_port)));
+    run->planner_cpu_cores =
+        (ReadProc(planner.pid()).cpu_seconds - planner_cpu0) /
+        run->measured_seconds;
+  }
+  run->client_cpu_cores =
+      (SelfCpuSeconds() - client_cpu0) / run->measured_seconds;
+  return swarm.TakeStats();
+}
+
 int Main() {
   const int n = absl::GetFlag(FLAGS_agents);
   if (n < 1 || absl::GetFlag(FLAGS_agents_per_channel) < 1 ||
@@ -1051,48 +1097,8 @@ int Main() {
             << ", log " << log << "\n";
   Run run;
   run.agents = n;
-  Stats stats;
-  {
-    Swarm swarm(target, n, absl::GetFlag(FLAGS_agents_per_channel), *job);
-    const absl::Time ramp_start = absl::Now();
-    swarm.Start(absl::GetFlag(FLAGS_register_rate),
-                absl::GetFlag(FLAGS_strategy_qps));
-    // Ramp: until every agent registered (or 5 min), then settle.
-    while (swarm.Registered() < n && absl::Now() - ramp_start < absl::Minutes(5))
-      absl::SleepFor(absl::Milliseconds(200));
-    run.ramp_seconds = absl::ToDoubleSeconds(absl::Now() - ramp_start);
-    std::cerr << "swarm_bench: " << swarm.Registered() << " of " << n
-              << " registered in " << run.ramp_seconds << " s\n";
-    absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_settle_seconds)));
-    swarm.SetMeasuring(true);
-    const absl::Time start = absl::Now();
-    const double planner_cpu0 = ReadProc(planner.pid()).cpu_seconds;
-    const double client_cpu0 = SelfCpuSeconds();
-    const auto buckets0 = HeartbeatBuckets(Scrape(metrics_port));
-    const absl::Duration length = absl::Seconds(absl::GetFlag(FLAGS_seconds));
-    const double kill_after = absl::GetFlag(FLAGS_kill_after_seconds);
-    if (kill_after > 0) {
-      Observe(swarm, planner, absl::Seconds(kill_after), &run);
-      if (absl::Status s = KillAndRestart(swarm, planner, target, n, &run);
-          !s.ok()) {
-        std::cerr << "swarm_bench: " << s << "\n";
-      }
-    }
-    Observe(swarm, planner, std::max(absl::ZeroDuration(),
-                                     start + length - absl::Now()),
-            &run);
-    run.measured_seconds = absl::ToDoubleSeconds(absl::Now() - start);
-    swarm.SetMeasuring(false);
-    if (!run.killed) {
-      run.server = Diff(buckets0, HeartbeatBuckets(Scrape(metrics_port)));
-      run.planner_cpu_cores =
-          (ReadProc(planner.pid()).cpu_seconds - planner_cpu0) /
-          run.measured_seconds;
-    }
-    run.client_cpu_cores =
-        (SelfCpuSeconds() - client_cpu0) / run.measured_seconds;
-    stats = swarm.TakeStats();
-  }
+  Stats stats =
+      RunSwarm(planner, target, metrics_port, n, *std::move(job), &run);
   planner.Kill();
   if (temp_db) {
     for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
