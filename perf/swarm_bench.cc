@@ -49,9 +49,9 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -484,8 +484,7 @@ void Swarm::Register(int i) {
   gateways_[a.channel]->async()->Register(
       &call->context, &call->request, &call->reply,
       [this, i, call, sent](grpc::Status status) {
-        OnRegistered(i, sent, status,
-                     call->reply.heartbeat_interval_seconds());
+        OnRegistered(i, sent, status, call->reply.heartbeat_interval_seconds());
         delete call;
         --in_flight_;
       });
@@ -622,8 +621,7 @@ void Swarm::OnTask(int i, const monta::v1::BenchmarkTask& task) {
   call->request.mutable_status()->set_message("swarm agents run no benchmark");
   ++in_flight_;
   gateways_[agents_[i]->channel]->async()->ReportBenchmark(
-      &call->context, &call->request, &call->reply,
-      [this, call](grpc::Status) {
+      &call->context, &call->request, &call->reply, [this, call](grpc::Status) {
         delete call;
         --in_flight_;
       });
@@ -800,10 +798,11 @@ std::map<double, double> HeartbeatBuckets(const std::string& metrics) {
     const size_t space = line.rfind(' ');
     if (le == absl::string_view::npos || space == absl::string_view::npos)
       continue;
-    const std::string bound(line.substr(le + 4, line.find('"', le + 4) - le - 4));
-    const double upper =
-        bound == "+Inf" ? std::numeric_limits<double>::infinity()
-                        : std::atof(bound.c_str());
+    const std::string bound(
+        line.substr(le + 4, line.find('"', le + 4) - le - 4));
+    const double upper = bound == "+Inf"
+                             ? std::numeric_limits<double>::infinity()
+                             : std::atof(bound.c_str());
     buckets[upper] = std::atof(std::string(line.substr(space + 1)).c_str());
   }
   return buckets;
@@ -855,7 +854,6 @@ double SelfCpuSeconds() {
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
          (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
-
 
 double Percentile(std::vector<int32_t>& v, double q) {
   if (v.empty()) return 0;
@@ -959,9 +957,8 @@ std::vector<std::string> PlannerArgv(int port, int metrics_port,
       "--bench_on_register=false",
       "--bench_interval_seconds=0",
   };
-  for (absl::string_view extra :
-       absl::StrSplit(absl::GetFlag(FLAGS_planner_args), ' ',
-                      absl::SkipEmpty())) {
+  for (absl::string_view extra : absl::StrSplit(
+           absl::GetFlag(FLAGS_planner_args), ' ', absl::SkipEmpty())) {
     argv.emplace_back(extra);
   }
   return argv;
@@ -973,9 +970,9 @@ void Observe(Swarm& swarm, const PlannerProcess& planner, absl::Duration length,
              Run* run, const std::function<bool()>& done = nullptr) {
   const absl::Time end = absl::Now() + length;
   const double audit_every = absl::GetFlag(FLAGS_audit_every_seconds);
-  absl::Time next_audit =
-      audit_every > 0 ? absl::Now() + absl::Seconds(audit_every)
-                      : absl::InfiniteFuture();
+  absl::Time next_audit = audit_every > 0
+                              ? absl::Now() + absl::Seconds(audit_every)
+                              : absl::InfiniteFuture();
   while (absl::Now() < end) {
     const ProcSample p = ReadProc(planner.pid());
     run->peak_threads = std::max(run->peak_threads, p.threads);
@@ -1084,12 +1081,13 @@ int Main() {
   const bool temp_db = db.empty();
   if (temp_db) db = absl::StrCat("/tmp/swarm-bench-", getpid(), ".db");
   std::string log = absl::GetFlag(FLAGS_planner_log);
-  if (log.empty()) log = absl::StrCat("/tmp/swarm-bench-", getpid(), "-planner.log");
+  if (log.empty())
+    log = absl::StrCat("/tmp/swarm-bench-", getpid(), "-planner.log");
   const int metrics_port = PickFreePort();
   PlannerProcess planner(PlannerArgv(port, metrics_port, db), log);
   const std::string target = absl::StrCat("127.0.0.1:", port);
-  if (absl::Status s = planner.Start(); !s.ok() ||
-                                        !WaitServing(target, absl::Seconds(60))) {
+  if (absl::Status s = planner.Start();
+      !s.ok() || !WaitServing(target, absl::Seconds(60))) {
     std::cerr << "swarm_bench: planner did not start; see " << log << "\n";
     return 1;
   }

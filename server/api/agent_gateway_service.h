@@ -28,10 +28,9 @@ class AgentGatewayService final
                       bench::Coordinator* coordinator, const Authorizer* authz,
                       RegisteredCallback on_registered = nullptr);
 
-  grpc::ServerUnaryReactor* Register(
-      grpc::CallbackServerContext* context,
-      const monta::v1::RegisterRequest* request,
-      monta::v1::RegisterReply* reply) override;
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
+                                     const monta::v1::RegisterRequest* request,
+                                     monta::v1::RegisterReply* reply) override;
   grpc::ServerUnaryReactor* Heartbeat(
       grpc::CallbackServerContext* context,
       const monta::v1::HeartbeatRequest* request,

@@ -76,8 +76,8 @@ TEST_F(AgentGatewayTest, WatchGetsALaterTaskAndGetWaitsForSet) {
   auto watch_context = Context();
   auto reader = gateway_->WatchTasks(watch_context.get(), watch);
   // The stream is registered once the server waits on node-a's queue.
-  ASSERT_TRUE(Eventually(
-      [&] { return server_->coordinator().waiter_count() == 1; }));
+  ASSERT_TRUE(
+      Eventually([&] { return server_->coordinator().waiter_count() == 1; }));
 
   monta::v1::RunBenchmarkRequest run;
   run.add_nodes("node-a");
@@ -97,8 +97,8 @@ TEST_F(AgentGatewayTest, WatchGetsALaterTaskAndGetWaitsForSet) {
     get_status = gateway_->RendezvousGet(Context().get(), get, &got);
   });
   // The Get waits (as a second waiter) until the key is set.
-  ASSERT_TRUE(Eventually(
-      [&] { return server_->coordinator().waiter_count() == 2; }));
+  ASSERT_TRUE(
+      Eventually([&] { return server_->coordinator().waiter_count() == 2; }));
   monta::v1::RendezvousSetRequest set;
   set.set_task_id(task.task_id());
   set.set_key("unique-id");
@@ -110,8 +110,8 @@ TEST_F(AgentGatewayTest, WatchGetsALaterTaskAndGetWaitsForSet) {
   EXPECT_EQ(got.value(), "42");
   watch_context->TryCancel();
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
-  EXPECT_TRUE(Eventually(
-      [&] { return server_->coordinator().waiter_count() == 0; }));
+  EXPECT_TRUE(
+      Eventually([&] { return server_->coordinator().waiter_count() == 0; }));
 }
 
 TEST_F(AgentGatewayTest, CancelledGetGivesItsWaiterBack) {
@@ -128,19 +128,18 @@ TEST_F(AgentGatewayTest, CancelledGetGivesItsWaiterBack) {
   monta::v1::RendezvousGetReply got;
   grpc::Status status;
   absl::Notification done;
-  gateway_->async()->RendezvousGet(&context, &get, &got,
-                                   [&](grpc::Status s) {
-                                     status = std::move(s);
-                                     done.Notify();
-                                   });
-  ASSERT_TRUE(Eventually(
-      [&] { return server_->coordinator().waiter_count() == 1; }));
+  gateway_->async()->RendezvousGet(&context, &get, &got, [&](grpc::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  ASSERT_TRUE(
+      Eventually([&] { return server_->coordinator().waiter_count() == 1; }));
   context.TryCancel();
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(kBound));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
   // Freed now, not when its hour is up.
-  EXPECT_TRUE(Eventually(
-      [&] { return server_->coordinator().waiter_count() == 0; }));
+  EXPECT_TRUE(
+      Eventually([&] { return server_->coordinator().waiter_count() == 0; }));
 }
 
 TEST_F(AgentGatewayTest, WatchEndsWhenTheLeaseExpires) {

@@ -65,9 +65,8 @@ grpc::ServerUnaryReactor* PlannerService::GetNode(
   if (grpc::Status s = authz_->RequireAuthenticated(*context); !s.ok())
     return FinishUnary(context, s);
   if (request->name().empty()) {
-    return FinishUnary(context,
-                       grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                    "name: expected a node name"));
+    return FinishUnary(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                             "name: expected a node name"));
   }
   absl::StatusOr<monta::v1::NodeInfo> node =
       registry_->Get(request->name(), Instant::Now());
@@ -118,8 +117,9 @@ grpc::ServerUnaryReactor* PlannerService::RunBenchmark(
   const std::string task_id = status->task_id();
   // Replies with the task's status once it finished, or as it is at the
   // deadline; the last known status stands when the task was evicted.
-  const auto reply_status = [coordinator, task_id, reply](bool at_deadline)
-      -> std::optional<grpc::Status> {
+  const auto reply_status =
+      [coordinator, task_id,
+       reply](bool at_deadline) -> std::optional<grpc::Status> {
     absl::StatusOr<monta::v1::BenchmarkTaskStatus> now =
         coordinator->Status(task_id);
     if (!now.ok()) return ToGrpc(now.status());
@@ -142,9 +142,8 @@ grpc::ServerUnaryReactor* PlannerService::Verify(
   if (grpc::Status s = authz_->RequireOperator(*context); !s.ok())
     return FinishUnary(context, s);
   if (verifier_ == nullptr) {
-    return FinishUnary(context,
-                       grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                                    "this planner does not verify"));
+    return FinishUnary(context, grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                             "this planner does not verify"));
   }
   // Bounded by the run's own deadline (the verifier's) and the caller's.
   absl::Duration max_wait = absl::Hours(1);

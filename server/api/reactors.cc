@@ -57,9 +57,8 @@ WatchTasksReactor* WatchTasksReactor::Start(bench::Coordinator* coordinator,
                                             WatchList* watches,
                                             std::string node_name,
                                             std::string instance_id) {
-  auto* reactor = new WatchTasksReactor(coordinator, watches,
-                                        std::move(node_name),
-                                        std::move(instance_id));
+  auto* reactor = new WatchTasksReactor(
+      coordinator, watches, std::move(node_name), std::move(instance_id));
   // Registered before the first look at the queue, so no task is missed.
   // OnDone (which unregisters) runs only after the handler returned.
   coordinator->AddNodeWaiter(reactor->node_name_, reactor);

@@ -492,8 +492,8 @@ absl::StatusOr<std::optional<std::string>> Coordinator::TryGet(
   if (!found.ok()) return found.status();
   const Task& task = **found;
   if (task.status.state() == monta::v1::TASK_STATE_FAILED) {
-    return absl::AbortedError(absl::StrCat(
-        "task ", request.task_id(), " failed: ", task.status.reason()));
+    return absl::AbortedError(absl::StrCat("task ", request.task_id(),
+                                           " failed: ", task.status.reason()));
   }
   auto kv = task.kv.find(request.key());
   if (kv != task.kv.end()) return std::optional<std::string>(kv->second);
