@@ -56,6 +56,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/job_file.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
@@ -719,26 +720,33 @@ int Swarm::Registered() const {
 }
 
 absl::Status Swarm::Audit() {
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-  monta::v1::ListNodesRequest request;
-  monta::v1::ListNodesReply reply;
-  grpc::Status status = planners_.back()->ListNodes(&context, request, &reply);
-  if (!status.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("ListNodes: ", status.error_message()));
-  }
   std::map<std::string, int> index;
   for (size_t i = 0; i < agents_.size(); ++i) index[agents_[i]->name] = i;
   int64_t flaps = 0;
-  for (const auto& node : reply.nodes()) {
-    auto it = index.find(node.name());
-    if (it == index.end() || node.state() != monta::v1::NODE_STATE_STALE)
-      continue;
-    Agent& a = *agents_[it->second];
-    absl::MutexLock lock(&a.mu);
-    if (a.registered) ++flaps;
-  }
+  // Every page: the planner returns at most --max_nodes_per_page per reply.
+  std::string page_token;
+  do {
+    grpc::ClientContext context;
+    context.set_deadline(GrpcDeadline(absl::Seconds(30)));
+    monta::v1::ListNodesRequest request;
+    request.set_page_token(page_token);
+    monta::v1::ListNodesReply reply;
+    grpc::Status status =
+        planners_.back()->ListNodes(&context, request, &reply);
+    if (!status.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("ListNodes: ", status.error_message()));
+    }
+    for (const auto& node : reply.nodes()) {
+      auto it = index.find(node.name());
+      if (it == index.end() || node.state() != monta::v1::NODE_STATE_STALE)
+        continue;
+      Agent& a = *agents_[it->second];
+      absl::MutexLock lock(&a.mu);
+      if (a.registered) ++flaps;
+    }
+    page_token = reply.next_page_token();
+  } while (!page_token.empty());
   absl::MutexLock stats(&stats_mu_);
   stats_.audit_stale_flaps += flaps;
   return absl::OkStatus();

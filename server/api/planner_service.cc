@@ -125,7 +125,7 @@ grpc::ServerUnaryReactor* PlannerService::RunBenchmark(
     if (!now.ok()) return ToGrpc(now.status());
     const bool finished = now->state() == monta::v1::TASK_STATE_SUCCEEDED ||
                           now->state() == monta::v1::TASK_STATE_FAILED;
-    if (!finished && !at_deadline && !coordinator->IsShutdown())
+    if (!finished && !at_deadline && !coordinator->ShuttingDown())
       return std::nullopt;
     *reply->mutable_status() = *std::move(now);
     return grpc::Status::OK;

@@ -70,7 +70,7 @@ WatchTasksReactor* WatchTasksReactor::Start(bench::Coordinator* coordinator,
 void WatchTasksReactor::Pump() {
   absl::MutexLock lock(&mu_);
   if (ended_ || writing_) return;
-  if (coordinator_->IsShutdown()) {
+  if (coordinator_->ShuttingDown()) {
     EndLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                            "planner shutting down"));
     return;

@@ -316,7 +316,7 @@ std::optional<monta::v1::BenchmarkTask> Coordinator::NextTask(
   std::optional<monta::v1::BenchmarkTask> task;
   WaitFor(/*is_node=*/true, node_name, max_wait, [&] {
     task = TryNextTask(node_name);
-    return task.has_value() || IsShutdown();
+    return task.has_value() || ShuttingDown();
   });
   return task;
 }
@@ -377,11 +377,6 @@ size_t Coordinator::waiter_count() const {
   for (const auto& [node, set] : node_waiters_) n += set.size();
   for (const auto& [task, set] : task_waiters_) n += set.size();
   return n;
-}
-
-bool Coordinator::IsShutdown() const {
-  absl::ReaderMutexLock lock(&mu_);
-  return shutdown_;
 }
 
 void Coordinator::DeliverWakes() {
@@ -588,7 +583,7 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::WaitFinished(
   absl::StatusOr<BenchmarkTaskStatus> status;
   WaitFor(/*is_node=*/false, task_id, max_wait, [&] {
     status = Status(task_id);
-    return !status.ok() || IsFinished(*status) || IsShutdown();
+    return !status.ok() || IsFinished(*status) || ShuttingDown();
   });
   return status;
 }

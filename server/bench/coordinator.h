@@ -111,7 +111,6 @@ class Coordinator {
   void RemoveNodeWaiter(const std::string& node_name, Waiter* waiter);
   void AddTaskWaiter(const std::string& task_id, Waiter* waiter);
   void RemoveTaskWaiter(const std::string& task_id, Waiter* waiter);
-  bool IsShutdown() const;
   // Waiters registered now (node and task), for tests and gauges.
   size_t waiter_count() const;
 
