@@ -41,8 +41,7 @@ grpc::ServerUnaryReactor* AgentGatewayService::Heartbeat(
     return FinishUnary(context, s);
   absl::Status status = registry_->Heartbeat(*request, Instant::Now());
   if (status.ok()) {
-    reply->set_lease_seconds(
-        absl::ToDoubleSeconds(registry_->options().lease));
+    reply->set_lease_seconds(absl::ToDoubleSeconds(registry_->options().lease));
   }
   return FinishUnary(context, ToGrpc(status));
 }
@@ -79,8 +78,7 @@ AgentGatewayService::WatchTasks(grpc::CallbackServerContext* context,
   }
   // Ends when the lease expires (ExpireWatches), the agent cancels, a write
   // fails or the planner shuts down.
-  return WatchTasksReactor::Start(coordinator_, &watches_,
-                                  request->node_name(),
+  return WatchTasksReactor::Start(coordinator_, &watches_, request->node_name(),
                                   request->instance_id());
 }
 
@@ -119,9 +117,7 @@ grpc::ServerUnaryReactor* AgentGatewayService::RendezvousGet(
         reply->set_value(**std::move(value));
         return grpc::Status::OK;
       },
-      [request] {
-        return ToGrpc(bench::Coordinator::GetTimedOut(*request));
-      });
+      [request] { return ToGrpc(bench::Coordinator::GetTimedOut(*request)); });
 }
 
 grpc::ServerUnaryReactor* AgentGatewayService::ReportBenchmark(

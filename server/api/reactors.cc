@@ -25,8 +25,7 @@ void WatchList::Remove(WatchTasksReactor* reactor) {
   reactors_.erase(reactor);
 }
 
-void WatchList::ExpireLeases(const registry::Registry& registry,
-                             Instant now) {
+void WatchList::ExpireLeases(const registry::Registry& registry, Instant now) {
   // Held throughout: a reactor leaves the list (in OnDone) before it is
   // deleted, so every pointer here is alive.
   absl::MutexLock lock(&mu_);
@@ -71,8 +70,8 @@ void WatchTasksReactor::Pump() {
   absl::MutexLock lock(&mu_);
   if (ended_ || writing_) return;
   if (coordinator_->ShuttingDown()) {
-    EndLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                           "planner shutting down"));
+    EndLocked(
+        grpc::Status(grpc::StatusCode::UNAVAILABLE, "planner shutting down"));
     return;
   }
   std::optional<monta::v1::BenchmarkTask> next =

@@ -106,9 +106,9 @@ class WatchTasksReactor
 
 // A unary call that waits for one benchmark task: finishes when `check`
 // returns a status (re-checked on every wake-up of the task's waiters), or
-// with `timed_out()` once `max_wait` passed. Both fill the call's reply themselves and
-// run under the reactor's lock. Deletes itself when the call is done and its
-// alarm has fired or been cancelled.
+// with `timed_out()` once `max_wait` passed. Both fill the call's reply
+// themselves and run under the reactor's lock. Deletes itself when the call is
+// done and its alarm has fired or been cancelled.
 class TaskWaitReactor : public grpc::ServerUnaryReactor, public bench::Waiter {
  public:
   using Check = std::function<std::optional<grpc::Status>()>;
