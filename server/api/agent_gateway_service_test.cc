@@ -26,6 +26,8 @@ class AgentGatewayTest : public ::testing::Test {
   void SetUp() override {
     PlannerOptions options;
     options.grpc_address = "127.0.0.1:0";
+    // Transport security and authorization are tests/mtls_attack_test's.
+    options.grpc_security.insecure = true;
     options.metrics_address = "";
     options.registry.lease = absl::Seconds(2);
     options.registry.heartbeat_interval = absl::Seconds(1);
