@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/bandwidth/bandwidth.h"
 #include "common/bandwidth/collective_proto.h"
 #include "common/proto_names.h"
 #include "common/strategy/strategy_proto.h"
@@ -330,11 +331,8 @@ void PlannerMetrics::RecordVerify(const absl::Status& status,
   for (const monta::v1::VerifiedCandidate& c : reply->candidates()) {
     errors[StrategyLabel(c.kind())].push_back(std::abs(c.error_ratio()));
   }
-  for (auto& [strategy, e] : errors) {
-    std::sort(e.begin(), e.end());
-    const size_t n = e.size();
-    const double median = n % 2 ? e[n / 2] : (e[n / 2 - 1] + e[n / 2]) / 2;
-    prediction_error_.Add({{"strategy", strategy}}).Set(median);
+  for (const auto& [strategy, e] : errors) {
+    prediction_error_.Add({{"strategy", strategy}}).Set(bandwidth::Median(e));
   }
   plan_regret_.Add({}).Set(reply->regret_ratio());
 }

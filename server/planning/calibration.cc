@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/bandwidth/bandwidth.h"
 #include "common/strategy/strategy_proto.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -27,13 +28,6 @@ struct Point {
   // Chunks that pay the per-chunk overhead (K_eff of the dedup ops, else 0).
   double overhead_chunks;
 };
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 bool PaysPerChunk(strategy::StrategyKind kind) {
   return kind == strategy::StrategyKind::kTpDedup ||
@@ -132,7 +126,7 @@ absl::StatusOr<CalibrationFit> FitCalibration(
   CalibrationFit fit;
   fit.points = static_cast<int>(points.size());
   fit.error_before_ratio =
-      Median(RelativeErrors(points, Predict(points, {}, 1)));
+      bandwidth::Median(RelativeErrors(points, Predict(points, {}, 1)));
   // Coordinate descent over the grids (network and local scale 0.25..4 in
   // steps of 2^(1/8), gamma 1..3 in steps of 0.1), the per-chunk overhead
   // solved in closed form at each point; a few rounds settle it.
@@ -174,7 +168,7 @@ absl::StatusOr<CalibrationFit> FitCalibration(
     }
     if (!(best_sum < before)) break;
   }
-  fit.error_after_ratio = Median(RelativeErrors(
+  fit.error_after_ratio = bandwidth::Median(RelativeErrors(
       points, Predict(points, fit.model, fit.contention_factor)));
   return fit;
 }

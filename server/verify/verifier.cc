@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/bandwidth/bandwidth.h"
 #include "common/strategy/strategy_proto.h"
 #include "server/model/cost_model.h"
 #include "server/model/traffic.h"
@@ -181,7 +182,8 @@ void Score(std::vector<Run>& runs, v1::VerifyReply* reply) {
     reply->set_regret_ratio(
         chosen->row.measured_seconds() / best->row.measured_seconds() - 1);
   }
-  reply->set_median_error_ratio(MedianAbs(errors));
+  for (double& e : errors) e = std::abs(e);
+  reply->set_median_error_ratio(bandwidth::Median(errors));
   double worst = 0;
   for (double e : errors) worst = std::max(worst, std::abs(e));
   reply->set_max_error_ratio(worst);
@@ -295,14 +297,6 @@ absl::StatusOr<JobShape> ShapeJob(const v1::StrategyRequest& request,
 }
 
 }  // namespace
-
-double MedianAbs(std::vector<double> values) {
-  if (values.empty()) return 0;
-  for (double& v : values) v = std::abs(v);
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
 
 Verifier::Verifier(registry::Registry* registry,
                    bench::Coordinator* coordinator,

@@ -57,9 +57,6 @@ class Verifier {
   const VerifierOptions options_;
 };
 
-// Median of |x| over `values` (0 when empty).
-double MedianAbs(std::vector<double> values);
-
 }  // namespace monta::verify
 
 #endif  // MONTA_SERVER_VERIFY_VERIFIER_H_
