@@ -194,18 +194,30 @@ StrategyTime CostModel::Dedup(int chunks, bool pipelined,
     forward_op += (k - 1) * tau.seconds;
     steady_state_bottleneck = tau.name;
   }
-  const double a2a_only = k * (a.seconds + per_chunk);
+  // Slice-only backward (docs/MODEL.md §8.1) has no gather to hide, so it
+  // runs one AllToAll of D/t whatever K is: chunking it would only add K
+  // latencies, so forward alone decides K.
+  const bool slice_only = backward_ == BackwardSchedule::kSliceOnly;
+  const Stage whole = k == 1 || !slice_only
+                          ? a
+                          : AllToAll(d / t, traffic_.ep_group_size,
+                                     traffic_.ep_members_on_node, flags);
   const double backward_op =
-      backward_ == BackwardSchedule::kSliceOnly
-          ? a2a_only
-          : k * (a.seconds + g.seconds + c.seconds + per_chunk);
+      slice_only ? whole.seconds + per_chunk
+                 : k * (a.seconds + g.seconds + c.seconds + per_chunk);
 
   StrategyTime st;
   st.forward_seconds = 2 * forward_op;
   st.backward_seconds = 2 * backward_op;
-  // Two forward ops, two backward ops, each of k chunks.
-  st.busy.Add(a.busy, 4.0 * k);
-  const double gc_ops = backward_ == BackwardSchedule::kSliceOnly ? 2.0 : 4.0;
+  // Two forward ops of k chunks; two backward ops of one AllToAll of D/t
+  // (slice-only) or of k chunks (autograd).
+  st.busy.Add(a.busy, 2.0 * k);
+  if (slice_only) {
+    st.busy.Add(whole.busy, 2.0);
+  } else {
+    st.busy.Add(a.busy, 2.0 * k);
+  }
+  const double gc_ops = slice_only ? 2.0 : 4.0;
   st.busy.Add(g.busy, gc_ops * k);
   st.busy.Add(c.busy, gc_ops * k);
   const double sent = d / t;

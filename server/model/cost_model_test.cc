@@ -80,6 +80,17 @@ TEST_F(CostModelTest, SliceOnlyBackwardIsJustTheAllToAlls) {
             slice.TpDedup(nullptr).backward_seconds);
 }
 
+// Slice-only backward has no gather to overlap, so the pipelined schedule's
+// backward is one AllToAll of D/t at any K: K is the forward's choice alone.
+TEST_F(CostModelTest, SliceOnlyPipelinedBackwardDoesNotChunk) {
+  const CostModel slice(traffic_, view_, 1, BackwardSchedule::kSliceOnly, 0);
+  const double s1 = slice.TpDedup(nullptr).backward_seconds;
+  for (int k : {2, 8, 32}) {
+    EXPECT_DOUBLE_EQ(slice.TpDedupPipelined(k, nullptr).backward_seconds, s1)
+        << "K=" << k;
+  }
+}
+
 TEST_F(CostModelTest, ContentionSlowsTheSteadyState) {
   const CostModel calm(traffic_, view_, 1, BackwardSchedule::kAutograd, 0);
   const CostModel busy(traffic_, view_, 1.5, BackwardSchedule::kAutograd, 0);
