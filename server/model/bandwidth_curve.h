@@ -42,7 +42,9 @@ class BandwidthCurve {
   // A measured curve over `nranks` ranks, `ranks_per_node` of them per node
   // (nranks for an intra-node curve). Needs nranks >= 2 (>= 1 for copies),
   // ranks_per_node dividing nranks, at least one sample, sizes strictly
-  // increasing and every size and time > 0 and finite.
+  // increasing and every size and time > 0 and finite. Samples more than
+  // twice as slow as the robust alpha-beta line through the others are
+  // stalls (scheduling, not the link) and are dropped; the largest is kept.
   static absl::StatusOr<BandwidthCurve> FromSamples(
       bandwidth::Collective collective, int nranks, int ranks_per_node,
       std::vector<CurveSample> samples);
