@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/bandwidth/bandwidth.h"
 
 namespace monta::model {
 
@@ -40,44 +40,33 @@ absl::Status CheckShape(Collective collective, int nranks, int ranks_per_node) {
 }
 
 
-// A measured time more than this many times what the robust alpha-beta line
-// predicts for its size is a stall, not the link (see DropStalls).
-constexpr double kStallFactor = 2.0;
+// A measured time more than this many times what the curve's alpha-beta
+// line predicts for its size is a stall, not the link (see DropStalls).
+constexpr double kStallFactor = 1.5;
 
-// Drops samples that took more than kStallFactor times the time of the
-// alpha-beta line that best explains the others. The line is the one through
-// two samples with the least summed relative error over all of them (an L1
-// fit: one outlier cannot move it). Such points come from scheduling, not
-// from the link: on the emulated cluster (4 ranks on 2 cores) a 64 KiB
-// AllToAll measured 0.4 ms in one run and 3.9 ms in the next, and that one
-// point, taken as the curve's latency, made every pipeline chunk cost 4 ms.
-// The largest sample and at least two samples are always kept.
+// Drops samples that took more than kStallFactor times the curve's
+// alpha-beta line: its slope from the two largest samples (the
+// bandwidth-bound end, where one stall matters least), its latency the
+// median of every sample's time beyond the slope (so one outlier cannot move
+// it). Such points come from scheduling, not from the link: on the emulated
+// cluster (4 ranks on 2 cores) a 64 KiB AllToAll measured 0.4 ms in one run
+// and 3.9 ms in the next, and that one point, taken as the curve's latency,
+// made every pipeline chunk cost 4 ms. The largest sample and at least two
+// samples are always kept; a curve whose largest samples do not rise is left
+// as it is.
 std::vector<CurveSample> DropStalls(std::vector<CurveSample> samples) {
   const size_t n = samples.size();
   if (n < 3) return samples;
-  double best_cost = std::numeric_limits<double>::infinity();
-  double alpha = 0;
-  double beta = 0;
-  for (size_t i = 0; i < n; ++i) {
-    for (size_t j = i + 1; j < n; ++j) {
-      const double b = (samples[j].time_seconds - samples[i].time_seconds) /
-                       (samples[j].message_bytes - samples[i].message_bytes);
-      if (!(b > 0)) continue;
-      const double a =
-          std::max(0.0, samples[i].time_seconds - b * samples[i].message_bytes);
-      double cost = 0;
-      for (const CurveSample& p : samples) {
-        cost += std::abs(p.time_seconds - (a + b * p.message_bytes)) /
-                p.time_seconds;
-      }
-      if (cost < best_cost) {
-        best_cost = cost;
-        alpha = a;
-        beta = b;
-      }
-    }
-  }
+  const CurveSample& a = samples[n - 2];
+  const CurveSample& b = samples[n - 1];
+  const double beta =
+      (b.time_seconds - a.time_seconds) / (b.message_bytes - a.message_bytes);
   if (!(beta > 0)) return samples;
+  std::vector<double> beyond;
+  for (const CurveSample& p : samples) {
+    beyond.push_back(p.time_seconds - beta * p.message_bytes);
+  }
+  const double alpha = std::max(0.0, bandwidth::Median(std::move(beyond)));
   std::vector<CurveSample> kept;
   for (size_t k = 0; k < n; ++k) {
     const double line = alpha + beta * samples[k].message_bytes;
@@ -89,6 +78,7 @@ std::vector<CurveSample> DropStalls(std::vector<CurveSample> samples) {
   }
   return kept;
 }
+
 }  // namespace
 
 absl::StatusOr<BandwidthCurve> BandwidthCurve::FromSamples(

@@ -43,8 +43,9 @@ class BandwidthCurve {
   // (nranks for an intra-node curve). Needs nranks >= 2 (>= 1 for copies),
   // ranks_per_node dividing nranks, at least one sample, sizes strictly
   // increasing and every size and time > 0 and finite. Samples more than
-  // twice as slow as the robust alpha-beta line through the others are
-  // stalls (scheduling, not the link) and are dropped; the largest is kept.
+  // 1.5x as slow as the curve's robust alpha-beta line (slope from the two
+  // largest, latency the median) are stalls (scheduling, not the link) and
+  // are dropped; the largest is kept.
   static absl::StatusOr<BandwidthCurve> FromSamples(
       bandwidth::Collective collective, int nranks, int ranks_per_node,
       std::vector<CurveSample> samples);
