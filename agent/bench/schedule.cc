@@ -193,14 +193,6 @@ absl::Status DispatchSchedule::RunTpDedup() {
   // runs beside the AllGather of chunk i (and both beside AllToAll i+1 on the
   // EP communicator).
   const int copy_stream = tp.num_streams() > 1 ? 1 : 0;
-  // On Gloo, chunks alternate between two EP streams (each its own context
-  // and connections), so the AllToAll of chunk i+1 posts its receives and
-  // meets its peers while chunk i is still on the wire: with one stream the
-  // link idled for that handshake once per chunk. NCCL keeps one stream: two
-  // kernels of one communicator in flight at once may deadlock.
-  const int a2a_streams = ep.memory_kind() == comm::MemoryKind::kHost
-                              ? std::min(2, ep.num_streams())
-                              : 1;
   auto* in = static_cast<uint8_t*>(input_->data());
   auto* a2a = static_cast<uint8_t*>(stage1_->data());
   auto* ag = static_cast<uint8_t*>(stage2_->data());
@@ -210,7 +202,7 @@ absl::Status DispatchSchedule::RunTpDedup() {
     const uint64_t first = i * rows_per_chunk_;
     const uint64_t len = std::min(rows_per_chunk_, rows_per_tp_ - first);
     WorkPtr a = ep.AllToAll(in + e * first * row, a2a + e * first * row,
-                            len * row, On(i % a2a_streams));
+                            len * row, On(0));
     uint8_t* gathered = ag + t * e * first * row;
     WorkPtr g = tp.AllGather(a2a + e * first * row, gathered, e * len * row,
                              On(0, {a}));
