@@ -39,7 +39,6 @@ absl::Status CheckShape(Collective collective, int nranks, int ranks_per_node) {
   return absl::OkStatus();
 }
 
-
 // A measured time more than this many times what the curve's alpha-beta
 // line predicts for its size is a stall, not the link (see DropStalls).
 constexpr double kStallFactor = 1.5;

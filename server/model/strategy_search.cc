@@ -107,8 +107,8 @@ Evaluated BestChunks(int64_t rows, int k_max, Fn evaluate) {
   for (const Evaluated& e : all) {
     if (Total(e.time) < Total(fastest->time)) fastest = &e;
   }
-  const double bound = Total(fastest->time) +
-                       kChunkTolerance * fastest->time.forward_seconds;
+  const double bound =
+      Total(fastest->time) + kChunkTolerance * fastest->time.forward_seconds;
   for (const Evaluated& e : all) {
     if (Total(e.time) <= bound) return e;
   }
