@@ -155,7 +155,8 @@ def verify(stub, planner_pb2, mib, args):
         f"{reply.regret_ratio:+.0%}, median |error| {reply.median_error_ratio:.0%}, max "
         f"{reply.max_error_ratio:.0%}; calibration: per-chunk overhead "
         f"{cal.per_chunk_overhead_seconds * 1e3:.2f} ms, contention {cal.contention_factor:.2f}, "
-        f"bandwidth scale {cal.bandwidth_scale_ratio:.2f}, error {cal.error_before_ratio:.0%} -> "
+        f"network scale {cal.network_scale_ratio:.2f}, local scale {cal.local_scale_ratio:.2f}, "
+        f"error {cal.error_before_ratio:.0%} -> "
         f"{cal.error_after_ratio:.0%}")
     for c in reply.candidates:
         log(f"#   {_stubs._enum_name(c, 'kind')[len('STRATEGY_KIND_'):].lower():>18} "
@@ -189,7 +190,8 @@ def ask_planner(args, sizes):
             c = ev.calibration
             calibration = {"per_chunk_overhead_s": c.per_chunk_overhead_seconds,
                            "contention_factor": c.contention_factor,
-                           "bandwidth_scale_ratio": c.bandwidth_scale_ratio,
+                           "network_scale_ratio": c.network_scale_ratio,
+                           "local_scale_ratio": c.local_scale_ratio,
                            "task_id": c.task_id}
         before = None
         if args.prepare_out and os.path.isfile(args.prepare_out):
@@ -417,8 +419,9 @@ def print_row(row, answer):
         f"extrapolated curves: {', '.join(row['extrapolated_curves']) or 'none'})")
     cal = row["calibration"]
     log("calibration: " + (f"per-chunk overhead {cal['per_chunk_overhead_s'] * 1e3:.2f} ms, "
-                           f"contention {cal['contention_factor']:.2f}, bandwidth scale "
-                           f"{cal['bandwidth_scale_ratio']:.2f} (task {cal['task_id']})"
+                           f"contention {cal['contention_factor']:.2f}, network scale "
+                           f"{cal['network_scale_ratio']:.2f}, local scale "
+                           f"{cal['local_scale_ratio']:.2f} (task {cal['task_id']})"
                            if cal else "none"))
     for note in answer["notes"]:
         log(f"  planner note: {note}")
