@@ -371,6 +371,8 @@ def summarize(answer, steps, ops, dispatch_bytes, args):
             row["predicted_dispatch_op_s"][name] = sweep[name]
             row["dispatch_op_error_ratio"][name] = sweep[name] / op[name] - 1
             continue
+        if name != "planned" and name not in monta_strategies():
+            continue  # uncalibrated_choice: scored by uncalibrated_errors below
         cand = planned if name == "planned" else planned.candidate(name)
         if cand is None or not cand.predicted_forward_seconds_per_layer:
             continue
