@@ -43,13 +43,14 @@ port() {
   exit 1
 }
 
-"$planner" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
+# gRPC stays plaintext (--insecure): the bench is on loopback and measures the HTTP edges.
+"$planner" --insecure --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
   --webhook_listen=127.0.0.1:0 --tls_cert="$tmp/cert.pem" \
   --tls_key="$tmp/key.pem" --bench_on_register=false \
   --port_file="$tmp/planner.json" 2>"$tmp/planner.log" &
 pids+=($!)
 grpc=$(port grpc "$tmp/planner.json")
-"$agent" --planner="127.0.0.1:$grpc" --node_name=slow-bench \
+"$agent" --insecure --planner="127.0.0.1:$grpc" --node_name=slow-bench \
   --metrics_listen=127.0.0.1:0 --port_file="$tmp/agent.json" \
   2>"$tmp/agent.log" &
 pids+=($!)
