@@ -961,6 +961,9 @@ std::vector<std::string> PlannerArgv(int port, int metrics_port,
       absl::StrCat("--listen=127.0.0.1:", port),
       absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port),
       absl::StrCat("--db=", db),
+      // The swarm's channels are plaintext on loopback; mTLS costs are not
+      // what it measures.
+      "--insecure",
       // A swarm measures the lease path: no sweeps for every new node.
       "--bench_on_register=false",
       "--bench_interval_seconds=0",
