@@ -316,11 +316,11 @@ void PrintEvidence(const monta::v1::Evidence& evidence) {
   if (evidence.has_calibration()) {
     const auto& c = evidence.calibration();
     std::cout << absl::StrFormat(
-        "  calibration: network x%.3f, local x%.3f, %.3f ms per chunk, gamma "
-        "%.2f "
+        "  calibration: network x%.3f, local x%.3f, latency x%.3f, %.3f ms per "
+        "chunk, gamma %.2f "
         "(fitted by verify task %s, %s old; median |error| %.1f%% -> "
         "%.1f%%)\n",
-        c.network_scale_ratio(), c.local_scale_ratio(),
+        c.network_scale_ratio(), c.local_scale_ratio(), c.latency_scale_ratio(),
         c.per_chunk_overhead_seconds() * 1e3, c.contention_factor(),
         c.task_id(), ShortDuration(c.age_seconds()),
         c.error_before_ratio() * 100, c.error_after_ratio() * 100);

@@ -202,10 +202,10 @@ std::string VerifyTable(const v1::VerifyReply& reply) {
     const auto& c = reply.calibration();
     absl::StrAppendFormat(
         &out,
-        "calibration for these nodes: network x%.3f, local x%.3f, %.3f ms per "
-        "chunk, "
+        "calibration for these nodes: network x%.3f, local x%.3f, latency "
+        "x%.3f, %.3f ms per chunk, "
         "gamma %.2f; median |error| of the fitted runs %.1f%% -> %.1f%%\n",
-        c.network_scale_ratio(), c.local_scale_ratio(),
+        c.network_scale_ratio(), c.local_scale_ratio(), c.latency_scale_ratio(),
         c.per_chunk_overhead_seconds() * 1e3, c.contention_factor(),
         c.error_before_ratio() * 100, c.error_after_ratio() * 100);
   }

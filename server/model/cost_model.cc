@@ -107,8 +107,10 @@ Stage CostModel::AllToAll(double bytes, int group, int members_on_node,
   // The launch pays the latency of the slowest path involved.
   const BandwidthCurve& latency_curve =
       inter_bytes > 0 ? cluster_.alltoall_inter : cluster_.alltoall_intra;
-  s.busy.launch_seconds = AllToAllLatencySeconds(
-      latency_curve, group, cluster_.alltoall_per_peer_latency_seconds);
+  s.busy.launch_seconds =
+      cluster_.calibration.latency_scale *
+      AllToAllLatencySeconds(latency_curve, group,
+                             cluster_.alltoall_per_peer_latency_seconds);
   s.seconds = s.busy.launch_seconds +
               std::max(s.busy.network_seconds, s.busy.nvlink_seconds);
   if (flags != nullptr) {
@@ -129,7 +131,8 @@ Stage CostModel::AllGather(double input_bytes,
   s.busy.nvlink_seconds =
       cluster_.calibration.local_scale *
       LinkSeconds(c, (t - 1) * input_bytes, input_bytes * t, t, &x);
-  s.busy.launch_seconds = c.alpha_seconds();
+  s.busy.launch_seconds =
+      cluster_.calibration.latency_scale * c.alpha_seconds();
   s.seconds = s.busy.launch_seconds + s.busy.nvlink_seconds;
   if (flags != nullptr) flags->allgather_intra |= x;
   return s;
@@ -142,7 +145,8 @@ Stage CostModel::Copy(double bytes, ExtrapolationFlags* flags) const {
   bool x = false;
   s.busy.copy_seconds = cluster_.calibration.local_scale *
                         LinkSeconds(c, bytes, bytes, c.nranks(), &x);
-  s.busy.launch_seconds = c.alpha_seconds();
+  s.busy.launch_seconds =
+      cluster_.calibration.latency_scale * c.alpha_seconds();
   s.seconds = s.busy.launch_seconds + s.busy.copy_seconds;
   if (flags != nullptr) flags->copy |= x;
   return s;

@@ -22,6 +22,11 @@ struct ModelCalibration {
   double local_scale = 1;
   // Added once per chunk to each dedup op (K chunks pay K times).
   double per_chunk_overhead_seconds = 0;
+  // Multiplies every launch latency the curves give (AllToAll, AllGather,
+  // copy): what an op's fixed cost is inside the job's schedule over what the
+  // primitive benchmark measured for an op alone (on an oversubscribed host
+  // an isolated small op stalls where back-to-back chunks do not).
+  double latency_scale = 1;
 };
 
 // The bandwidth the model may use. Curves can come from measurements or from

@@ -128,12 +128,17 @@ absl::StatusOr<CalibrationFit> FitCalibration(
   fit.error_before_ratio =
       bandwidth::Median(RelativeErrors(points, Predict(points, {}, 1)));
   // Coordinate descent over the grids (network and local scale 0.25..4 in
-  // steps of 2^(1/8), gamma 1..3 in steps of 0.1), the per-chunk overhead
+  // steps of 2^(1/8), gamma 1..3 in steps of 0.1, latency scale 1/16..4 in
+  // steps of 2^(1/4)), the per-chunk overhead
   // solved in closed form at each point; a few rounds settle it.
   std::vector<double> scales;
   for (int i = -16; i <= 16; ++i) scales.push_back(std::pow(2.0, i / 8.0));
   std::vector<double> gammas;
   for (int i = 0; i <= 20; ++i) gammas.push_back(1 + 0.1 * i);
+  // Latency scale 1/16..4 in steps of 2^(1/4): tried after the others in
+  // each round, so it moves only when they cannot explain the runs.
+  std::vector<double> latencies;
+  for (int i = -16; i <= 8; ++i) latencies.push_back(std::pow(2.0, i / 4.0));
   double best_sum = std::numeric_limits<double>::infinity();
   auto consider = [&](model::ModelCalibration c, double gamma) {
     const std::vector<double> p = Predict(points, c, gamma);
@@ -165,6 +170,12 @@ absl::StatusOr<CalibrationFit> FitCalibration(
       model::ModelCalibration c = fit.model;
       c.per_chunk_overhead_seconds = 0;
       consider(c, g);
+    }
+    for (double v : latencies) {
+      model::ModelCalibration c = fit.model;
+      c.per_chunk_overhead_seconds = 0;
+      c.latency_scale = v;
+      consider(c, fit.contention_factor);
     }
     if (!(best_sum < before)) break;
   }

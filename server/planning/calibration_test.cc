@@ -68,6 +68,20 @@ TEST(CalibrationTest, FitFindsTheCalibrationThatMadeTheMeasurements) {
   EXPECT_LT(fit->error_after_ratio, 1e-6);
 }
 
+// Runs whose ops cost a quarter of the curves' latency (back-to-back chunks
+// on a host where the benchmark's isolated small ops stalled): only the
+// latency scale can explain them, the per-chunk overhead being >= 0.
+TEST(CalibrationTest, FitScalesTheLatencyDownWhenChunksCostLess) {
+  model::ModelCalibration truth;
+  truth.latency_scale = 0.25;
+  absl::StatusOr<CalibrationFit> fit =
+      FitCalibration(Synthetic(truth, 1), nullptr);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_NEAR(fit->model.latency_scale, 0.25, 1e-9);
+  EXPECT_LT(fit->error_after_ratio, fit->error_before_ratio);
+  EXPECT_LT(fit->error_after_ratio, 0.01);
+}
+
 TEST(CalibrationTest, UncalibratedMeasurementsFitToIdentity) {
   absl::StatusOr<CalibrationFit> fit =
       FitCalibration(Synthetic({}, 1), nullptr);
@@ -75,6 +89,7 @@ TEST(CalibrationTest, UncalibratedMeasurementsFitToIdentity) {
   EXPECT_DOUBLE_EQ(fit->model.network_scale, 1);
   EXPECT_DOUBLE_EQ(fit->model.local_scale, 1);
   EXPECT_DOUBLE_EQ(fit->contention_factor, 1);
+  EXPECT_DOUBLE_EQ(fit->model.latency_scale, 1);
   EXPECT_NEAR(fit->model.per_chunk_overhead_seconds, 0, 1e-12);
   EXPECT_LT(fit->error_before_ratio, 1e-9);
 }

@@ -262,6 +262,7 @@ void Calibrate(const v1::VerifyRequest& request, const std::vector<Run>& runs,
   ev.set_contention_factor(fit->contention_factor);
   ev.set_network_scale_ratio(fit->model.network_scale);
   ev.set_local_scale_ratio(fit->model.local_scale);
+  ev.set_latency_scale_ratio(fit->model.latency_scale);
   ev.set_task_id(reply->task().task_id());
   ev.set_error_before_ratio(fit->error_before_ratio);
   ev.set_error_after_ratio(fit->error_after_ratio);
