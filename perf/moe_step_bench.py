@@ -156,6 +156,7 @@ def verify(stub, planner_pb2, mib, args):
         f"{reply.max_error_ratio:.0%}; calibration: per-chunk overhead "
         f"{cal.per_chunk_overhead_seconds * 1e3:.2f} ms, contention {cal.contention_factor:.2f}, "
         f"network scale {cal.network_scale_ratio:.2f}, local scale {cal.local_scale_ratio:.2f}, "
+        f"latency scale {cal.latency_scale_ratio:.2f}, "
         f"error {cal.error_before_ratio:.0%} -> "
         f"{cal.error_after_ratio:.0%}")
     for c in reply.candidates:
@@ -192,6 +193,7 @@ def ask_planner(args, sizes):
                            "contention_factor": c.contention_factor,
                            "network_scale_ratio": c.network_scale_ratio,
                            "local_scale_ratio": c.local_scale_ratio,
+                           "latency_scale_ratio": c.latency_scale_ratio,
                            "task_id": c.task_id}
         before = None
         if args.prepare_out and os.path.isfile(args.prepare_out):
@@ -423,7 +425,8 @@ def print_row(row, answer):
     log("calibration: " + (f"per-chunk overhead {cal['per_chunk_overhead_s'] * 1e3:.2f} ms, "
                            f"contention {cal['contention_factor']:.2f}, network scale "
                            f"{cal['network_scale_ratio']:.2f}, local scale "
-                           f"{cal['local_scale_ratio']:.2f} (task {cal['task_id']})"
+                           f"{cal['local_scale_ratio']:.2f}, latency scale "
+                           f"{cal['latency_scale_ratio']:.2f} (task {cal['task_id']})"
                            if cal else "none"))
     for note in answer["notes"]:
         log(f"  planner note: {note}")
