@@ -135,8 +135,8 @@ absl::StatusOr<CalibrationFit> FitCalibration(
   for (int i = -16; i <= 16; ++i) scales.push_back(std::pow(2.0, i / 8.0));
   std::vector<double> gammas;
   for (int i = 0; i <= 20; ++i) gammas.push_back(1 + 0.1 * i);
-  // Latency scale 1/16..4 in steps of 2^(1/4): tried after the others in
-  // each round, so it moves only when they cannot explain the runs.
+  // The latency scale is tried after the others in each round, so it moves
+  // only when they cannot explain the runs.
   std::vector<double> latencies;
   for (int i = -16; i <= 8; ++i) latencies.push_back(std::pow(2.0, i / 4.0));
   double best_sum = std::numeric_limits<double>::infinity();

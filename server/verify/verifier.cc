@@ -175,18 +175,16 @@ void Score(std::vector<Run>& runs, v1::VerifyReply* reply) {
       best = &r;
     }
     if (r.row.chosen()) chosen = &r;
-    errors.push_back(r.row.error_ratio());
+    errors.push_back(std::abs(r.row.error_ratio()));
   }
   if (best != nullptr) best->row.set_best(true);
   if (best != nullptr && chosen != nullptr) {
     reply->set_regret_ratio(
         chosen->row.measured_seconds() / best->row.measured_seconds() - 1);
   }
-  for (double& e : errors) e = std::abs(e);
   reply->set_median_error_ratio(bandwidth::Median(errors));
-  double worst = 0;
-  for (double e : errors) worst = std::max(worst, std::abs(e));
-  reply->set_max_error_ratio(worst);
+  reply->set_max_error_ratio(
+      errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end()));
 }
 
 // Runs the dispatches as one benchmark task on the job's nodes and fills
