@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-namespace monta::topology {
+namespace monta::topology_diff {
 namespace {
 
 using monta::v1::Gpu;
@@ -189,4 +189,4 @@ std::vector<TopologyChange> DiffTopology(const NodeTopology& before,
   return changes;
 }
 
-}  // namespace monta::topology
+}  // namespace monta::topology_diff

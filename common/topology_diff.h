@@ -8,7 +8,7 @@
 
 #include "proto/monta/v1/topology.pb.h"
 
-namespace monta::topology {
+namespace monta::topology_diff {
 
 struct TopologyChange {
   // One of: "nic_added", "nic_removed", "nic_rate_changed",
@@ -31,6 +31,6 @@ struct TopologyChange {
 std::vector<TopologyChange> DiffTopology(const monta::v1::NodeTopology& before,
                                          const monta::v1::NodeTopology& after);
 
-}  // namespace monta::topology
+}  // namespace monta::topology_diff
 
 #endif  // MONTA_COMMON_TOPOLOGY_DIFF_H_

@@ -6,7 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace monta::topology {
+namespace monta::topology_diff {
 namespace {
 
 using monta::v1::NodeTopology;
@@ -108,4 +108,4 @@ TEST(DiffTopology, PairNoLongerReportedIsNvLinkDown) {
 }
 
 }  // namespace
-}  // namespace monta::topology
+}  // namespace monta::topology_diff

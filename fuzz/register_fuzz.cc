@@ -30,7 +30,7 @@ std::vector<monta::v1::TopologyEvent> Diff(
     const monta::v1::NodeTopology& before,
     const monta::v1::NodeTopology& after) {
   std::vector<monta::v1::TopologyEvent> events;
-  for (const auto& change : monta::topology::DiffTopology(before, after)) {
+  for (const auto& change : monta::topology_diff::DiffTopology(before, after)) {
     monta::v1::TopologyEvent event;
     event.set_change(
         monta::FromShortName<monta::v1::TopologyChange>(change.kind)

@@ -74,13 +74,47 @@ check //proto/... allow '^//(proto|third_party)[:/]' \
   "proto/ is the contract and may depend only on third_party/"
 check //fuzz/... allow '^//(fuzz|server|agent|common|proto|third_party)[:/]|^@local_cuda//' \
   "fuzz/ holds the fuzz targets of the planner's and the agent's input edges and may depend only on server/, agent/, common/, proto/ and third_party/ (never on client/, perf/ or tests/)"
+# Inside the planner: api -> planning -> model, with registry and store below; no arrow
+# back up. Each allowed set is closed under the arrows it allows (a room may reach what
+# the rooms it uses reach), so a step out of it is an arrow the map does not have.
+SERVER_BASE='common|proto|third_party'
+check //server/registry/... allow "^//(server/registry|${SERVER_BASE})[:/]" \
+  "server/registry (cluster state) sits below every other planner room: it may depend only on common/, proto/ and third_party/"
+check //server/store/... allow "^//(server/store|server/registry|${SERVER_BASE})[:/]" \
+  "server/store may depend only on server/registry (below it), common/, proto/ and third_party/"
+check //server/bench/... allow "^//(server/bench|server/registry|${SERVER_BASE})[:/]" \
+  "server/bench (benchmark coordination) may depend only on server/registry, common/, proto/ and third_party/"
+check //server/metrics/... allow "^//(server/metrics|server/model|server/registry|${SERVER_BASE})[:/]" \
+  "server/metrics may depend only on server/model, server/registry, common/, proto/ and third_party/"
+check //server/planning/... allow "^//(server/planning|server/model|server/registry|server/metrics|server/store|${SERVER_BASE})[:/]" \
+  "server/planning may depend only on the rooms below it (server/model, server/registry, server/metrics, server/store), never on server/api, server/admission, server/verify or server/bench"
+check //server/verify/... allow "^//(server/verify|server/planning|server/bench|server/model|server/registry|server/metrics|server/store|${SERVER_BASE})[:/]" \
+  "server/verify may depend only on server/planning, server/bench and the rooms below them, never on server/api or server/admission"
+check //server/admission/... allow "^//(server/admission|server/planning|server/model|server/registry|server/metrics|server/store|${SERVER_BASE})[:/]" \
+  "server/admission may depend only on server/planning and the rooms below it, never on server/api"
+check //server/api/... allow "^//(server/api|server/planning|server/verify|server/bench|server/model|server/registry|server/metrics|server/store|${SERVER_BASE})[:/]" \
+  "server/api (the gRPC handlers) may depend on the planner's rooms below it, never on the process (//server:...) or server/admission"
 # Below the gRPC handlers (server/api) the planner uses messages, never services.
 check "//server/model/... + //server/planning/... + //server/registry/... + //server/store/... + //server/bench/... + //server/metrics/... + //server/admission/... + //server/verify/..." \
   forbid '_grpc_proto$|^//third_party:grpc$' \
   "nothing below server/api may depend on gRPC service headers (*_grpc_proto) or //third_party:grpc; use the message targets (*_proto)"
 
+# One namespace, one room: a `namespace monta::X` is declared in one package only (tests/
+# and its subpackages count as one room). Two rooms under one name (monta::bench was both
+# agent/bench and server/bench) make a reader guess which one a `bench::` means.
+namespaces=$(grep -rEo --include='*.cc' --include='*.h' '^namespace monta::[a-z_:]+' \
+  agent client common fuzz perf proto server tests 2>/dev/null |
+  sed -E 's#^(tests)/[^:]*:namespace #\1 #; s#/[^/:]+:namespace # #' | sort -u |
+  awk '{rooms[$2] = rooms[$2] " " $1; n[$2]++}
+       END {for (ns in n) if (n[ns] > 1) print ns " is declared in" rooms[ns]}')
+checked=$((checked + 1))
+if [[ -n "$namespaces" ]]; then
+  while IFS= read -r line; do echo "$line violates: one namespace per room"; done <<<"$namespaces"
+  violations=$((violations + $(wc -l <<<"$namespaces")))
+fi
+
 if [[ $violations -gt 0 ]]; then
-  echo "check_layers: $violations forbidden dependencies (rooms and arrows: README.md, Layout)"
+  echo "check_layers: $violations forbidden dependencies (rooms and arrows: docs/ARCHITECTURE.md)"
   exit 1
 fi
 echo "check_layers: $checked rules hold"

@@ -166,7 +166,7 @@ absl::Status TopologyLimitsFromFlags(
 
 // The bounds on curves, benchmark tasks and their rendezvous stores.
 absl::Status BenchBoundsFromFlags(monta::PlannerOptions* options) {
-  monta::bench::CoordinatorOptions& c = options->coordinator;
+  monta::coordination::CoordinatorOptions& c = options->coordinator;
   options->registry.max_curves_per_node =
       absl::GetFlag(FLAGS_max_curves_per_node);
   c.max_curves_per_report = absl::GetFlag(FLAGS_max_curves_per_report);

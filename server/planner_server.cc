@@ -58,7 +58,7 @@ absl::Status PlannerServer::OpenRegistry() {
       options_.registry, [](const monta::v1::NodeTopology& before,
                             const monta::v1::NodeTopology& after) {
         std::vector<monta::v1::TopologyEvent> events;
-        for (const auto& change : topology::DiffTopology(before, after)) {
+        for (const auto& change : topology_diff::DiffTopology(before, after)) {
           monta::v1::TopologyEvent event;
           event.set_change(
               FromShortName<monta::v1::TopologyChange>(change.kind)
@@ -117,8 +117,8 @@ absl::Status PlannerServer::OpenAndLoadStore() {
 }
 
 void PlannerServer::StartCoordinator() {
-  coordinator_ = std::make_unique<bench::Coordinator>(registry_.get(),
-                                                      options_.coordinator);
+  coordinator_ = std::make_unique<coordination::Coordinator>(
+      registry_.get(), options_.coordinator);
   metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
   coordinator_->SetTaskFinishedCallback(
       [planner_metrics](const monta::v1::BenchmarkTaskStatus& status) {

@@ -55,7 +55,7 @@ struct PlannerOptions {
   int grpc_max_threads = 32;
   int64_t grpc_memory_bytes = int64_t{256} << 20;
   registry::RegistryOptions registry;
-  bench::CoordinatorOptions coordinator;
+  coordination::CoordinatorOptions coordinator;
   // Schedule an intra-node sweep when a node registers without measured curves.
   bool bench_on_register = false;
   // Re-measure periodically: every interval, each alive idle node gets an
@@ -107,7 +107,7 @@ class PlannerServer {
     return webhook_ != nullptr ? webhook_->port() : 0;
   }
   registry::Registry& registry() { return *registry_; }
-  bench::Coordinator& coordinator() { return *coordinator_; }
+  coordination::Coordinator& coordinator() { return *coordinator_; }
   prometheus::Registry& metrics() { return *metrics_; }
   metrics::PlannerMetrics& planner_metrics() { return *planner_metrics_; }
 
@@ -154,7 +154,7 @@ class PlannerServer {
   // registry.
   std::unique_ptr<store::SqliteStore> store_;
   std::shared_ptr<metrics::ClusterCollector> cluster_collector_;
-  std::unique_ptr<bench::Coordinator> coordinator_;
+  std::unique_ptr<coordination::Coordinator> coordinator_;
   std::unique_ptr<planning::PlanKnowledge> knowledge_;
   std::unique_ptr<verify::Verifier> verifier_;
   std::unique_ptr<api::Authorizer> authz_;

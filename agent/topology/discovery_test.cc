@@ -150,7 +150,8 @@ TEST_F(DgxH100, NicRenegotiationAndNvLinkDownShowUpInTheDiff) {
   absl::StatusOr<monta::v1::NodeTopology> after = DiscoverTopology(options_);
   ASSERT_TRUE(after.ok()) << after.status();
 
-  std::vector<TopologyChange> changes = DiffTopology(*before, *after);
+  std::vector<topology_diff::TopologyChange> changes =
+      topology_diff::DiffTopology(*before, *after);
   ASSERT_EQ(changes.size(), 8u);
   EXPECT_EQ(changes[0].kind, "nic_rate_changed");
   EXPECT_EQ(changes[0].message, "mlx5_3 port 1: rate 400 -> 200 Gb/s");

@@ -8,7 +8,7 @@
 namespace monta::api {
 
 AgentGatewayService::AgentGatewayService(registry::Registry* registry,
-                                         bench::Coordinator* coordinator,
+                                         coordination::Coordinator* coordinator,
                                          const Authorizer* authz,
                                          RegisteredCallback on_registered)
     : registry_(registry),
@@ -103,9 +103,10 @@ grpc::ServerUnaryReactor* AgentGatewayService::RendezvousGet(
   if (grpc::Status s = authz_->RequireTaskMember(*context, request->task_id());
       !s.ok())
     return FinishUnary(context, s);
-  absl::StatusOr<absl::Duration> wait = bench::Coordinator::GetWait(*request);
+  absl::StatusOr<absl::Duration> wait =
+      coordination::Coordinator::GetWait(*request);
   if (!wait.ok()) return FinishUnary(context, ToGrpc(wait.status()));
-  bench::Coordinator* coordinator = coordinator_;
+  coordination::Coordinator* coordinator = coordinator_;
   // Waits for the key without a thread; a cancelled Get is freed at once.
   return TaskWaitReactor::Start(
       coordinator, request->task_id(), *wait,
@@ -117,7 +118,9 @@ grpc::ServerUnaryReactor* AgentGatewayService::RendezvousGet(
         reply->set_value(**std::move(value));
         return grpc::Status::OK;
       },
-      [request] { return ToGrpc(bench::Coordinator::GetTimedOut(*request)); });
+      [request] {
+        return ToGrpc(coordination::Coordinator::GetTimedOut(*request));
+      });
 }
 
 grpc::ServerUnaryReactor* AgentGatewayService::ReportBenchmark(

@@ -25,7 +25,8 @@ class AgentGatewayService final
   // No pointer is owned; all must outlive the service. `authz` decides who
   // may call what (see authz.h).
   AgentGatewayService(registry::Registry* registry,
-                      bench::Coordinator* coordinator, const Authorizer* authz,
+                      coordination::Coordinator* coordinator,
+                      const Authorizer* authz,
                       RegisteredCallback on_registered = nullptr);
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
@@ -63,7 +64,7 @@ class AgentGatewayService final
 
  private:
   registry::Registry* const registry_;
-  bench::Coordinator* const coordinator_;
+  coordination::Coordinator* const coordinator_;
   const Authorizer* const authz_;
   const RegisteredCallback on_registered_;
   WatchList watches_;

@@ -88,7 +88,8 @@ std::string DescribePrincipal(const Principal& principal) {
   return absl::StrCat("reader ", principal.name);
 }
 
-Authorizer::Authorizer(bool enforce, const bench::Coordinator* coordinator)
+Authorizer::Authorizer(bool enforce,
+                       const coordination::Coordinator* coordinator)
     : enforce_(enforce), coordinator_(coordinator) {}
 
 absl::StatusOr<Principal> Authorizer::Caller(

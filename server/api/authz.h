@@ -59,7 +59,7 @@ class Authorizer {
  public:
   // `enforce` false (--insecure): every call is allowed. `coordinator` (not
   // owned, must outlive this) answers which nodes a task has.
-  Authorizer(bool enforce, const bench::Coordinator* coordinator);
+  Authorizer(bool enforce, const coordination::Coordinator* coordinator);
 
   bool enforced() const { return enforce_; }
 
@@ -89,7 +89,7 @@ class Authorizer {
                          absl::string_view node_name) const;
 
   const bool enforce_;
-  const bench::Coordinator* const coordinator_;
+  const coordination::Coordinator* const coordinator_;
 };
 
 }  // namespace monta::api

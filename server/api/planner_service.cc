@@ -10,7 +10,7 @@
 namespace monta::api {
 
 PlannerService::PlannerService(registry::Registry* registry,
-                               bench::Coordinator* coordinator,
+                               coordination::Coordinator* coordinator,
                                const Authorizer* authz,
                                metrics::PlannerMetrics* metrics,
                                store::DecisionLog* decisions,
@@ -113,7 +113,7 @@ grpc::ServerUnaryReactor* PlannerService::RunBenchmark(
         max_wait,
         absl::FromChrono(caller_deadline - std::chrono::system_clock::now()));
   }
-  bench::Coordinator* coordinator = coordinator_;
+  coordination::Coordinator* coordinator = coordinator_;
   const std::string task_id = status->task_id();
   // Replies with the task's status once it finished, or as it is at the
   // deadline; the last known status stands when the task was evicted.

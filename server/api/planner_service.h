@@ -25,7 +25,8 @@ class PlannerService final : public monta::v1::Planner::CallbackService {
   // `decisions` may be null. `authz` decides who may call what (authz.h).
   // `knowledge` and `verifier` may be null (no calibration; Verify is then
   // UNIMPLEMENTED).
-  PlannerService(registry::Registry* registry, bench::Coordinator* coordinator,
+  PlannerService(registry::Registry* registry,
+                 coordination::Coordinator* coordinator,
                  const Authorizer* authz, metrics::PlannerMetrics* metrics,
                  store::DecisionLog* decisions = nullptr,
                  const planning::PlanKnowledge* knowledge = nullptr,
@@ -59,7 +60,7 @@ class PlannerService final : public monta::v1::Planner::CallbackService {
 
  private:
   registry::Registry* const registry_;
-  bench::Coordinator* const coordinator_;
+  coordination::Coordinator* const coordinator_;
   const Authorizer* const authz_;
   metrics::PlannerMetrics* const metrics_;
   store::DecisionLog* const decisions_;

@@ -44,7 +44,7 @@ size_t WatchList::size() const {
 
 // -------------------------------------------------------- WatchTasksReactor
 
-WatchTasksReactor::WatchTasksReactor(bench::Coordinator* coordinator,
+WatchTasksReactor::WatchTasksReactor(coordination::Coordinator* coordinator,
                                      WatchList* watches, std::string node_name,
                                      std::string instance_id)
     : coordinator_(coordinator),
@@ -52,10 +52,9 @@ WatchTasksReactor::WatchTasksReactor(bench::Coordinator* coordinator,
       node_name_(std::move(node_name)),
       instance_id_(std::move(instance_id)) {}
 
-WatchTasksReactor* WatchTasksReactor::Start(bench::Coordinator* coordinator,
-                                            WatchList* watches,
-                                            std::string node_name,
-                                            std::string instance_id) {
+WatchTasksReactor* WatchTasksReactor::Start(
+    coordination::Coordinator* coordinator, WatchList* watches,
+    std::string node_name, std::string instance_id) {
   auto* reactor = new WatchTasksReactor(
       coordinator, watches, std::move(node_name), std::move(instance_id));
   // Registered before the first look at the queue, so no task is missed.
@@ -129,7 +128,7 @@ void WatchTasksReactor::OnDone() {
 
 // ---------------------------------------------------------- TaskWaitReactor
 
-TaskWaitReactor::TaskWaitReactor(bench::Coordinator* coordinator,
+TaskWaitReactor::TaskWaitReactor(coordination::Coordinator* coordinator,
                                  std::string task_id, Check check,
                                  TimedOut timed_out)
     : coordinator_(coordinator),
@@ -137,7 +136,7 @@ TaskWaitReactor::TaskWaitReactor(bench::Coordinator* coordinator,
       check_(std::move(check)),
       timed_out_(std::move(timed_out)) {}
 
-TaskWaitReactor* TaskWaitReactor::Start(bench::Coordinator* coordinator,
+TaskWaitReactor* TaskWaitReactor::Start(coordination::Coordinator* coordinator,
                                         std::string task_id,
                                         absl::Duration max_wait, Check check,
                                         TimedOut timed_out) {

@@ -1,8 +1,9 @@
 // gRPC callback-API reactors for the calls that wait: a WatchTasks stream and
 // a unary call that waits for one benchmark task (RendezvousGet, RunBenchmark
 // with wait). None holds a thread while it waits: the coordinator wakes them
-// (per node, per task, see bench::Waiter), a grpc::Alarm ends a wait at its
-// deadline, and a cancelled call gives its waiter registration back at once.
+// (per node, per task, see coordination::Waiter), a grpc::Alarm ends a wait at
+// its deadline, and a cancelled call gives its waiter registration back at
+// once.
 #ifndef MONTA_SERVER_API_REACTORS_H_
 #define MONTA_SERVER_API_REACTORS_H_
 
@@ -64,11 +65,11 @@ class WatchList {
 // when the call is done.
 class WatchTasksReactor
     : public grpc::ServerWriteReactor<monta::v1::BenchmarkTask>,
-      public bench::Waiter {
+      public coordination::Waiter {
  public:
   // Registers the stream (with `coordinator` and `watches`, neither owned)
   // and writes any task already queued.
-  static WatchTasksReactor* Start(bench::Coordinator* coordinator,
+  static WatchTasksReactor* Start(coordination::Coordinator* coordinator,
                                   WatchList* watches, std::string node_name,
                                   std::string instance_id);
 
@@ -84,14 +85,14 @@ class WatchTasksReactor
   void OnDone() override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  WatchTasksReactor(bench::Coordinator* coordinator, WatchList* watches,
+  WatchTasksReactor(coordination::Coordinator* coordinator, WatchList* watches,
                     std::string node_name, std::string instance_id);
   // Writes the next queued task unless a write is in flight or the stream
   // ended.
   void Pump() ABSL_LOCKS_EXCLUDED(mu_);
   void EndLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  bench::Coordinator* const coordinator_;
+  coordination::Coordinator* const coordinator_;
   WatchList* const watches_;
   const std::string node_name_;
   const std::string instance_id_;
@@ -109,12 +110,13 @@ class WatchTasksReactor
 // with `timed_out()` once `max_wait` passed. Both fill the call's reply
 // themselves and run under the reactor's lock. Deletes itself when the call is
 // done and its alarm has fired or been cancelled.
-class TaskWaitReactor : public grpc::ServerUnaryReactor, public bench::Waiter {
+class TaskWaitReactor : public grpc::ServerUnaryReactor,
+                        public coordination::Waiter {
  public:
   using Check = std::function<std::optional<grpc::Status>()>;
   using TimedOut = std::function<grpc::Status()>;
 
-  static TaskWaitReactor* Start(bench::Coordinator* coordinator,
+  static TaskWaitReactor* Start(coordination::Coordinator* coordinator,
                                 std::string task_id, absl::Duration max_wait,
                                 Check check, TimedOut timed_out);
 
@@ -123,13 +125,13 @@ class TaskWaitReactor : public grpc::ServerUnaryReactor, public bench::Waiter {
   void OnDone() override;
 
  private:
-  TaskWaitReactor(bench::Coordinator* coordinator, std::string task_id,
+  TaskWaitReactor(coordination::Coordinator* coordinator, std::string task_id,
                   Check check, TimedOut timed_out);
   void Evaluate() ABSL_LOCKS_EXCLUDED(mu_);
   void OnAlarm(bool fired) ABSL_LOCKS_EXCLUDED(mu_);
   void Unref();
 
-  bench::Coordinator* const coordinator_;
+  coordination::Coordinator* const coordinator_;
   const std::string task_id_;
   const Check check_;
   const TimedOut timed_out_;

@@ -12,7 +12,7 @@
 #include "common/status_proto.h"
 #include "google/protobuf/util/time_util.h"
 
-namespace monta::bench {
+namespace monta::coordination {
 namespace {
 
 // The value stored under `task_id` in `tasks` (const or not), or NOT_FOUND
@@ -761,4 +761,4 @@ void Coordinator::Finish(Task& task, monta::v1::TaskState state,
   }
 }
 
-}  // namespace monta::bench
+}  // namespace monta::coordination

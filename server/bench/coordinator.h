@@ -25,7 +25,7 @@
 #include "proto/monta/v1/planner.pb.h"
 #include "server/registry/registry.h"
 
-namespace monta::bench {
+namespace monta::coordination {
 
 struct CoordinatorOptions {
   absl::Duration default_timeout = absl::Seconds(120);
@@ -241,6 +241,6 @@ class Coordinator {
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-}  // namespace monta::bench
+}  // namespace monta::coordination
 
 #endif  // MONTA_SERVER_BENCH_COORDINATOR_H_

@@ -7,7 +7,7 @@
 #include "common/status_proto.h"
 #include "gtest/gtest.h"
 
-namespace monta::bench {
+namespace monta::coordination {
 namespace {
 
 // `t` moved by `d` on both clocks.
@@ -387,4 +387,4 @@ TEST_F(CoordinatorTest, ReportCurvesAndPointsAreBounded) {
 }
 
 }  // namespace
-}  // namespace monta::bench
+}  // namespace monta::coordination

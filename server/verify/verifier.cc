@@ -189,7 +189,7 @@ void Score(std::vector<Run>& runs, v1::VerifyReply* reply) {
 
 // Runs the dispatches as one benchmark task on the job's nodes and fills
 // the runs' measured times; the task's status goes to the reply.
-absl::Status Execute(bench::Coordinator& coordinator,
+absl::Status Execute(coordination::Coordinator& coordinator,
                      const VerifierOptions& options,
                      const v1::VerifyRequest& request, const JobShape& job,
                      absl::Duration max_wait, std::vector<Run>* runs,
@@ -298,7 +298,7 @@ absl::StatusOr<JobShape> ShapeJob(const v1::StrategyRequest& request,
 }  // namespace
 
 Verifier::Verifier(registry::Registry* registry,
-                   bench::Coordinator* coordinator,
+                   coordination::Coordinator* coordinator,
                    planning::PlanKnowledge* knowledge,
                    metrics::PlannerMetrics* metrics, store::DecisionLog* log,
                    VerifierOptions options)

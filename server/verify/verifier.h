@@ -38,7 +38,7 @@ class Verifier {
  public:
   // Pointers are not owned and must outlive the verifier; `metrics` and
   // `log` may be null.
-  Verifier(registry::Registry* registry, bench::Coordinator* coordinator,
+  Verifier(registry::Registry* registry, coordination::Coordinator* coordinator,
            planning::PlanKnowledge* knowledge, metrics::PlannerMetrics* metrics,
            store::DecisionLog* log, VerifierOptions options = {});
 
@@ -50,7 +50,7 @@ class Verifier {
 
  private:
   registry::Registry* const registry_;
-  bench::Coordinator* const coordinator_;
+  coordination::Coordinator* const coordinator_;
   planning::PlanKnowledge* const knowledge_;
   metrics::PlannerMetrics* const metrics_;
   store::DecisionLog* const log_;
