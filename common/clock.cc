@@ -54,26 +54,26 @@ bool WaitUntil(absl::Mutex& mu, std::condition_variable_any& cv,
 
 void MonoNotification::Notify() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     notified_ = true;
   }
   cv_.notify_all();
 }
 
 bool MonoNotification::HasBeenNotified() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return notified_;
 }
 
 bool MonoNotification::WaitForNotificationWithTimeout(
     absl::Duration timeout) const {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (timeout == absl::InfiniteDuration()) {
-    cv_.wait(lock, [this] { return notified_; });
-    return true;
+  const MonoTime deadline =
+      MonoAfter(std::chrono::steady_clock::now(), timeout);
+  absl::MutexLock lock(&mu_);
+  while (!notified_) {
+    if (WaitUntil(mu_, cv_, deadline)) return notified_;
   }
-  return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-                      [this] { return notified_; });
+  return true;
 }
 
 }  // namespace monta

@@ -8,7 +8,6 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -54,9 +53,9 @@ class MonoNotification {
   bool WaitForNotificationWithTimeout(absl::Duration timeout) const;
 
  private:
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  bool notified_ = false;  // guarded by mu_ (std::mutex carries no annotation)
+  mutable absl::Mutex mu_;
+  mutable std::condition_variable_any cv_;
+  bool notified_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace monta

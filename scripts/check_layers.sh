@@ -68,8 +68,8 @@ check //client/... allow '^//(client|common|proto|third_party)[:/]' \
   "client may depend only on proto/ and common/"
 check //common/... allow '^//(common|proto|third_party)[:/]' \
   "common/ is shared by every room and may depend only on proto/ and third_party/"
-check //common/http/... allow '^//(common/http|third_party)[:/]|^//common:std_mutex$' \
-  "common/http (the HTTP edge) may depend only on third_party/ and common:std_mutex, so every binary can serve HTTP without pulling in the contract"
+check //common/http/... allow '^//(common/http|third_party)[:/]' \
+  "common/http (the HTTP edge) may depend only on third_party/, so every binary can serve HTTP without pulling in the contract"
 check //proto/... allow '^//(proto|third_party)[:/]' \
   "proto/ is the contract and may depend only on third_party/"
 check //fuzz/... allow '^//(fuzz|server|agent|common|proto|third_party)[:/]|^@local_cuda//' \

@@ -18,7 +18,6 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -31,8 +30,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "common/http/http_parse.h"
-#include "common/std_mutex.h"
 
 namespace monta::http {
 
@@ -312,9 +311,12 @@ class HttpServer::Impl {
       timed_out_{0}, requests_{0};
   std::atomic<int> open_{0};
 
-  // std::mutex (annotated): visible to ThreadSanitizer, see std_mutex.h.
-  StdMutex mu_;
-  std::condition_variable work_;
+  // A job is queued, or the workers are to stop.
+  bool WorkReady() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !jobs_.empty() || workers_stop_;
+  }
+
+  absl::Mutex mu_;
   std::deque<Job> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<Done> done_ ABSL_GUARDED_BY(mu_);
   bool workers_stop_ ABSL_GUARDED_BY(mu_) = false;
@@ -706,10 +708,9 @@ Step HttpServer::Impl::Dispatch(Conn& c) {
   c.phase = Phase::kProcessing;
   c.deadline_ns = kNoDeadline;  // the handler's own bounds apply
   {
-    StdMutexLock lock(&mu_);
+    absl::MutexLock lock(&mu_);
     jobs_.push_back({c.id, &route->handler, std::move(c.request), keep_alive});
   }
-  work_.notify_one();
   return Step::kWait;
 }
 
@@ -824,7 +825,7 @@ bool HttpServer::Impl::StopStep(int64_t now) {
 void HttpServer::Impl::OnCompletions() {
   std::vector<Done> done;
   {
-    StdMutexLock lock(&mu_);
+    absl::MutexLock lock(&mu_);
     done.swap(done_);
   }
   for (Done& d : done) {
@@ -845,10 +846,9 @@ void HttpServer::Impl::Work() {
   while (true) {
     Job job;
     {
-      StdMutexLock lock(&mu_);
-      lock.Wait(work_, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !jobs_.empty() || workers_stop_;
-      });
+      absl::MutexLock lock(&mu_);
+      // No deadline: an untimed Await follows no clock.
+      mu_.Await(absl::Condition(this, &Impl::WorkReady));
       if (workers_stop_) return;
       job = std::move(jobs_.front());
       jobs_.pop_front();
@@ -864,7 +864,7 @@ void HttpServer::Impl::Work() {
     const bool close = !job.keep_alive || response.close;
     Done done{job.conn_id, SerializeResponse(response, close), close};
     {
-      StdMutexLock lock(&mu_);
+      absl::MutexLock lock(&mu_);
       done_.push_back(std::move(done));
     }
     Wake();
@@ -880,10 +880,9 @@ void HttpServer::Impl::Shutdown() {
     loop_.join();
   }
   {
-    StdMutexLock lock(&mu_);
+    absl::MutexLock lock(&mu_);
     workers_stop_ = true;
   }
-  work_.notify_all();
   for (std::thread& t : workers_) t.join();
   workers_.clear();
   for (int* fd : {&listen_fd_, &epoll_fd_, &wake_fd_}) {

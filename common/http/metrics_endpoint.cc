@@ -35,14 +35,14 @@ MetricsEndpoint::~MetricsEndpoint() {
 
 void MetricsEndpoint::RegisterCollectable(
     const std::weak_ptr<prometheus::Collectable>& c) {
-  StdMutexLock lock(&mu_);
+  absl::MutexLock lock(&mu_);
   collectables_.push_back(c);
 }
 
 std::string MetricsEndpoint::Scrape() const {
   std::vector<std::weak_ptr<prometheus::Collectable>> collectables;
   {
-    StdMutexLock lock(&mu_);
+    absl::MutexLock lock(&mu_);
     collectables = collectables_;
   }
   std::vector<prometheus::MetricFamily> families;

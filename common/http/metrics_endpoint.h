@@ -12,8 +12,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/http/http_server.h"
-#include "common/std_mutex.h"
 #include "prometheus/collectable.h"
 
 namespace monta::http {
@@ -39,7 +39,7 @@ class MetricsEndpoint {
  private:
   MetricsEndpoint() = default;
 
-  mutable StdMutex mu_;
+  mutable absl::Mutex mu_;
   std::vector<std::weak_ptr<prometheus::Collectable>> collectables_
       ABSL_GUARDED_BY(mu_);
   std::unique_ptr<HttpServer> server_;

@@ -15,8 +15,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "common/std_mutex.h"
 
 namespace monta::admission {
 
@@ -69,7 +69,7 @@ class CertStore {
         std::move(cert_file), std::move(key_file), check_interval));
     absl::StatusOr<std::shared_ptr<const Material>> m = store->Read();
     if (!m.ok()) return m.status();
-    StdMutexLock lock(&store->mu_);
+    absl::MutexLock lock(&store->mu_);
     store->current_ = *std::move(m);
     store->next_check_ = std::chrono::steady_clock::now() +
                          absl::ToChronoNanoseconds(check_interval);
@@ -159,7 +159,7 @@ class CertStore {
   }
 
   std::shared_ptr<const Material> Current() {
-    StdMutexLock lock(&mu_);
+    absl::MutexLock lock(&mu_);
     // Monotonic: a wall clock step back must not postpone a rotation.
     const auto now = std::chrono::steady_clock::now();
     if (now >= next_check_) {
@@ -193,8 +193,7 @@ class CertStore {
   const std::string cert_file_;
   const std::string key_file_;
   const absl::Duration check_interval_;
-  // std::mutex (annotated): visible to TSAN, see common/std_mutex.h.
-  StdMutex mu_;
+  absl::Mutex mu_;
   std::shared_ptr<const Material> current_ ABSL_GUARDED_BY(mu_);
   std::chrono::steady_clock::time_point next_check_ ABSL_GUARDED_BY(mu_);
 };

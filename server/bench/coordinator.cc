@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -257,14 +256,14 @@ absl::StatusOr<std::vector<monta::v1::BandwidthCurve>> Coordinator::Curves(
 
 namespace {
 
-// The blocking calls' waiter: a flag the caller's thread waits on. A
-// std::condition_variable, not absl's Mutex::AwaitWithDeadline: its timed
-// waits follow the wall clock (see common/clock.h).
+// The blocking calls' waiter: a flag the caller's thread waits on, through
+// WaitUntil (common/clock.h), not absl's Mutex::AwaitWithDeadline: its timed
+// waits follow the wall clock.
 class BlockingWaiter : public Waiter {
  public:
   void Wake() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       woken_ = true;
     }
     cv_.notify_all();
@@ -272,11 +271,8 @@ class BlockingWaiter : public Waiter {
   // True when woken before `deadline` on the monotonic clock (and resets the
   // flag).
   bool Await(MonoTime deadline) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (deadline == MonoTime::max()) {  // no deadline: wait_until overflows
-      cv_.wait(lock, [this] { return woken_; });
-    } else {
-      cv_.wait_until(lock, deadline, [this] { return woken_; });
+    absl::MutexLock lock(&mu_);
+    while (!woken_ && !WaitUntil(mu_, cv_, deadline)) {
     }
     const bool woken = woken_;
     woken_ = false;
@@ -284,9 +280,9 @@ class BlockingWaiter : public Waiter {
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool woken_ = false;  // guarded by mu_ (std::mutex carries no annotation)
+  absl::Mutex mu_;
+  std::condition_variable_any cv_;
+  bool woken_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace
