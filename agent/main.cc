@@ -19,6 +19,7 @@
 #include "agent/topology/discovery.h"
 #include "common/flags.h"
 #include "common/grpc_security_flags.h"
+#include "common/http/http_flags.h"
 #include "common/http/http_server.h"
 #include "common/http/metrics_endpoint.h"
 #include "common/port_file.h"
@@ -49,41 +50,11 @@ ABSL_FLAG(std::string, metrics_listen, "",
 ABSL_FLAG(std::string, port_file, "",
           "write the bound metrics port as JSON {\"metrics\":M} to this file "
           "(for tests)");
-ABSL_FLAG(double, http_header_timeout_seconds, 5,
-          "HTTP endpoints (/metrics): a connection must deliver its whole "
-          "request head (TLS handshake included) within this many seconds "
-          "of connecting, or of the first byte of a kept-alive request; "
-          "else it is closed, however steadily it trickles");
-ABSL_FLAG(double, http_body_timeout_seconds, 10,
-          "HTTP endpoints: the whole request body must arrive within this "
-          "many seconds after the head");
-ABSL_FLAG(double, http_idle_timeout_seconds, 5,
-          "HTTP endpoints: a kept-alive connection waiting for its next "
-          "request is closed after this many seconds");
-ABSL_FLAG(double, http_write_timeout_seconds, 10,
-          "HTTP endpoints: a response must be taken by the client within "
-          "this many seconds");
-ABSL_FLAG(int, http_max_connections, 4096,
-          "HTTP endpoints: open connections per endpoint; more are closed "
-          "at once");
-ABSL_FLAG(int, http_max_connections_per_client, 64,
-          "HTTP endpoints: open connections per client IP address per "
-          "endpoint; more are closed at once");
 ABSL_FLAG(
     double, topology_refresh_seconds, 30,
     "rediscover the topology this often and report changes with the heartbeat");
 
 namespace {
-
-absl::StatusOr<monta::http::HttpLimits> HttpLimitsFromFlags() {
-  return monta::http::HttpLimits::FromFlags(
-      absl::GetFlag(FLAGS_http_header_timeout_seconds),
-      absl::GetFlag(FLAGS_http_body_timeout_seconds),
-      absl::GetFlag(FLAGS_http_idle_timeout_seconds),
-      absl::GetFlag(FLAGS_http_write_timeout_seconds),
-      absl::GetFlag(FLAGS_http_max_connections),
-      absl::GetFlag(FLAGS_http_max_connections_per_client));
-}
 
 std::string Hostname() {
   char buf[256] = {0};
@@ -128,7 +99,8 @@ absl::Status ServeMetrics(
   const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   int metrics_port = 0;
   if (!metrics_listen.empty()) {
-    absl::StatusOr<monta::http::HttpLimits> limits = HttpLimitsFromFlags();
+    absl::StatusOr<monta::http::HttpLimits> limits =
+        monta::http::HttpLimitsFromFlags();
     if (!limits.ok()) return limits.status();
     monta::http::HttpServerOptions options;
     options.address = metrics_listen;

@@ -49,9 +49,11 @@ std::vector<char*> ParseFlags(int argc, char** argv, absl::string_view usage,
   absl::FlagsUsageConfig config;
   const std::string main(main_file);
   config.contains_help_flags = [main](absl::string_view file) {
-    // The shared transport-security flags belong to every binary linking them.
+    // The shared transport-security and HTTP flags belong to every binary
+    // linking them.
     return IsMainFileFlag(file, main) ||
-           IsMainFileFlag(file, "common/grpc_security_flags.cc");
+           IsMainFileFlag(file, "common/grpc_security_flags.cc") ||
+           IsMainFileFlag(file, "common/http/http_flags.cc");
   };
   config.contains_helpshort_flags = config.contains_help_flags;
   absl::SetFlagsUsageConfig(config);

@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/flags.h"
 #include "common/grpc_security_flags.h"
+#include "common/http/http_flags.h"
 #include "common/http/http_server.h"
 #include "common/port_file.h"
 #include "common/signals.h"
@@ -74,27 +75,6 @@ ABSL_FLAG(std::string, health_listen, "",
           "present no client certificate), e.g. 0.0.0.0:7404: "
           "grpc.health.v1 answers there, every Monta RPC is refused "
           "UNAUTHENTICATED; empty disables");
-ABSL_FLAG(double, http_header_timeout_seconds, 5,
-          "HTTP endpoints (/metrics and the webhook): a connection must "
-          "deliver its whole "
-          "request head (TLS handshake included) within this many seconds "
-          "of connecting, or of the first byte of a kept-alive request; "
-          "else it is closed, however steadily it trickles");
-ABSL_FLAG(double, http_body_timeout_seconds, 10,
-          "HTTP endpoints: the whole request body must arrive within this "
-          "many seconds after the head");
-ABSL_FLAG(double, http_idle_timeout_seconds, 5,
-          "HTTP endpoints: a kept-alive connection waiting for its next "
-          "request is closed after this many seconds");
-ABSL_FLAG(double, http_write_timeout_seconds, 10,
-          "HTTP endpoints: a response must be taken by the client within "
-          "this many seconds");
-ABSL_FLAG(int, http_max_connections, 4096,
-          "HTTP endpoints: open connections per endpoint; more are closed "
-          "at once");
-ABSL_FLAG(int, http_max_connections_per_client, 64,
-          "HTTP endpoints: open connections per client IP address per "
-          "endpoint; more are closed at once");
 ABSL_FLAG(int, max_topology_string_bytes, 256,
           "longest name, id or address an agent may report in its topology "
           "(hostname, GPU uuid, NIC state, PCI address, ...); longer ones get "
@@ -137,16 +117,6 @@ ABSL_FLAG(std::string, port_file, "",
           "file (for tests)");
 
 namespace {
-
-absl::StatusOr<monta::http::HttpLimits> HttpLimitsFromFlags() {
-  return monta::http::HttpLimits::FromFlags(
-      absl::GetFlag(FLAGS_http_header_timeout_seconds),
-      absl::GetFlag(FLAGS_http_body_timeout_seconds),
-      absl::GetFlag(FLAGS_http_idle_timeout_seconds),
-      absl::GetFlag(FLAGS_http_write_timeout_seconds),
-      absl::GetFlag(FLAGS_http_max_connections),
-      absl::GetFlag(FLAGS_http_max_connections_per_client));
-}
 
 absl::Status TopologyLimitsFromFlags(
     monta::registry::RegistryOptions* options) {
@@ -232,7 +202,8 @@ absl::StatusOr<monta::PlannerOptions> OptionsFromFlags() {
   if (!security.ok()) return security.status();
   options.grpc_security = *std::move(security);
   options.metrics_address = absl::GetFlag(FLAGS_metrics_listen);
-  absl::StatusOr<monta::http::HttpLimits> http_limits = HttpLimitsFromFlags();
+  absl::StatusOr<monta::http::HttpLimits> http_limits =
+      monta::http::HttpLimitsFromFlags();
   if (!http_limits.ok()) return http_limits.status();
   options.http_limits = *http_limits;
   const double lease = absl::GetFlag(FLAGS_lease_seconds);
