@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """From admission to a training step, on loopback.
 
 1. Starts the real planner (monta-planner) with its HTTPS admission webhook and a throwaway
@@ -12,28 +12,32 @@
 4. Each rank runs examples/moe_layer.py's MoE layer with monta.Plan.from_env() for a few
    steps and logs the decision id; this script checks the log says it.
 
-  /usr/bin/python3 examples/admission_to_step.py --planner bazel-bin/server/monta-planner
+  python3 examples/admission_to_step.py --planner bazel-bin/server/monta-planner
 
-Exit status 0 when the steps ran and the training log carries the decision id.
+with a python3 that has monta installed (pip install --no-build-isolation ./python; the
+ranks run under the same interpreter). Exit status 0 when the steps ran and the training
+log carries the decision id.
 """
 
 import argparse
 import base64
 import copy
+import datetime
 import http.client
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
 import tempfile
 import time
 
+import monta  # installed: pip install --no-build-isolation ./python
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-PY = "/usr/bin/python3"  # Debian's torch lives under this interpreter
+PY = sys.executable  # the ranks import the same installed monta
 
 SPEC = {
     "job": {"name": "admission-to-step", "hidden_size": 64, "num_experts": 4, "top_k": 2,
@@ -159,20 +163,25 @@ def container_env(job):
     return env
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def rendezvous_store(world, timeout_s):
+    """The ranks' TCP store, hosted here as torchrun's agent hosts it: bound to a port the
+    kernel picks (no port is chosen before it is bound, so none can be taken in between);
+    the ranks connect to it as clients (TORCHELASTIC_USE_AGENT_STORE, with the restart
+    count torchrun also sets)."""
+    import torch.distributed as dist
+    return dist.TCPStore("127.0.0.1", 0, world, True, datetime.timedelta(seconds=timeout_s),
+                         wait_for_workers=False)
 
 
 def run_training(env, world, steps, workdir, timeout_s):
-    port = free_port()
+    store = rendezvous_store(world, timeout_s)
     procs, logs = [], []
     for rank in range(world):
         rank_env = dict(os.environ, **env)
         rank_env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank % 2),
-                        LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                        OMP_NUM_THREADS="1")
+                        LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                        MASTER_PORT=str(store.port), TORCHELASTIC_USE_AGENT_STORE="True",
+                        TORCHELASTIC_RESTART_COUNT="0", OMP_NUM_THREADS="1")
         path = os.path.join(workdir, f"train-rank{rank}.log")
         logs.append(path)
         procs.append(subprocess.Popen(
@@ -217,8 +226,6 @@ def main():
         log(f"webhook decision {decision_id}: " + " ".join(
             f"{k}={v}" for k, v in sorted(env.items()) if k != "MONTA_MOE_SPEC"))
         # The same job asked over gRPC must get the same strategy (one planner, one model).
-        sys.path.insert(0, os.path.join(ROOT, "python"))
-        import monta
         asked = monta.Plan.request(f"127.0.0.1:{ports['grpc']}", SPEC["job"], SPEC["placement"],
                                    SPEC.get("options"))
         log(f"GetStrategy over gRPC: {asked} (K={asked.num_chunks}, predicted forward "

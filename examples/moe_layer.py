@@ -15,17 +15,11 @@ O(S E C M). The AllToAll sees exactly the same buffer either way.
 """
 
 import math
-import os
-import sys
 
 import torch
 import torch.nn.functional as F
 
-try:
-    import monta
-except ImportError:  # a source checkout: python/ next to examples/
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-    import monta
+import monta  # installed: pip install --no-build-isolation ./python (python/README.md)
 
 
 def capacity(tokens: int, num_experts: int, top_k: int, capacity_factor: float) -> int:

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """One rank of a toy MoE training job that runs the AllToAll its admission decided.
 
 Launched torchrun-style (RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) with
@@ -12,14 +12,12 @@ import datetime
 import json
 import logging
 import os
-import sys
 
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import moe_layer  # noqa: E402  (puts python/ on the path when monta is not installed)
-import monta  # noqa: E402
+import moe_layer  # beside this script
+import monta  # installed: pip install --no-build-isolation ./python
 
 
 def main():

@@ -36,6 +36,12 @@ PACKAGES=(
   python3-numpy
   python3-grpcio
   python3-protobuf
+  # Installing it offline (pip install --no-build-isolation ./python; the tests do so into
+  # a fresh venv): setuptools builds it, protoc + grpc_python_plugin (above) its stubs.
+  python3-pip
+  python3-setuptools
+  python3-venv
+  python3-wheel
 )
 # Extra packages for the consumer tests (real Prometheus server, promtool).
 if [[ "${MONTA_SETUP_EXTRAS:-1}" == "1" ]]; then

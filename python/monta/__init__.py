@@ -2,18 +2,27 @@
 
     plan = monta.Plan.from_env()               # what the admission webhook injected
     groups = monta.MoeGroups.build(tensor_parallel_size=t, expert_parallel_size=e)
-    groups.check(plan)                         # refuses a plan made for another layout
-    y = monta.dispatch(x, plan, groups)        # x: [experts, capacity, hidden]
+    y = monta.dispatch(x, plan, groups)        # x: [experts, capacity, hidden]; checks the
+                                               # plan against the groups first
+    work = monta.dispatch(x, plan, groups, async_op=True)
+    y = work.wait()                            # as torch.distributed's async ops
+
+Installed with `pip install --no-build-isolation ./python` (the gRPC stubs for
+Plan.request are generated when the package is built).
 """
 
-from monta.alltoall import (CommError, all_to_all, combine, dispatch, drop_tokens,
-                            experts_overlapped, gather_tokens, moe_all_to_all)
-from monta.groups import MoeGroups
-from monta.plan import (EXPERT_OVERLAP, FLAT, HIERARCHICAL, STRATEGIES, TP_DEDUP,
-                        TP_DEDUP_PIPELINED, Plan, PlanError, effective_chunks)
+from monta.alltoall import (AllToAllWork, combine, dispatch, experts_overlapped,
+                            moe_all_to_all)
+from monta.errors import CommError, PlanError
+from monta.groups import MoeGroups, ProcessGroup, register_group
+from monta.mappings import all_to_all, drop_tokens, gather_tokens
+from monta.plan import (CHUNKED, EXPERT_OVERLAP, FLAT, HIERARCHICAL, STRATEGIES, TP_DEDUP,
+                        TP_DEDUP_PIPELINED, Plan, effective_chunks, normalize_strategy)
 
 __all__ = [
-    "CommError", "EXPERT_OVERLAP", "FLAT", "HIERARCHICAL", "MoeGroups", "Plan", "PlanError",
-    "STRATEGIES", "TP_DEDUP", "TP_DEDUP_PIPELINED", "all_to_all", "combine", "dispatch",
-    "drop_tokens", "effective_chunks", "experts_overlapped", "gather_tokens", "moe_all_to_all",
+    "AllToAllWork", "CHUNKED", "CommError", "EXPERT_OVERLAP", "FLAT", "HIERARCHICAL",
+    "MoeGroups", "Plan", "PlanError", "ProcessGroup", "STRATEGIES", "TP_DEDUP",
+    "TP_DEDUP_PIPELINED", "all_to_all", "combine", "dispatch", "drop_tokens",
+    "effective_chunks", "experts_overlapped", "gather_tokens", "moe_all_to_all",
+    "normalize_strategy", "register_group",
 ]

@@ -5,40 +5,108 @@ data-parallel ranks of TP index j are j, j+t, j+2t, ...; expert-parallel (EP) gr
 consecutive runs of e of them. Node n holds ranks [n*G, (n+1)*G) (G = gpus_per_node).
 For the hierarchical strategy each EP group is split twice: its members on one node
 (intra) and its members with the same local index on every node (inter).
+
+Point-to-point messages on a group name their peer by its global rank. monta keeps the
+global ranks of every group it builds (the rank lists it gave torch.distributed.new_group);
+a group built elsewhere (DeepSpeed's, Megatron's) is declared with `register_group(group,
+ranks)`, or its ranks are asked of torch.distributed.get_process_group_ranks.
 """
 
 import datetime
+import logging
 import os
 from dataclasses import dataclass
-from typing import Any, List, Optional
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch.distributed as dist
 
-from monta.plan import HIERARCHICAL, Plan, PlanError
+from monta.errors import PlanError
+from monta.plan import HIERARCHICAL, Plan
+
+LOG = logging.getLogger("monta")
+
+ProcessGroup = dist.ProcessGroup
+
+# Global ranks of each group, in group-rank order.
+_GLOBAL_RANKS: Dict[ProcessGroup, Tuple[int, ...]] = {}
+
+
+def register_group(group: ProcessGroup, ranks: Sequence[int]) -> None:
+    """Declares the global ranks of `group` (in group-rank order), for a group that
+    monta.MoeGroups.build did not create."""
+    if not isinstance(group, ProcessGroup):
+        raise PlanError(f"register_group: group: expected a torch.distributed ProcessGroup, got "
+                        f"{type(group).__name__}")
+    ranks = tuple(int(r) for r in ranks)
+    if len(ranks) != dist.get_world_size(group) or len(set(ranks)) != len(ranks):
+        raise PlanError(f"register_group: ranks {list(ranks)[:16]}: expected the "
+                        f"{dist.get_world_size(group)} distinct global ranks of the group")
+    _GLOBAL_RANKS[group] = ranks
+
+
+def global_ranks(group: Optional[ProcessGroup]) -> Tuple[int, ...]:
+    """The global ranks of `group` (None: the default group), in group-rank order."""
+    if group is None or group is dist.group.WORLD:
+        return tuple(range(dist.get_world_size()))
+    ranks = _GLOBAL_RANKS.get(group)
+    if ranks is None:
+        lookup = getattr(dist, "get_process_group_ranks", None)  # public from torch 1.13
+        if lookup is None:
+            raise PlanError("monta: a process group it did not build: declare its ranks with "
+                            "monta.register_group(group, ranks)")
+        ranks = _GLOBAL_RANKS[group] = tuple(lookup(group))
+    return ranks
+
+
+def world_timeout() -> datetime.timedelta:
+    """The default process group's timeout (what init_process_group was given), which
+    torch.distributed.new_group does not inherit: it defaults to 30 minutes. torch keeps it
+    only in the group's options (1.13 and later: `options._timeout`, no public getter)."""
+    options = getattr(dist.group.WORLD, "options", None)
+    timeout = getattr(options, "_timeout", None)
+    if isinstance(timeout, datetime.timedelta):
+        return timeout
+    LOG.warning("monta: cannot read the default process group's timeout; MoeGroups.build "
+                "uses torch's default (%s): pass timeout= to choose", dist.default_pg_timeout)
+    return dist.default_pg_timeout
 
 
 @dataclass
 class MoeGroups:
-    tp_group: Any
-    ep_group: Any
+    tp_group: Optional[ProcessGroup]
+    ep_group: Optional[ProcessGroup]
     tp_size: int
     tp_rank: int
     ep_size: int
     ep_rank: int
     gpus_per_node: Optional[int] = None
     # Hierarchical sub-groups of the EP group; None when the layout cannot run it.
-    intra_group: Any = None
+    intra_group: Optional[ProcessGroup] = None
     intra_size: int = 1
-    inter_group: Any = None
+    inter_group: Optional[ProcessGroup] = None
     inter_size: int = 1
     hierarchical_unfit: str = ""
     world_size: Optional[int] = None
+
+    def __post_init__(self):
+        for name in ("tp_group", "ep_group", "intra_group", "inter_group"):
+            group = getattr(self, name)
+            if group is not None and not isinstance(group, ProcessGroup):
+                raise PlanError(f"MoeGroups.{name}: expected a torch.distributed ProcessGroup "
+                                f"(or None), got {type(group).__name__}")
+        for name in ("tp_size", "ep_size", "intra_size", "inter_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise PlanError(f"MoeGroups.{name}={value!r}: expected an integer >= 1")
 
     @staticmethod
     def build(tensor_parallel_size: int, expert_parallel_size: int,
               gpus_per_node: Optional[int] = None,
               timeout: Optional[datetime.timedelta] = None) -> "MoeGroups":
-        """Creates every group; all ranks must call it (torch.distributed.new_group)."""
+        """Creates every group; all ranks must call it (torch.distributed.new_group).
+
+        timeout: how long a collective on these groups waits for a silent peer; default the
+        default process group's (init_process_group's timeout), not torch's 30 minutes."""
         world, rank = dist.get_world_size(), dist.get_rank()
         t, e = tensor_parallel_size, expert_parallel_size
         if gpus_per_node is None:
@@ -52,12 +120,14 @@ class MoeGroups:
                             f"{data} (world {world} / tensor {t})")
         if g < 1 or world % g:
             raise PlanError(f"gpus_per_node {g} does not divide the world size {world}")
-        kwargs = {} if timeout is None else {"timeout": timeout}
+        timeout = world_timeout() if timeout is None else timeout
         mine = {}
 
         def new(kind: str, ranks: List[int]):
-            group = dist.new_group(ranks, **kwargs)  # collective: every rank, same order
+            group = dist.new_group(ranks, timeout=timeout)  # collective: every rank, same order
             if rank in ranks:
+                ranks = sorted(ranks)  # new_group's group-rank order
+                _GLOBAL_RANKS[group] = tuple(ranks)
                 mine[kind] = (group, len(ranks), ranks.index(rank))
 
         for i in range(world // t):
@@ -86,10 +156,12 @@ class MoeGroups:
 
     def check(self, plan: Plan) -> None:
         """Refuses a plan that does not fit these groups (PlanError names the variable)."""
+        if not isinstance(plan, Plan):
+            raise PlanError(f"plan: expected a monta.Plan, got {type(plan).__name__}")
         plan.check_layout(self.world_size, self.tp_size, self.ep_size, self.gpus_per_node)
         if plan.strategy == HIERARCHICAL and self.inter_group is None:
-            source = "MONTA_STRATEGY" if plan.origin == "env" else "Plan.strategy"
-            raise PlanError(f"{source}=hierarchical: does not fit the process groups: "
+            raise PlanError(f"{plan.strategy_source()}=hierarchical: does not fit the process "
+                            "groups: "
                             f"{self.hierarchical_unfit or 'no intra/inter-node groups given'}")
 
 

@@ -28,6 +28,9 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from monta import rpc
+from monta.errors import PlanError
+
 LOG = logging.getLogger("monta")
 
 FLAT = "flat"
@@ -61,12 +64,12 @@ _DECISION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _TOKEN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
 
-class PlanError(ValueError):
-    """A plan that cannot run: the message names the variable or field at fault."""
-
-
 def normalize_strategy(value: str, variable: str = ENV_STRATEGY) -> str:
-    """"tp_dedup", "TP_DEDUP" or the proto enum name "STRATEGY_KIND_TP_DEDUP" -> "tp_dedup"."""
+    """"tp_dedup", "TP_DEDUP", " tp_dedup " or the proto enum name "STRATEGY_KIND_TP_DEDUP"
+    -> "tp_dedup"; anything else is a PlanError naming `variable`."""
+    if not isinstance(value, str):
+        raise PlanError(f"{variable}={value!r}: expected a strategy name (a string), one of "
+                        f"{', '.join(STRATEGIES)}")
     name = value.strip().lower()
     if name.startswith("strategy_kind_"):
         name = name[len("strategy_kind_"):]
@@ -114,14 +117,24 @@ class Plan:
     candidates: Tuple["Plan", ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self):
-        normalize_strategy(self.strategy, "Plan.strategy")
-        if not isinstance(self.num_chunks, int) or self.num_chunks < 1:
+        # Every constructor (Plan(...), dataclasses.replace, from_env, request) lands here:
+        # the strategy is stored in its one spelling, so the AllToAll runs what was asked.
+        object.__setattr__(self, "strategy", normalize_strategy(self.strategy, "Plan.strategy"))
+        if not isinstance(self.num_chunks, int) or isinstance(self.num_chunks, bool) or \
+                self.num_chunks < 1:
             raise PlanError(f"Plan.num_chunks={self.num_chunks!r}: expected an integer >= 1")
+        if self.num_chunks > 1 and self.strategy not in CHUNKED:
+            raise PlanError(f"Plan.num_chunks={self.num_chunks}: only {' and '.join(CHUNKED)} "
+                            f"run in chunks; {self.strategy} runs with num_chunks=1")
 
     def __str__(self):
         k = f"(K={self.num_chunks})" if self.strategy in CHUNKED else ""
         did = f" decision {self.decision_id}" if self.decision_id else ""
         return f"{self.strategy}{k} from {self.origin}{did}"
+
+    def strategy_source(self) -> str:
+        """Where the strategy came from, for error messages: the variable or the field."""
+        return ENV_STRATEGY if self.origin == "env" else "Plan.strategy"
 
     # ----- constructors -----
 
@@ -182,8 +195,9 @@ class Plan:
         job / placement / options: dicts in the proto's JSON form (field names as in
         proto/monta/v1/strategy.proto) or the messages themselves. Raises PlanError when the
         planner refuses the job or cannot be reached."""
-        from monta import _stubs  # grpcio and the stubs only when asked
-        return _stubs.get_strategy(planner_address, job, placement, options, timeout_s)
+        request, reply = rpc.get_strategy_reply(planner_address, job, placement, options,
+                                                timeout_s)
+        return plan_from_reply(planner_address, request, reply)
 
     @staticmethod
     def resolve(planner_address: Optional[str] = None, job: Any = None,
@@ -234,6 +248,45 @@ class Plan:
         named = {k: f"Plan.layout.{k}" for k in sizes}
         named.update(sources or {})
         return replace(self, layout=Layout(sources=named, **sizes))
+
+
+def _candidate_plan(candidate, evidence: str, what: str) -> Plan:
+    strategy = normalize_strategy(rpc.enum_name(candidate, "kind"), what)
+    fwd, bwd = candidate.forward_seconds_per_layer, candidate.backward_seconds_per_layer
+    chunks = max(1, candidate.chunks_effective) if strategy in CHUNKED else 1
+    return Plan(strategy=strategy, num_chunks=chunks,
+                predicted_forward_seconds_per_layer=fwd,
+                predicted_backward_seconds_per_layer=bwd,
+                predicted_alltoall_seconds_per_layer=fwd + bwd,
+                speedup_over_flat=candidate.speedup_over_flat or None,
+                evidence_source=evidence, origin="planner")
+
+
+def plan_from_reply(address: str, request, reply) -> Plan:
+    """GetStrategy's (request, reply) messages (monta.rpc.get_strategy_reply) as a Plan: the
+    chosen candidate, stated to be for the request's layout; `candidates` holds every
+    feasible one (best first), so a caller can see what the planner predicted for the
+    strategies it did not choose."""
+    chosen = reply.chosen
+    if chosen.kind == 0:  # STRATEGY_KIND_UNSPECIFIED
+        raise PlanError(f"GetStrategy at {address}: no strategy chosen (none feasible)")
+    evidence = rpc.enum_name(reply.evidence, "origin").lower()
+    evidence = evidence[len("evidence_source_"):] if evidence.startswith("evidence_source_") \
+        else evidence
+    if evidence == "unspecified":
+        evidence = ""
+    candidates = tuple(_candidate_plan(c, evidence, f"GetStrategy reply candidates[{i}].kind")
+                       for i, c in enumerate(reply.candidates) if c.feasible)
+    plan = replace(_candidate_plan(chosen, evidence, "GetStrategy reply chosen.kind"),
+                   candidates=candidates)
+    sources = {"world_size": "job.world_size", "tensor_parallel_size": "job.tensor_parallel_size",
+               "expert_parallel_size": "job.expert_parallel_size",
+               "gpus_per_node": "placement.gpus_per_node"}
+    return plan.with_layout(sources=sources,
+                            world_size=request.job.world_size or None,
+                            tensor_parallel_size=request.job.tensor_parallel_size or None,
+                            expert_parallel_size=request.job.expert_parallel_size or None,
+                            gpus_per_node=request.placement.gpus_per_node or None)
 
 
 def _int_var(env: Mapping[str, str], name: str, default: Optional[int] = None,

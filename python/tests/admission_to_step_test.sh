@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# examples/admission_to_step.py against the real monta-planner, on loopback.
+# examples/admission_to_step.py against the real monta-planner, on loopback, with monta
+# installed into a fresh venv (python/tests/monta_venv.sh).
 set -euo pipefail
-runner="python/tests/run_py.sh"  # the test starts in the runfiles root
-"$runner" examples/admission_to_step.py --planner server/monta-planner
-"$runner" examples/admission_to_step.py --planner server/monta-planner \
+cd "${TEST_SRCDIR:-$(dirname "$0")/../..}/${TEST_WORKSPACE:-}"
+source python/tests/monta_venv.sh
+monta_venv
+step="$MONTA_RUNFILES/examples/admission_to_step.py"
+planner="$MONTA_RUNFILES/server/monta-planner"
+"$MONTA_PYTHON" "$step" --planner "$planner"
+"$MONTA_PYTHON" "$step" --planner "$planner" \
   --allowed STRATEGY_KIND_TP_DEDUP_PIPELINED --max_chunks 8

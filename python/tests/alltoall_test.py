@@ -3,27 +3,37 @@
 Every strategy and K in {1, 2, 3, 8} against flat: forward outputs and the gradients of
 the inputs and of the expert weights equal flat's exactly in fp32 and within tolerance in
 bf16; dtype kept; capacity not divisible by K; capacity not divisible by t (the dedup
-strategies pad it); plans that do not fit the groups refused; a
-killed rank makes the others fail with a clear error, no hang; flat on Gloo runs as
-point-to-point messages with known data landing where DeepSpeed's AllToAll puts it."""
+strategies pad it); async_op=True handles give the synchronous results; plans that do
+not fit the groups (or the call) refused by the call itself; a killed rank makes the
+others fail with a clear error, no hang, and a silent one times them out after the
+world's timeout; flat on Gloo runs as point-to-point messages with known data landing
+where DeepSpeed's AllToAll puts it.
 
+Runs against the installed package (python/tests/run_installed.sh)."""
+
+import dataclasses
 import datetime
+import glob
 import os
+import tempfile
 import time
 import sys
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [HERE, os.path.join(ROOT, "python"), os.path.join(ROOT, "examples")]
+sys.path[:0] = [HERE, os.path.join(ROOT, "examples")]  # mp_harness, moe_layer
 
 import torch  # noqa: E402
 
 import monta  # noqa: E402
 import mp_harness  # noqa: E402
+from monta import _comm  # noqa: E402
 from monta import groups as groups_mod  # noqa: E402
 
 WORLD, GPUS_PER_NODE = 4, 2
+# A stalled rank's longest silence, and the harness deadline it outlasts.
+STALL_CAP_S, STALL_DEADLINE_S = 120, 90
 KS = (1, 2, 3, 8)
 # (tensor, expert) parallel sizes: TP inside a node with EP across nodes (the MoNTA case),
 # and TP 1 with EP over both nodes (where hierarchical has both steps).
@@ -36,6 +46,11 @@ def plans():
         out.append(monta.Plan(strategy=monta.TP_DEDUP_PIPELINED, num_chunks=k))
         out.append(monta.Plan(strategy=monta.EXPERT_OVERLAP, num_chunks=k))
     return out
+
+
+def op_plans():
+    """The plans a bare AllToAll runs (dispatch refuses expert_overlap), flat included."""
+    return [monta.Plan()] + [p for p in plans() if p.strategy != monta.EXPERT_OVERLAP]
 
 
 def compare(label, got, want, dtype, failures, exact=True):
@@ -57,12 +72,18 @@ def compare(label, got, want, dtype, failures, exact=True):
         failures.append(f"{label}: max |diff| {diff} over max |value| {scale}")
 
 
-def op_case(x_seed, shape, dtype, plan, groups):
+def op_case(x_seed, shape, dtype, plan, groups, async_op=False):
     """The bare AllToAll: output and input gradient for a given upstream gradient."""
     g = torch.Generator().manual_seed(x_seed)
     x = torch.randn(shape, generator=g).to(dtype).requires_grad_()
     upstream = torch.randn(shape, generator=g).to(dtype)
-    y = monta.dispatch(x, plan, groups)
+    if async_op:
+        work = monta.dispatch(x, plan, groups, async_op=True)
+        y = work.wait()
+        if not work.is_completed() or work.wait() is not y:
+            raise AssertionError("wait() must return the same output every time")
+    else:
+        y = monta.dispatch(x, plan, groups)
     y.backward(upstream)
     return y.detach(), x.grad
 
@@ -92,10 +113,11 @@ def strategies_worker(rank, world):
                 failures.append(f"flat layer output dtype {layer_ref[0].dtype} != {dtype}")
             for plan in plans():
                 label = f"rank {rank} t={t} e={e} {dtype} {plan.strategy}(K={plan.num_chunks})"
-                for name, got, want in zip(("output", "input grad"),
-                                           op_case(seed, (4, 14, 5), dtype, plan, groups),
-                                           op_ref):
-                    compare(f"{label} op {name}", got, want, dtype, failures)
+                if plan.strategy != monta.EXPERT_OVERLAP:  # not a bare AllToAll
+                    for name, got, want in zip(("output", "input grad"),
+                                               op_case(seed, (4, 14, 5), dtype, plan, groups),
+                                               op_ref):
+                        compare(f"{label} op {name}", got, want, dtype, failures)
                 for name, got, want in zip(("output", "input grad", "w1 grad", "w2 grad"),
                                            layer_case(seed, dtype, plan, groups), layer_ref):
                     # expert_overlap runs the experts per chunk: its gradients are the same
@@ -193,6 +215,7 @@ def refusal_worker(rank, world):
     except monta.PlanError as e:
         if "3 experts" not in str(e):
             seen.append(f"E=3: unclear error {e}")
+    seen += refused_by_the_call_itself(groups)
     # DeepSpeed's bare AllToAll with rows that do not split over the group: refused too.
     try:
         monta.all_to_all(torch.zeros(3, 2), groups.ep_group)
@@ -215,27 +238,113 @@ def refusal_worker(rank, world):
     return seen
 
 
-def killed_worker(rank, world, victim, stall_s=0.0, timeout_s=20):
-    groups = monta.MoeGroups.build(2, 2, GPUS_PER_NODE,
-                                   timeout=datetime.timedelta(seconds=timeout_s))
+def refused_by_the_call_itself(groups):
+    """dispatch, combine, moe_all_to_all and experts_overlapped check the plan against the
+    groups themselves (nobody called groups.check), and refuse a plan they cannot run,
+    naming what to call instead; nothing is sent (every rank refuses before any message)."""
+    seen = []
+    x = torch.zeros(4, 6, 3)
+    calls = {"dispatch": monta.dispatch, "combine": monta.combine,
+             "moe_all_to_all": monta.moe_all_to_all,
+             "experts_overlapped": lambda x, plan, groups: monta.experts_overlapped(
+                 x, lambda y: y, plan, groups)}
+    other_layout = monta.Plan.from_env({"MONTA_STRATEGY": "tp_dedup",
+                                        "MONTA_TENSOR_PARALLEL_SIZE": "4"})
+    overlap = monta.Plan.from_env({"MONTA_STRATEGY": "expert_overlap",
+                                   "MONTA_NUM_CHUNKS": "2", "MONTA_WORLD_SIZE": "8"})
+    cases = [(name, other_layout, "MONTA_TENSOR_PARALLEL_SIZE=4") for name in calls]
+    cases += [(name, dataclasses.replace(overlap, layout=monta.Plan().layout),
+               "MONTA_STRATEGY=expert_overlap") for name in calls
+              if name != "experts_overlapped"]
+    cases += [("experts_overlapped", monta.Plan(strategy="TP_DEDUP"), "Plan.strategy=tp_dedup"),
+              ("dispatch", overlap, "MONTA_WORLD_SIZE=8"),  # the layout is checked first
+              ("experts_overlapped", overlap, "MONTA_WORLD_SIZE=8")]
+    for name, plan, variable in cases:
+        for async_op in ((False, True) if name != "experts_overlapped" else (False,)):
+            kwargs = {"async_op": True} if async_op else {}
+            try:
+                calls[name](x, plan, groups, **kwargs)
+                seen.append(f"{name}({plan}, async_op={async_op}): accepted")
+            except monta.PlanError as e:
+                if variable not in str(e):
+                    seen.append(f"{name}({plan}): error does not name {variable}: {e}")
+                if "expert_overlap" in variable and "monta.experts_overlapped(" not in str(e):
+                    seen.append(f"{name}: error does not say to call experts_overlapped: {e}")
+                if name == "experts_overlapped" and "tp_dedup" in variable and \
+                        "monta.dispatch" not in str(e):
+                    seen.append(f"experts_overlapped: error does not name dispatch: {e}")
+    return seen
+
+
+def _stall_until(paths_glob, count, cap_s):
+    """A stuck rank: alive and silent until `count` files match paths_glob (the other ranks
+    say they failed) or cap_s passes (longer than the harness deadline)."""
+    end = time.monotonic() + cap_s
+    while len(glob.glob(paths_glob)) < count and time.monotonic() < end:
+        time.sleep(0.1)
+
+
+def killed_worker(rank, world, victim, stall_dir=None, timeout_s=20):
+    """The victim dies after a first dispatch; with stall_dir it stays alive and silent
+    instead, until every other rank has failed (each says so in stall_dir), so that only
+    the groups' timeout can end their wait. timeout_s None: MoeGroups.build's default."""
+    timeout = None if timeout_s is None else datetime.timedelta(seconds=timeout_s)
+    groups = monta.MoeGroups.build(2, 2, GPUS_PER_NODE, timeout=timeout)
     plan = monta.Plan(strategy=monta.TP_DEDUP_PIPELINED, num_chunks=4)
     x = torch.ones(4, 64, 32)
     monta.dispatch(x, plan, groups)  # everyone alive: fine
     torch.distributed.barrier()
-    if rank == victim and stall_s:
-        time.sleep(stall_s)  # a stuck rank (alive, silent), not a synchronisation
+    if rank == victim and stall_dir:
+        _stall_until(os.path.join(stall_dir, "failed-*"), world - 1, cap_s=STALL_CAP_S)
         os._exit(18)
     if rank == victim:
         os._exit(17)  # dies without a word, as a killed process does
-    for _ in range(1000):
-        monta.dispatch(x, plan, groups)
+    try:
+        for _ in range(1000):
+            monta.dispatch(x, plan, groups)
+    except monta.CommError:
+        if stall_dir:
+            open(os.path.join(stall_dir, f"failed-{rank}"), "w").close()
+        raise
     return "no error"
+
+
+def async_worker(rank, world):
+    """dispatch(async_op=True).wait(): the synchronous output and input gradient exactly
+    (fp32), every bare-AllToAll plan on both layouts; and two handles in flight at once on
+    the same groups (dispatch and combine), waited in the reverse order."""
+    failures = []
+    for t, e in LAYOUTS:
+        groups = monta.MoeGroups.build(t, e, GPUS_PER_NODE)
+        seed = rank // t
+        for plan in op_plans():
+            label = f"rank {rank} t={t} e={e} {plan.strategy}(K={plan.num_chunks}) async"
+            for shape in ((4, 14, 5), (4, 7, 5)):
+                want = op_case(seed, shape, torch.float32, plan, groups)
+                got = op_case(seed, shape, torch.float32, plan, groups, async_op=True)
+                for name, a, b in zip(("output", "input grad"), got, want):
+                    compare(f"{label} {shape} {name}", a, b, torch.float32, failures)
+            g = torch.Generator().manual_seed(seed)
+            x = torch.randn(4, 14, 5, generator=g).requires_grad_()
+            z = torch.randn(4, 14, 5, generator=g).requires_grad_()
+            first = monta.dispatch(x, plan, groups, async_op=True)
+            second = monta.combine(z, plan, groups, async_op=True)
+            y2, y1 = second.wait(), first.wait()
+            (y1 * 2 + y2 * 3).sum().backward()
+            for name, got, want in (("first", y1, monta.dispatch(x.detach(), plan, groups)),
+                                    ("second", y2, monta.combine(z.detach(), plan, groups))):
+                compare(f"{label} two in flight {name}", got.detach(), want, torch.float32,
+                        failures)
+            for name, grad, scale in (("first", x.grad, 2), ("second", z.grad, 3)):
+                want = monta.dispatch(torch.full((4, 14, 5), float(scale)), plan, groups)
+                compare(f"{label} two in flight {name} grad", grad, want, torch.float32,
+                        failures)
+    return failures
 
 
 def gather_into_tensor_worker(rank, world):
     """The NCCL-shaped path (one all_gather_into_tensor buffer, one reorder copy), with the
     collective emulated over Gloo: same results as flat."""
-    from monta import alltoall
 
     class Done:
         def wait(self):
@@ -246,14 +355,14 @@ def gather_into_tensor_worker(rank, world):
         torch.distributed.all_gather(pieces, inp, group=group)
         return Done()
 
-    alltoall._has_gather_into_tensor = lambda group: True
+    _comm.has_gather_into_tensor = lambda group: True
     torch.distributed.all_gather_into_tensor = emulated
     failures = []
     groups = monta.MoeGroups.build(2, 2, GPUS_PER_NODE)
     for dtype in (torch.float32, torch.float16):
         for shape in ((4, 14, 5), (4, 7, 5)):  # C=7: padded to 8
             ref = op_case(rank // 2, shape, dtype, monta.Plan(), groups)
-            for plan in plans():
+            for plan in op_plans():
                 got = op_case(rank // 2, shape, dtype, plan, groups)
                 for name, a, b in zip(("output", "input grad"), got, ref):
                     compare(f"{plan.strategy}(K={plan.num_chunks}) {dtype} {shape} {name}", a,
@@ -283,7 +392,6 @@ def pairwise_worker(rank, world):
     j of rank r's input lands as block r of EP member j's output, in fp32 and bf16 (byte
     view), on EP groups of 4 and of 2 (strided members), also with two AllToAlls in flight
     on one group at once (expert_overlap's dispatch and combine)."""
-    from monta import alltoall
     failures = []
 
     def refuse(*args, **kwargs):
@@ -309,41 +417,65 @@ def pairwise_worker(rank, world):
             for salt in (0, 7):
                 x = torch.stack([block(rank, j, salt, dtype) for j in members])
                 want = torch.stack([block(j, rank, salt, dtype) for j in members])
-                out, work = alltoall._all_to_all_start(x, group)
+                out, work = _comm.all_to_all_start(x, group)
                 work.wait()
                 compare(f"flat {e} ranks {dtype} salt {salt}", out, want, torch.float32,
                         failures)
             first = torch.stack([block(rank, j, 1, dtype) for j in members])
             second = torch.stack([block(rank, j, 2, dtype) for j in members])
-            a, wa = alltoall._all_to_all_start(first, group)
-            b, wb = alltoall._all_to_all_start(second, group)
+            a, wa = _comm.all_to_all_start(first, group)
+            b, wb = _comm.all_to_all_start(second, group)
             wb.wait()
             wa.wait()
             for name, got, salt in (("first", a, 1), ("second", b, 2)):
                 want = torch.stack([block(j, rank, salt, dtype) for j in members])
                 compare(f"two in flight, {name}, {e} ranks {dtype}", got, want, torch.float32,
                         failures)
+    # Groups monta did not build (DeepSpeed's, Megatron's): their global ranks come from
+    # register_group, else from torch.distributed.get_process_group_ranks.
+    members = [rank % 2, rank % 2 + 2]  # group rank != global rank on ranks 1..3
+    looked_up = [torch.distributed.new_group(m) for m in ([0, 2], [1, 3])][rank % 2]
+    registered = [torch.distributed.new_group(m) for m in ([0, 2], [1, 3])][rank % 2]
+    monta.register_group(registered, members)
+    for label, group in (("looked up", looked_up), ("registered", registered)):
+        x = torch.stack([block(rank, j, 3, torch.float32) for j in members])
+        want = torch.stack([block(j, rank, 3, torch.float32) for j in members])
+        compare(f"all_to_all on a group monta did not build ({label})",
+                monta.all_to_all(x, group), want, torch.float32, failures)
+    try:
+        monta.register_group(looked_up, [rank])
+        failures.append("register_group with 1 rank for a group of 2 accepted")
+    except monta.PlanError as e:
+        if "register_group: ranks" not in str(e):
+            failures.append(f"register_group: unclear error {e}")
     return failures
 
 
 def traffic_worker(rank, world):
-    """What each strategy puts on the wire: AllToAll sizes and counts per op."""
-    from monta import alltoall
+    """What each strategy puts on the wire: AllToAll sizes and counts per op (the strategy
+    named in any spelling; dispatch refuses expert_overlap before sending anything)."""
     sent = []
-    start = alltoall._all_to_all_start
+    start = _comm.all_to_all_start
 
     def recording(inp, group):
         sent.append((inp.numel(), torch.distributed.get_world_size(group)))
         return start(inp, group)
 
-    alltoall._all_to_all_start = recording
+    _comm.all_to_all_start = recording
     out = {}
     for t, e in LAYOUTS:
         groups = monta.MoeGroups.build(t, e, GPUS_PER_NODE)
         for plan in plans():
             del sent[:]
-            monta.dispatch(torch.zeros(4, 14, 5), plan, groups)
+            try:
+                monta.dispatch(torch.zeros(4, 14, 5), plan, groups)
+            except monta.PlanError as error:
+                sent.append(("refused", str(error).split(":")[0]))
             out[(t, e, plan.strategy, plan.num_chunks)] = list(sent)
+        for spelling in ("TP_DEDUP", "STRATEGY_KIND_TP_DEDUP", " tp_dedup "):
+            del sent[:]
+            monta.dispatch(torch.zeros(4, 14, 5), monta.Plan(strategy=spelling), groups)
+            out[(t, e, spelling)] = list(sent)
     groups = monta.MoeGroups.build(2, 2, GPUS_PER_NODE)
     for plan in dedup_plans():
         del sent[:]
@@ -381,7 +513,14 @@ class StrategiesTest(unittest.TestCase):
         for k, rows in ((1, [7]), (2, [4, 3]), (3, [3, 3, 1]), (8, [1] * 7)):
             self.assertEqual(sent[(2, 2, "tp_dedup_pipelined", k)],
                              [(4 * r * 5, 2) for r in rows], k)
-        self.assertEqual(sent[(2, 2, "expert_overlap", 8)], [(full, 2)])  # flat op
+        # expert_overlap is not a bare AllToAll: dispatch refuses it, sending nothing.
+        for k in KS:
+            self.assertEqual(sent[(2, 2, "expert_overlap", k)], [("refused", "monta.dispatch")])
+        # "TP_DEDUP", "STRATEGY_KIND_TP_DEDUP", " tp_dedup " run tp_dedup, not flat.
+        for t, e in LAYOUTS:
+            for spelling in ("TP_DEDUP", "STRATEGY_KIND_TP_DEDUP", " tp_dedup "):
+                self.assertEqual(sent[(t, e, spelling)], sent[(t, e, "tp_dedup", 1)], spelling)
+        self.assertNotEqual(sent[(2, 2, "tp_dedup", 1)], [(full, 2)])
         # EP 4 over 2 nodes x 2: hierarchical = intra-node step (2) then inter-node step (2).
         self.assertEqual(sent[(1, 4, "hierarchical", 1)], [(full, 2), (full, 2)])
         # EP 2 across the nodes, one member per node: only the inter-node step.
@@ -403,6 +542,9 @@ class StrategiesTest(unittest.TestCase):
     def test_plans_that_do_not_fit_are_refused(self):
         self.assertEveryRankClean(refusal_worker, deadline_s=120)
 
+    def test_async_handles_give_the_synchronous_results(self):
+        self.assertEveryRankClean(async_worker, deadline_s=300)
+
     def test_killed_rank_fails_the_others_clearly(self):
         victim = 3
         results = mp_harness.run(killed_worker, WORLD, args=(victim,), pg_timeout_s=20,
@@ -417,10 +559,14 @@ class StrategiesTest(unittest.TestCase):
             self.assertIn("a peer rank may have died", value)
 
 
-    def test_stalled_rank_times_the_others_out(self):
+    def assertStalledRankTimesTheOthersOut(self, group_timeout_s, pg_timeout_s):
+        """The victim stays alive and silent until the others fail (or STALL_CAP_S, past
+        the deadline): only the groups' timeout ends their wait, else all hang."""
         victim = 2
-        results = mp_harness.run(killed_worker, WORLD, args=(victim, 12.0, 5), pg_timeout_s=30,
-                                 deadline_s=120)
+        with tempfile.TemporaryDirectory() as stall_dir:
+            results = mp_harness.run(killed_worker, WORLD,
+                                     args=(victim, stall_dir, group_timeout_s),
+                                     pg_timeout_s=pg_timeout_s, deadline_s=STALL_DEADLINE_S)
         self.assertEqual(results[victim], ("died", 18))
         for rank in range(WORLD):
             if rank == victim:
@@ -428,6 +574,13 @@ class StrategiesTest(unittest.TestCase):
             status, value = results[rank]
             self.assertEqual(status, "error", f"rank {rank}: {status} {value}")
             self.assertIn("CommError: monta:", value)
+
+    def test_stalled_rank_times_the_others_out(self):
+        self.assertStalledRankTimesTheOthersOut(group_timeout_s=5, pg_timeout_s=3600)
+
+    def test_groups_default_to_the_world_timeout(self):
+        # MoeGroups.build without a timeout: the world's 5 s, not torch's 30 minutes.
+        self.assertStalledRankTimesTheOthersOut(group_timeout_s=None, pg_timeout_s=5)
 
 
 class ChunksTest(unittest.TestCase):

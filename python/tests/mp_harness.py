@@ -2,28 +2,38 @@
 
 A rank that raises reports its traceback; the harness waits for every process up to a
 deadline and kills (then reports) any that is still running, so a hang is a failure, not a
-stuck test."""
+stuck test.
+
+The rendezvous store takes its port without a race: rank 0 binds its TCPStore on port 0
+(the kernel picks a free one and the store keeps it bound), then publishes the number to
+the other ranks, which connect as clients. No port is chosen before it is bound."""
 
 import datetime
 import multiprocessing as mp
-import os
-import socket
 import time
 import traceback
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _entry(fn, rank, world, port, timeout_s, queue, args):
+def _store(rank, world, timeout, port, ready):
+    """Rank 0: the store's server on a port the kernel picks; others: clients of it."""
     import torch.distributed as dist
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if rank == 0:
+        store = dist.TCPStore("127.0.0.1", 0, world, True, timeout, wait_for_workers=False)
+        port.value = store.port
+        ready.set()
+        return store
+    if not ready.wait(timeout.total_seconds()):
+        raise TimeoutError(f"rank {rank}: rank 0 published no store port in {timeout}")
+    return dist.TCPStore("127.0.0.1", port.value, world, False, timeout)
+
+
+def _entry(fn, rank, world, port, ready, timeout_s, queue, args):
+    import torch.distributed as dist
     try:
-        dist.init_process_group("gloo", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=timeout_s))
+        timeout = datetime.timedelta(seconds=timeout_s)
+        store = _store(rank, world, timeout, port, ready)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                                timeout=timeout)
         result = fn(rank, world, *args)
         # Rank 0 hosts the rendezvous store: nobody leaves while another still needs it.
         dist.barrier()
@@ -36,25 +46,12 @@ def _entry(fn, rank, world, port, timeout_s, queue, args):
 
 
 def run(fn, world: int, args=(), pg_timeout_s: float = 30, deadline_s: float = 300):
-    """Returns {rank: ("ok", result) | ("error", text) | ("hung", "") | ("died", exitcode)}.
-
-    The store's port is picked free, then bound by rank 0 a moment later; on a busy host
-    another process can take it in between. Then rank 0 reports "Address already in use"
-    before any collective, and the run starts over on another port (3 tries)."""
-    for _ in range(3):
-        results = _run_once(fn, world, args, pg_timeout_s, deadline_s)
-        status, value = results.get(0, ("", ""))
-        if not (status == "error" and "Address already in use" in str(value)
-                and "init_process_group" in str(value)):
-            return results
-    return results
-
-
-def _run_once(fn, world, args, pg_timeout_s, deadline_s):
+    """Returns {rank: ("ok", result) | ("error", text) | ("hung", "") | ("died", exitcode)}."""
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_entry, args=(fn, r, world, port, pg_timeout_s, queue, args))
+    port, ready = ctx.Value("i", 0), ctx.Event()
+    procs = [ctx.Process(target=_entry,
+                         args=(fn, r, world, port, ready, pg_timeout_s, queue, args))
              for r in range(world)]
     for p in procs:
         p.start()
@@ -64,8 +61,6 @@ def _run_once(fn, world, args, pg_timeout_s, deadline_s):
         try:
             rank, status, value = queue.get(timeout=0.5)
             results[rank] = (status, value)
-            if rank == 0 and status == "error" and "Address already in use" in value:
-                end = time.monotonic()  # the others wait for a store that is not there
         except Exception:  # queue.Empty: poll the processes
             if all(not p.is_alive() for p in procs) and queue.empty():
                 break

@@ -1,15 +1,27 @@
-"""monta.Plan.from_env on every variable the admission webhook injects, malformed ones too."""
+"""monta.Plan: from_env on every variable the admission webhook injects, malformed ones too;
+strategy names in every constructor; and the installed package itself: its stubs, no
+top-level `proto` package, no import cycle.
 
+Runs against the installed package (python/tests/run_installed.sh installs it into a fresh
+venv); the source tree's python/ is not on sys.path.
+"""
+
+import ast
 import dataclasses
+import glob
 import logging
 import os
+import subprocess
 import sys
+import tempfile
+import textwrap
 import unittest
+import unittest.mock
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import monta
+from monta import plan as plan_mod
 
-import monta  # noqa: E402
-from monta import plan as plan_mod  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 # What DecisionEnv (server/admission/admission_handler.cc) injects, in its formats.
 INJECTED = {
@@ -118,6 +130,40 @@ class FromEnvTest(unittest.TestCase):
         with self.assertRaisesRegex(monta.PlanError, "Plan.strategy"):
             monta.Plan(strategy="nope")
 
+    def test_every_constructor_normalises_the_strategy(self):
+        for text in ("TP_DEDUP", "STRATEGY_KIND_TP_DEDUP", " tp_dedup ", "Tp_Dedup\n"):
+            with self.subTest(text=text):
+                plan = monta.Plan(strategy=text)
+                self.assertEqual(plan.strategy, monta.TP_DEDUP)
+                self.assertEqual(plan, monta.Plan(strategy="tp_dedup"))
+                self.assertEqual(dataclasses.replace(monta.Plan(), strategy=text).strategy,
+                                 monta.TP_DEDUP)
+                self.assertEqual(plan.with_layout(world_size=4).strategy, monta.TP_DEDUP)
+        piped = monta.Plan(strategy="STRATEGY_KIND_TP_DEDUP_PIPELINED", num_chunks=4)
+        self.assertEqual((piped.strategy, piped.num_chunks, piped.chunks_for(8)),
+                         (monta.TP_DEDUP_PIPELINED, 4, 4))
+        for bad in ("", "  ", "tp-dedup", "STRATEGY_KIND_", "STRATEGY_KIND_UNSPECIFIED",
+                    "tp_dedup,flat", None, 3, b"flat"):
+            with self.subTest(bad=bad):
+                with self.assertRaisesRegex(monta.PlanError, r"^Plan\.strategy="):
+                    monta.Plan(strategy=bad)
+
+    def test_num_chunks_only_for_chunked_strategies(self):
+        for name in (monta.FLAT, monta.TP_DEDUP, monta.HIERARCHICAL):
+            with self.subTest(strategy=name):
+                with self.assertRaisesRegex(monta.PlanError,
+                                            rf"^Plan\.num_chunks=8: .*{name} runs with "
+                                            "num_chunks=1"):
+                    monta.Plan(strategy=name, num_chunks=8)
+                self.assertEqual(monta.Plan(strategy=name, num_chunks=1).num_chunks, 1)
+        with self.assertRaisesRegex(monta.PlanError, "Plan.num_chunks"):
+            dataclasses.replace(monta.Plan(strategy="expert_overlap", num_chunks=4),
+                                strategy="flat")
+        for name in monta.CHUNKED:
+            self.assertEqual(monta.Plan(strategy=name.upper(), num_chunks=8).num_chunks, 8)
+        with self.assertRaisesRegex(monta.PlanError, "Plan.num_chunks=True"):
+            monta.Plan(strategy="expert_overlap", num_chunks=True)
+
     def test_chunks_for_uneven_capacity(self):
         plan = monta.Plan(strategy="tp_dedup_pipelined", num_chunks=4)
         self.assertEqual(plan.chunks_for(6), 3)
@@ -145,6 +191,185 @@ class FromEnvTest(unittest.TestCase):
             plan = monta.Plan.resolve("127.0.0.1:1", {"name": "j"}, environ={}, timeout_s=2)
         self.assertEqual(plan.strategy, "flat")
         self.assertIn("planner 127.0.0.1:1", logs.output[0])
+
+
+def import_graph(package_dir):
+    """{module: {modules of the same package it imports}} over every .py file under
+    package_dir, imports inside functions included (a lazy import is still an arrow)."""
+    top = os.path.basename(package_dir)
+    root = os.path.dirname(package_dir)
+    names = {}
+    for path in glob.glob(os.path.join(package_dir, "**", "*.py"), recursive=True):
+        parts = os.path.relpath(path, root)[:-len(".py")].split(os.sep)
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts = parts[:-1]
+        names[".".join(parts)] = (path, is_package)
+    graph = {}
+    for name, (path, is_package) in names.items():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        here = name if is_package else name.rpartition(".")[0]
+        edges = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = here.split(".")[:len(here.split(".")) - (node.level - 1)]
+                    base = ".".join(anchor + ([base] if base else []))
+                # `from a.b import c`: the module a.b.c, else (c is a name in it) a.b.
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in names else base
+                           for a in node.names]
+            else:
+                continue
+            edges.update(t for t in targets
+                         if t in names and (t == top or t.startswith(top + ".")))
+        graph[name] = edges
+    return graph
+
+
+def find_cycle(graph):
+    """One import cycle as [a, b, ..., a], or None."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+class PackageTest(unittest.TestCase):
+    """The installed package: built stubs, no top-level proto, no import cycle."""
+
+    def test_the_installed_package_is_under_test(self):
+        installed = os.path.dirname(os.path.abspath(monta.__file__))
+        source = os.path.join(os.path.dirname(HERE), "monta")
+        self.assertNotEqual(os.path.realpath(installed), os.path.realpath(source),
+                            "monta was imported from the source tree, not the installed copy")
+        self.assertTrue(os.path.isfile(os.path.join(installed, "_proto", "planner_pb2_grpc.py")),
+                        f"{installed} has no generated stubs")
+        stubs = monta.rpc.stubs()
+        self.assertEqual(stubs.strategy_pb2.MoeJob.__module__, "monta._proto.strategy_pb2")
+        self.assertTrue(hasattr(stubs.planner_pb2_grpc, "PlannerStub"))
+
+    def test_no_import_cycle(self):
+        graph = import_graph(os.path.dirname(os.path.abspath(monta.__file__)))
+        self.assertIn("monta.plan", graph["monta.groups"])  # the walk sees the imports
+        self.assertIn("monta.rpc", graph["monta.plan"])
+        self.assertIn("monta._proto.strategy_pb2", graph["monta._proto.planner_pb2"])
+        self.assertIsNone(find_cycle(graph), find_cycle(graph))
+
+    def test_the_cycle_finder_finds_a_lazy_cycle(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            pkg = os.path.join(tmp, "pkg")
+            os.makedirs(pkg)
+            files = {"__init__.py": "from pkg.a import f\n",
+                     "a.py": "from pkg import b\ndef f():\n    return b.g()\n",
+                     "b.py": "def g():\n    from . import a  # lazy\n    return a\n"}
+            for name, text in files.items():
+                with open(os.path.join(pkg, name), "w") as f:
+                    f.write(text)
+            self.assertEqual(find_cycle(import_graph(pkg)), ["pkg.a", "pkg.b", "pkg.a"])
+
+    def test_another_package_named_proto_still_imports(self):
+        """A project's own top-level `proto` package (proto-plus, a user's stubs) works
+        before and after `import monta` and after monta imports its stubs."""
+        with tempfile.TemporaryDirectory() as tmp:
+            os.makedirs(os.path.join(tmp, "proto"))
+            with open(os.path.join(tmp, "proto", "__init__.py"), "w") as f:
+                f.write("VALUE = 42\n")
+            with open(os.path.join(tmp, "proto", "sub.py"), "w") as f:
+                f.write("VALUE = 43\n")
+            check = textwrap.dedent("""
+                import os, sys
+                import proto, proto.sub
+                import monta
+                assert monta.rpc.stubs().planner_pb2 is not None
+                try:  # a Plan.request's stub import; nothing listens on port 1
+                    monta.Plan.request("127.0.0.1:1", {"name": "j"}, timeout_s=2)
+                except monta.PlanError:
+                    pass
+                import proto.sub as again
+                assert sys.modules["proto"] is proto, "proto was replaced"
+                assert again is proto.sub and (proto.VALUE, again.VALUE) == (42, 43)
+                assert os.path.dirname(proto.__file__) == os.path.join(sys.argv[1], "proto")
+                assert not [m for m in sys.modules if m.startswith("proto.monta")]
+                """)
+            first_proto = check
+            first_monta = check.replace("import proto, proto.sub\nimport monta\n",
+                                        "import monta\n").replace(
+                "import proto.sub as again\n", "import proto, proto.sub\n"
+                "import proto.sub as again\n")
+            self.assertNotEqual(first_monta, first_proto)
+            for label, script in (("proto first", first_proto), ("monta first", first_monta)):
+                with self.subTest(label):
+                    env = dict(os.environ, PYTHONPATH=tmp)
+                    done = subprocess.run([sys.executable, "-c", script, tmp], env=env,
+                                          capture_output=True, text=True, timeout=120)
+                    self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+
+
+class BuildStepTest(unittest.TestCase):
+    """python/setup.py's stub generation, as pip's build runs it."""
+
+    @classmethod
+    def setUpClass(cls):
+        import importlib.util
+        path = os.path.join(os.path.dirname(HERE), "setup.py")
+        spec = importlib.util.spec_from_file_location("monta_setup", path)
+        cls.setup = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(cls.setup)
+
+    def generate(self, **env):
+        with tempfile.TemporaryDirectory() as tmp:
+            with unittest.mock.patch.dict(os.environ, env):
+                names = self.setup.generate_stubs(os.path.join(tmp, "_proto"))
+            texts = {n: open(os.path.join(tmp, "_proto", n)).read() for n in names}
+        return texts
+
+    def test_generates_every_proto_with_relative_imports(self):
+        texts = self.generate()
+        protos = glob.glob(os.path.join(os.path.dirname(os.path.dirname(HERE)), "proto",
+                                        "monta", "v1", "*.proto"))
+        self.assertTrue(protos)
+        for proto in protos:
+            stem = os.path.basename(proto)[:-len(".proto")]
+            for suffix in ("_pb2.py", "_pb2_grpc.py", "_pb2.pyi"):
+                self.assertIn(stem + suffix, texts)
+        self.assertIn("from . import strategy_pb2 as", texts["planner_pb2.py"])
+        self.assertIn("'monta._proto.planner_pb2'", texts["planner_pb2.py"])
+        for name, text in texts.items():
+            self.assertNotRegex(text, r"(?m)^\s*(from|import) proto\b", name)
+
+    def test_missing_tools_and_protos_are_clear_errors(self):
+        with tempfile.TemporaryDirectory() as empty:
+            with self.assertRaisesRegex(self.setup.StubError,
+                                        r"no proto/monta/v1/\*\.proto under .*MONTA_PROTO_ROOT"):
+                self.generate(MONTA_PROTO_ROOT=empty)
+        with self.assertRaisesRegex(self.setup.StubError, r"protoc not found .*MONTA_PROTOC"):
+            self.generate(MONTA_PROTOC="/nonexistent/protoc")
+        with self.assertRaisesRegex(self.setup.StubError, "grpc_python_plugin not found"):
+            self.generate(MONTA_GRPC_PYTHON_PLUGIN="/nonexistent/plugin")
+        with self.assertRaisesRegex(self.setup.StubError, "still imports the top-level proto"):
+            self.setup._rewrite("import proto.monta.v1.x_pb2\n", "x_pb2.py")
 
 
 if __name__ == "__main__":
