@@ -19,7 +19,7 @@
 #   `montactl verify` ran); left up afterwards. --measure=false skips the RunBenchmark
 #   and Verify tasks (the planner answers from the curves and calibration it has). --bin_dir: prebuilt monta-planner,
 #   monta-agent, montactl (default: bazel build -c opt here). DRIVER_FLAGS: see
-#   `/usr/bin/python3 perf/moe_step_bench.py --help` (--steps, --op_iters, --warmup,
+#   `python3 perf/moe_step_bench.py --help` with monta installed (--steps, --op_iters, --warmup,
 #   --hidden, --capacity_factor, --ffn, ...). Exit status: 0 when every rank finished
 #   (the bars are printed, not enforced: numbers on a shared host are noisy).
 set -euo pipefail
@@ -41,9 +41,8 @@ while (($#)); do
 done
 [[ "$MEASURE" == true || "$MEASURE" == false ]] || { echo "moe_step_bench: --measure: true or false" >&2; exit 2; }
 [[ "$TIMEOUT_S" =~ ^[0-9]+$ ]] || { echo "moe_step_bench: --timeout_s: seconds" >&2; exit 2; }
-PY=/usr/bin/python3  # Debian's python3-torch and python3-grpcio live there
-"$PY" -c 'import torch, grpc' 2>/dev/null ||
-  { echo "moe_step_bench: $PY lacks torch or grpc: run ./scripts/setup.sh" >&2; exit 1; }
+/usr/bin/python3 -c 'import torch, grpc' 2>/dev/null ||
+  { echo "moe_step_bench: /usr/bin/python3 lacks torch or grpc: run ./scripts/setup.sh" >&2; exit 1; }
 
 CL=(./scripts/emulated-cluster.sh)
 WORK="$(mktemp -d /tmp/monta-moe-step-bench.XXXXXX)"
@@ -72,6 +71,13 @@ cleanup() {
 PIDS=()
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+# monta from this checkout, installed into a venv of this run that sees Debian's
+# python3-torch and python3-grpcio (python/README.md); every rank runs its interpreter.
+/usr/bin/python3 -m venv --system-site-packages --without-pip "$WORK/venv"
+PIP_CONFIG_FILE=/dev/null "$WORK/venv/bin/python" -m pip install --no-build-isolation --no-index \
+  --no-deps --no-cache-dir --disable-pip-version-check -q ./python >"$WORK/pip.log" 2>&1 ||
+  { cat "$WORK/pip.log" >&2; echo "moe_step_bench: pip install ./python failed" >&2; exit 1; }
+PY="$WORK/venv/bin/python"
 # Runs a step in the background and waits for it: bash defers a trapped signal until a
 # foreground command ends, but `wait` returns at once, so TERM tears down promptly.
 waited() {
@@ -87,7 +93,7 @@ if [[ "$OWN" == true ]]; then
 fi
 "${CL[@]}" status --name="$NAME" >/dev/null || { echo "moe_step_bench: cluster $NAME is not up" >&2; exit 1; }
 
-export MONTA_PROTO_ROOT="$PWD" MONTA_STUBS_DIR="$WORK/stubs" PYTHONDONTWRITEBYTECODE=1
+export PYTHONDONTWRITEBYTECODE=1
 NODE_NAMES="node-0,node-1"
 COMMON=(--planner=10.213.0.1:7400 --nodes="$NODE_NAMES" --ranks_per_node=2 --world=4
   --tp=2 --ep=2 --rate="$RATE" --mib="$MIB" --prepare_out="$WORK/before-calibration.json")
