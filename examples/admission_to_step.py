@@ -78,7 +78,7 @@ def start_planner(binary, workdir, cert, key):
     log_path = os.path.join(workdir, "planner.log")
     proc = subprocess.Popen(
         # gRPC in plaintext on loopback (--insecure): this example is about the webhook;
-        # a deployment's planner requires mutual TLS (README "Security").
+        # a deployment's planner requires mutual TLS (docs/ARCHITECTURE.md, "Who may call what").
         [binary, "--listen=127.0.0.1:0", "--insecure", "--metrics_listen=127.0.0.1:0",
          "--webhook_listen=127.0.0.1:0", f"--tls_cert={cert}", f"--tls_key={key}",
          "--bench_on_register=false", "--bench_interval_seconds=0",

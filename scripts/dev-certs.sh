@@ -9,7 +9,7 @@
 #   reader.crt reader.key            a reader's (SAN DNS:reader.monta.local): read-only
 #   planner.flags agent-NODE.flags operator.flags reader.flags
 #                                    --tls_* flags for each, to pass as --flagfile=FILE
-# Existing files are kept (delete DIR to start over). See README "Security".
+# Existing files are kept (delete DIR to start over). See docs/ARCHITECTURE.md, "Who may call what".
 set -euo pipefail
 
 die() { echo "dev-certs.sh: $*" >&2; exit 2; }

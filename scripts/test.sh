@@ -2,9 +2,9 @@
 # The whole test suite: installs what is missing, builds everything, runs every test.
 #   scripts/test.sh                  # all tests
 #   scripts/test.sh --config=asan    # the same suite under AddressSanitizer
-# Extra arguments go to `bazel test`. Ends with "N passed, N failed, N skipped": the Bazel
-# test targets plus the checks below (run_checks), one entry each; the skipped ones are
-# listed with their reason above that line.
+# Extra arguments go to `bazel test`. Ends with "N passed, N failed, N skipped": every test
+# case of the Bazel test targets (scripts/test_summary.py) plus the checks below
+# (run_checks), one entry each; each skipped case is listed with its reason above that line.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -69,33 +69,17 @@ run_checks() {
 bazel test --color=no --curses=no "$@" -- //... 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 
-# Bazel 4.2 has no skip status: a skipped target passes. It counts as skipped when its
-# test.log has a "MONTA_TEST_SKIPPED: <reason>" line (tests/deploy/lib.sh's skip), or when
-# it is a gtest binary whose every test called GTEST_SKIP (e.g. GPU tests without a GPU).
-skip_reason() {
-  local target="${1#//}" log line
-  log="bazel-testlogs/${target/://}/test.log"
-  [[ -f "$log" ]] || return 1
-  if line=$(grep -m1 '^MONTA_TEST_SKIPPED: ' "$log"); then
-    echo "${line#MONTA_TEST_SKIPPED: }"
-  elif grep -q '^\[  PASSED  \] 0 tests' "$log" && grep -q '^\[  SKIPPED \]' "$log"; then
-    line=$(grep -m1 -A1 ': Skipped$' "$log" | tail -n1)
-    echo "every gtest test skipped${line:+: $line}"
-  else
-    return 1
-  fi
-}
-passed=0
-skipped=0
-for target in $(grep -oE '^//[^ ]+ +(\(cached\) )?PASSED' "$log" | cut -d' ' -f1); do
-  if reason=$(skip_reason "$target"); then
-    echo "SKIPPED ${target}: ${reason}"
-    skipped=$((skipped + 1))
-  else
-    passed=$((passed + 1))
-  fi
-done
-failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FLAKY|INCOMPLETE)' "$log")
+# Every test case counts, not just every target (scripts/test_summary.py): GoogleTest cases
+# from each target's test.xml, Python unittest cases from its verbose log, one case per
+# other target. A skipped case (GTEST_SKIP, unittest's skip, a "MONTA_TEST_SKIPPED: <reason>"
+# line from tests/deploy/lib.sh's skip) is listed with its reason and counted as skipped,
+# also inside a target that passed. Bazel 4.2 itself has no skip status.
+if ! summary=$(python3 scripts/test_summary.py "$log" bazel-testlogs); then
+  echo "test.sh: scripts/test_summary.py failed" >&2
+  summary="0 1 0"
+fi
+grep -E '^(SKIPPED|FAILED) ' <<<"$summary"
+read -r passed failed skipped < <(tail -n1 <<<"$summary")
 # A build failure leaves no per-target lines: count it as a failure.
 if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
 
