@@ -19,6 +19,16 @@ absl::string_view Prefix(const google::protobuf::EnumDescriptor* type) {
   return name;
 }
 
+// Lower case without ' ', '_' and '-': "Phy Test" and "PHY_TEST" -> "phytest".
+std::string Squeezed(absl::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == ' ' || c == '_' || c == '-') continue;
+    out.push_back(absl::ascii_tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string ShortName(const google::protobuf::EnumDescriptor* type, int value) {
@@ -36,6 +46,17 @@ std::optional<int> FromShortName(const google::protobuf::EnumDescriptor* type,
       absl::StrCat(Prefix(type), absl::AsciiStrToUpper(name)));
   if (v == nullptr) return std::nullopt;
   return v->number();
+}
+
+std::optional<int> FromSpelling(const google::protobuf::EnumDescriptor* type,
+                                absl::string_view text) {
+  const std::string wanted = Squeezed(text);
+  if (wanted.empty()) return std::nullopt;
+  for (int i = 0; i < type->value_count(); ++i) {
+    const google::protobuf::EnumValueDescriptor* v = type->value(i);
+    if (Squeezed(ShortName(type, v->number())) == wanted) return v->number();
+  }
+  return std::nullopt;
 }
 
 }  // namespace proto_names_internal

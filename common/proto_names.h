@@ -17,6 +17,7 @@
 #include "google/protobuf/generated_enum_reflection.h"
 #include "proto/monta/v1/agent.pb.h"
 #include "proto/monta/v1/planner.pb.h"
+#include "proto/monta/v1/topology.pb.h"
 
 namespace monta {
 namespace proto_names_internal {
@@ -24,6 +25,8 @@ namespace proto_names_internal {
 std::string ShortName(const google::protobuf::EnumDescriptor* type, int value);
 std::optional<int> FromShortName(const google::protobuf::EnumDescriptor* type,
                                  absl::string_view name);
+std::optional<int> FromSpelling(const google::protobuf::EnumDescriptor* type,
+                                absl::string_view text);
 
 }  // namespace proto_names_internal
 
@@ -40,6 +43,18 @@ template <typename Enum>
 std::optional<Enum> FromShortName(absl::string_view name) {
   std::optional<int> v = proto_names_internal::FromShortName(
       google::protobuf::GetEnumDescriptor<Enum>(), name);
+  if (!v) return std::nullopt;
+  return static_cast<Enum>(*v);
+}
+
+// The value whose ShortName is `text` once case, spaces, '_' and '-' are
+// ignored, so that other spellings of the same words find it: "LinkUp",
+// "Phy Test" and "link_up" all name NIC_PHYS_STATE_LINK_UP / _PHY_TEST. For
+// text written by others (the kernel, operators); nullopt when none matches.
+template <typename Enum>
+std::optional<Enum> FromSpelling(absl::string_view text) {
+  std::optional<int> v = proto_names_internal::FromSpelling(
+      google::protobuf::GetEnumDescriptor<Enum>(), text);
   if (!v) return std::nullopt;
   return static_cast<Enum>(*v);
 }

@@ -34,5 +34,23 @@ TEST(ProtoNamesTest, FromShortNameInvertsShortName) {
   EXPECT_EQ(FromShortName<v1::StrategyKind>(""), std::nullopt);
 }
 
+TEST(ProtoNamesTest, FromSpellingIgnoresCaseSpacesAndSeparators) {
+  EXPECT_EQ(FromSpelling<v1::NicPhysState>("LinkUp"),
+            v1::NIC_PHYS_STATE_LINK_UP);
+  EXPECT_EQ(FromSpelling<v1::NicPhysState>("Phy Test"),
+            v1::NIC_PHYS_STATE_PHY_TEST);
+  EXPECT_EQ(FromSpelling<v1::NicPhysState>("port-configuration-training"),
+            v1::NIC_PHYS_STATE_PORT_CONFIGURATION_TRAINING);
+  EXPECT_EQ(FromSpelling<v1::NicLinkLayer>("InfiniBand"),
+            v1::NIC_LINK_LAYER_INFINIBAND);
+  EXPECT_EQ(FromSpelling<v1::NicPortState>("ACTIVE_DEFER"),
+            v1::NIC_PORT_STATE_ACTIVE_DEFER);
+  EXPECT_EQ(FromSpelling<v1::NicPortState>("ACTIVE"),
+            v1::NIC_PORT_STATE_ACTIVE);
+  EXPECT_EQ(FromSpelling<v1::NicPortState>("LinkUp"), std::nullopt);
+  EXPECT_EQ(FromSpelling<v1::NicPortState>(" _ "), std::nullopt);
+  EXPECT_EQ(FromSpelling<v1::NicPortState>(""), std::nullopt);
+}
+
 }  // namespace
 }  // namespace monta
