@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/table.h"
+#include "common/nic_state.h"
 
 namespace monta::client {
 namespace {
@@ -221,12 +222,13 @@ std::string RenderNicTable(const monta::v1::NodeTopology& topology) {
     } else if (nic.provenance() == monta::v1::PROVENANCE_DECLARED) {
       provenance = "declared";
     }
-    table.AddRow({nic.name(), absl::StrCat(nic.port()),
-                  or_dash(nic.link_layer()), gbps > 0 ? rate.str() : "-",
-                  or_dash(nic.state()), or_dash(nic.phys_state()),
-                  or_dash(nic.pci_address()),
-                  nic.numa_node() >= 0 ? absl::StrCat(nic.numa_node()) : "-",
-                  provenance});
+    table.AddRow(
+        {nic.name(), absl::StrCat(nic.port()),
+         or_dash(nic_state::LinkLayerText(nic)), gbps > 0 ? rate.str() : "-",
+         or_dash(nic_state::PortStateText(nic)),
+         or_dash(nic_state::PhysStateText(nic)), or_dash(nic.pci_address()),
+         nic.numa_node() >= 0 ? absl::StrCat(nic.numa_node()) : "-",
+         provenance});
   }
   return table.Render();
 }

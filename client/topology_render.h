@@ -24,7 +24,10 @@ namespace monta::client {
 std::string RenderTopoMatrix(const monta::v1::NodeTopology& topology);
 
 // One row per NIC port: NIC, PORT, LINK LAYER, RATE (Gb/s), STATE, PHYS STATE,
-// PCI, NUMA, PROVENANCE; unknown values print as "-".
+// PCI, NUMA, PROVENANCE. Link layer and states print as their enums' short
+// names ("infiniband", "active", "link_up"), a state Monta cannot name as
+// "unknown (TEXT)" with the text the node reported (common/nic_state.h);
+// unknown values print as "-".
 std::string RenderNicTable(const monta::v1::NodeTopology& topology);
 
 }  // namespace monta::client

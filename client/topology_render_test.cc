@@ -133,14 +133,25 @@ TEST(RenderNicTable, ListsEveryPort) {
   declared->set_port(1);
   declared->set_numa_node(-1);
   declared->set_provenance(monta::v1::PROVENANCE_DECLARED);
+  // A port in a state Monta has no name for, and one from an agent older than
+  // the enums (text only).
+  topology.mutable_nics(4)->set_state("NOP");
+  topology.mutable_nics(4)->set_state_kind(monta::v1::NIC_PORT_STATE_UNKNOWN);
+  topology.mutable_nics(5)->clear_phys_state_kind();
+  topology.mutable_nics(5)->set_phys_state("Polling");
   const std::string table = RenderNicTable(topology);
   EXPECT_THAT(table, HasSubstr("NIC"));
   EXPECT_THAT(table, HasSubstr("RATE (Gb/s)"));
   EXPECT_THAT(table, HasSubstr("PROVENANCE"));
   EXPECT_THAT(table, ::testing::ContainsRegex(
-                         "mlx5_0 +1 +InfiniBand +400 +ACTIVE +LinkUp +"
+                         "mlx5_0 +1 +infiniband +400 +active +link_up +"
                          "0000:19:00.0 +0 +discovered"));
-  EXPECT_THAT(table, ::testing::ContainsRegex("mlx5_3 +1 +InfiniBand +200 "));
+  EXPECT_THAT(table, ::testing::ContainsRegex("mlx5_3 +1 +infiniband +200 "));
+  EXPECT_THAT(table, ::testing::ContainsRegex(
+                         "mlx5_4 +1 +infiniband +400 +unknown \\(NOP\\) "
+                         "+link_up "));
+  EXPECT_THAT(table, ::testing::ContainsRegex(
+                         "mlx5_5 +1 +infiniband +400 +active +polling "));
   EXPECT_THAT(
       table, ::testing::ContainsRegex("mlx5_8 +1 +- +- +- +- +- +- +declared"));
 }

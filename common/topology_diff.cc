@@ -6,6 +6,8 @@
 #include <string>
 #include <utility>
 
+#include "common/nic_state.h"
+
 namespace monta::topology_diff {
 namespace {
 
@@ -13,9 +15,10 @@ using monta::v1::Gpu;
 using monta::v1::GpuLink;
 using monta::v1::Nic;
 using monta::v1::NodeTopology;
+namespace v1 = monta::v1;
 
 // Concatenates with ostream formatting, so 400.0 prints as "400" and 2.5 as
-// "2.5". Local so that this library depends on nothing but the proto.
+// "2.5".
 template <typename... Parts>
 std::string StrCat(const Parts&... parts) {
   std::ostringstream out;
@@ -49,9 +52,35 @@ std::string NicLabel(const Nic& nic) {
 double Gbps(const Nic& nic) { return nic.rate_bytes_per_second() * 8 / 1e9; }
 
 std::string StateText(const Nic& nic) {
-  return StrCat(nic.state().empty() ? "?" : nic.state(), "/",
-                nic.phys_state().empty() ? "?" : nic.phys_state());
+  const std::string state = nic_state::PortStateText(nic);
+  const std::string phys = nic_state::PhysStateText(nic);
+  return StrCat(state.empty() ? "?" : state, "/", phys.empty() ? "?" : phys);
 }
+
+// What the port's state and physical state mean: the enums, plus the raw text
+// where they do not name a value (UNKNOWN, or nothing known).
+struct StateKey {
+  v1::NicPortState state;
+  std::string state_text;
+  v1::NicPhysState phys;
+  std::string phys_text;
+
+  explicit StateKey(const Nic& nic)
+      : state(nic_state::PortStateOf(nic)), phys(nic_state::PhysStateOf(nic)) {
+    if (state == v1::NIC_PORT_STATE_UNKNOWN ||
+        state == v1::NIC_PORT_STATE_UNSPECIFIED) {
+      state_text = nic.state();
+    }
+    if (phys == v1::NIC_PHYS_STATE_UNKNOWN ||
+        phys == v1::NIC_PHYS_STATE_UNSPECIFIED) {
+      phys_text = nic.phys_state();
+    }
+  }
+  bool operator!=(const StateKey& o) const {
+    return state != o.state || state_text != o.state_text || phys != o.phys ||
+           phys_text != o.phys_text;
+  }
+};
 
 // GPUs that appeared, disappeared or changed identity (index/UUID). Returns
 // the indices involved, so that link changes on them are not reported twice.
@@ -76,12 +105,12 @@ std::set<int> DiffGpus(const NodeTopology& before, const NodeTopology& after,
     changed_gpus.insert(index);
     const std::string subject = StrCat("gpu", index);
     if (had) {
-      changes->push_back({"gpu_removed", subject,
+      changes->push_back({v1::TOPOLOGY_CHANGE_GPU_REMOVED, subject,
                           StrCat(Describe(*old_gpu->second), " removed")});
     }
     if (has) {
-      changes->push_back(
-          {"gpu_added", subject, StrCat(Describe(*new_gpu->second), " added")});
+      changes->push_back({v1::TOPOLOGY_CHANGE_GPU_ADDED, subject,
+                          StrCat(Describe(*new_gpu->second), " added")});
     }
   }
   return changed_gpus;
@@ -105,25 +134,25 @@ void DiffNics(const NodeTopology& before, const NodeTopology& after,
     auto new_nic = nics_after.find(port);
     const std::string subject = StrCat(port.first, ":", port.second);
     if (new_nic == nics_after.end()) {
-      changes->push_back({"nic_removed", subject,
+      changes->push_back({v1::TOPOLOGY_CHANGE_NIC_REMOVED, subject,
                           StrCat(NicLabel(*old_nic->second), " removed")});
       continue;
     }
     const Nic& now = *new_nic->second;
     if (old_nic == nics_before.end()) {
-      changes->push_back({"nic_added", subject,
+      changes->push_back({v1::TOPOLOGY_CHANGE_NIC_ADDED, subject,
                           StrCat(NicLabel(now), " added: ", Gbps(now), " Gb/s ",
                                  StateText(now))});
       continue;
     }
     const Nic& was = *old_nic->second;
     if (was.rate_bytes_per_second() != now.rate_bytes_per_second()) {
-      changes->push_back({"nic_rate_changed", subject,
+      changes->push_back({v1::TOPOLOGY_CHANGE_NIC_RATE_CHANGED, subject,
                           StrCat(NicLabel(now), ": rate ", Gbps(was), " -> ",
                                  Gbps(now), " Gb/s")});
     }
-    if (was.state() != now.state() || was.phys_state() != now.phys_state()) {
-      changes->push_back({"nic_state_changed", subject,
+    if (StateKey(was) != StateKey(now)) {
+      changes->push_back({v1::TOPOLOGY_CHANGE_NIC_STATE_CHANGED, subject,
                           StrCat(NicLabel(now), ": state ", StateText(was),
                                  " -> ", StateText(now))});
     }
@@ -156,9 +185,10 @@ void DiffNvlinks(const NodeTopology& before, const NodeTopology& after,
     if (now.nvlink_inactive_count() > 0) {
       StrAppend(&message, " (", now.nvlink_inactive_count(), " inactive)");
     }
-    changes->push_back(
-        {now.nvlink_count() < was_count ? "nvlink_down" : "nvlink_up", subject,
-         std::move(message)});
+    changes->push_back({now.nvlink_count() < was_count
+                            ? v1::TOPOLOGY_CHANGE_NVLINK_DOWN
+                            : v1::TOPOLOGY_CHANGE_NVLINK_UP,
+                        subject, std::move(message)});
   }
   // Pairs that lost their entry entirely while both GPUs stayed are NVLink
   // losses too (e.g. a declared link no longer reported).
@@ -172,7 +202,8 @@ void DiffNvlinks(const NodeTopology& before, const NodeTopology& after,
       continue;
     }
     changes->push_back(
-        {"nvlink_down", StrCat("gpu", key.first, "-gpu", key.second),
+        {v1::TOPOLOGY_CHANGE_NVLINK_DOWN,
+         StrCat("gpu", key.first, "-gpu", key.second),
          StrCat("GPU", key.first, "-GPU", key.second, ": active NVLinks ",
                 was->nvlink_count(), " -> 0 (pair no longer reported)")});
   }
@@ -187,6 +218,18 @@ std::vector<TopologyChange> DiffTopology(const NodeTopology& before,
   DiffNics(before, after, &changes);
   DiffNvlinks(before, after, changed_gpus, &changes);
   return changes;
+}
+
+std::vector<v1::TopologyEvent> DiffTopologyEvents(const NodeTopology& before,
+                                                  const NodeTopology& after) {
+  std::vector<v1::TopologyEvent> events;
+  for (TopologyChange& change : DiffTopology(before, after)) {
+    v1::TopologyEvent event;
+    event.set_change(change.kind);
+    event.set_message(std::move(change.message));
+    events.push_back(std::move(event));
+  }
+  return events;
 }
 
 }  // namespace monta::topology_diff

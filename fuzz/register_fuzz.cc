@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
-#include "common/proto_names.h"
+#include "common/nic_state.h"
 #include "common/topology_diff.h"
 #include "proto/monta/v1/agent.pb.h"
 #include "server/registry/registry.h"
@@ -24,22 +24,6 @@
 namespace {
 
 using monta::registry::Registry;
-
-// What the planner passes the registry (server/planner_server.cc).
-std::vector<monta::v1::TopologyEvent> Diff(
-    const monta::v1::NodeTopology& before,
-    const monta::v1::NodeTopology& after) {
-  std::vector<monta::v1::TopologyEvent> events;
-  for (const auto& change : monta::topology_diff::DiffTopology(before, after)) {
-    monta::v1::TopologyEvent event;
-    event.set_change(
-        monta::FromShortName<monta::v1::TopologyChange>(change.kind)
-            .value_or(monta::v1::TOPOLOGY_CHANGE_UNSPECIFIED));
-    event.set_message(change.message);
-    events.push_back(std::move(event));
-  }
-  return events;
-}
 
 // A valid 2-GPU, 1-NIC topology to diff the fuzzed one against.
 monta::v1::NodeTopology Baseline() {
@@ -60,6 +44,7 @@ monta::v1::NodeTopology Baseline() {
   nic->set_name("mlx5_0");
   nic->set_port(1);
   nic->set_state("ACTIVE");
+  nic->set_state_kind(monta::v1::NIC_PORT_STATE_ACTIVE);
   nic->set_rate_bytes_per_second(5e10);
   return topology;
 }
@@ -101,6 +86,18 @@ void Exercise(Registry& registry, const monta::v1::RegisterRequest& request) {
   absl::StatusOr<monta::v1::NodeInfo> node =
       registry.Get(request.node_name(), At(3));
   Check(node.ok() && node->state() == monta::v1::NODE_STATE_ALIVE);
+  // Every change the differ reports has a kind: none is lost as UNSPECIFIED.
+  for (const monta::v1::TopologyEvent& event : node->events()) {
+    Check(event.change() != monta::v1::TOPOLOGY_CHANGE_UNSPECIFIED &&
+          !event.message().empty());
+  }
+  // The stored NICs say what their texts mean, and agree with them.
+  for (const monta::v1::Nic& nic : node->topology().nics()) {
+    Check(monta::nic_state::CheckKindsAgree(nic, "nic").ok());
+    Check(nic.state_kind() != monta::v1::NIC_PORT_STATE_UNSPECIFIED ||
+          monta::nic_state::PortStateFromText(nic.state()) ==
+              monta::v1::NIC_PORT_STATE_UNSPECIFIED);
+  }
   Check(registry.List(At(3), false).size() == 1);
 
   monta::v1::RegisterRequest other = request;
@@ -120,7 +117,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
   monta::registry::RegistryOptions options;
   options.lease = absl::Seconds(15);
-  Registry registry(options, Diff);
+  Registry registry(options, monta::topology_diff::DiffTopologyEvents);
 
   const absl::Status valid = monta::registry::ValidateTopology(
       request.topology(), options.topology_limits);
@@ -132,7 +129,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   Check(valid.ok());
-  Registry fresh(options, Diff);
+  Registry fresh(options, monta::topology_diff::DiffTopologyEvents);
   Exercise(fresh, request);
   return 0;
 }

@@ -13,7 +13,9 @@
 // to a fresh temporary directory per input (under $TEST_TMPDIR,
 // $MONTA_FUZZ_TMPDIR, /dev/shm or $TMPDIR, the first that is set or exists),
 // then scanned the way discovery
-// does, and every file's contents also go through the pure parsers.
+// does, and every file's contents also go through the pure parsers. Every NIC
+// read carries link layer and state enums that agree with its raw texts (the
+// planner refuses a Register where they do not).
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,6 +35,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "agent/topology/sysfs.h"
+#include "common/nic_state.h"
 
 namespace {
 
@@ -193,6 +196,11 @@ void CheckResolved(const std::string& resolved) {
 void Scan(const SysfsTree& tree) {
   const monta::topology::NicScan nics = monta::topology::ScanNics(tree);
   for (const std::string& error : nics.errors) Check(!error.empty());
+  for (const monta::v1::Nic& nic : nics.nics) {
+    Check(monta::nic_state::CheckKindsAgree(nic, "nic").ok());
+    Check(nic.state().empty() ==
+          (nic.state_kind() == monta::v1::NIC_PORT_STATE_UNSPECIFIED));
+  }
   (void)monta::topology::ScanCpus(tree);
   std::vector<monta::topology::PciLocation> devices;
   for (const std::string& name : tree.List("bus/pci/devices")) {

@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/proto_names.h"
 #include "common/rpc_metrics.h"
 #include "common/topology_diff.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -55,19 +54,7 @@ absl::Status PlannerServer::StartMetrics() {
 
 absl::Status PlannerServer::OpenRegistry() {
   registry_ = std::make_unique<registry::Registry>(
-      options_.registry, [](const monta::v1::NodeTopology& before,
-                            const monta::v1::NodeTopology& after) {
-        std::vector<monta::v1::TopologyEvent> events;
-        for (const auto& change : topology_diff::DiffTopology(before, after)) {
-          monta::v1::TopologyEvent event;
-          event.set_change(
-              FromShortName<monta::v1::TopologyChange>(change.kind)
-                  .value_or(monta::v1::TOPOLOGY_CHANGE_UNSPECIFIED));
-          event.set_message(change.message);
-          events.push_back(std::move(event));
-        }
-        return events;
-      });
+      options_.registry, &topology_diff::DiffTopologyEvents);
   if (!options_.db_path.empty()) {
     if (absl::Status opened = OpenStore(); !opened.ok()) return opened;
     registry_->SetObserver(store_.get());

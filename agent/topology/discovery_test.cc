@@ -101,6 +101,9 @@ TEST_F(DgxH100, DiscoversGpusNvLinksNicsAndNuma) {
   for (const auto& nic : topo->nics()) {
     EXPECT_EQ(nic.rate_bytes_per_second(), 400e9 / 8);
     EXPECT_EQ(nic.state(), "ACTIVE");
+    EXPECT_EQ(nic.state_kind(), monta::v1::NIC_PORT_STATE_ACTIVE);
+    EXPECT_EQ(nic.phys_state_kind(), monta::v1::NIC_PHYS_STATE_LINK_UP);
+    EXPECT_EQ(nic.link_layer_kind(), monta::v1::NIC_LINK_LAYER_INFINIBAND);
   }
 }
 
@@ -153,10 +156,10 @@ TEST_F(DgxH100, NicRenegotiationAndNvLinkDownShowUpInTheDiff) {
   std::vector<topology_diff::TopologyChange> changes =
       topology_diff::DiffTopology(*before, *after);
   ASSERT_EQ(changes.size(), 8u);
-  EXPECT_EQ(changes[0].kind, "nic_rate_changed");
+  EXPECT_EQ(changes[0].kind, monta::v1::TOPOLOGY_CHANGE_NIC_RATE_CHANGED);
   EXPECT_EQ(changes[0].message, "mlx5_3 port 1: rate 400 -> 200 Gb/s");
   for (size_t i = 1; i < changes.size(); ++i) {
-    EXPECT_EQ(changes[i].kind, "nvlink_down");
+    EXPECT_EQ(changes[i].kind, monta::v1::TOPOLOGY_CHANGE_NVLINK_DOWN);
     EXPECT_THAT(changes[i].subject, HasSubstr("gpu3"));
     EXPECT_THAT(changes[i].message, HasSubstr("18 -> 17 (1 inactive)"));
   }

@@ -25,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "agent/topology/gpu_source.h"
+#include "common/nic_state.h"
 
 namespace monta::topology {
 namespace {
@@ -144,7 +145,7 @@ absl::StatusOr<double> ParseIbRateGbps(absl::string_view text) {
   return gbps;
 }
 
-absl::StatusOr<std::string> ParseIbState(absl::string_view text) {
+absl::StatusOr<IbState> ParseIbState(absl::string_view text) {
   absl::string_view rest = absl::StripAsciiWhitespace(text);
   const size_t colon = rest.find(':');
   int code = 0;
@@ -158,7 +159,7 @@ absl::StatusOr<std::string> ParseIbState(absl::string_view text) {
     return absl::InvalidArgumentError(
         absl::StrCat("\"", text, "\" has no name after the colon"));
   }
-  return std::string(name);
+  return IbState{code, std::string(name)};
 }
 
 namespace {
@@ -186,6 +187,17 @@ void ReadNicPciDevice(const SysfsTree& sysfs, const std::string& device,
   if (numa.ok() && !absl::SimpleAtoi(*numa, numa_node)) *numa_node = -1;
 }
 
+// What a "4: ACTIVE" line means: its name's reading, or its code's when the
+// name names no value (both come from one kernel table, so they agree; a
+// driver's odd name must not hide a known code). Reading the name first keeps
+// the raw text and the enum in agreement (the planner checks that).
+template <typename Enum>
+Enum IbKind(const IbState& line, Enum (*from_text)(absl::string_view),
+            Enum (*from_code)(int), Enum unknown) {
+  const Enum by_name = from_text(line.name);
+  return by_name == unknown ? from_code(line.code) : by_name;
+}
+
 // Rate, state, phys_state and link layer of one port (sysfs dir `dir`) into
 // `nic`; each unreadable one is a line in `errors` naming `where`.
 void ReadNicPort(const SysfsTree& sysfs, const std::string& dir,
@@ -205,7 +217,7 @@ void ReadNicPort(const SysfsTree& sysfs, const std::string& dir,
   for (const char* field : {"state", "phys_state"}) {
     absl::StatusOr<std::string> text =
         sysfs.ReadFile(absl::StrCat(dir, "/", field));
-    absl::StatusOr<std::string> value =
+    absl::StatusOr<IbState> value =
         text.ok() ? ParseIbState(*text) : text.status();
     if (!value.ok()) {
       errors.push_back(
@@ -213,14 +225,21 @@ void ReadNicPort(const SysfsTree& sysfs, const std::string& dir,
       continue;
     }
     if (std::string(field) == "state") {
-      nic.set_state(*value);
+      nic.set_state(value->name);
+      nic.set_state_kind(IbKind(*value, &nic_state::PortStateFromText,
+                                &nic_state::PortStateFromCode,
+                                monta::v1::NIC_PORT_STATE_UNKNOWN));
     } else {
-      nic.set_phys_state(*value);
+      nic.set_phys_state(value->name);
+      nic.set_phys_state_kind(IbKind(*value, &nic_state::PhysStateFromText,
+                                     &nic_state::PhysStateFromCode,
+                                     monta::v1::NIC_PHYS_STATE_UNKNOWN));
     }
   }
   absl::StatusOr<std::string> link_layer = sysfs.ReadFile(dir + "/link_layer");
   if (link_layer.ok()) {
     nic.set_link_layer(*link_layer);
+    nic.set_link_layer_kind(nic_state::LinkLayerFromText(*link_layer));
   } else {
     errors.push_back(absl::StrCat(where, ": ", link_layer.status().message()));
   }

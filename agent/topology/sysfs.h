@@ -42,13 +42,22 @@ class SysfsTree {
 // "<number> Gb/sec ..." or the number is negative.
 absl::StatusOr<double> ParseIbRateGbps(absl::string_view text);
 
-// "4: ACTIVE" -> "ACTIVE", "5: LinkUp" -> "LinkUp". InvalidArgument otherwise.
-absl::StatusOr<std::string> ParseIbState(absl::string_view text);
+// A sysfs ports/N/state or phys_state line: the kernel prints the
+// InfiniBand code and its name, "4: ACTIVE", "5: LinkUp", "7: Phy Test".
+struct IbState {
+  int code = 0;
+  std::string name;
+};
+// "4: ACTIVE" -> {4, "ACTIVE"}. InvalidArgument otherwise.
+absl::StatusOr<IbState> ParseIbState(absl::string_view text);
 
 // All ports of all devices under class/infiniband. A port whose files are
 // missing or unreadable is still reported when its device exists (unknown
-// fields left empty/zero) and explained in `errors`; one bad NIC never hides
-// the others.
+// fields left empty/zero/UNSPECIFIED) and explained in `errors`; one bad NIC
+// never hides the others. Each NIC carries the raw texts (state "ACTIVE") and
+// what they mean (state_kind NIC_PORT_STATE_ACTIVE): read from the name, or
+// from the code when the name is not one common/nic_state knows, so the two
+// always agree.
 struct NicScan {
   std::vector<monta::v1::Nic> nics;  // sorted by (name, port)
   std::vector<std::string> errors;   // one line per problem, naming NIC/port

@@ -33,10 +33,13 @@ TEST(ParseIbRateGbps, RejectsGarbageWithTheText) {
   }
 }
 
-TEST(ParseIbState, TakesTheNameAfterTheCode) {
-  EXPECT_EQ(*ParseIbState("4: ACTIVE"), "ACTIVE");
-  EXPECT_EQ(*ParseIbState("5: LinkUp\n"), "LinkUp");
-  EXPECT_EQ(*ParseIbState("1: DOWN"), "DOWN");
+TEST(ParseIbState, TakesTheCodeAndTheNameAfterIt) {
+  EXPECT_EQ(ParseIbState("4: ACTIVE")->name, "ACTIVE");
+  EXPECT_EQ(ParseIbState("4: ACTIVE")->code, 4);
+  EXPECT_EQ(ParseIbState("5: LinkUp\n")->name, "LinkUp");
+  EXPECT_EQ(ParseIbState("7: Phy Test")->name, "Phy Test");
+  EXPECT_EQ(ParseIbState("7: Phy Test")->code, 7);
+  EXPECT_EQ(ParseIbState("1: DOWN")->name, "DOWN");
   EXPECT_FALSE(ParseIbState("ACTIVE").ok());
   EXPECT_FALSE(ParseIbState("4:").ok());
   EXPECT_FALSE(ParseIbState("x: ACTIVE").ok());
@@ -92,8 +95,11 @@ TEST(ScanNics, ReadsEveryPortOfTheH100Fixture) {
   EXPECT_EQ(nic.port(), 1);
   EXPECT_EQ(nic.rate_bytes_per_second(), 400e9 / 8);
   EXPECT_EQ(nic.state(), "ACTIVE");
+  EXPECT_EQ(nic.state_kind(), monta::v1::NIC_PORT_STATE_ACTIVE);
   EXPECT_EQ(nic.phys_state(), "LinkUp");
+  EXPECT_EQ(nic.phys_state_kind(), monta::v1::NIC_PHYS_STATE_LINK_UP);
   EXPECT_EQ(nic.link_layer(), "InfiniBand");
+  EXPECT_EQ(nic.link_layer_kind(), monta::v1::NIC_LINK_LAYER_INFINIBAND);
   EXPECT_EQ(nic.pci_address(), "0000:19:00.0");
   EXPECT_EQ(nic.numa_node(), 0);
   EXPECT_EQ(nic.provenance(), monta::v1::PROVENANCE_DISCOVERED);
@@ -113,10 +119,19 @@ TEST(ScanNics, BrokenInputsAreReportedPerNicAndNeverHideOthers) {
   EXPECT_EQ(scan.nics[1].rate_bytes_per_second(), 0);  // garbage rate: unknown
   EXPECT_EQ(scan.nics[1].state(), "ACTIVE");
   EXPECT_EQ(scan.nics[2].state(), "");
+  EXPECT_EQ(scan.nics[2].state_kind(), monta::v1::NIC_PORT_STATE_UNSPECIFIED);
+  EXPECT_EQ(scan.nics[2].phys_state_kind(),
+            monta::v1::NIC_PHYS_STATE_UNSPECIFIED);
   EXPECT_EQ(scan.nics[2].rate_bytes_per_second(), 100e9 / 8);
   EXPECT_EQ(scan.nics[3].pci_address(), "");
   EXPECT_EQ(scan.nics[3].numa_node(), -1);
   EXPECT_EQ(scan.nics[3].rate_bytes_per_second(), 25e9 / 8);
+  // Soft-RoCE over a network device that is down.
+  EXPECT_EQ(scan.nics[3].link_layer_kind(), monta::v1::NIC_LINK_LAYER_ETHERNET);
+  EXPECT_EQ(scan.nics[3].state(), "DOWN");
+  EXPECT_EQ(scan.nics[3].state_kind(), monta::v1::NIC_PORT_STATE_DOWN);
+  EXPECT_EQ(scan.nics[3].phys_state(), "Disabled");
+  EXPECT_EQ(scan.nics[3].phys_state_kind(), monta::v1::NIC_PHYS_STATE_DISABLED);
   const std::string errors = absl::StrJoin(scan.errors, "\n");
   EXPECT_THAT(errors, HasSubstr("mlx5_1 port 1: rate \"fast\""));
   EXPECT_THAT(errors, HasSubstr("mlx5_2 port 1: state:"));
@@ -124,6 +139,39 @@ TEST(ScanNics, BrokenInputsAreReportedPerNicAndNeverHideOthers) {
   EXPECT_THAT(errors, HasSubstr("rxe0: no PCI device"));
   EXPECT_THAT(errors, HasSubstr("mlx5_9: no ports"));
   EXPECT_EQ(scan.errors.size(), 5u) << errors;
+}
+
+// What the kernel prints for codes outside its tables, a name it never prints
+// with a code it does, and a link layer it cannot name.
+TEST(ScanNics, StatesMontaCannotNameKeepTheirText) {
+  const std::string root =
+      std::string(std::getenv("TEST_TMPDIR")) + "/odd-states";
+  auto write = [&](const std::string& port, const char* file,
+                   const char* text) {
+    const std::string dir = root + "/class/infiniband/mlx5_0/ports/" + port;
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/" + file) << text << "\n";
+  };
+  write("1", "state", "0: NOP");
+  write("1", "phys_state", "0: <unknown>");
+  write("1", "link_layer", "Unknown");
+  write("2", "state", "4: Active-ish");
+  write("2", "phys_state", "7: Phy Test");
+  NicScan scan = ScanNics(SysfsTree(root));
+  ASSERT_EQ(scan.nics.size(), 2u);
+  const monta::v1::Nic& nop = scan.nics[0];
+  EXPECT_EQ(nop.state(), "NOP");
+  EXPECT_EQ(nop.state_kind(), monta::v1::NIC_PORT_STATE_UNKNOWN);
+  EXPECT_EQ(nop.phys_state(), "<unknown>");
+  EXPECT_EQ(nop.phys_state_kind(), monta::v1::NIC_PHYS_STATE_UNKNOWN);
+  EXPECT_EQ(nop.link_layer(), "Unknown");
+  EXPECT_EQ(nop.link_layer_kind(), monta::v1::NIC_LINK_LAYER_UNKNOWN);
+  // A name Monta cannot read falls back to the kernel's code.
+  EXPECT_EQ(scan.nics[1].state(), "Active-ish");
+  EXPECT_EQ(scan.nics[1].state_kind(), monta::v1::NIC_PORT_STATE_ACTIVE);
+  EXPECT_EQ(scan.nics[1].phys_state_kind(), monta::v1::NIC_PHYS_STATE_PHY_TEST);
+  EXPECT_EQ(scan.nics[1].link_layer_kind(),
+            monta::v1::NIC_LINK_LAYER_UNSPECIFIED);  // no link_layer file
 }
 
 TEST(ScanNics, MissingClassDirectoryIsEmpty) {

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/topology/gpu_source.h"
+#include "common/nic_state.h"
 
 namespace monta::topology {
 namespace {
@@ -216,6 +217,70 @@ struct DeclaredGpus {
 using LinkMap = std::map<std::pair<int, int>, GpuLink>;
 // NICs by (name, port) -> position in nics[].
 using NicPositions = std::map<std::pair<std::string, int>, int>;
+
+// At most 64 characters of `text` for an error message.
+std::string Shown(const std::string& text) {
+  return text.size() <= 64 ? text : absl::StrCat(text.substr(0, 64), "...");
+}
+
+// One of link_layer, state, phys_state when present: the text as written into
+// `text` and what it means into `kind` (common/nic_state.h; spelling is loose,
+// "LinkUp" or "link_up"). Declared facts form a closed set: text that names no
+// value is an error listing the spellings, never a silent UNKNOWN. False once
+// an error is recorded.
+template <typename Enum>
+bool ReadNicState(const YAML::Node& node, const std::string& field,
+                  const char* key, Enum (*from_text)(absl::string_view),
+                  Enum unknown, const char* expected, Reader& r,
+                  std::string* text, Enum* kind) {
+  std::string value;
+  if (!r.String(node, field, key, &value)) return r.status().ok();
+  const Enum read = from_text(value);
+  if (static_cast<int>(read) == 0 || read == unknown) {
+    r.Fail(Reader::Join(field, key),
+           absl::StrCat("expected ", expected, ", got \"", Shown(value), "\""));
+    return false;
+  }
+  *text = std::move(value);
+  *kind = read;
+  return true;
+}
+
+// link_layer, state and phys_state of a declared NIC port.
+bool ReadNicStates(const YAML::Node& node, const std::string& field, Reader& r,
+                   Nic& nic) {
+  std::string link_layer;
+  std::string state;
+  std::string phys_state;
+  monta::v1::NicLinkLayer link_layer_kind =
+      monta::v1::NIC_LINK_LAYER_UNSPECIFIED;
+  monta::v1::NicPortState state_kind = monta::v1::NIC_PORT_STATE_UNSPECIFIED;
+  monta::v1::NicPhysState phys_state_kind =
+      monta::v1::NIC_PHYS_STATE_UNSPECIFIED;
+  if (!ReadNicState(node, field, "link_layer", &nic_state::LinkLayerFromText,
+                    monta::v1::NIC_LINK_LAYER_UNKNOWN, "InfiniBand or Ethernet",
+                    r, &link_layer, &link_layer_kind) ||
+      !ReadNicState(node, field, "state", &nic_state::PortStateFromText,
+                    monta::v1::NIC_PORT_STATE_UNKNOWN,
+                    "an InfiniBand port state (DOWN, INIT, ARMED, ACTIVE, "
+                    "ACTIVE_DEFER) or an Ethernet operstate (up, down)",
+                    r, &state, &state_kind) ||
+      !ReadNicState(node, field, "phys_state", &nic_state::PhysStateFromText,
+                    monta::v1::NIC_PHYS_STATE_UNKNOWN,
+                    "an InfiniBand physical state (Sleep, Polling, Disabled, "
+                    "PortConfigurationTraining, LinkUp, LinkErrorRecovery, "
+                    "Phy Test) or an Ethernet operstate (up, down)",
+                    r, &phys_state, &phys_state_kind)) {
+    return false;
+  }
+  nic.set_link_layer(link_layer);
+  nic.set_link_layer_kind(link_layer_kind);
+  nic.set_state(state);
+  nic.set_state_kind(state_kind);
+  nic.set_phys_state(phys_state);
+  nic.set_phys_state_kind(phys_state_kind);
+  return true;
+}
 
 // Every Read* step below returns false once it recorded an error in `r`;
 // ReadDocument stops at the first such step, so the error a user sees is the
@@ -453,17 +518,7 @@ bool ReadNic(const YAML::Node& node, const std::string& field, int position,
     return false;
   }
   nic.set_rate_bytes_per_second(rate_gbps * 1e9 / 8);
-  if (r.String(node, field, "link_layer", &text)) {
-    if (text != "InfiniBand" && text != "Ethernet") {
-      r.Fail(
-          field + ".link_layer",
-          absl::StrCat("expected InfiniBand or Ethernet, got \"", text, "\""));
-      return false;
-    }
-    nic.set_link_layer(text);
-  }
-  if (r.String(node, field, "state", &text)) nic.set_state(text);
-  if (r.String(node, field, "phys_state", &text)) nic.set_phys_state(text);
+  if (!ReadNicStates(node, field, r, nic)) return false;
   if (r.String(node, field, "pci_address", &text)) {
     if (!CheckPciAddress(r, field + ".pci_address", text)) return false;
     nic.set_pci_address(NormalizePciBusId(text));

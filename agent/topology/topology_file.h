@@ -18,6 +18,14 @@
 //        state: ACTIVE, phys_state: LinkUp, pci_address: "0000:1a:00.0",
 //        numa_node: 0}
 //
+// A NIC's link_layer is InfiniBand or Ethernet; state an InfiniBand port state
+// as sysfs prints it (DOWN, INIT, ARMED, ACTIVE, ACTIVE_DEFER) or, for an
+// Ethernet NIC, its operstate (up, down); phys_state an InfiniBand physical
+// state (Sleep, Polling, Disabled, PortConfigurationTraining, LinkUp,
+// LinkErrorRecovery, Phy Test) or an operstate. Case, spaces and '_' do not
+// matter ("link_up"); anything else is an error. The text is kept as written
+// and its meaning set in link_layer_kind, state_kind, phys_state_kind.
+//
 // Paths are written as `nvidia-smi topo -m` prints them: X, NV<n>, PIX, PXB,
 // PHB, NODE, SYS. Unknown keys are errors (a typo must not silently drop a
 // fact).

@@ -31,6 +31,41 @@ TEST(LoadTopologyFile, ReadsTheDeclaredH100) {
   EXPECT_EQ(topo->nics(1).port(), 1);  // default port
   EXPECT_EQ(topo->nics(0).rate_bytes_per_second(), 400e9 / 8);
   EXPECT_EQ(topo->nics(0).provenance(), monta::v1::PROVENANCE_DECLARED);
+  EXPECT_EQ(topo->nics(0).link_layer(), "InfiniBand");
+  EXPECT_EQ(topo->nics(0).link_layer_kind(),
+            monta::v1::NIC_LINK_LAYER_INFINIBAND);
+  EXPECT_EQ(topo->nics(0).state(), "ACTIVE");
+  EXPECT_EQ(topo->nics(0).state_kind(), monta::v1::NIC_PORT_STATE_ACTIVE);
+  EXPECT_EQ(topo->nics(0).phys_state(), "LinkUp");
+  EXPECT_EQ(topo->nics(0).phys_state_kind(), monta::v1::NIC_PHYS_STATE_LINK_UP);
+  EXPECT_EQ(topo->nics(1).link_layer_kind(),
+            monta::v1::NIC_LINK_LAYER_UNSPECIFIED);  // not declared
+}
+
+TEST(ParseTopologyYaml, NicStatesKeepTheTextAndSayWhatItMeans) {
+  absl::StatusOr<monta::v1::NodeTopology> topo = ParseTopologyYaml(
+      "nics:\n"
+      "  - {name: eth0, link_layer: Ethernet, state: up, phys_state: up}\n"
+      "  - {name: eth1, link_layer: ethernet, state: down, phys_state: down}\n"
+      "  - {name: mlx5_0, state: Active, phys_state: link_up}\n"
+      "  - {name: mlx5_1, state: INIT, phys_state: Phy Test}\n",
+      "t.yaml");
+  ASSERT_TRUE(topo.ok()) << topo.status();
+  ASSERT_EQ(topo->nics_size(), 4);
+  EXPECT_EQ(topo->nics(0).state(), "up");
+  EXPECT_EQ(topo->nics(0).state_kind(), monta::v1::NIC_PORT_STATE_ACTIVE);
+  EXPECT_EQ(topo->nics(0).phys_state_kind(), monta::v1::NIC_PHYS_STATE_LINK_UP);
+  EXPECT_EQ(topo->nics(0).link_layer_kind(),
+            monta::v1::NIC_LINK_LAYER_ETHERNET);
+  EXPECT_EQ(topo->nics(1).link_layer(), "ethernet");
+  EXPECT_EQ(topo->nics(1).state_kind(), monta::v1::NIC_PORT_STATE_DOWN);
+  EXPECT_EQ(topo->nics(1).phys_state_kind(),
+            monta::v1::NIC_PHYS_STATE_DISABLED);
+  EXPECT_EQ(topo->nics(2).state_kind(), monta::v1::NIC_PORT_STATE_ACTIVE);
+  EXPECT_EQ(topo->nics(2).phys_state_kind(), monta::v1::NIC_PHYS_STATE_LINK_UP);
+  EXPECT_EQ(topo->nics(3).state_kind(), monta::v1::NIC_PORT_STATE_INIT);
+  EXPECT_EQ(topo->nics(3).phys_state_kind(),
+            monta::v1::NIC_PHYS_STATE_PHY_TEST);
 }
 
 TEST(ParseTopologyYaml, EmptyDocumentDeclaresNothing) {
@@ -91,7 +126,21 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"nics: [{name: mlx5_0}, {name: mlx5_0, port: 1}]",
                 "nics[1]: duplicate NIC mlx5_0 port 1 (also nics[0])"},
         BadCase{"nics: [{name: mlx5_0, link_layer: ib}]",
+                "nics[0].link_layer: expected InfiniBand or Ethernet, got "
+                "\"ib\""},
+        BadCase{"nics: [{name: mlx5_0, link_layer: Unknown}]",
                 "nics[0].link_layer: expected InfiniBand or Ethernet"},
+        BadCase{"nics: [{name: mlx5_0, state: ACTVE}]",
+                "nics[0].state: expected an InfiniBand port state (DOWN, INIT, "
+                "ARMED, ACTIVE, ACTIVE_DEFER) or an Ethernet operstate (up, "
+                "down), got \"ACTVE\""},
+        BadCase{"nics: [{name: mlx5_0, state: \"\"}]",
+                "nics[0].state: expected an InfiniBand port state"},
+        BadCase{"nics: [{name: mlx5_0, phys_state: \"4: LinkUp\"}]",
+                "nics[0].phys_state: expected an InfiniBand physical state "
+                "(Sleep, Polling"},
+        BadCase{"nics: [{name: mlx5_0, state: [ACTIVE]}]",
+                "nics[0].state: expected a string"},
         BadCase{"gpus: [{index: 0, nearest_nic: mlx5_9}]",
                 "gpus[0].nearest_nic: NIC \"mlx5_9\" is not declared"},
         BadCase{"gpus: [{index: 0, nearest_nic_path: NV18}]",

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/bandwidth/bandwidth.h"
 #include "common/bandwidth/collective_proto.h"
+#include "common/nic_state.h"
 #include "common/proto_names.h"
 #include "common/strategy/strategy_proto.h"
 #include "google/protobuf/util/time_util.h"
@@ -101,7 +102,7 @@ double BottleneckLineRate(const monta::v1::NodeTopology& topology,
   const int ranks = std::max(1, ranks_per_node);
   double nic_bytes_per_second = 0;
   for (const auto& nic : topology.nics()) {
-    if (nic.state() == "ACTIVE" || nic.state().empty()) {
+    if (nic_state::CountsAsUp(nic)) {
       nic_bytes_per_second += nic.rate_bytes_per_second();
     }
   }

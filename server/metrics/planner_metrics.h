@@ -34,8 +34,9 @@ std::string MessageSizeBucket(uint64_t bytes);
 // Line rate (bytes per second per rank, one direction) of the link that bounds
 // a curve of `scope` on this node: NVLink (or loopback) inside a node, the
 // node's NIC share per rank across nodes (discovered or declared NICs, else a
-// GPU node class's profile). 0 when unknown, e.g. across CPU nodes with no NIC
-// known.
+// GPU node class's profile). A NIC port counts when its state is ACTIVE or not
+// known at all (common/nic_state.h, CountsAsUp). 0 when unknown, e.g. across
+// CPU nodes with no NIC known.
 double BottleneckLineRate(const monta::v1::NodeTopology& topology,
                           monta::v1::Scope scope, int ranks_per_node);
 

@@ -22,13 +22,29 @@ TEST(PlannerMetricsTest, LineRateFromNicsOrProfile) {
     auto* nic = t.add_nics();
     nic->set_rate_bytes_per_second(400e9 / 8);
     nic->set_state("ACTIVE");
+    nic->set_state_kind(monta::v1::NIC_PORT_STATE_ACTIVE);
   }
   // 8 x 400 Gb/s shared by 8 ranks: 50 GB/s per rank.
   EXPECT_DOUBLE_EQ(BottleneckLineRate(t, monta::v1::SCOPE_INTER_NODE, 8), 50e9);
   // A NIC that went down no longer counts.
   t.mutable_nics(0)->set_state("DOWN");
+  t.mutable_nics(0)->set_state_kind(monta::v1::NIC_PORT_STATE_DOWN);
   EXPECT_DOUBLE_EQ(BottleneckLineRate(t, monta::v1::SCOPE_INTER_NODE, 8),
                    7 * 50e9 / 8);
+  // Neither does one in a state Monta cannot name, nor an older agent's
+  // "DOWN" without the enum; a port whose state is not known at all does.
+  t.mutable_nics(1)->set_state("NOP");
+  t.mutable_nics(1)->set_state_kind(monta::v1::NIC_PORT_STATE_UNKNOWN);
+  t.mutable_nics(2)->set_state("DOWN");
+  t.mutable_nics(2)->clear_state_kind();
+  t.mutable_nics(3)->clear_state();
+  t.mutable_nics(3)->clear_state_kind();
+  EXPECT_DOUBLE_EQ(BottleneckLineRate(t, monta::v1::SCOPE_INTER_NODE, 8),
+                   5 * 50e9 / 8);
+  for (int i = 0; i < 3; ++i) {
+    t.mutable_nics(i)->set_state("ACTIVE");
+    t.mutable_nics(i)->set_state_kind(monta::v1::NIC_PORT_STATE_ACTIVE);
+  }
   // Intra-node: the H100 profile's NVLink line rate per direction.
   EXPECT_GT(BottleneckLineRate(t, monta::v1::SCOPE_INTRA_NODE, 8), 100e9);
   // Without NICs a GPU node falls back to its class's NICs (8 x 400 Gb/s).

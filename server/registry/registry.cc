@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/nic_state.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/registry/topology_validation.h"
 
@@ -53,6 +54,16 @@ void TrimEvents(NodeInfo& info, int max_events) {
   auto* events = info.mutable_events();
   const int excess = events->size() - std::max(0, max_events);
   if (excess > 0) events->DeleteSubrange(0, excess);
+}
+
+// Keeps `topology` as the node's, with every NIC's *_kind filled from its raw
+// text where the agent left it unspecified (an agent older than the enums),
+// so readers of NodeInfo find the enums set.
+void StoreTopology(const monta::v1::NodeTopology& topology, NodeInfo& info) {
+  *info.mutable_topology() = topology;
+  for (monta::v1::Nic& nic : *info.mutable_topology()->mutable_nics()) {
+    nic_state::FillKinds(nic);
+  }
 }
 
 // ListNodes' page tokens: the last name of the page, so a node added or
@@ -141,7 +152,7 @@ absl::Status Registry::Register(const monta::v1::RegisterRequest& request,
   entry.quiet_since = now.mono;
   entry.gone = false;
   if (is_new) {
-    *entry.info.mutable_topology() = request.topology();
+    StoreTopology(request.topology(), entry.info);
   } else {
     RecordTopology(entry, request.topology(), now);
   }
@@ -405,7 +416,7 @@ void Registry::RecordTopology(Entry& entry,
     }
     TrimEvents(entry.info, options_.max_events_per_node);
   }
-  *entry.info.mutable_topology() = topology;
+  StoreTopology(topology, entry.info);
 }
 
 void Registry::Notify(const Entry& entry, Instant now) {

@@ -173,6 +173,43 @@ TEST_F(RegistryTest, TopologyChangesBecomeEvents) {
   EXPECT_EQ(info->topology().nics(0).rate_bytes_per_second(), 200e9 / 8);
 }
 
+// An agent older than the NIC enums sends the texts only: the registry fills
+// the enums from them, so every reader of NodeInfo finds them set.
+TEST_F(RegistryTest, NicKindsAreFilledFromTheTextOfOlderAgents) {
+  Registry r(Options());
+  auto req = Req("node-a", "i1");
+  auto* nic = req.mutable_topology()->add_nics();
+  nic->set_name("mlx5_0");
+  nic->set_state("DOWN");
+  nic->set_phys_state("Polling");
+  nic->set_link_layer("InfiniBand");
+  ASSERT_TRUE(r.Register(req, start_).ok());
+  monta::v1::Nic stored = r.Get("node-a", start_)->topology().nics(0);
+  EXPECT_EQ(stored.state(), "DOWN");
+  EXPECT_EQ(stored.state_kind(), monta::v1::NIC_PORT_STATE_DOWN);
+  EXPECT_EQ(stored.phys_state_kind(), monta::v1::NIC_PHYS_STATE_POLLING);
+  EXPECT_EQ(stored.link_layer_kind(), monta::v1::NIC_LINK_LAYER_INFINIBAND);
+
+  monta::v1::HeartbeatRequest hb;
+  hb.set_node_name("node-a");
+  hb.set_instance_id("i1");
+  *hb.mutable_topology() = req.topology();
+  hb.mutable_topology()->mutable_nics(0)->set_state("ACTIVE");
+  ASSERT_TRUE(r.Heartbeat(hb, At(absl::Seconds(1))).ok());
+  stored = r.Get("node-a", At(absl::Seconds(1)))->topology().nics(0);
+  EXPECT_EQ(stored.state_kind(), monta::v1::NIC_PORT_STATE_ACTIVE);
+
+  // A kind that contradicts its text is refused, and nothing changes.
+  hb.mutable_topology()->mutable_nics(0)->set_state_kind(
+      monta::v1::NIC_PORT_STATE_DOWN);
+  const absl::Status s = r.Heartbeat(hb, At(absl::Seconds(2)));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("topology.nics[0].state_kind"), std::string::npos)
+      << s;
+  EXPECT_EQ(r.Get("node-a", At(absl::Seconds(2)))->topology().nics(0).state(),
+            "ACTIVE");
+}
+
 TEST_F(RegistryTest, CurvesReplaceSameMeasurementAndNeedKnownNodes) {
   Registry r(Options());
   ASSERT_TRUE(r.Register(Req("a", "i1"), start_).ok());

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/nic_state.h"
 
 namespace monta::registry {
 namespace {
@@ -183,6 +184,9 @@ absl::Status ValidateNics(const monta::v1::NodeTopology& t,
     }
     if (nic.port() < 0 || nic.port() > 255) {
       return Bad(p + f + ".port", "in 0..255");
+    }
+    if (absl::Status s = nic_state::CheckKindsAgree(nic, p + f); !s.ok()) {
+      return s;
     }
   }
   return absl::OkStatus();

@@ -19,6 +19,12 @@ monta::v1::NodeTopology Good() {
   nic->set_name("mlx5_0");
   nic->set_port(1);
   nic->set_rate_bytes_per_second(400e9 / 8);
+  nic->set_state("ACTIVE");
+  nic->set_state_kind(monta::v1::NIC_PORT_STATE_ACTIVE);
+  nic->set_phys_state("LinkUp");
+  nic->set_phys_state_kind(monta::v1::NIC_PHYS_STATE_LINK_UP);
+  nic->set_link_layer("InfiniBand");
+  nic->set_link_layer_kind(monta::v1::NIC_LINK_LAYER_INFINIBAND);
   (*t.mutable_labels())["network.topology.nvidia.com/leaf"] = "leaf-07";
   return t;
 }
@@ -32,6 +38,24 @@ void ExpectBad(const monta::v1::NodeTopology& t, const std::string& field) {
 TEST(TopologyValidationTest, ARealisticTopologyPasses) {
   EXPECT_TRUE(ValidateTopology(Good()).ok());
   EXPECT_TRUE(ValidateTopology(monta::v1::NodeTopology()).ok());  // a CPU node
+}
+
+// The NIC enums are open: agents older or newer than this planner pass.
+TEST(TopologyValidationTest, NicKindsFromOtherVersionsPass) {
+  auto t = Good();
+  t.mutable_nics(0)->clear_state_kind();  // older: text only
+  t.mutable_nics(0)->clear_phys_state_kind();
+  t.mutable_nics(0)->clear_link_layer_kind();
+  EXPECT_TRUE(ValidateTopology(t).ok());
+  t = Good();  // newer: a value this planner does not know
+  t.mutable_nics(0)->set_state_kind(static_cast<monta::v1::NicPortState>(9));
+  EXPECT_TRUE(ValidateTopology(t).ok());
+  t = Good();  // newer: a spelling this planner cannot read
+  t.mutable_nics(0)->set_state("ACTIVE (fast)");
+  EXPECT_TRUE(ValidateTopology(t).ok());
+  t = Good();  // the enum only
+  t.mutable_nics(0)->clear_state();
+  EXPECT_TRUE(ValidateTopology(t).ok());
 }
 
 TEST(TopologyValidationTest, BrokenFactsNameTheirField) {
@@ -56,6 +80,17 @@ TEST(TopologyValidationTest, BrokenFactsNameTheirField) {
   t.mutable_nics(0)->set_rate_bytes_per_second(
       std::numeric_limits<double>::quiet_NaN());
   ExpectBad(t, "topology.nics[0].rate_bytes_per_second");
+
+  // An enum that contradicts the text it stands for.
+  t = Good();
+  t.mutable_nics(0)->set_state_kind(monta::v1::NIC_PORT_STATE_DOWN);
+  ExpectBad(t, "topology.nics[0].state_kind: NIC_PORT_STATE_DOWN disagrees");
+  t = Good();
+  t.mutable_nics(0)->set_phys_state_kind(monta::v1::NIC_PHYS_STATE_UNKNOWN);
+  ExpectBad(t, "topology.nics[0].phys_state_kind");
+  t = Good();
+  t.mutable_nics(0)->set_link_layer_kind(monta::v1::NIC_LINK_LAYER_ETHERNET);
+  ExpectBad(t, "topology.nics[0].link_layer_kind");
 
   t = Good();
   t.mutable_nics(0)->clear_name();

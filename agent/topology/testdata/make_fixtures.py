@@ -228,10 +228,12 @@ def broken():
     missing = t.pci_device(hb, ["0000:10:03.0", "0000:13:00.0"], 0)
     t.ib_port(missing, "mlx5_2", "100 Gb/sec (4X EDR)", state=None,
               phys="LinkUp")
-    # A NIC with no PCI device (a virtual RDMA device): a plain directory.
+    # A NIC with no PCI device (a virtual RDMA device): a plain directory. A
+    # soft-RoCE port over a network device that is down: rxe reports DOWN and
+    # Disabled (drivers/infiniband/sw/rxe/rxe_verbs.c, rxe_query_port).
     t.file("class/infiniband/rxe0/ports/1/rate", "25 Gb/sec (1X EDR)")
-    t.file("class/infiniband/rxe0/ports/1/state", "4: ACTIVE")
-    t.file("class/infiniband/rxe0/ports/1/phys_state", "5: LinkUp")
+    t.file("class/infiniband/rxe0/ports/1/state", "1: DOWN")
+    t.file("class/infiniband/rxe0/ports/1/phys_state", "3: Disabled")
     t.file("class/infiniband/rxe0/ports/1/link_layer", "Ethernet")
     # A device with no ports at all.
     t.file("class/infiniband/mlx5_9/node_type", "1: CA")
