@@ -271,7 +271,8 @@ Gpu* AddDiscoveredGpu(const Record& record, NodeTopology& topo) {
   return gpu;
 }
 
-// GPUs from CUDA (NVML adds the UUID by PCI bus id), else from NVML; sets
+// GPUs from CUDA (NVML adds the UUID by PCI bus id, and the name and memory
+// where CUDA's driver could not give them), else from NVML; sets
 // cuda_status. Returns nvml_of: nvml_of[i] is the NVML index of topology GPU
 // i, or -1.
 std::vector<int> AddGpus(const GpuReadings& readings, NodeTopology& topo) {
@@ -300,6 +301,12 @@ std::vector<int> AddGpus(const GpuReadings& readings, NodeTopology& topo) {
     auto it = nvml_by_pci.find(record.pci_bus_id);
     if (it != nvml_by_pci.end()) {
       gpu->set_uuid(it->second->uuid);
+      // The CUDA driver could not say (CudaSnapshot.origin tells why): NVML's
+      // nvmlDeviceGetName / nvmlDeviceGetMemoryInfo describe the same device.
+      if (gpu->name().empty()) gpu->set_name(it->second->name);
+      if (gpu->memory_bytes() == 0) {
+        gpu->set_memory_bytes(it->second->memory_bytes);
+      }
       nvml_of.push_back(it->second->index);
     } else {
       nvml_of.push_back(-1);

@@ -107,6 +107,45 @@ TEST_F(DgxH100, DiscoversGpusNvLinksNicsAndNuma) {
   }
 }
 
+// The CUDA driver could not name the GPUs (libcuda.so.1 missing a symbol, a
+// call failing): the runtime's facts stay, NVML names the same devices, and
+// cuda_status says what happened.
+TEST_F(DgxH100, NvmlNamesGpusTheCudaDriverCouldNot) {
+  absl::StatusOr<CudaSnapshot> recorded = cuda_->Read();
+  ASSERT_TRUE(recorded.ok()) << recorded.status();
+  CudaSnapshot unnamed = *recorded;
+  for (CudaGpuRecord& gpu : unnamed.gpus) {
+    gpu.name.clear();
+    gpu.memory_bytes = 0;
+  }
+  unnamed.origin =
+      "libcudart.so.13 (GPU names and memory unread: CUDA driver not loadable "
+      "(libcuda.so.1: cannot open shared object file))";
+  std::unique_ptr<GpuSource> cuda = MakeFixedGpuSource(unnamed);
+  options_.gpu_source = cuda.get();
+  absl::StatusOr<monta::v1::NodeTopology> topo = DiscoverTopology(options_);
+  ASSERT_TRUE(topo.ok()) << topo.status();
+  ASSERT_EQ(topo->gpus_size(), 8);
+  for (const monta::v1::Gpu& gpu : topo->gpus()) {
+    EXPECT_EQ(gpu.name(), "NVIDIA H100 80GB HBM3");
+    EXPECT_EQ(gpu.memory_bytes(), 85520809984u);
+    EXPECT_EQ(gpu.sm_count(), 132);  // still the runtime's
+  }
+  EXPECT_THAT(topo->cuda_status(),
+              HasSubstr("ok: 8 GPUs via libcudart.so.13 (GPU names and "
+                        "memory unread: CUDA driver not loadable"));
+
+  // Without NVML either, the GPUs are reported unnamed rather than dropped.
+  Absent absent;
+  options_.nvml_source = absent.nvml.get();
+  topo = DiscoverTopology(options_);
+  ASSERT_TRUE(topo.ok()) << topo.status();
+  ASSERT_EQ(topo->gpus_size(), 8);
+  EXPECT_EQ(topo->gpus(0).name(), "");
+  EXPECT_EQ(topo->gpus(0).memory_bytes(), 0u);
+  EXPECT_EQ(topo->gpus(0).pci_bus_id(), "0000:18:00.0");
+}
+
 TEST_F(DgxH100, WithoutNvmlPairsFallBackToPciClasses) {
   Absent absent;
   options_.nvml_source = absent.nvml.get();

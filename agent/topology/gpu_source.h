@@ -12,14 +12,15 @@
 
 namespace monta::topology {
 
-// One CUDA device as cudaGetDeviceProperties / cudaDeviceGetAttribute report
-// it.
+// One CUDA device as the runtime (cudaDeviceGetAttribute,
+// cudaDeviceGetPCIBusId) and the driver (cuDeviceGetName, cuDeviceTotalMem)
+// report it.
 struct CudaGpuRecord {
   int index = 0;              // CUDA ordinal
-  std::string name;           // e.g. "NVIDIA H100 80GB HBM3"
-  uint64_t memory_bytes = 0;  // totalGlobalMem
+  std::string name;           // e.g. "NVIDIA H100 80GB HBM3"; "" if unread
+  uint64_t memory_bytes = 0;  // cuDeviceTotalMem; 0 if unread
   std::string pci_bus_id;     // normalised "dddd:bb:dd.f", lower case
-  int sm_count = 0;
+  int sm_count = 0;           // cudaDevAttrMultiProcessorCount
 };
 
 // Everything one GpuSource::Read() call learns.
@@ -43,7 +44,10 @@ class GpuSource {
 };
 
 // The real source: dlopen()s libcudart.so.13, .12, then libcudart.so at Read()
-// time, so the agent binary has no link-time CUDA dependency.
+// time, and libcuda.so.1 for names and memory once a device is found, so the
+// agent binary has no link-time CUDA dependency. When the driver cannot say
+// (library or symbol missing, a call failing) the GPUs come without name and
+// memory and `origin` says why; no struct layout is ever guessed.
 std::unique_ptr<GpuSource> MakeCudaRuntimeGpuSource();
 
 // Normalises a PCI bus id from CUDA ("0000:18:00.0"), NVML ("00000000:18:00.0")

@@ -22,6 +22,10 @@ TEST(CudaRuntimeGpuSource, AnswersOrExplains) {
   absl::StatusOr<CudaSnapshot> snapshot = MakeCudaRuntimeGpuSource()->Read();
   if (snapshot.ok()) {
     EXPECT_THAT(snapshot->origin, ::testing::HasSubstr("libcudart"));
+    // With a GPU, names and memory come from the driver API.
+    if (!snapshot->gpus.empty()) {
+      EXPECT_THAT(snapshot->origin, ::testing::HasSubstr("and libcuda.so.1"));
+    }
     EXPECT_EQ(snapshot->peer_access.size(), snapshot->gpus.size());
     for (const CudaGpuRecord& gpu : snapshot->gpus) {
       EXPECT_FALSE(gpu.name.empty());

@@ -185,7 +185,7 @@ class NvmlLibrarySource : public NvmlSource {
     auto get_remote_pci = reinterpret_cast<GetRemotePciFn>(
         sym("nvmlDeviceGetNvLinkRemotePciInfo_v2"));
     auto error_string = reinterpret_cast<ErrorStringFn>(sym("nvmlErrorString"));
-    // Optional: only used when CUDA is absent.
+    // Optional: used when CUDA is absent or cannot name a GPU.
     get_name_ = reinterpret_cast<GetNameFn>(sym("nvmlDeviceGetName"));
     get_memory_ = reinterpret_cast<GetMemoryFn>(sym("nvmlDeviceGetMemoryInfo"));
     if (init == nullptr || shutdown == nullptr || get_count == nullptr ||

@@ -32,8 +32,9 @@ struct NvmlGpuRecord {
   int index = 0;           // NVML index (PCI order; may differ from CUDA's)
   std::string uuid;        // "GPU-..."
   std::string pci_bus_id;  // normalised "dddd:bb:dd.f"
-  // Used only when CUDA is absent (e.g. an agent image without libcudart on a
-  // GPU node: the container runtime mounts libnvidia-ml but not the toolkit).
+  // Used when CUDA is absent (e.g. an agent image without libcudart on a GPU
+  // node: the container runtime mounts libnvidia-ml but not the toolkit), or
+  // when the CUDA driver could not give a GPU's name or memory.
   std::string name;           // nvmlDeviceGetName; empty if unavailable
   uint64_t memory_bytes = 0;  // nvmlDeviceGetMemoryInfo total; 0 if unknown
 };
