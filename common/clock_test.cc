@@ -34,20 +34,28 @@ TEST(ClockTest, WaitUntilWakesOnNotifyAndHoldsTheMutexAgain) {
   absl::Mutex mu;
   std::condition_variable_any cv;
   bool ready = false;
-  std::thread setter([&] {
-    absl::MutexLock lock(&mu);
-    ready = true;
-    cv.notify_all();
-  });
+  int waits = 0;
+  std::thread setter;
   {
     absl::MutexLock lock(&mu);
+    // Started under the lock: the setter can set `ready` only once the wait
+    // below has released the mutex, so the wait always happens.
+    setter = std::thread([&] {
+      absl::MutexLock setter_lock(&mu);
+      ready = true;
+      cv.notify_all();
+    });
     // A deadline no test run reaches: only the notification ends the wait.
     const MonoTime far =
         MonoAfter(std::chrono::steady_clock::now(), absl::Hours(24));
-    while (!ready) EXPECT_FALSE(WaitUntil(mu, cv, far));
+    while (!ready) {
+      EXPECT_FALSE(WaitUntil(mu, cv, far));
+      ++waits;
+    }
     mu.AssertHeld();
   }
   setter.join();
+  EXPECT_GE(waits, 1);
 }
 
 TEST(ClockTest, MonoNotification) {
