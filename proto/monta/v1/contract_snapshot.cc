@@ -63,9 +63,20 @@ void AddEnum(const EnumDescriptor& e, std::vector<std::string>* out) {
   }
 }
 
+// A proto3 `optional` scalar: readers tell "not set" from the default, so
+// dropping the keyword would change what an unset field means.
+std::string PresenceLine(const FieldDescriptor& f) {
+  return absl::StrCat("presence ", f.full_name(), " = ", f.number());
+}
+
 void AddMessage(const Descriptor& d, std::vector<std::string>* out) {
-  for (int i = 0; i < d.field_count(); ++i)
+  for (int i = 0; i < d.field_count(); ++i) {
     out->push_back(FieldLine(*d.field(i)));
+    if (d.field(i)->has_optional_keyword() &&
+        d.file()->syntax() == google::protobuf::FileDescriptor::SYNTAX_PROTO3) {
+      out->push_back(PresenceLine(*d.field(i)));
+    }
+  }
   for (int i = 0; i < d.reserved_range_count(); ++i) {
     AddReserved(d.full_name(), d.reserved_range(i)->start,
                 d.reserved_range(i)->end, out);
@@ -100,6 +111,9 @@ class Checker {
     if (current_.count(line)) return "";
     const std::vector<std::string> t = absl::StrSplit(line, ' ');
     if (t.size() >= 4 && t[0] == "field" && t[2] == "=") return Field(line, t);
+    if (t.size() == 4 && t[0] == "presence" && t[2] == "=") {
+      return Presence(line, t);
+    }
     if (t.size() == 4 && t[0] == "value" && t[2] == "=") return Value(line, t);
     if (t.size() == 3 && t[0] == "reserved") return Reserved(line, t);
     if (t[0] == "rpc") {
@@ -132,6 +146,22 @@ class Checker {
                           number, "; reserved \"", name, "\";` to ", message);
     }
     return "";
+  }
+
+  // A field that had presence keeps it (or is gone, its number reserved:
+  // the field's own line says so).
+  std::string Presence(const std::string& line,
+                       const std::vector<std::string>& t) const {
+    const auto [message, name] = SplitLast(t[1]);
+    int number = 0;
+    if (!absl::SimpleAtoi(t[3], &number)) return line + ": bad number";
+    const Descriptor* d = pool_->FindMessageTypeByName(message);
+    const FieldDescriptor* now =
+        d == nullptr ? nullptr : d->FindFieldByNumber(number);
+    if (now == nullptr || now->name() != name) return "";
+    return absl::StrCat(t[1], " = ", number,
+                        " lost its presence: keep `optional`, so that an "
+                        "unset field still reads as not given");
   }
 
   std::string Value(const std::string& line,

@@ -6,6 +6,7 @@
 //   value monta.v1.StrategyKind.STRATEGY_KIND_FLAT = 1
 //   reserved monta.v1.Candidate 2
 //   reserved monta.v1.Candidate "name"
+//   presence monta.v1.MoeJob.experts_tensor_parallel = 18   (proto3 optional)
 //   rpc monta.v1.Planner.GetStrategy monta.v1.StrategyRequest ->
 //   monta.v1.StrategyReply
 #ifndef MONTA_PROTO_MONTA_V1_CONTRACT_SNAPSHOT_H_
@@ -29,7 +30,8 @@ std::vector<std::string> SnapshotLines(
 
 // One message per frozen line whose meaning changed: a field number now with
 // another name, type or label; a field, enum value or rpc removed without its
-// number and name reserved; a reservation dropped. Empty when the contract
+// number and name reserved; a reservation dropped; a proto3 `optional`
+// field's presence dropped. Empty when the contract
 // only grew. `frozen` lines that are empty or start with '#' are ignored.
 std::vector<std::string> CheckSnapshot(
     const std::vector<std::string>& frozen,
