@@ -58,8 +58,10 @@ check() {
   fi
 }
 
-check //server/model/... allow '^//(server/model|common/bandwidth)[:/]|^//common/strategy:strategy$|^//third_party:absl$' \
-  "server/model may depend only on the standard library, Abseil and common/ (its pure part, common/bandwidth and common/strategy:strategy: no protobuf, no I/O)"
+check //server/model/... allow '^//(server/model|common/bandwidth|common/schedule)[:/]|^//common/strategy:strategy$|^//third_party:absl$' \
+  "server/model may depend only on the standard library, Abseil and common/ (its pure part, common/bandwidth, common/schedule and common/strategy:strategy: no protobuf, no I/O)"
+check //common/schedule/... allow '^//(common/schedule|common/bandwidth)[:/]' \
+  "common/schedule is the schedule arithmetic the model, the agent and python/monta share: pure C++, it may depend only on common/bandwidth (no protobuf, no I/O, no Abseil)"
 check //server/... allow '^//(server|common|proto|third_party)[:/]' \
   "the planner (server/) may depend only on server/, common/, proto/ and third_party/, never on agent/ or client/"
 check //agent/... allow '^//(agent|common|proto|third_party)[:/]|^@local_cuda//' \
