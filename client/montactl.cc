@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "client/plan_render.h"
 #include "client/table.h"
 #include "client/topology_render.h"
 #include "client/verify_render.h"
@@ -208,13 +209,6 @@ int Node(const Context& ctx, const std::vector<std::string>& args) {
   return PrintJson(reply);
 }
 
-std::string Seconds(double s) {
-  if (s <= 0) return "-";
-  if (s < 1e-3) return absl::StrFormat("%.1f us", s * 1e6);
-  if (s < 1) return absl::StrFormat("%.3f ms", s * 1e3);
-  return absl::StrFormat("%.3f s", s);
-}
-
 int Topology(const Context& ctx, const std::vector<std::string>& args) {
   monta::v1::NodeInfo node;
   if (int rc = FetchNamedNode(ctx, args, "topology NODE", &node); rc != 0) {
@@ -286,105 +280,6 @@ std::vector<std::string> SplitList(const std::string& text) {
   return absl::StrSplit(text, ',', absl::SkipEmpty());
 }
 
-// Where the numbers came from: curves, verify runs, calibration, notes.
-void PrintEvidence(const monta::v1::Evidence& evidence) {
-  std::cout << "\nEvidence: " << monta::ShortName(evidence.origin());
-  if (!evidence.profile().empty()) {
-    std::cout << " (profile " << evidence.profile() << " "
-              << evidence.profile_version() << ")";
-  }
-  std::cout << "\n";
-  for (const auto& curve : evidence.curves()) {
-    std::cout << "  " << monta::ShortName(curve.used_as()) << ": "
-              << monta::ShortName(curve.origin());
-    if (curve.origin() == monta::v1::EVIDENCE_SOURCE_MEASURED) {
-      std::cout << " on " << absl::StrJoin(curve.nodes(), ",") << ", "
-                << ShortDuration(curve.age_seconds()) << " old, "
-                << monta::client::HumanBytes(curve.min_bytes()) << ".."
-                << monta::client::HumanBytes(curve.max_bytes());
-      if (!curve.task_id().empty()) std::cout << ", task " << curve.task_id();
-    }
-    if (curve.extrapolated())
-      std::cout << " (extrapolated beyond the measured sizes)";
-    std::cout << "\n";
-  }
-  if (evidence.has_verified()) {
-    const auto& v = evidence.verified();
-    std::cout << "  verified: times measured by verify task " << v.task_id()
-              << ", " << ShortDuration(v.age_seconds()) << " old\n";
-  }
-  if (evidence.has_calibration()) {
-    const auto& c = evidence.calibration();
-    std::cout << absl::StrFormat(
-        "  calibration: network x%.3f, local x%.3f, latency x%.3f, %.3f ms per "
-        "chunk, gamma %.2f "
-        "(fitted by verify task %s, %s old; median |error| %.1f%% -> "
-        "%.1f%%)\n",
-        c.network_scale_ratio(), c.local_scale_ratio(), c.latency_scale_ratio(),
-        c.per_chunk_overhead_seconds() * 1e3, c.contention_factor(),
-        c.task_id(), ShortDuration(c.age_seconds()),
-        c.error_before_ratio() * 100, c.error_after_ratio() * 100);
-  }
-  for (const auto& note : evidence.notes())
-    std::cout << "  note: " << note << "\n";
-}
-
-void PrintPlan(const monta::v1::StrategyReply& reply) {
-  const auto& t = reply.traffic();
-  std::cout << absl::StrFormat(
-      "Traffic per rank and AllToAll: dispatch %s (capacity %d tokens, %d "
-      "tokens/rank), EP group "
-      "%d with %d on the rank's node; %d nodes x %d ranks\n\n",
-      monta::client::HumanBytes(t.dispatch_bytes()), t.capacity_tokens(),
-      t.tokens_per_rank(), t.ep_group_size(), t.ep_members_on_node(), t.nodes(),
-      t.gpus_per_node());
-  Table table({"", "RANK", "STRATEGY", "CHUNKS", "FWD/LAYER", "BWD/LAYER",
-               "TOTAL/LAYER", "PER STEP", "INTER BYTES/RANK", "VS FLAT",
-               "BOTTLENECK"});
-  std::vector<const monta::v1::Candidate*> infeasible;
-  for (const auto& c : reply.candidates()) {
-    if (!c.feasible()) {
-      infeasible.push_back(&c);
-      continue;
-    }
-    const bool chosen =
-        c.kind() == reply.chosen().kind() &&
-        c.chunks_requested() == reply.chosen().chunks_requested() &&
-        c.rank() == reply.chosen().rank();
-    std::string chunks = absl::StrCat(c.chunks_effective());
-    if (c.chunks_requested() != c.chunks_effective()) {
-      chunks = absl::StrCat(c.chunks_effective(), " (asked ",
-                            c.chunks_requested(), ")");
-    }
-    table.AddRow(
-        {chosen ? "*" : "", absl::StrCat(c.rank()), monta::ShortName(c.kind()),
-         chunks, Seconds(c.forward_seconds_per_layer()),
-         Seconds(c.backward_seconds_per_layer()),
-         Seconds(c.total_seconds_per_layer()), Seconds(c.step_seconds()),
-         monta::client::HumanBytes(c.inter_node_bytes_per_rank()),
-         c.speedup_over_flat() > 0
-             ? absl::StrFormat("%.2fx", c.speedup_over_flat())
-             : "-",
-         monta::ShortName(c.limited_by())});
-  }
-  std::cout << table.Render();
-  for (const auto* c : infeasible) {
-    std::cout << "  infeasible: " << monta::ShortName(c->kind()) << ": "
-              << c->infeasible_reason() << "\n";
-  }
-  const auto& chosen = reply.chosen();
-  std::cout << "\nChosen: " << monta::ShortName(chosen.kind()) << " with "
-            << chosen.chunks_effective() << " chunk(s), "
-            << absl::StrFormat("%.2fx", chosen.speedup_over_flat())
-            << " faster AllToAll than flat";
-  if (chosen.predicted_step_gain_ratio() > 0) {
-    std::cout << absl::StrFormat(", predicted step time -%.1f%%",
-                                 100 * chosen.predicted_step_gain_ratio());
-  }
-  std::cout << "\n";
-  PrintEvidence(reply.evidence());
-}
-
 // The job file with the placement flags applied; nullopt after printing
 // why (exit status 2).
 std::optional<monta::v1::StrategyRequest> RequestFromFlags(
@@ -442,7 +337,7 @@ int Plan(const Context& ctx, const std::vector<std::string>& args) {
   grpc::Status status = stub->GetStrategy(context.get(), *request, &reply);
   if (!status.ok()) return Fail("plan", status);
   if (ctx.json) return PrintJson(reply);
-  PrintPlan(reply);
+  std::cout << monta::client::PlanText(reply);
   return 0;
 }
 
@@ -528,7 +423,7 @@ int Bench(const Context& ctx, const std::vector<std::string>& args) {
         for (const auto& p : curve.points()) {
           t.AddRow(
               {monta::client::HumanBytes(p.message_bytes()),
-               Seconds(p.time_seconds()),
+               monta::client::HumanSeconds(p.time_seconds()),
                absl::StrFormat("%.3f GB/s", p.algbw_bytes_per_second() / 1e9),
                absl::StrFormat("%.3f GB/s", p.busbw_bytes_per_second() / 1e9),
                absl::StrCat(p.wrong_bytes())});

@@ -59,4 +59,11 @@ std::string HumanBytes(double bytes) {
   return absl::StrFormat("%.1f %s", bytes, kUnits[unit]);
 }
 
+std::string HumanSeconds(double s) {
+  if (s <= 0) return "-";
+  if (s < 1e-3) return absl::StrFormat("%.1f us", s * 1e6);
+  if (s < 1) return absl::StrFormat("%.3f ms", s * 1e3);
+  return absl::StrFormat("%.3f s", s);
+}
+
 }  // namespace monta::client

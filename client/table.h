@@ -23,6 +23,8 @@ class Table {
 std::string ShortDuration(double seconds);
 // 1536 -> "1.5 KiB", 64 << 20 -> "64 MiB".
 std::string HumanBytes(double bytes);
+// 4.2e-5 -> "42.0 us", 3.6e-3 -> "3.618 ms", 2.5 -> "2.500 s"; "-" for <= 0.
+std::string HumanSeconds(double seconds);
 
 }  // namespace monta::client
 

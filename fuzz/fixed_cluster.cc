@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/schedule/schedule.h"
 
 namespace monta::fuzz {
 namespace {
@@ -43,8 +44,7 @@ monta::v1::BandwidthCurve Curve(const std::vector<std::string>& nodes,
   for (const std::string& node : nodes) curve.add_nodes(node);
   curve.set_task_id(absl::StrCat("fuzz-", n_nodes));
   curve.mutable_measured_at()->set_seconds(absl::ToUnixSeconds(absl::Now()));
-  const double n = nranks;
-  const double share = n_nodes > 1 ? (n - n / n_nodes) / n : (n - 1) / n;
+  const double share = schedule::LinkShare(nranks, nranks / n_nodes);
   for (double x = 1024; x <= (1ull << 30); x *= 4) {
     monta::v1::CurvePoint* point = curve.add_points();
     point->set_message_bytes(static_cast<uint64_t>(x));

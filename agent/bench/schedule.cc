@@ -30,8 +30,6 @@ OpOptions On(int stream, std::vector<WorkPtr> after = {}) {
   return o;
 }
 
-uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
-
 }  // namespace
 
 const char* StrategyName(Strategy strategy) {
@@ -46,12 +44,6 @@ absl::StatusOr<Strategy> ParseStrategy(absl::string_view name) {
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown strategy '", name,
       "' (want flat, tp_dedup, tp_dedup_pipelined or hierarchical)"));
-}
-
-int EffectiveChunks(uint64_t rows, int chunks) {
-  if (rows == 0 || chunks < 1) return 1;
-  const uint64_t per_chunk = CeilDiv(rows, static_cast<uint64_t>(chunks));
-  return static_cast<int>(CeilDiv(rows, per_chunk));
 }
 
 DispatchSchedule::DispatchSchedule(MoeGroups& groups, Strategy strategy,
@@ -117,18 +109,17 @@ absl::Status DispatchSchedule::Setup(int chunks) {
     }
     case Strategy::kTpDedup:
     case Strategy::kTpDedupPipelined: {
-      rows_per_tp_ = CeilDiv(rows, t);
-      chunks_ = EffectiveChunks(rows_per_tp_, chunks);
-      rows_per_chunk_ = CeilDiv(rows_per_tp_, chunks_);
+      rows_per_tp_ = schedule::RowsPerTpRank(rows, t);
+      chunks_ = schedule::ChunkRows(rows_per_tp_, chunks);
       const uint64_t slice = e * rows_per_tp_ * row;  // this TP rank's share
       if (!(s = alloc(&stage1_, slice)).ok()) return s;
       if (!(s = alloc(&stage2_, t * slice)).ok()) return s;
       // Chunk-major: [chunk][dst][chunk rows][row], so each chunk's AllToAll
       // input is contiguous. Padding rows (beyond `rows`) are zero.
       host.assign(slice, 0);
-      for (int i = 0; i < chunks_; ++i) {
-        const uint64_t first = i * rows_per_chunk_;
-        const uint64_t len = std::min(rows_per_chunk_, rows_per_tp_ - first);
+      for (const schedule::RowRange& chunk : chunks_) {
+        const uint64_t first = chunk.first;
+        const uint64_t len = chunk.count;
         for (uint64_t dst = 0; dst < e; ++dst) {
           for (uint64_t r = 0; r < len; ++r) {
             const uint64_t c = groups_.tp_rank * rows_per_tp_ + first + r;
@@ -198,9 +189,9 @@ absl::Status DispatchSchedule::RunTpDedup() {
   auto* ag = static_cast<uint8_t*>(stage2_->data());
   auto* out = static_cast<uint8_t*>(output_->data());
   std::vector<WorkPtr> works;
-  for (int i = 0; i < chunks_; ++i) {
-    const uint64_t first = i * rows_per_chunk_;
-    const uint64_t len = std::min(rows_per_chunk_, rows_per_tp_ - first);
+  for (const schedule::RowRange& chunk : chunks_) {
+    const uint64_t first = chunk.first;
+    const uint64_t len = chunk.count;
     WorkPtr a = ep.AllToAll(in + e * first * row, a2a + e * first * row,
                             len * row, On(0));
     uint8_t* gathered = ag + t * e * first * row;

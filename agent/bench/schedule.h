@@ -20,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "agent/bench/moe_groups.h"
 #include "agent/comm/communicator.h"
+#include "common/schedule/schedule.h"
 #include "common/strategy/strategy.h"
 
 namespace monta::bench {
@@ -50,11 +51,6 @@ struct DispatchShape {
   uint64_t row_bytes = 1;  // bytes of one capacity row for one destination
 };
 
-// What a split of `rows` into `chunks` pieces of ceil(rows/chunks) really
-// yields: ceil(rows / ceil(rows/chunks)) (docs/MODEL.md §4): 6 rows, K=4
-// gives 3.
-int EffectiveChunks(uint64_t rows, int chunks);
-
 class DispatchSchedule {
  public:
   // Allocates buffers in the communicators' memory and writes the input.
@@ -71,8 +67,9 @@ class DispatchSchedule {
   absl::StatusOr<uint64_t> CountWrongBytes();
 
   Strategy strategy() const { return strategy_; }
-  // Pipeline chunks actually run (1 unless pipelined).
-  int effective_chunks() const { return chunks_; }
+  // Pipeline chunks actually run (1 unless pipelined): the chunk rule of
+  // common/schedule, which the model prices.
+  int effective_chunks() const { return static_cast<int>(chunks_.size()); }
   // D: bytes each rank dispatches (the AllToAll size every strategy is
   // compared at).
   uint64_t bytes_per_rank() const;
@@ -89,11 +86,11 @@ class DispatchSchedule {
   MoeGroups& groups_;
   const Strategy strategy_;
   const DispatchShape shape_;
-  int chunks_ = 1;
-  // tp_dedup: capacity rows each TP rank keeps (ceil(rows/t); the last TP
-  // rank's slice is padded when t does not divide rows) and rows per chunk.
+  // tp_dedup: capacity rows each TP rank keeps (schedule::RowsPerTpRank; the
+  // last TP rank's slice is padded when t does not divide rows) and its
+  // chunks (schedule::ChunkRows); one chunk for the other strategies.
   uint64_t rows_per_tp_ = 0;
-  uint64_t rows_per_chunk_ = 0;
+  std::vector<schedule::RowRange> chunks_ = {{0, 1}};
   std::vector<std::unique_ptr<comm::Buffer>> buffers_;
   comm::Buffer* input_ = nullptr;
   comm::Buffer* output_ = nullptr;

@@ -85,14 +85,6 @@ void CheckEverything(MoeGroups& groups) {
   }
 }
 
-TEST(EffectiveChunksTest, MatchesTheModel) {
-  EXPECT_EQ(EffectiveChunks(6, 4), 3);
-  EXPECT_EQ(EffectiveChunks(8, 4), 4);
-  EXPECT_EQ(EffectiveChunks(4, 8), 4);
-  EXPECT_EQ(EffectiveChunks(7, 3), 3);
-  EXPECT_EQ(EffectiveChunks(1, 16), 1);
-}
-
 TEST(ScheduleTest, EveryStrategyMatchesReferenceWithoutTp) {
   RunRanks("t1", {1, 0}, CheckEverything);
 }
@@ -128,6 +120,31 @@ TEST(ScheduleTest, EffectiveChunksAreReported) {
     EXPECT_EQ((*schedule)->effective_chunks(), 3);
     EXPECT_EQ((*schedule)->bytes_per_rank(), 2u * 11 * 16);
     ASSERT_TRUE((*schedule)->Run().ok());
+  });
+}
+
+// The chunks the agent runs are the ones the model prices: K_eff of the
+// rows a TP rank keeps, by common/schedule's rule (which the golden vectors
+// pin, and python/monta is checked against), on real schedules.
+TEST(ScheduleTest, ChunksMatchTheModel) {
+  RunRanks("model", {2, 0}, [](MoeGroups& groups) {
+    const int t = groups.tp->size();
+    for (uint64_t rows : {1, 2, 7, 11, 33, 100}) {
+      for (int k : {1, 2, 3, 4, 5, 8, 16, 64}) {
+        auto schedule = DispatchSchedule::Create(
+            groups, Strategy::kTpDedupPipelined, k, {rows, 1});
+        ASSERT_TRUE(schedule.ok()) << schedule.status();
+        EXPECT_EQ(
+            (*schedule)->effective_chunks(),
+            schedule::EffectiveChunks(
+                schedule::RowsPerTpRank(static_cast<int64_t>(rows), t), k))
+            << "rows " << rows << " K " << k;
+      }
+    }
+    // tp_dedup is one chunk whatever K is asked.
+    auto one = DispatchSchedule::Create(groups, Strategy::kTpDedup, 8, {16, 1});
+    ASSERT_TRUE(one.ok());
+    EXPECT_EQ((*one)->effective_chunks(), 1);
   });
 }
 

@@ -233,6 +233,9 @@ json DecisionJson(const std::string& id,
       {"predicted_alltoall_seconds_per_step", Round6(c.step_seconds())},
       {"speedup_over_flat", Round6(c.speedup_over_flat())},
       {"bottleneck", ShortName(c.limited_by())},
+      {"expert_layout", ShortName(reply.expert_layout())},
+      // The job left its layout to the planner's default (docs/MODEL.md §4).
+      {"expert_layout_defaulted", !request.job().has_experts_tensor_parallel()},
       {"placement", PlacementJson(request.placement())},
       {"evidence", std::move(evidence)},
   };
@@ -250,6 +253,7 @@ std::vector<std::pair<std::string, std::string>> DecisionEnv(
       {"MONTA_PREDICTED_STEP_ALLTOALL_SECONDS", FormatNumber(c.step_seconds())},
       {"MONTA_SPEEDUP_OVER_FLAT", FormatNumber(c.speedup_over_flat())},
       {"MONTA_EVIDENCE_SOURCE", ShortName(reply.evidence().origin())},
+      {"MONTA_EXPERT_LAYOUT", ShortName(reply.expert_layout())},
       {"MONTA_DECISION_ID", id},
   };
 }

@@ -179,6 +179,7 @@ TEST_F(AdmissionHandlerTest, PodGetsDecisionInEveryContainerAndAnnotations) {
               0);
     EXPECT_GE(std::stod(EnvValue(c, "MONTA_SPEEDUP_OVER_FLAT")), 4.0);
     EXPECT_EQ(EnvValue(c, "MONTA_EVIDENCE_SOURCE"), "profile");
+    EXPECT_EQ(EnvValue(c, "MONTA_EXPERT_LAYOUT"), "tensor_parallel");
     EXPECT_EQ(EnvValue(c, "MONTA_DECISION_ID"), "decision-1");
   }
   // Existing variables are kept (in place), the stale MONTA_STRATEGY replaced.
@@ -211,6 +212,8 @@ TEST_F(AdmissionHandlerTest, PodGetsDecisionInEveryContainerAndAnnotations) {
   // proto's enum value names. The paper's pipeline is paced by its GPU stages
   // (AllGather + copy): the steady state's resource (docs/MODEL.md §5).
   EXPECT_EQ(decision["bottleneck"], "nvlink");
+  EXPECT_EQ(decision["expert_layout"], "tensor_parallel");
+  EXPECT_EQ(decision["expert_layout_defaulted"], false);
   for (const json& curve : decision["evidence"]["curves"]) {
     EXPECT_TRUE(curve.contains("role"));
     EXPECT_EQ(curve["role"].get<std::string>().find("CURVE_ROLE"),
@@ -220,6 +223,32 @@ TEST_F(AdmissionHandlerTest, PodGetsDecisionInEveryContainerAndAnnotations) {
     EXPECT_TRUE(curve.contains("age_seconds"));
   }
   EXPECT_EQ(AdmissionCount("mutate", "patched"), 1);
+}
+
+// A spec that does not say whether its experts are tensor-parallel is
+// priced with the planner's default, and the patch says which and that it
+// was defaulted (never a silent false).
+TEST_F(AdmissionHandlerTest, UnsaidExpertLayoutIsNamedAsDefaulted) {
+  json spec = PaperSpec();
+  spec["job"].erase("experts_tensor_parallel");
+  const json pod = Pod(MoeAnnotation(spec));
+  const json patched = Apply(Send(Operation::kMutate, Review(pod)), pod);
+  EXPECT_EQ(EnvValue(patched["spec"]["containers"][0], "MONTA_EXPERT_LAYOUT"),
+            "not_tensor_parallel");
+  const json decision =
+      json::parse(patched["metadata"]["annotations"]["monta.io/decision"]
+                      .get<std::string>());
+  EXPECT_EQ(decision["expert_layout"], "not_tensor_parallel");
+  EXPECT_EQ(decision["expert_layout_defaulted"], true);
+  // Said false: the same layout, not defaulted.
+  spec["job"]["experts_tensor_parallel"] = false;
+  const json said = Pod(MoeAnnotation(spec));
+  const json d2 =
+      json::parse(Apply(Send(Operation::kMutate, Review(said)),
+                        said)["metadata"]["annotations"]["monta.io/decision"]
+                      .get<std::string>());
+  EXPECT_EQ(d2["expert_layout"], "not_tensor_parallel");
+  EXPECT_EQ(d2["expert_layout_defaulted"], false);
 }
 
 TEST_F(AdmissionHandlerTest, JobGetsDecisionInPodTemplate) {
@@ -232,7 +261,7 @@ TEST_F(AdmissionHandlerTest, JobGetsDecisionInPodTemplate) {
     EXPECT_EQ(EnvValue(c, "MONTA_STRATEGY"), "tp_dedup_pipelined");
     EXPECT_EQ(EnvValue(c, "MONTA_DECISION_ID"), "decision-1");
   }
-  EXPECT_EQ(containers[0]["env"].size(), 7u);  // the empty array was filled
+  EXPECT_EQ(containers[0]["env"].size(), 8u);  // the empty array was filled
   EXPECT_EQ(patched["metadata"]["annotations"]["monta.io/strategy"],
             "tp_dedup_pipelined");
   // The template (which had no metadata) carries the decision to the Job's

@@ -41,20 +41,15 @@ MetricFamily Family(const std::string& name, const std::string& help) {
   return f;
 }
 
-// The profile that describes a node: declared, or inferred from its GPUs.
+// The profile that describes a node: declared, or inferred from its GPUs
+// (model::ProfileForNode, as the planner resolves it); null when none.
 const monta::model::HardwareProfile* ProfileFor(
     const monta::v1::NodeTopology& topology) {
-  std::string name = topology.profile_name();
-  if (name.empty()) {
-    absl::StatusOr<std::string> inferred = monta::model::ProfileNameForGpu(
-        topology.gpus().empty() ? "" : topology.gpus(0).name());
-    if (!inferred.ok()) return nullptr;
-    name = *inferred;
-  }
-  for (const auto& p : monta::model::BuiltinProfiles()) {
-    if (p.name == name) return &p;
-  }
-  return nullptr;
+  absl::StatusOr<const monta::model::HardwareProfile*> p =
+      monta::model::ProfileForNode(
+          topology.profile_name(), topology.gpus_size(),
+          topology.gpus().empty() ? "" : topology.gpus(0).name());
+  return p.ok() ? *p : nullptr;
 }
 
 const prometheus::Histogram::BucketBoundaries& DecisionBuckets() {

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/bandwidth/bandwidth.h"
+#include "common/schedule/schedule.h"
 
 namespace monta::model {
 
@@ -18,10 +20,8 @@ bool PositiveFinite(double v) { return std::isfinite(v) && v > 0; }
 
 // Fraction of a rank's message that crosses the bottleneck link (see header).
 double LinkShare(Collective collective, int nranks, int ranks_per_node) {
-  if (collective == Collective::kCopy) return 1.0;
-  const double n = nranks;
-  if (ranks_per_node >= nranks) return (n - 1) / n;  // one node: NVLink
-  return (n - ranks_per_node) / n;                   // several: the NIC
+  if (collective == Collective::kCopy) return schedule::kCopyLinkShare;
+  return schedule::LinkShare(nranks, ranks_per_node);
 }
 
 absl::Status CheckShape(Collective collective, int nranks, int ranks_per_node) {
@@ -43,33 +43,23 @@ absl::Status CheckShape(Collective collective, int nranks, int ranks_per_node) {
 // line predicts for its size is a stall, not the link (see DropStalls).
 constexpr double kStallFactor = 1.5;
 
-// Drops samples that took more than kStallFactor times the curve's
-// alpha-beta line: its slope from the two largest samples (the
-// bandwidth-bound end, where one stall matters least), its latency the
-// median of every sample's time beyond the slope (so one outlier cannot move
-// it). Such points come from scheduling, not from the link: on the emulated
-// cluster (4 ranks on 2 cores) a 64 KiB AllToAll measured 0.4 ms in one run
-// and 3.9 ms in the next, and that one point, taken as the curve's latency,
-// made every pipeline chunk cost 4 ms. The largest sample and at least two
-// samples are always kept; a curve whose largest samples do not rise is left
-// as it is.
-std::vector<CurveSample> DropStalls(std::vector<CurveSample> samples) {
+// Drops samples that took more than kStallFactor times the curve's robust
+// alpha-beta line (schedule::RobustAlphaBeta). Such points come from
+// scheduling, not from the link: on the emulated cluster (4 ranks on 2
+// cores) a 64 KiB AllToAll measured 0.4 ms in one run and 3.9 ms in the
+// next, and that one point, taken as the curve's latency, made every
+// pipeline chunk cost 4 ms. The largest sample and at least two samples are
+// always kept; a curve without a line (its largest samples do not rise) is
+// left as it is.
+std::vector<CurveSample> DropStalls(
+    std::vector<CurveSample> samples,
+    const std::optional<schedule::AlphaBetaLine>& line) {
   const size_t n = samples.size();
-  if (n < 3) return samples;
-  const CurveSample& a = samples[n - 2];
-  const CurveSample& b = samples[n - 1];
-  const double beta =
-      (b.time_seconds - a.time_seconds) / (b.message_bytes - a.message_bytes);
-  if (!(beta > 0)) return samples;
-  std::vector<double> beyond;
-  for (const CurveSample& p : samples) {
-    beyond.push_back(p.time_seconds - beta * p.message_bytes);
-  }
-  const double alpha = std::max(0.0, bandwidth::Median(std::move(beyond)));
+  if (n < 3 || !line) return samples;
   std::vector<CurveSample> kept;
   for (size_t k = 0; k < n; ++k) {
-    const double line = alpha + beta * samples[k].message_bytes;
-    const bool stall = samples[k].time_seconds > kStallFactor * line;
+    const bool stall = samples[k].time_seconds >
+                       kStallFactor * line->SecondsAt(samples[k].message_bytes);
     const size_t left = n - k;  // this one and those after it
     if (!stall || k + 1 == n || kept.size() + left <= 2) {
       kept.push_back(samples[k]);
@@ -112,15 +102,14 @@ absl::StatusOr<BandwidthCurve> BandwidthCurve::FromSamples(
   curve.nranks_ = nranks;
   curve.ranks_per_node_ = ranks_per_node;
   curve.link_share_ = LinkShare(collective, nranks, ranks_per_node);
-  samples = DropStalls(std::move(samples));
+  // One robust line: it finds the stalls, and its latency is the curve's.
+  const std::optional<schedule::AlphaBetaLine> line =
+      schedule::RobustAlphaBeta(samples);
+  samples = DropStalls(std::move(samples), line);
   if (samples.size() >= 2) {
-    const CurveSample& a = samples[0];
-    const CurveSample& b = samples[1];
-    const double slope =
-        (b.time_seconds - a.time_seconds) / (b.message_bytes - a.message_bytes);
-    const double intercept =
-        slope > 0 ? a.time_seconds - slope * a.message_bytes : a.time_seconds;
-    curve.alpha_seconds_ = std::clamp(intercept, 0.0, a.time_seconds);
+    const double smallest = samples.front().time_seconds;
+    curve.alpha_seconds_ =
+        std::clamp(line ? line->alpha_seconds : smallest, 0.0, smallest);
   }
   curve.samples_ = std::move(samples);
   return curve;
@@ -165,24 +154,20 @@ CurveTime BandwidthCurve::TimeSeconds(double x) const {
   }
   if (x < s.front().message_bytes) {
     const CurveSample& a = s[0];
-    const CurveSample& b = s[1];
-    const double slope =
-        (b.time_seconds - a.time_seconds) / (b.message_bytes - a.message_bytes);
-    const double line =
-        slope > 0 ? a.time_seconds + slope * (x - a.message_bytes) : 0.0;
+    const schedule::AlphaBetaLine fit = schedule::LineThrough(a, s[1]);
+    const double line = fit.seconds_per_byte > 0 ? fit.SecondsAt(x) : 0.0;
     // A negative fitted latency would predict less than pure bandwidth.
     const double floor = a.time_seconds * x / a.message_bytes;
     return {std::max(line, floor), true};
   }
   if (x > s.back().message_bytes) {
-    const CurveSample& a = s[s.size() - 2];
     const CurveSample& b = s[s.size() - 1];
-    const double slope =
-        (b.time_seconds - a.time_seconds) / (b.message_bytes - a.message_bytes);
-    const double line = b.time_seconds + slope * (x - b.message_bytes);
+    const schedule::AlphaBetaLine fit =
+        schedule::LineThrough(s[s.size() - 2], b);
     // A flat or falling tail (noise) must not make bigger messages free.
     const double floor = b.time_seconds * x / b.message_bytes;
-    return {slope > 0 ? std::max(line, 0.0) : floor, true};
+    return {fit.seconds_per_byte > 0 ? std::max(fit.SecondsAt(x), 0.0) : floor,
+            true};
   }
   auto it = std::lower_bound(
       s.begin(), s.end(), x,

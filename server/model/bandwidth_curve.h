@@ -12,14 +12,12 @@
 
 #include "absl/status/statusor.h"
 #include "common/bandwidth/bandwidth.h"
+#include "common/schedule/alpha_beta.h"
 
 namespace monta::model {
 
 // One measured point: `message_bytes` per rank took `time_seconds`.
-struct CurveSample {
-  double message_bytes = 0;
-  double time_seconds = 0;
-};
+using CurveSample = schedule::Sample;
 
 // A time, and whether the size lay outside the measured range (then the time
 // comes from an alpha-beta fit and the caller must say so in its evidence).
@@ -43,9 +41,10 @@ class BandwidthCurve {
   // (nranks for an intra-node curve). Needs nranks >= 2 (>= 1 for copies),
   // ranks_per_node dividing nranks, at least one sample, sizes strictly
   // increasing and every size and time > 0 and finite. Samples more than
-  // 1.5x as slow as the curve's robust alpha-beta line (slope from the two
-  // largest, latency the median) are stalls (scheduling, not the link) and
-  // are dropped; the largest is kept.
+  // 1.5x as slow as the curve's robust alpha-beta line
+  // (schedule::RobustAlphaBeta: slope from the two largest, latency the
+  // median) are stalls (scheduling, not the link) and are dropped; the
+  // largest is kept. The same line's latency is the curve's alpha.
   static absl::StatusOr<BandwidthCurve> FromSamples(
       bandwidth::Collective collective, int nranks, int ranks_per_node,
       std::vector<CurveSample> samples);
@@ -76,9 +75,9 @@ class BandwidthCurve {
   // the link is what lets one curve answer for groups of another shape.
   double link_share() const { return link_share_; }
 
-  // Fixed cost per launch: the profile's alpha, or the intercept of the
-  // alpha-beta line through the two smallest samples (clamped to
-  // [0, smallest time]).
+  // Fixed cost per launch: the profile's alpha, or the latency of the
+  // measured curve's robust alpha-beta line (clamped to [0, smallest time];
+  // the smallest time when the largest samples do not rise, one sample: 0).
   double alpha_seconds() const { return alpha_seconds_; }
 
   bool valid() const { return nranks_ > 0; }

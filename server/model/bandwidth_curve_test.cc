@@ -72,13 +72,15 @@ TEST(BandwidthCurve, FallingTailNeverMakesBiggerMessagesCheaper) {
 }
 
 TEST(BandwidthCurve, SmallMessagesAreNeverFasterThanTheLargest) {
-  // The fitted alpha (from the two smallest samples) exceeds what the
-  // middle sample leaves beyond it, so its time minus alpha is tiny: without
-  // the cap that size would look nearly free on the link.
+  // The fitted alpha (0.5 ms) leaves the 256 KB sample little time beyond
+  // it: without the cap that size would move faster on the link than the
+  // largest, most bandwidth-bound one.
   auto c = BandwidthCurve::FromSamples(
       Collective::kAllToAll, 4, 2,
-      {{64e3, 1.25e-3}, {256e3, 1.30e-3}, {1e6, 22e-3}, {16e6, 376e-3}});
+      {{64e3, 0.9e-3}, {256e3, 1.05e-3}, {1e6, 3e-3}, {16e6, 40e-3}});
   ASSERT_TRUE(c.ok()) << c.status();
+  const double alpha = c->alpha_seconds();
+  ASSERT_GT(256e3 / (1.05e-3 - alpha), 16e6 / (40e-3 - alpha));  // the premise
   const double largest = c->LinkRateAt(16e6).bytes_per_second;
   for (double x : {32e3, 64e3, 128e3, 256e3, 1e6}) {
     EXPECT_LE(c->LinkRateAt(x).bytes_per_second, largest * (1 + 1e-12)) << x;
@@ -129,6 +131,23 @@ TEST(BandwidthCurve, DropsAMilderStallToo) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_DOUBLE_EQ(c->min_bytes(), 262144);
   EXPECT_LT(c->alpha_seconds(), 0.5e-3);
+}
+
+// One robust line finds the stalls and gives the curve's latency: a bump at
+// the smallest size (1.3x, no stall) moved the two-point intercept of the
+// two smallest samples to 27 us; the line's median latency stays at 20 us.
+TEST(BandwidthCurve, AlphaIsTheStallFiltersRobustLine) {
+  std::vector<CurveSample> samples;
+  for (double x = 1e3; x <= 1e7; x *= 10)
+    samples.push_back({x, 20e-6 + x / 1e9});
+  samples[0].time_seconds *= 1.3;
+  auto c = BandwidthCurve::FromSamples(Collective::kAllToAll, 8, 8, samples);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->min_bytes(), 1e3);  // kept: not a stall
+  const auto line = schedule::RobustAlphaBeta(samples);
+  ASSERT_TRUE(line.has_value());
+  EXPECT_DOUBLE_EQ(c->alpha_seconds(), line->alpha_seconds);
+  EXPECT_NEAR(c->alpha_seconds(), 20e-6, 1e-12);
 }
 
 TEST(BandwidthCurve, RejectsBadInput) {

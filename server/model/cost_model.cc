@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <initializer_list>
 
+#include "common/schedule/schedule.h"
+
 namespace monta::model {
 namespace {
 
@@ -37,9 +39,8 @@ Resource Slowest(std::initializer_list<Resource> resources) {
 
 double AllToAllLatencySeconds(const BandwidthCurve& curve, int group,
                               double per_peer_seconds) {
-  const double a =
-      curve.alpha_seconds() + per_peer_seconds * (group - curve.nranks());
-  return std::max(a, 0.25 * curve.alpha_seconds());
+  return schedule::LatencyForGroupSeconds(curve.alpha_seconds(), curve.nranks(),
+                                          group, per_peer_seconds);
 }
 
 void ExtrapolationFlags::Merge(const ExtrapolationFlags& o) {
@@ -73,20 +74,13 @@ const char* ResourceBusy::Bottleneck() const {
   return best > 0 ? name : "none";
 }
 
-int EffectiveChunks(int64_t rows, int requested) {
-  if (rows < 1) return 1;
-  const int64_t k = std::clamp<int64_t>(requested, 1, rows);
-  const int64_t rows_per_chunk = (rows + k - 1) / k;
-  return static_cast<int>((rows + rows_per_chunk - 1) / rows_per_chunk);
-}
-
 CostModel::CostModel(const Traffic& traffic, const ClusterView& cluster,
-                     double contention_factor, BackwardSchedule backward,
+                     double contention_factor, ExpertLayout layout,
                      double expert_compute_seconds, PipelineResources pipeline)
     : traffic_(traffic),
       cluster_(cluster),
       gamma_(std::max(1.0, contention_factor)),
-      backward_(backward),
+      layout_(layout),
       expert_compute_seconds_(std::max(0.0, expert_compute_seconds)),
       pipeline_(pipeline) {}
 
@@ -152,30 +146,26 @@ Stage CostModel::Copy(double bytes, ExtrapolationFlags* flags) const {
   return s;
 }
 
-StrategyTime CostModel::Flat(ExtrapolationFlags* flags) const {
-  const Stage a = AllToAll(traffic_.dispatch_bytes, traffic_.ep_group_size,
+bool CostModel::DropsEverywhere() const {
+  return layout_ == ExpertLayout::kNotTensorParallel && traffic_.tp_duplicates;
+}
+
+CostModel::Op CostModel::PlainOp(double bytes, bool dropped,
+                                 ExtrapolationFlags* flags) const {
+  const Stage a = AllToAll(bytes, traffic_.ep_group_size,
                            traffic_.ep_members_on_node, flags);
-  StrategyTime st;
-  // Dispatch and combine forward; their two gradients backward.
-  st.forward_seconds = 2 * a.seconds;
-  st.backward_seconds = 2 * a.seconds;
-  st.busy.Add(a.busy, 4);
-  st.intra_node_bytes = traffic_.dispatch_bytes * traffic_.intra_node_share;
-  st.inter_node_bytes = traffic_.dispatch_bytes * traffic_.inter_node_share;
-  return st;
+  Op op;
+  // A calibrated fixed cost per chunk of a dropped op (docs/MODEL.md §11).
+  op.seconds = a.seconds +
+               (dropped ? cluster_.calibration.per_chunk_overhead_seconds : 0);
+  op.busy = a.busy;
+  op.intra_node_bytes = bytes * traffic_.intra_node_share;
+  op.inter_node_bytes = bytes * traffic_.inter_node_share;
+  return op;
 }
 
-StrategyTime CostModel::TpDedup(ExtrapolationFlags* flags) const {
-  return Dedup(1, false, flags);
-}
-
-StrategyTime CostModel::TpDedupPipelined(int chunks,
-                                         ExtrapolationFlags* flags) const {
-  return Dedup(chunks, true, flags);
-}
-
-StrategyTime CostModel::Dedup(int chunks, bool pipelined,
-                              ExtrapolationFlags* flags) const {
+CostModel::Op CostModel::GatheredOp(int chunks, bool pipelined,
+                                    ExtrapolationFlags* flags) const {
   const int t = traffic_.tensor_parallel_size;
   const double d = traffic_.dispatch_bytes;
   const int k = std::max(1, chunks);
@@ -187,48 +177,119 @@ StrategyTime CostModel::Dedup(int chunks, bool pipelined,
   // capacity axis (torch.cat in DeepSpeed's gather_tokens), so the
   // unpipelined schedule pays the copy too and S2(K=1) equals S1.
   const Stage c = Copy(t * x, flags);
-
+  Op op;
   // A calibrated fixed cost per chunk (docs/MODEL.md §11): what a chunk costs
   // beyond the curves' latencies (synchronisation, host-side work).
-  const double per_chunk = cluster_.calibration.per_chunk_overhead_seconds;
-  double forward_op = a.seconds + g.seconds + c.seconds + k * per_chunk;
-  const char* steady_state_bottleneck = nullptr;
+  op.seconds = a.seconds + g.seconds + c.seconds +
+               k * cluster_.calibration.per_chunk_overhead_seconds;
   if (pipelined && k > 1) {
     const SteadyStateInterval tau = SteadyState(a, g, c);
-    forward_op += (k - 1) * tau.seconds;
-    steady_state_bottleneck = tau.name;
+    op.seconds += (k - 1) * tau.seconds;
+    op.steady_state = tau.name;
   }
-  // Slice-only backward (docs/MODEL.md §8.1) has no gather to hide, so it
-  // runs one AllToAll of D/t whatever K is: chunking it would only add K
-  // latencies, so forward alone decides K.
-  const bool slice_only = backward_ == BackwardSchedule::kSliceOnly;
-  const Stage whole = k == 1 || !slice_only
-                          ? a
-                          : AllToAll(d / t, traffic_.ep_group_size,
-                                     traffic_.ep_members_on_node, flags);
-  const double backward_op =
-      slice_only ? whole.seconds + per_chunk
-                 : k * (a.seconds + g.seconds + c.seconds + per_chunk);
-
-  StrategyTime st;
-  st.forward_seconds = 2 * forward_op;
-  st.backward_seconds = 2 * backward_op;
-  // Two forward ops of k chunks; two backward ops of one AllToAll of D/t
-  // (slice-only) or of k chunks (autograd).
-  st.busy.Add(a.busy, 2.0 * k);
-  if (slice_only) {
-    st.busy.Add(whole.busy, 2.0);
-  } else {
-    st.busy.Add(a.busy, 2.0 * k);
-  }
-  const double gc_ops = slice_only ? 2.0 : 4.0;
-  st.busy.Add(g.busy, gc_ops * k);
-  st.busy.Add(c.busy, gc_ops * k);
+  op.chunked = pipelined;
+  op.allgathers = 1;
+  op.busy.Add(a.busy, k);
+  op.busy.Add(g.busy, k);
+  op.busy.Add(c.busy, k);
   const double sent = d / t;
-  st.intra_node_bytes = sent * traffic_.intra_node_share + (t - 1) * sent;
-  st.inter_node_bytes = sent * traffic_.inter_node_share;
-  st.steady_state_bottleneck = steady_state_bottleneck;
+  op.intra_node_bytes = sent * traffic_.intra_node_share + (t - 1) * sent;
+  op.inter_node_bytes = sent * traffic_.inter_node_share;
+  return op;
+}
+
+CostModel::Op CostModel::HierarchicalOp(double bytes,
+                                        ExtrapolationFlags* flags) const {
+  const int e = traffic_.ep_group_size;
+  const int ns = traffic_.ep_members_on_node;
+  // Phase 1 regroups by destination node inside the node; phase 2 sends each
+  // node's bundle to the same-local-rank peer there (DeepSpeed-MoE, Tutel
+  // 2DH): fewer, n_s-times larger messages over the network.
+  const Stage intra = AllToAll(bytes, ns, ns, flags);
+  const Stage layout = Copy(bytes, flags);
+  const Stage inter = AllToAll(bytes, e / std::max(1, ns), 1, flags);
+  Op op;
+  op.seconds = intra.seconds + layout.seconds + inter.seconds;
+  op.busy.Add(intra.busy);
+  op.busy.Add(layout.busy);
+  op.busy.Add(inter.busy);
+  op.intra_node_bytes = ns > 1 ? bytes * (ns - 1) / ns : 0;
+  op.inter_node_bytes = bytes * traffic_.inter_node_share;
+  return op;
+}
+
+CostModel::Op CostModel::WithGather(Op op, ExtrapolationFlags* flags) const {
+  const int t = traffic_.tensor_parallel_size;
+  const double sent = traffic_.dispatch_bytes / t;
+  const Stage g = AllGather(sent, flags);
+  const Stage c = Copy(traffic_.dispatch_bytes, flags);
+  op.seconds += g.seconds + c.seconds;
+  op.busy.Add(g.busy);
+  op.busy.Add(c.busy);
+  op.allgathers += 1;
+  op.intra_node_bytes += (t - 1) * sent;
+  return op;
+}
+
+StrategyTime CostModel::Layer(const Op& dispatch_forward,
+                              const Op& combine_forward,
+                              const Op& combine_backward,
+                              const Op& dispatch_backward) const {
+  StrategyTime st;
+  st.ops = {dispatch_forward.seconds, combine_forward.seconds,
+            combine_backward.seconds, dispatch_backward.seconds};
+  st.forward_seconds = dispatch_forward.seconds + combine_forward.seconds;
+  st.backward_seconds = combine_backward.seconds + dispatch_backward.seconds;
+  for (const Op* op : {&dispatch_forward, &combine_forward, &combine_backward,
+                       &dispatch_backward}) {
+    st.alltoalls_per_layer += 1;
+    st.allgathers_per_layer += op->allgathers;
+    if (op->chunked) st.chunked_seconds += op->seconds;
+    st.busy.Add(op->busy);
+    st.intra_node_bytes += op->intra_node_bytes / 4;
+    st.inter_node_bytes += op->inter_node_bytes / 4;
+    if (op->steady_state != nullptr) {
+      st.steady_state_bottleneck = op->steady_state;
+    }
+  }
   return st;
+}
+
+StrategyTime CostModel::Mirrored(const Op& op) const {
+  return Layer(op, op, op, op);
+}
+
+// DeepSpeed's MOELayer for experts that are not tensor-parallel: dispatch =
+// drop -> AllToAll, combine = AllToAll -> gather; autograd runs the gradient
+// of gather (a slice) before the combine's AllToAll and the gradient of drop
+// (a gather) after the dispatch's (docs/MODEL.md §4).
+StrategyTime CostModel::Split(const Op& plain, const Op& gathered) const {
+  return Layer(plain, gathered, plain, gathered);
+}
+
+StrategyTime CostModel::Flat(ExtrapolationFlags* flags) const {
+  if (!DropsEverywhere()) {
+    // Every TP rank sends its whole copy (the paper's baseline; DeepSpeed
+    // before v0.14.5 for tensor-parallel experts).
+    return Mirrored(PlainOp(traffic_.dispatch_bytes, false, flags));
+  }
+  // What DeepSpeed runs for whole experts: it always drops duplicates.
+  return TpDedup(flags);
+}
+
+StrategyTime CostModel::TpDedup(ExtrapolationFlags* flags) const {
+  return TpDedupPipelined(1, flags);
+}
+
+StrategyTime CostModel::TpDedupPipelined(int chunks,
+                                         ExtrapolationFlags* flags) const {
+  const Op gathered = GatheredOp(chunks, /*pipelined=*/true, flags);
+  if (layout_ == ExpertLayout::kTensorParallel) {
+    // Each op is its own adjoint: the backward gathers and pipelines too.
+    return Mirrored(gathered);
+  }
+  const int t = traffic_.tensor_parallel_size;
+  return Split(PlainOp(traffic_.dispatch_bytes / t, true, flags), gathered);
 }
 
 // A stage cannot repeat faster than itself, nor faster than a resource it
@@ -261,49 +322,49 @@ CostModel::SteadyStateInterval CostModel::SteadyState(const Stage& a,
 }
 
 StrategyTime CostModel::Hierarchical(ExtrapolationFlags* flags) const {
-  const double d = traffic_.dispatch_bytes;
-  const int e = traffic_.ep_group_size;
-  const int ns = traffic_.ep_members_on_node;
-  // Phase 1 regroups by destination node inside the node; phase 2 sends each
-  // node's bundle to the same-local-rank peer there (DeepSpeed-MoE, Tutel
-  // 2DH): fewer, n_s-times larger messages over the network.
-  const Stage intra = AllToAll(d, ns, ns, flags);
-  const Stage layout = Copy(d, flags);
-  const Stage inter = AllToAll(d, e / std::max(1, ns), 1, flags);
-  const double op = intra.seconds + layout.seconds + inter.seconds;
-  StrategyTime st;
-  st.forward_seconds = 2 * op;
-  st.backward_seconds = 2 * op;
-  st.busy.Add(intra.busy, 4);
-  st.busy.Add(layout.busy, 4);
-  st.busy.Add(inter.busy, 4);
-  st.intra_node_bytes = ns > 1 ? d * (ns - 1) / ns : 0;
-  st.inter_node_bytes = d * traffic_.inter_node_share;
-  return st;
+  if (!DropsEverywhere()) {
+    return Mirrored(HierarchicalOp(traffic_.dispatch_bytes, flags));
+  }
+  // Whole experts: every op moves the dropped D/t, and the combine (and the
+  // dispatch's gradient) gathers the duplicates back.
+  const Op hier = HierarchicalOp(
+      traffic_.dispatch_bytes / traffic_.tensor_parallel_size, flags);
+  return Split(hier, WithGather(hier, flags));
 }
 
 StrategyTime CostModel::ExpertOverlap(int chunks,
                                       ExtrapolationFlags* flags) const {
   const int k = std::max(1, chunks);
-  const Stage a = AllToAll(traffic_.dispatch_bytes / k, traffic_.ep_group_size,
+  const bool drops = DropsEverywhere();
+  const double bytes =
+      traffic_.dispatch_bytes / (drops ? traffic_.tensor_parallel_size : 1);
+  const Stage a = AllToAll(bytes / k, traffic_.ep_group_size,
                            traffic_.ep_members_on_node, flags);
   // Dispatch of chunk i+1, experts on chunk i, combine of chunk i-1 (Tutel).
   // Dispatch and combine share the links, so they bound the steady state
-  // together; the reported time is the communication left exposed.
+  // together; the reported time is the communication left exposed, half to
+  // each of the two ops it overlaps.
   auto exposed = [&](double compute_seconds) {
     const double per_chunk = compute_seconds / k;
     const double tau = gamma_ * std::max(2 * a.seconds, per_chunk);
     const double total = 2 * a.seconds + per_chunk + (k - 1) * tau;
     return std::max(0.0, total - compute_seconds);
   };
-  StrategyTime st;
-  st.forward_seconds = exposed(expert_compute_seconds_);
+  Op forward;
+  forward.seconds = exposed(expert_compute_seconds_) / 2;
+  forward.chunked = true;
+  forward.busy.Add(a.busy, k);
+  forward.intra_node_bytes = bytes * traffic_.intra_node_share;
+  forward.inter_node_bytes = bytes * traffic_.inter_node_share;
   // Backward computes input and weight gradients: about twice the forward.
-  st.backward_seconds = exposed(2 * expert_compute_seconds_);
-  st.busy.Add(a.busy, 4.0 * k);
+  Op backward = forward;
+  backward.seconds = exposed(2 * expert_compute_seconds_) / 2;
+  StrategyTime st = drops ? Layer(forward, WithGather(forward, flags), backward,
+                                  WithGather(backward, flags))
+                          : Layer(forward, forward, backward, backward);
+  // The gathers are not cut into chunks: only the exposed part changes.
+  st.chunked_seconds = forward.seconds * 2 + backward.seconds * 2;
   st.busy.compute_seconds = 3 * expert_compute_seconds_;
-  st.intra_node_bytes = traffic_.dispatch_bytes * traffic_.intra_node_share;
-  st.inter_node_bytes = traffic_.dispatch_bytes * traffic_.inter_node_share;
   return st;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "common/schedule/schedule.h"
 #include "server/model/bandwidth_curve.h"
 #include "server/model/traffic.h"
 
@@ -40,9 +41,9 @@ struct ClusterView {
   // pair each); this moves a curve's alpha from the curve's own rank count to
   // the op's group (docs/MODEL.md §2), never to the cluster's size.
   double alltoall_per_peer_latency_seconds = 0;
-  // Largest group the per-peer latency was sourced on (0 = unknown): groups
-  // beyond it extrapolate the latency law, and the decision says so.
-  int alltoall_latency_source_max_ranks = 0;
+  // Groups the per-peer latency was sourced on (0 = unknown): groups outside
+  // it extrapolate the latency law, and the decision says so.
+  schedule::LatencySourceRange alltoall_latency_source;
   ModelCalibration calibration;
 };
 
@@ -57,16 +58,6 @@ struct ExtrapolationFlags {
     return alltoall_intra || alltoall_inter || allgather_intra || copy;
   }
 };
-
-// How backward runs. kSliceOnly (the default) is docs/MODEL.md §8.1's reading:
-// forward charges an AllGather to each of its two ops, backward runs
-// AllToAll(D/t) only. Per layer that is 4 AllToAlls and 2 AllGathers, exactly
-// what DeepSpeed's MoE layer issues (deepspeed/moe/sharded_moe.py: forward runs
-// drop -> AllToAll and AllToAll -> gather; autograd runs slice -> AllToAll and
-// AllToAll -> AllGather), only attributed to forward rather than split.
-// kAutograd charges an AllGather to every backward op as well (4 per layer);
-// it over-counts DeepSpeed's backward and is kept for comparison.
-enum class BackwardSchedule { kAutograd, kSliceOnly };
 
 // Which pipeline stages share a resource (docs/MODEL.md §8.3, an open
 // question for measurement). kCopySharesGpu (the default, conservative): the
@@ -95,12 +86,33 @@ struct Stage {
   ResourceBusy busy;
 };
 
+// The four communication ops of one MoE layer, in the order they run:
+// dispatch and combine forward, then the combine's gradient and the
+// dispatch's (docs/MODEL.md §4).
+struct LayerOps {
+  double dispatch_forward_seconds = 0;
+  double combine_forward_seconds = 0;
+  double combine_backward_seconds = 0;
+  double dispatch_backward_seconds = 0;
+};
+
 // Per MoE layer (forward = dispatch + combine; backward = their gradients).
 struct StrategyTime {
   double forward_seconds = 0;
   double backward_seconds = 0;
+  double total_seconds() const { return forward_seconds + backward_seconds; }
+  LayerOps ops;
+  // Collectives per layer, forward and backward: the MoE AllToAll ops (each
+  // counted once however it runs: a pipeline's chunks, hierarchical's two
+  // phases) and the TP AllGathers that restore dropped duplicates.
+  int alltoalls_per_layer = 0;
+  int allgathers_per_layer = 0;
+  // The part of forward + backward that the chunk count changes (the ops
+  // cut into chunks); the chunk search's tolerance is taken on it.
+  double chunked_seconds = 0;
   ResourceBusy busy;
-  // Bytes one rank moves per AllToAll op.
+  // Bytes one rank moves per AllToAll op (the AllGather that restores its
+  // duplicates included), the mean over the layer's four ops.
   double intra_node_bytes = 0;
   double inter_node_bytes = 0;
   // The resource that sets a pipeline's steady-state interval (a name as
@@ -112,14 +124,16 @@ struct StrategyTime {
 class CostModel {
  public:
   // `traffic` and `cluster` must outlive the model. contention_factor is
-  // gamma >= 1 for the pipelined steady state. expert_compute_seconds is the
+  // gamma >= 1 for the pipelined steady state. `layout` decides what each
+  // op's backward runs (docs/MODEL.md §4). expert_compute_seconds is the
   // expert FFN forward per layer per rank (0 = unknown).
   CostModel(const Traffic& traffic, const ClusterView& cluster,
-            double contention_factor, BackwardSchedule backward,
+            double contention_factor, ExpertLayout layout,
             double expert_compute_seconds,
             PipelineResources pipeline = PipelineResources::kCopySharesGpu);
 
-  // Schedules (docs/MODEL.md §4). `flags` (nullable) collects extrapolation.
+  // Schedules (docs/MODEL.md §4): one MoE layer, forward and backward, in
+  // the model's expert layout. `flags` (nullable) collects extrapolation.
   StrategyTime Flat(ExtrapolationFlags* flags) const;
   StrategyTime TpDedup(ExtrapolationFlags* flags) const;
   StrategyTime TpDedupPipelined(int chunks, ExtrapolationFlags* flags) const;
@@ -143,28 +157,55 @@ class CostModel {
   SteadyStateInterval SteadyState(const Stage& a, const Stage& g,
                                   const Stage& c) const;
 
-  // Forward and backward of one dedup op split into `chunks`.
-  StrategyTime Dedup(int chunks, bool pipelined,
-                     ExtrapolationFlags* flags) const;
+  // One MoE communication op: its time, the resources it keeps busy, the
+  // collectives it runs and the bytes it moves per rank.
+  struct Op {
+    double seconds = 0;
+    ResourceBusy busy;
+    int allgathers = 0;
+    bool chunked = false;  // the chunk count changes it
+    const char* steady_state = nullptr;
+    double intra_node_bytes = 0;
+    double inter_node_bytes = 0;
+  };
+  // An AllToAll of `bytes` per rank over the EP group; `dropped`: its input
+  // had the TP duplicates dropped (a calibrated per-chunk cost, one chunk).
+  Op PlainOp(double bytes, bool dropped, ExtrapolationFlags* flags) const;
+  // drop -> AllToAll(D/t) -> AllGather -> reorder copy, in `chunks`,
+  // pipelined or one after another.
+  Op GatheredOp(int chunks, bool pipelined, ExtrapolationFlags* flags) const;
+  // Hierarchical AllToAll of `bytes`: intra-node, layout copy, inter-node.
+  Op HierarchicalOp(double bytes, ExtrapolationFlags* flags) const;
+  // `op` followed by the AllGather and copy that restore dropped duplicates.
+  Op WithGather(Op op, ExtrapolationFlags* flags) const;
+  // A layer whose four ops are `op` (each op's backward is itself).
+  StrategyTime Mirrored(const Op& op) const;
+  // A layer of DeepSpeed's layout for whole experts: dispatch forward and
+  // combine backward run `plain`, combine forward and dispatch backward
+  // `gathered`.
+  StrategyTime Split(const Op& plain, const Op& gathered) const;
+  StrategyTime Layer(const Op& dispatch_forward, const Op& combine_forward,
+                     const Op& combine_backward,
+                     const Op& dispatch_backward) const;
+  // Whether every schedule of this layer drops the TP duplicates (experts
+  // not tensor-parallel, DeepSpeed's drop_tokens) and gathers them once per
+  // direction.
+  bool DropsEverywhere() const;
 
   const Traffic& traffic_;
   const ClusterView& cluster_;
   double gamma_;  // contention factor >= 1
-  BackwardSchedule backward_;
+  ExpertLayout layout_;
   double expert_compute_seconds_;
   PipelineResources pipeline_;
 };
 
 // Launch latency of an AllToAll over `group` ranks read from `curve`: its
 // alpha moved by the per-peer latency from the curve's rank count to the
-// group, floored at a quarter of the alpha (fewer peers cannot make a launch
-// free). A function of the op's group and the curve only.
+// group (schedule::LatencyForGroupSeconds). A function of the op's group and
+// the curve only.
 double AllToAllLatencySeconds(const BandwidthCurve& curve, int group,
                               double per_peer_seconds);
-
-// Chunks a split really yields: n rows cut into pieces of ceil(n/K) rows give
-// ceil(n / ceil(n/K)) pieces (n=6, K=4 gives 3). K is clamped to [1, n].
-int EffectiveChunks(int64_t rows, int requested);
 
 }  // namespace monta::model
 

@@ -119,6 +119,7 @@ HardwareProfile Hgx(const char* name, const char* description,
   Set(p, &HardwareProfile::alltoall_per_peer_latency_seconds,
       "alltoall_per_peer_latency_seconds", 0.8e-6, "seconds", kSrcA2aPerPeer);
   // kSrcA2aPerPeer compares 8- and 32-GPU runs.
+  p.alltoall_per_peer_latency_source_min_ranks = 8;
   p.alltoall_per_peer_latency_source_max_ranks = 32;
   Set(p, &HardwareProfile::allgather_latency_seconds,
       "allgather_latency_seconds", 10e-6, "seconds", kSrcAgLatency);
@@ -251,6 +252,20 @@ absl::StatusOr<std::string> ProfileNameForGpu(absl::string_view gpu_name) {
   return absl::NotFoundError(absl::StrCat(
       "no built-in hardware profile for GPU \"", gpu_name,
       "\"; set the node's topology profile_name or measure its curves"));
+}
+
+absl::StatusOr<const HardwareProfile*> ProfileForNode(
+    absl::string_view declared, int gpu_count, absl::string_view gpu_name) {
+  if (!declared.empty()) return LookupProfile(declared);
+  if (gpu_count > 0 && gpu_name.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reports ", gpu_count,
+                     " GPUs without a name; declare its profile_name"));
+  }
+  absl::StatusOr<std::string> inferred =
+      ProfileNameForGpu(gpu_count > 0 ? gpu_name : "");
+  if (!inferred.ok()) return inferred.status();
+  return LookupProfile(*inferred);
 }
 
 }  // namespace monta::model

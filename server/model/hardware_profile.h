@@ -42,8 +42,10 @@ struct HardwareProfile {
   double alltoall_per_peer_latency_seconds = 0;
   double allgather_latency_seconds = 0;
   double copy_latency_seconds = 0;
-  // Largest AllToAll group the per-peer latency was sourced on (the source's
-  // runs, not a constant the model uses); 0 = an assumption with no range.
+  // Smallest and largest AllToAll groups the per-peer latency was sourced on
+  // (the source's runs, not constants the model uses); 0 = an assumption with
+  // no range. Groups outside them are flagged in the decision.
+  int alltoall_per_peer_latency_source_min_ranks = 0;
   int alltoall_per_peer_latency_source_max_ranks = 0;
 
   // Every constant above with unit and source, in declaration order.
@@ -64,6 +66,12 @@ absl::StatusOr<HardwareProfile> FindProfile(absl::string_view name);
 // The built-in profile called `name` (static storage, no copy), or NOT_FOUND as
 // FindProfile. For hot paths: a profile carries dozens of sourced strings.
 absl::StatusOr<const HardwareProfile*> LookupProfile(absl::string_view name);
+
+// The profile of a node: `declared` (its topology's profile_name) when set,
+// else the one its GPU name implies, cpu-gloo without GPUs. INVALID_ARGUMENT
+// for GPUs without a name, NOT_FOUND for an unknown declared name or GPU.
+absl::StatusOr<const HardwareProfile*> ProfileForNode(
+    absl::string_view declared, int gpu_count, absl::string_view gpu_name);
 
 // Profile name for a GPU marketing name ("NVIDIA A800-SXM4-80GB" ->
 // "a800-hgx"); "cpu-gloo" for an empty name (a node without GPUs).

@@ -80,7 +80,8 @@ TEST(ProfileView, CurvesCarryTheProfileRates) {
   EXPECT_EQ(large->alltoall_inter.nranks(), 16);
   EXPECT_DOUBLE_EQ(large->alltoall_inter.alpha_seconds(),
                    view->alltoall_inter.alpha_seconds());
-  EXPECT_EQ(view->alltoall_latency_source_max_ranks, 32);
+  EXPECT_EQ(view->alltoall_latency_source.min_ranks, 8);
+  EXPECT_EQ(view->alltoall_latency_source.max_ranks, 32);
   // More ranks, more peers, more launch latency.
   EXPECT_GT(view->alltoall_inter.alpha_seconds(),
             view->alltoall_intra.alpha_seconds());

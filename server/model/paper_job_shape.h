@@ -28,7 +28,7 @@ inline MoeJobShape PaperJobShape() {
   j.expert_parallel_size = 2;
   j.pipeline_parallel_size = 1;
   j.data_parallel_size = 2;
-  j.experts_tensor_parallel = true;
+  j.expert_layout = ExpertLayout::kTensorParallel;
   j.alltoall_share_ratio = 0.3;
   return j;
 }

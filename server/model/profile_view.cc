@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/schedule/schedule.h"
 
 namespace monta::model {
 
@@ -15,10 +16,9 @@ namespace {
 constexpr int kLatencyReferenceRanks = 8;
 
 double AllToAllAlpha(const HardwareProfile& p, int nranks) {
-  const double a =
-      p.alltoall_latency_seconds +
-      p.alltoall_per_peer_latency_seconds * (nranks - kLatencyReferenceRanks);
-  return std::max(a, 0.25 * p.alltoall_latency_seconds);
+  return schedule::LatencyForGroupSeconds(p.alltoall_latency_seconds,
+                                          kLatencyReferenceRanks, nranks,
+                                          p.alltoall_per_peer_latency_seconds);
 }
 
 }  // namespace
@@ -61,8 +61,9 @@ absl::StatusOr<ClusterView> ProfileClusterView(const HardwareProfile& profile,
   view.copy = *std::move(copy);
   view.alltoall_per_peer_latency_seconds =
       profile.alltoall_per_peer_latency_seconds;
-  view.alltoall_latency_source_max_ranks =
-      profile.alltoall_per_peer_latency_source_max_ranks;
+  view.alltoall_latency_source = {
+      profile.alltoall_per_peer_latency_source_min_ranks,
+      profile.alltoall_per_peer_latency_source_max_ranks};
   return view;
 }
 

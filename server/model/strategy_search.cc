@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/schedule/schedule.h"
 
 namespace monta::model {
 namespace {
@@ -17,10 +18,26 @@ constexpr StrategyKind kAllKinds[] = {
     StrategyKind::kTpDedupPipelined, StrategyKind::kHierarchical,
     StrategyKind::kExpertOverlap};
 
+// Whether every schedule of the layer drops the TP duplicates: experts that
+// are not tensor-parallel, where DeepSpeed always does (docs/MODEL.md §4).
+bool DropsEverywhere(ExpertLayout layout, const Traffic& tr) {
+  return layout == ExpertLayout::kNotTensorParallel && tr.tp_duplicates;
+}
+
+// The rows a chunked schedule cuts: each TP rank's 1/t share when its
+// AllToAll carries the dropped rows (the pipeline; expert overlap with whole
+// experts), else the whole axis.
+int64_t ChunkedRows(StrategyKind kind, const Traffic& tr, bool drops) {
+  if (kind == StrategyKind::kTpDedupPipelined || drops) {
+    return tr.split_rows / std::max(1, tr.tensor_parallel_size);
+  }
+  return tr.split_rows;
+}
+
 // Why `kind` cannot run for this job, or nullopt when it can.
 std::optional<std::string> InfeasibleReason(StrategyKind kind,
                                             const MoeJobShape& job,
-                                            const Traffic& tr) {
+                                            const Traffic& tr, bool drops) {
   const int t = tr.tensor_parallel_size;
   const int e = tr.ep_group_size;
   const int ns = tr.ep_members_on_node;
@@ -66,7 +83,9 @@ std::optional<std::string> InfeasibleReason(StrategyKind kind,
       if (job.expert_compute_seconds <= 0) {
         return "needs job.expert_compute_seconds to overlap with";
       }
-      if (tr.split_rows < 2) return "one row: nothing to cut into chunks";
+      if (ChunkedRows(kind, tr, drops) < 2) {
+        return "one row: nothing to cut into chunks";
+      }
       return std::nullopt;
   }
   return "unknown strategy";
@@ -82,15 +101,16 @@ double Total(const StrategyTime& t) {
 }
 
 // Best K in 1..k_max for a chunked schedule: the smallest K whose total is
-// within kChunkTolerance of the fastest K's forward time above the fastest.
+// within kChunkTolerance of the fastest K's chunked ops above the fastest.
 // Near its optimum the predicted time is flat in K while every extra chunk
 // adds real risk (per-chunk costs the curves do not see, more
 // synchronisation), so a K that buys less than 0.5% is not worth it
-// (docs/MODEL.md §5). The tolerance is taken on the forward, the part K
-// changes: on the total, a backward that K does not touch would widen it
-// (verify runs chose K = 2 where K = 4 predicted 1.7% faster forward and
-// measured 4% faster). A K whose split yields fewer pieces costs exactly
-// what K_eff costs, so only K == K_eff is evaluated.
+// (docs/MODEL.md §5). The tolerance is taken on the ops K changes: on the
+// total, ops that K does not touch would widen it (verify runs chose K = 2
+// where K = 4 predicted 1.7% faster and measured 4% faster). Every chunked op
+// of a layer is the same op, so this is the smallest K within 0.5% of the
+// fastest per op. A K whose split yields fewer pieces costs exactly what
+// K_eff costs, so only K == K_eff is evaluated.
 constexpr double kChunkTolerance = 0.005;
 
 template <typename Fn>
@@ -100,7 +120,7 @@ Evaluated BestChunks(int64_t rows, int k_max, Fn evaluate) {
   const int limit =
       static_cast<int>(std::min<int64_t>(std::max(1, k_max), rows));
   for (int k = 2; k <= limit; ++k) {
-    if (EffectiveChunks(rows, k) != k) continue;
+    if (schedule::EffectiveChunks(rows, k) != k) continue;
     all.push_back(Evaluated{k, evaluate(k)});
   }
   const Evaluated* fastest = &all[0];
@@ -108,7 +128,7 @@ Evaluated BestChunks(int64_t rows, int k_max, Fn evaluate) {
     if (Total(e.time) < Total(fastest->time)) fastest = &e;
   }
   const double bound =
-      Total(fastest->time) + kChunkTolerance * fastest->time.forward_seconds;
+      Total(fastest->time) + kChunkTolerance * fastest->time.chunked_seconds;
   for (const Evaluated& e : all) {
     if (Total(e.time) <= bound) return e;
   }
@@ -168,43 +188,106 @@ struct References {
   double steps = 0;        // MoE layers times micro-batches per step: L * m
 };
 
-// tp_dedup's model: the job's own, or the padded one when only padding
-// makes the split even; null when neither can run it.
-struct Models {
-  const CostModel* job = nullptr;
-  const CostModel* padded = nullptr;  // null when nothing needs padding
-  const Traffic* padded_traffic = nullptr;
+// The job's traffic with the split axis padded up to a multiple of t (the
+// rows and D grow in proportion), or nullopt when it already is one.
+std::optional<Traffic> PaddedTraffic(const Traffic& tr) {
+  const int t = tr.tensor_parallel_size;
+  if (t <= 1 || tr.split_rows < 1 || tr.split_rows % t == 0) {
+    return std::nullopt;
+  }
+  Traffic padded = tr;
+  padded.split_rows = schedule::PaddedRows(tr.split_rows, t);
+  if (tr.capacity_tokens > 0) padded.capacity_tokens = padded.split_rows;
+  padded.dispatch_bytes = tr.dispatch_bytes *
+                          static_cast<double>(padded.split_rows) /
+                          static_cast<double>(tr.split_rows);
+  return padded;
+}
+
+// Everything a decision prices with: the job's traffic and model, and the
+// padded ones when the split axis is not a multiple of t.
+class Pricing {
+ public:
+  Pricing(const MoeJobShape& job, const Traffic& tr, const ClusterView& cluster,
+          const SearchOptions& options)
+      : job_(job),
+        tr_(tr),
+        layout_(job.expert_layout.value_or(kDefaultExpertLayout)),
+        drops_(DropsEverywhere(layout_, tr)),
+        model_(tr, cluster, options.contention_factor, layout_,
+               job.expert_compute_seconds, options.pipeline),
+        padded_traffic_(PaddedTraffic(tr)) {
+    if (padded_traffic_) {
+      padded_model_.emplace(*padded_traffic_, cluster,
+                            options.contention_factor, layout_,
+                            job.expert_compute_seconds, options.pipeline);
+    }
+  }
+
+  ExpertLayout layout() const { return layout_; }
+  bool drops() const { return drops_; }
+  const Traffic& traffic() const { return tr_; }
+
+  // Whole experts make every schedule drop duplicates, and DeepSpeed's
+  // drop_tokens needs C mod t = 0: then every candidate is costed padded.
+  bool PadsEverything() const { return drops_ && padded_traffic_; }
+
+  // The model and traffic `kind` is costed with, and why it cannot run
+  // (nullopt when it can). A dedup kind that only padding makes feasible is
+  // costed padded; `padding_reason` then holds the unpadded reason.
+  struct Choice {
+    const CostModel* model = nullptr;
+    const Traffic* traffic = nullptr;
+    std::optional<std::string> infeasible;
+    std::optional<std::string> padding_reason;
+  };
+  Choice For(StrategyKind kind) const {
+    if (PadsEverything()) {
+      return {&*padded_model_, &*padded_traffic_,
+              InfeasibleReason(kind, job_, *padded_traffic_, drops_),
+              std::nullopt};
+    }
+    Choice c{&model_, &tr_, InfeasibleReason(kind, job_, tr_, drops_),
+             std::nullopt};
+    const bool dedup = kind == StrategyKind::kTpDedup ||
+                       kind == StrategyKind::kTpDedupPipelined;
+    if (c.infeasible && dedup && padded_model_ &&
+        !InfeasibleReason(kind, job_, *padded_traffic_, drops_)) {
+      c.padding_reason = std::move(c.infeasible);
+      c.infeasible.reset();
+      c.model = &*padded_model_;
+      c.traffic = &*padded_traffic_;
+    }
+    return c;
+  }
+
+  References ComputeReferences() const {
+    References r;
+    r.flat_total = Total(For(StrategyKind::kFlat).model->Flat(nullptr));
+    const Choice dedup = For(StrategyKind::kTpDedup);
+    if (!dedup.infeasible) r.dedup_total = Total(dedup.model->TpDedup(nullptr));
+    r.steps = static_cast<double>(job_.moe_layers) *
+              std::max(1, job_.microbatches_per_step);
+    if (job_.alltoall_share_ratio > 0) {
+      r.share = std::min(1.0, job_.alltoall_share_ratio);
+    } else if (job_.step_time_seconds > 0) {
+      r.share = std::min(1.0, r.steps * r.flat_total / job_.step_time_seconds);
+    }
+    return r;
+  }
+
+  // The padded traffic (valid when padded_rows or PadsEverything).
+  const Traffic& padded_traffic() const { return *padded_traffic_; }
+
+ private:
+  const MoeJobShape& job_;
+  const Traffic& tr_;
+  const ExpertLayout layout_;
+  const bool drops_;
+  const CostModel model_;
+  const std::optional<Traffic> padded_traffic_;
+  std::optional<CostModel> padded_model_;
 };
-
-const CostModel* DedupModel(StrategyKind kind, const MoeJobShape& job,
-                            const Traffic& tr, const Models& m) {
-  if (!InfeasibleReason(kind, job, tr)) return m.job;
-  const bool dedup =
-      kind == StrategyKind::kTpDedup || kind == StrategyKind::kTpDedupPipelined;
-  if (dedup && m.padded != nullptr &&
-      !InfeasibleReason(kind, job, *m.padded_traffic)) {
-    return m.padded;
-  }
-  return nullptr;
-}
-
-References ComputeReferences(const MoeJobShape& job, const Traffic& tr,
-                             const Models& models) {
-  References r;
-  r.flat_total = Total(models.job->Flat(nullptr));
-  if (const CostModel* dedup =
-          DedupModel(StrategyKind::kTpDedup, job, tr, models)) {
-    r.dedup_total = Total(dedup->TpDedup(nullptr));
-  }
-  r.steps = static_cast<double>(job.moe_layers) *
-            std::max(1, job.microbatches_per_step);
-  if (job.alltoall_share_ratio > 0) {
-    r.share = std::min(1.0, job.alltoall_share_ratio);
-  } else if (job.step_time_seconds > 0) {
-    r.share = std::min(1.0, r.steps * r.flat_total / job.step_time_seconds);
-  }
-  return r;
-}
 
 std::vector<StrategyKind> KindsToConsider(const SearchOptions& options) {
   std::vector<StrategyKind> kinds = options.allowed;
@@ -214,9 +297,25 @@ std::vector<StrategyKind> KindsToConsider(const SearchOptions& options) {
   return kinds;
 }
 
+// The best chunk count of `kind` (1 for unchunked kinds) and its time.
+Evaluated BestOf(StrategyKind kind, const Traffic& tr, bool drops,
+                 const CostModel& model, const SearchOptions& options) {
+  auto at = [&](int k) { return Evaluate(model, kind, nullptr, k); };
+  const bool chunked = kind == StrategyKind::kTpDedupPipelined ||
+                       kind == StrategyKind::kExpertOverlap;
+  if (!chunked) return Evaluated{1, at(1)};
+  const int64_t rows = ChunkedRows(kind, tr, drops);
+  if (options.fixed_chunks > 0) {
+    const int k =
+        static_cast<int>(schedule::EffectiveChunks(rows, options.fixed_chunks));
+    return Evaluated{k, at(k)};
+  }
+  return BestChunks(rows, options.max_chunks, at);
+}
+
 // A feasible kind at its best chunk count, with its times and speedups;
 // `extrapolated` learns which curves the winner read outside their sizes.
-Candidate EvaluateFeasible(StrategyKind kind, const Traffic& tr,
+Candidate EvaluateFeasible(StrategyKind kind, const Traffic& tr, bool drops,
                            const CostModel& model, const SearchOptions& options,
                            const References& refs,
                            ExtrapolationFlags* extrapolated) {
@@ -224,30 +323,20 @@ Candidate EvaluateFeasible(StrategyKind kind, const Traffic& tr,
   c.kind = kind;
   c.name = StrategyName(kind);
   c.feasible = true;
-  auto at = [&](int k) { return Evaluate(model, kind, nullptr, k); };
-  Evaluated best;
-  const bool chunked = kind == StrategyKind::kTpDedupPipelined ||
-                       kind == StrategyKind::kExpertOverlap;
-  // Pipelining cuts each TP rank's 1/t share; expert overlap the whole axis.
-  const int64_t rows = kind == StrategyKind::kTpDedupPipelined
-                           ? tr.split_rows / tr.tensor_parallel_size
-                           : tr.split_rows;
-  if (chunked && options.fixed_chunks > 0) {
-    best.chunks = EffectiveChunks(rows, options.fixed_chunks);
-    best.time = at(best.chunks);
-  } else if (chunked) {
-    best = BestChunks(rows, options.max_chunks, at);
-  } else {
-    best.time = at(1);
-  }
+  const Evaluated best = BestOf(kind, tr, drops, model, options);
   // Evaluate the winner once more to learn which curves it extrapolated.
   Evaluate(model, kind, extrapolated, best.chunks);
+  const bool chunked = kind == StrategyKind::kTpDedupPipelined ||
+                       kind == StrategyKind::kExpertOverlap;
   c.chunks_requested =
       chunked && options.fixed_chunks > 0 ? options.fixed_chunks : best.chunks;
   c.chunks_effective = best.chunks;
   c.forward_seconds_per_layer = best.time.forward_seconds;
   c.backward_seconds_per_layer = best.time.backward_seconds;
   c.total_seconds_per_layer = Total(best.time);
+  c.ops = best.time.ops;
+  c.alltoalls_per_layer = best.time.alltoalls_per_layer;
+  c.allgathers_per_layer = best.time.allgathers_per_layer;
   c.step_seconds = refs.steps * c.total_seconds_per_layer;
   c.intra_node_bytes_per_rank = best.time.intra_node_bytes;
   c.inter_node_bytes_per_rank = best.time.inter_node_bytes;
@@ -281,40 +370,38 @@ void RankFeasible(std::vector<Candidate>* feasible) {
   for (size_t i = 0; i < feasible->size(); ++i) (*feasible)[i].rank = i + 1;
 }
 
-void AddJobNotes(const MoeJobShape& job, const Traffic& tr,
-                 std::vector<std::string>* notes) {
+// What the layout means for this job, and where it came from.
+void AddLayoutNotes(const MoeJobShape& job, const Pricing& p,
+                    std::vector<std::string>* notes) {
+  const Traffic& tr = p.traffic();
+  if (!job.expert_layout) {
+    notes->push_back(absl::StrCat(
+        "experts_tensor_parallel not given: priced as ",
+        ExpertLayoutName(p.layout()),
+        " (DeepSpeed's default, enable_expert_tensor_parallelism=False); set "
+        "experts_tensor_parallel: true for tensor-parallel experts "
+        "(Megatron-Core's default)",
+        tr.tp_duplicates ? ""
+                         : "; no TP rank holds duplicate tokens here, so both "
+                           "layouts price the same"));
+  }
+  if (p.drops()) {
+    notes->push_back(
+        "experts not tensor-parallel: flat is what DeepSpeed runs for them, "
+        "drop -> AllToAll (dispatch) and AllToAll -> gather (combine), the "
+        "schedule tp_dedup names too: 4 AllToAlls of D/t and 2 AllGathers "
+        "per layer");
+  }
   if (tr.ep_group_size <= 1) {
     notes->push_back(
         "expert_parallel_size is 1: experts are local, no AllToAll runs");
   }
-  if (!job.experts_tensor_parallel && tr.tensor_parallel_size > 1) {
-    notes->push_back(
-        "experts are not tensor-parallel: DeepSpeed already drops duplicate "
-        "tokens before the AllToAll, so flat overstates what such a job "
-        "runs today");
-  }
 }
 
-// The job's traffic with the split axis padded up to a multiple of t (the
-// rows and D grow in proportion), or nullopt when it already is one.
-std::optional<Traffic> PaddedTraffic(const Traffic& tr) {
-  const int t = tr.tensor_parallel_size;
-  if (t <= 1 || tr.split_rows < 1 || tr.split_rows % t == 0) {
-    return std::nullopt;
-  }
-  Traffic padded = tr;
-  padded.split_rows = (tr.split_rows + t - 1) / t * t;
-  if (tr.capacity_tokens > 0) padded.capacity_tokens = padded.split_rows;
-  padded.dispatch_bytes = tr.dispatch_bytes *
-                          static_cast<double>(padded.split_rows) /
-                          static_cast<double>(tr.split_rows);
-  return padded;
-}
-
-std::string PaddingNote(StrategyKind kind, const std::string& why,
+std::string PaddingNote(const std::string& what, const std::string& why,
                         const Traffic& tr, const Traffic& padded) {
   return absl::StrCat(
-      StrategyName(kind), " unpadded infeasible: ", why, "; offered padded (",
+      what, ": ", why, "; offered padded (",
       tr.capacity_tokens > 0 ? "C" : "k*S", " ", tr.split_rows, " -> ",
       padded.split_rows, ", +", padded.split_rows - tr.split_rows, " rows, +",
       std::llround(padded.dispatch_bytes - tr.dispatch_bytes),
@@ -331,30 +418,41 @@ Candidate InfeasibleCandidate(StrategyKind kind, const std::string& why) {
 
 // The AllToAll groups a candidate runs: the EP group, or hierarchical's
 // n_s intra group and e/n_s same-local-rank group.
-int LargestGroup(const Candidate& c, const Traffic& tr) {
+std::vector<int> Groups(const Candidate& c, const Traffic& tr) {
   if (c.kind == StrategyKind::kHierarchical) {
     const int ns = std::max(1, tr.ep_members_on_node);
-    return std::max(ns, tr.ep_group_size / ns);
+    return {ns, tr.ep_group_size / ns};
   }
-  return tr.ep_group_size;
+  return {tr.ep_group_size};
 }
 
-// Flags an AllToAll group past the range the per-peer latency was sourced on.
-void AddLatencyNote(const ClusterView& cluster, const Traffic& tr,
-                    const std::vector<Candidate>& feasible, Decision* d) {
-  const int source = cluster.alltoall_latency_source_max_ranks;
-  if (source <= 0) return;
-  int largest = 0;
+// Flags AllToAll groups outside the range the per-peer latency was sourced
+// on, above it and below it: both extrapolate the latency law.
+void AddLatencyNotes(const ClusterView& cluster, const Traffic& tr,
+                     const std::vector<Candidate>& feasible, Decision* d) {
+  const schedule::LatencySourceRange& range = cluster.alltoall_latency_source;
+  if (!range.known()) return;
   for (const Candidate& c : feasible) {
-    largest = std::max(largest, LargestGroup(c, tr));
+    for (int g : Groups(c, tr)) {
+      if (g < 2) continue;  // no AllToAll runs
+      if (range.Above(g)) {
+        d->latency_group_above_source =
+            std::max(d->latency_group_above_source, g);
+      }
+      if (range.Below(g) && (d->latency_group_below_source == 0 ||
+                             g < d->latency_group_below_source)) {
+        d->latency_group_below_source = g;
+      }
+    }
   }
-  if (largest <= source) return;
-  d->latency_extrapolated_group = largest;
-  d->notes.push_back(
-      absl::StrCat("alltoall latency extrapolated: the per-peer latency (",
-                   cluster.alltoall_per_peer_latency_seconds * 1e6,
-                   " us) is sourced from groups of up to ", source,
-                   " ranks and applied to a group of ", largest));
+  const double per_peer_us = cluster.alltoall_per_peer_latency_seconds * 1e6;
+  for (int g : {d->latency_group_above_source, d->latency_group_below_source}) {
+    if (g == 0) continue;
+    d->notes.push_back(absl::StrCat(
+        "alltoall latency extrapolated: the per-peer latency (", per_peer_us,
+        " us) is sourced from groups of ", range.min_ranks, " to ",
+        range.max_ranks, " ranks and applied to a group of ", g));
+  }
 }
 
 }  // namespace
@@ -369,51 +467,46 @@ absl::StatusOr<Decision> Decide(const MoeJobShape& job, const NodeShape& shape,
   Decision decision;
   decision.traffic = *traffic;
   const Traffic& tr = decision.traffic;
-  const CostModel model(tr, cluster, options.contention_factor,
-                        options.backward, job.expert_compute_seconds,
-                        options.pipeline);
-  const std::optional<Traffic> padded_traffic = PaddedTraffic(tr);
-  std::optional<CostModel> padded_model;
-  if (padded_traffic) {
-    padded_model.emplace(*padded_traffic, cluster, options.contention_factor,
-                         options.backward, job.expert_compute_seconds,
-                         options.pipeline);
+  const Pricing pricing(job, tr, cluster, options);
+  decision.layout = pricing.layout();
+  decision.layout_defaulted = !job.expert_layout.has_value();
+  const References refs = pricing.ComputeReferences();
+  if (pricing.PadsEverything()) {
+    decision.notes.push_back(PaddingNote(
+        "experts not tensor-parallel: every schedule drops duplicates",
+        absl::StrCat("DeepSpeed's drop_tokens needs ",
+                     tr.capacity_tokens > 0 ? "C" : "k*S", " mod t = 0, got ",
+                     tr.split_rows % tr.tensor_parallel_size),
+        tr, pricing.padded_traffic()));
   }
-  const Models models{&model, padded_model ? &*padded_model : nullptr,
-                      padded_traffic ? &*padded_traffic : nullptr};
-  const References refs = ComputeReferences(job, tr, models);
 
   std::vector<Candidate> feasible;
   std::vector<Candidate> infeasible;
   for (StrategyKind kind : KindsToConsider(options)) {
-    std::optional<std::string> why = InfeasibleReason(kind, job, tr);
-    const CostModel* chosen_model = &model;
-    const Traffic* chosen_traffic = &tr;
-    if (why && DedupModel(kind, job, tr, models) == models.padded &&
-        models.padded != nullptr) {
-      // Padding the split axis to a multiple of t makes it run.
-      decision.notes.push_back(PaddingNote(kind, *why, tr, *padded_traffic));
-      chosen_model = models.padded;
-      chosen_traffic = models.padded_traffic;
-      why.reset();
-    }
-    if (why) {
+    const Pricing::Choice choice = pricing.For(kind);
+    if (choice.padding_reason) {
       decision.notes.push_back(
-          absl::StrCat(StrategyName(kind), " infeasible: ", *why));
-      infeasible.push_back(InfeasibleCandidate(kind, *why));
+          PaddingNote(absl::StrCat(StrategyName(kind), " unpadded infeasible"),
+                      *choice.padding_reason, tr, *choice.traffic));
+    }
+    if (choice.infeasible) {
+      decision.notes.push_back(absl::StrCat(
+          StrategyName(kind), " infeasible: ", *choice.infeasible));
+      infeasible.push_back(InfeasibleCandidate(kind, *choice.infeasible));
       continue;
     }
-    Candidate c = EvaluateFeasible(kind, *chosen_traffic, *chosen_model,
-                                   options, refs, &decision.extrapolated);
-    c.padded_rows = chosen_traffic->split_rows - tr.split_rows;
+    Candidate c =
+        EvaluateFeasible(kind, *choice.traffic, pricing.drops(), *choice.model,
+                         options, refs, &decision.extrapolated);
+    c.padded_rows = choice.traffic->split_rows - tr.split_rows;
     c.padding_bytes_per_rank =
-        chosen_traffic->dispatch_bytes - tr.dispatch_bytes;
+        choice.traffic->dispatch_bytes - tr.dispatch_bytes;
     feasible.push_back(std::move(c));
   }
   RankFeasible(&feasible);
   decision.chosen = feasible.empty() ? -1 : 0;
-  AddJobNotes(job, tr, &decision.notes);
-  AddLatencyNote(cluster, tr, feasible, &decision);
+  AddLayoutNotes(job, pricing, &decision.notes);
+  AddLatencyNotes(cluster, tr, feasible, &decision);
   decision.candidates = std::move(feasible);
   for (Candidate& c : infeasible) decision.candidates.push_back(std::move(c));
   return decision;

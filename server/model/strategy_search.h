@@ -29,7 +29,6 @@ struct SearchOptions {
   int fixed_chunks = 0;
   // gamma >= 1 for the pipelined steady state.
   double contention_factor = 1.0;
-  BackwardSchedule backward = BackwardSchedule::kSliceOnly;
   // Whether the reorder copy shares the GPU with the pipeline's NVLink
   // stages (docs/MODEL.md §8.3); not on the wire until measured.
   PipelineResources pipeline = PipelineResources::kCopySharesGpu;
@@ -45,6 +44,11 @@ struct Candidate {
   double forward_seconds_per_layer = 0;
   double backward_seconds_per_layer = 0;
   double total_seconds_per_layer = 0;
+  // The layer's four ops (forward_seconds_per_layer is the first two,
+  // backward the last two) and the collectives they run.
+  LayerOps ops;
+  int alltoalls_per_layer = 0;
+  int allgathers_per_layer = 0;
   double step_seconds = 0;  // L * m * total
   double intra_node_bytes_per_rank = 0;
   double inter_node_bytes_per_rank = 0;
@@ -57,6 +61,8 @@ struct Candidate {
   // padded D; the unpadded version's reason is in Decision.notes.
   int64_t padded_rows = 0;
   double padding_bytes_per_rank = 0;
+  // Over the layout's flat (docs/MODEL.md §4): what that layout runs
+  // without Monta.
   double speedup_over_flat = 0;      // 0 when undefined
   double speedup_over_tp_dedup = 0;  // 0 when undefined
   double predicted_step_gain_ratio = 0;
@@ -65,6 +71,10 @@ struct Candidate {
 
 struct Decision {
   Traffic traffic;
+  // The expert layout every candidate was priced in, and whether the job
+  // left it to kDefaultExpertLayout (then the notes say so).
+  ExpertLayout layout = kDefaultExpertLayout;
+  bool layout_defaulted = false;
   // Feasible candidates ranked by total time (ties: simpler strategy
   // first), then the infeasible ones with their reasons.
   std::vector<Candidate> candidates;
@@ -72,9 +82,11 @@ struct Decision {
   int chosen = -1;
   // Curves used outside their measured range by the ranked candidates.
   ExtrapolationFlags extrapolated;
-  // Largest AllToAll group of a feasible candidate when it exceeds the
-  // range the per-peer latency was sourced on (0 = within it or unknown).
-  int latency_extrapolated_group = 0;
+  // AllToAll groups of feasible candidates outside the range the per-peer
+  // latency was sourced on: the largest above it and the smallest below it
+  // (0 = none, or the range is unknown).
+  int latency_group_above_source = 0;
+  int latency_group_below_source = 0;
   std::vector<std::string> notes;
 };
 

@@ -40,10 +40,17 @@ const Candidate& Chosen(const Decision& d) {
   return d.candidates.at(d.chosen);
 }
 
+MoeJobShape WholeExperts(MoeJobShape job) {
+  job.expert_layout = ExpertLayout::kNotTensorParallel;
+  return job;
+}
+
 TEST(StrategySearch, PaperSettingPicksPipelinedDedupAtLeastFourTimesFlat) {
   const MoeJobShape job = PaperJobShape();
   const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
   ASSERT_GE(d.traffic.dispatch_bytes, 64.0 * (1 << 20));
+  EXPECT_EQ(d.layout, ExpertLayout::kTensorParallel);
+  EXPECT_FALSE(d.layout_defaulted);
   const Candidate& c = Chosen(d);
   EXPECT_EQ(c.kind, StrategyKind::kTpDedupPipelined);
   EXPECT_GT(c.chunks_effective, 1);
@@ -53,33 +60,100 @@ TEST(StrategySearch, PaperSettingPicksPipelinedDedupAtLeastFourTimesFlat) {
   EXPECT_EQ(c.rank, 1);
 }
 
+// The paper job with experts that are not tensor-parallel: 2 AllGathers per
+// layer where tensor-parallel experts need 4, so its tp_dedup layer is the
+// cheaper; flat is DeepSpeed's own drop path, so only the pipeline gains.
+TEST(StrategySearch, PaperSettingWithWholeExpertsGathersTwicePerLayer) {
+  const Decision tp = DecideOrDie(PaperJobShape(), {2, 8}, View("a800-hgx", 2));
+  const Decision whole =
+      DecideOrDie(WholeExperts(PaperJobShape()), {2, 8}, View("a800-hgx", 2));
+  EXPECT_EQ(whole.layout, ExpertLayout::kNotTensorParallel);
+  EXPECT_EQ(Find(tp, StrategyKind::kTpDedup).allgathers_per_layer, 4);
+  EXPECT_EQ(Find(whole, StrategyKind::kTpDedup).allgathers_per_layer, 2);
+  EXPECT_EQ(Find(tp, StrategyKind::kFlat).allgathers_per_layer, 0);
+  EXPECT_EQ(Find(whole, StrategyKind::kFlat).allgathers_per_layer, 2);
+  for (const Decision* d : {&tp, &whole}) {
+    for (const Candidate& c : d->candidates) {
+      if (c.feasible) {
+        EXPECT_EQ(c.alltoalls_per_layer, 4) << c.name;
+      }
+    }
+  }
+  EXPECT_LT(Find(whole, StrategyKind::kTpDedup).total_seconds_per_layer,
+            Find(tp, StrategyKind::kTpDedup).total_seconds_per_layer);
+  EXPECT_DOUBLE_EQ(Find(whole, StrategyKind::kFlat).total_seconds_per_layer,
+                   Find(whole, StrategyKind::kTpDedup).total_seconds_per_layer);
+  const Candidate& c = Chosen(whole);
+  EXPECT_EQ(c.kind, StrategyKind::kTpDedupPipelined);
+  EXPECT_GT(c.speedup_over_flat, 1.1);
+  EXPECT_DOUBLE_EQ(c.speedup_over_flat, c.speedup_over_tp_dedup);
+  // The same K: every op that pipelines is the same op in both layouts.
+  EXPECT_EQ(c.chunks_effective, Chosen(tp).chunks_effective);
+  bool noted = false;
+  for (const std::string& n : whole.notes) {
+    noted |= n.find("flat is what DeepSpeed runs") != std::string::npos;
+  }
+  EXPECT_TRUE(noted);
+}
+
+// A job that does not say gets DeepSpeed's default, and the decision says
+// so; with sequence parallelism nothing is duplicated and it does not matter.
+TEST(StrategySearch, UnsaidLayoutIsTheNamedDefault) {
+  MoeJobShape job = PaperJobShape();
+  job.expert_layout.reset();
+  const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
+  EXPECT_EQ(d.layout, kDefaultExpertLayout);
+  EXPECT_EQ(d.layout, ExpertLayout::kNotTensorParallel);
+  EXPECT_TRUE(d.layout_defaulted);
+  const Decision said =
+      DecideOrDie(WholeExperts(PaperJobShape()), {2, 8}, View("a800-hgx", 2));
+  EXPECT_EQ(Chosen(d).total_seconds_per_layer,
+            Chosen(said).total_seconds_per_layer);
+  int defaulted_notes = 0;
+  for (const std::string& n : d.notes) {
+    if (n.find("experts_tensor_parallel not given") != std::string::npos) {
+      ++defaulted_notes;
+      EXPECT_EQ(n.find("both layouts price the same"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(defaulted_notes, 1);
+  for (const std::string& n : said.notes) {
+    EXPECT_EQ(n.find("not given"), std::string::npos) << n;
+  }
+  job.sequence_parallel = true;
+  const Decision sp = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
+  MoeJobShape tp_sp = PaperJobShape();
+  tp_sp.sequence_parallel = true;
+  EXPECT_EQ(Chosen(sp).total_seconds_per_layer,
+            Chosen(DecideOrDie(tp_sp, {2, 8}, View("a800-hgx", 2)))
+                .total_seconds_per_layer);
+  bool same_noted = false;
+  for (const std::string& n : sp.notes) {
+    same_noted |= n.find("both layouts price the same") != std::string::npos;
+  }
+  EXPECT_TRUE(same_noted);
+}
+
 TEST(StrategySearch, PaperSettingHoldsFrom64MiBTo1GiBPerRank) {
   // D = E C M b with C = 4096: hidden 4096 .. 65536 is 64 MiB .. 1 GiB.
-  for (BackwardSchedule backward :
-       {BackwardSchedule::kAutograd, BackwardSchedule::kSliceOnly}) {
-    SearchOptions options;
-    options.backward = backward;
-    for (int64_t hidden = 4096; hidden <= 65536; hidden *= 2) {
-      MoeJobShape job = PaperJobShape();
-      job.hidden_size = hidden;
-      const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2), options);
-      ASSERT_GE(d.traffic.dispatch_bytes, 64.0 * (1 << 20));
-      const Candidate& c = Chosen(d);
-      EXPECT_EQ(c.kind, StrategyKind::kTpDedupPipelined) << "hidden " << hidden;
-      EXPECT_GT(c.chunks_effective, 1) << "hidden " << hidden;
-      // The forward AllToAll (dispatch + combine), the operation the paper
-      // times against DeepSpeed.
-      EXPECT_GE(Find(d, StrategyKind::kFlat).forward_seconds_per_layer /
-                    c.forward_seconds_per_layer,
-                4.0)
-          << "hidden " << hidden;
-      // Forward + backward: docs/MODEL.md's backward (§8.1) (AllToAlls only)
-      // keeps 4x; DeepSpeed's autograd also gathers in backward, which costs
-      // some.
-      EXPECT_GE(c.speedup_over_flat,
-                backward == BackwardSchedule::kSliceOnly ? 4.0 : 3.5)
-          << "hidden " << hidden;
-    }
+  for (int64_t hidden = 4096; hidden <= 65536; hidden *= 2) {
+    MoeJobShape job = PaperJobShape();
+    job.hidden_size = hidden;
+    const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
+    ASSERT_GE(d.traffic.dispatch_bytes, 64.0 * (1 << 20));
+    const Candidate& c = Chosen(d);
+    EXPECT_EQ(c.kind, StrategyKind::kTpDedupPipelined) << "hidden " << hidden;
+    EXPECT_GT(c.chunks_effective, 1) << "hidden " << hidden;
+    // Tensor-parallel experts: every op is the pipelined op, forward and
+    // backward, against the paper's flat AllToAll of every TP rank's copy.
+    EXPECT_GE(c.speedup_over_flat, 4.0) << "hidden " << hidden;
+    EXPECT_DOUBLE_EQ(c.backward_seconds_per_layer, c.forward_seconds_per_layer);
+    // Whole experts: DeepSpeed already drops; the pipeline still gains.
+    const Decision w =
+        DecideOrDie(WholeExperts(job), {2, 8}, View("a800-hgx", 2));
+    EXPECT_EQ(Chosen(w).kind, StrategyKind::kTpDedupPipelined)
+        << "hidden " << hidden;
+    EXPECT_GT(Chosen(w).speedup_over_flat, 1.1) << "hidden " << hidden;
   }
 }
 
@@ -118,21 +192,30 @@ TEST(StrategySearch, TpOneCannotDedupOrPipeline) {
 }
 
 TEST(StrategySearch, EpGroupInsideOneNodeGainsNothingFromPipelining) {
-  // t = 2, e = 4: the EP group spans 8 ranks of one node, so the AllToAll and
-  // the AllGather share NVLink and there is nothing to overlap.
+  // t = 2, e = 4 on one node: the EP group spans its 8 ranks, so the
+  // AllToAll and the AllGather share NVLink and there is nothing to overlap.
   MoeJobShape job = PaperJobShape();
+  job.world_size = 8;
   job.tensor_parallel_size = 2;
   job.expert_parallel_size = 4;
   job.num_experts = 4;
-  job.data_parallel_size = 8;
-  const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
+  job.data_parallel_size = 4;
+  const Decision d = DecideOrDie(job, {1, 8}, View("a800-hgx", 1));
   EXPECT_EQ(d.traffic.ep_members_on_node, 4);
   EXPECT_EQ(Find(d, StrategyKind::kFlat).inter_node_bytes_per_rank, 0);
   const Candidate& chosen = Chosen(d);
   EXPECT_EQ(chosen.chunks_effective, 1);
-  EXPECT_NE(chosen.kind, StrategyKind::kTpDedupPipelined);
   EXPECT_GE(Find(d, StrategyKind::kTpDedupPipelined).total_seconds_per_layer,
             Find(d, StrategyKind::kTpDedup).total_seconds_per_layer);
+  // Tensor-parallel experts gather in every op: halving the AllToAll over
+  // NVLink does not pay for four AllGathers and copies, so flat wins.
+  EXPECT_EQ(chosen.kind, StrategyKind::kFlat);
+  EXPECT_LT(Find(d, StrategyKind::kTpDedup).speedup_over_flat, 1);
+  // Whole experts gather twice, and DeepSpeed's flat is that very schedule.
+  const Decision w =
+      DecideOrDie(WholeExperts(job), {1, 8}, View("a800-hgx", 1));
+  EXPECT_EQ(Chosen(w).kind, StrategyKind::kFlat);
+  EXPECT_DOUBLE_EQ(Find(w, StrategyKind::kTpDedup).speedup_over_flat, 1);
 }
 
 TEST(StrategySearch, SmallDispatchChoosesOneChunk) {
@@ -170,27 +253,21 @@ TEST(StrategySearch, PipelinedSpeedupRisesTowardTWithBandwidthRatio) {
   job.data_parallel_size = 16;
   auto base = FindProfile("a800-hgx");
   ASSERT_TRUE(base.ok());
-  for (BackwardSchedule backward :
-       {BackwardSchedule::kAutograd, BackwardSchedule::kSliceOnly}) {
-    double previous = 0;
-    for (int ratio = 8; ratio <= 18; ratio += 2) {
-      HardwareProfile p = *base;
-      // Keep NVLink fixed and set the NIC so that line rates are ratio:1.
-      p.nic_bytes_per_second =
-          p.nvlink_bytes_per_second / ratio * 8 / p.nics_per_node;
-      auto view = ProfileClusterView(p, 16, 8);
-      ASSERT_TRUE(view.ok());
-      SearchOptions options;
-      options.backward = backward;
-      const Decision d = DecideOrDie(job, {16, 8}, *view, options);
-      const double s =
-          Find(d, StrategyKind::kTpDedupPipelined).speedup_over_flat;
-      EXPECT_GT(s, previous) << "ratio " << ratio;
-      EXPECT_LT(s, 8.0);
-      previous = s;
-    }
-    EXPECT_GT(previous, backward == BackwardSchedule::kSliceOnly ? 6.0 : 4.0);
+  double previous = 0;
+  for (int ratio = 8; ratio <= 18; ratio += 2) {
+    HardwareProfile p = *base;
+    // Keep NVLink fixed and set the NIC so that line rates are ratio:1.
+    p.nic_bytes_per_second =
+        p.nvlink_bytes_per_second / ratio * 8 / p.nics_per_node;
+    auto view = ProfileClusterView(p, 16, 8);
+    ASSERT_TRUE(view.ok());
+    const Decision d = DecideOrDie(job, {16, 8}, *view);
+    const double s = Find(d, StrategyKind::kTpDedupPipelined).speedup_over_flat;
+    EXPECT_GT(s, previous) << "ratio " << ratio;
+    EXPECT_LT(s, 8.0);
+    previous = s;
   }
+  EXPECT_GT(previous, 5.0);
 }
 
 TEST(StrategySearch, MoreNicsShrinkTheGainOverFlat) {
@@ -258,6 +335,31 @@ TEST(StrategySearch, CapacityNotDivisibleByTIsOfferedPadded) {
   EXPECT_EQ(Find(d, StrategyKind::kFlat).padded_rows, 0);
 }
 
+// Whole experts make every schedule drop duplicates, and DeepSpeed's
+// drop_tokens needs C mod t = 0: every candidate, flat included, is costed
+// on the padded axis, and one note says so.
+TEST(StrategySearch, WholeExpertsPadEverySchedule) {
+  MoeJobShape job = WholeExperts(PaperJobShape());
+  job.sequence_length = 8190;  // C = 4095
+  const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2));
+  const Decision paper =
+      DecideOrDie(WholeExperts(PaperJobShape()), {2, 8}, View("a800-hgx", 2));
+  for (const Candidate& c : d.candidates) {
+    if (!c.feasible) continue;
+    EXPECT_EQ(c.padded_rows, 1) << c.name;
+    EXPECT_DOUBLE_EQ(c.total_seconds_per_layer,
+                     Find(paper, c.kind).total_seconds_per_layer)
+        << c.name;
+  }
+  int notes = 0;
+  for (const std::string& n : d.notes) {
+    notes += n.find("every schedule drops duplicates") != std::string::npos &&
+             n.find("4095 -> 4096") != std::string::npos;
+    EXPECT_EQ(n.find("unpadded infeasible"), std::string::npos) << n;
+  }
+  EXPECT_EQ(notes, 1);
+}
+
 TEST(StrategySearch, FlatTimeForAFixedEpGroupDoesNotChangeWithNodes) {
   // EP 2, t = 8 on H100: the audit saw 7 us (2 nodes) -> 3.3 ms (2048).
   double flat_at_two = 0;
@@ -306,7 +408,8 @@ TEST(StrategySearch, LargeClusterFlatIsAlphaBetaOfTheEpGroup) {
   EXPECT_NEAR(Find(d, StrategyKind::kFlat).total_seconds_per_layer, 4 * one_op,
               1e-12);
   // 64 ranks are past the 8- and 32-GPU runs the per-peer latency comes from.
-  EXPECT_EQ(d.latency_extrapolated_group, 64);
+  EXPECT_EQ(d.latency_group_above_source, 64);
+  EXPECT_EQ(d.latency_group_below_source, 0);
   bool noted = false;
   for (const std::string& n : d.notes) {
     noted |= n.find("alltoall latency extrapolated") != std::string::npos;
@@ -315,19 +418,58 @@ TEST(StrategySearch, LargeClusterFlatIsAlphaBetaOfTheEpGroup) {
 }
 
 TEST(StrategySearch, LatencyWithinItsSourceRangeIsNotFlagged) {
-  const Decision d = DecideOrDie(PaperJobShape(), {2, 8}, View("a800-hgx", 2));
-  EXPECT_EQ(d.latency_extrapolated_group, 0);
+  // EP 16 on 2 nodes of 8 (t = 1): inside the 8..32 ranks of the source.
+  MoeJobShape job = PaperJobShape();
+  job.tensor_parallel_size = 1;
+  job.expert_parallel_size = 16;
+  job.num_experts = 16;
+  job.data_parallel_size = 16;
+  SearchOptions flat_only;  // hierarchical's groups would be 8 and 2
+  flat_only.allowed = {StrategyKind::kFlat};
+  const Decision d = DecideOrDie(job, {2, 8}, View("a800-hgx", 2), flat_only);
+  EXPECT_EQ(d.latency_group_above_source, 0);
+  EXPECT_EQ(d.latency_group_below_source, 0);
   for (const std::string& n : d.notes) {
     EXPECT_EQ(n.find("latency extrapolated"), std::string::npos) << n;
   }
 }
 
+// The paper's EP group of 2 is below the 8- and 32-GPU runs the per-peer
+// latency comes from: moving it there extrapolates too, and is said.
+TEST(StrategySearch, LatencyBelowItsSourceRangeIsFlagged) {
+  const Decision d = DecideOrDie(PaperJobShape(), {2, 8}, View("a800-hgx", 2));
+  EXPECT_EQ(d.latency_group_below_source, 2);
+  EXPECT_EQ(d.latency_group_above_source, 0);
+  int noted = 0;
+  for (const std::string& n : d.notes) {
+    if (n.find("alltoall latency extrapolated") != std::string::npos &&
+        n.find("groups of 8 to 32 ranks and applied to a group of 2") !=
+            std::string::npos) {
+      ++noted;
+    }
+  }
+  EXPECT_EQ(noted, 1);
+  // cpu-gloo's latency is an assumption with no sourced range: not flagged.
+  MoeJobShape cpu = PaperJobShape();
+  cpu.world_size = 4;
+  cpu.tensor_parallel_size = 2;
+  cpu.data_parallel_size = 2;
+  const Decision c = DecideOrDie(cpu, {2, 2}, View("cpu-gloo", 2, 2));
+  EXPECT_EQ(c.latency_group_below_source, 0);
+}
+
 TEST(StrategySearch, PipelinedBottleneckIsTheSteadyStateResource) {
   const Decision d = DecideOrDie(PaperJobShape(), {2, 8}, View("a800-hgx", 2));
   ASSERT_EQ(Chosen(d).kind, StrategyKind::kTpDedupPipelined);
-  // AllGather + copy (on the GPU) set tau; the network is busiest summed.
+  // AllGather + copy (on the GPU) set tau. Unpipelined, tensor-parallel
+  // experts gather in all four ops and NVLink is busiest summed; whole
+  // experts gather in two, and the network is.
   EXPECT_EQ(Chosen(d).bottleneck, "nvlink");
-  EXPECT_EQ(Find(d, StrategyKind::kTpDedup).bottleneck, "network");
+  EXPECT_EQ(Find(d, StrategyKind::kTpDedup).bottleneck, "nvlink");
+  const Decision w =
+      DecideOrDie(WholeExperts(PaperJobShape()), {2, 8}, View("a800-hgx", 2));
+  EXPECT_EQ(Chosen(w).bottleneck, "nvlink");
+  EXPECT_EQ(Find(w, StrategyKind::kTpDedup).bottleneck, "network");
   SearchOptions split;
   split.pipeline = PipelineResources::kCopySeparate;
   const Decision s =

@@ -8,6 +8,11 @@
 
 namespace monta::model {
 
+const char* ExpertLayoutName(ExpertLayout layout) {
+  return layout == ExpertLayout::kTensorParallel ? "tensor_parallel"
+                                                 : "not_tensor_parallel";
+}
+
 int MinEpMembersOnNode(int ep_group_size, int stride_ranks, int gpus_per_node,
                        int64_t world_ranks) {
   const int e = ep_group_size;
@@ -103,6 +108,7 @@ absl::StatusOr<Traffic> ComputeTraffic(const MoeJobShape& job,
 
   tr.ep_group_size = e;
   tr.tensor_parallel_size = t;
+  tr.tp_duplicates = t > 1 && !job.sequence_parallel;
   tr.gpus_per_node = shape.gpus_per_node;
   tr.nodes = shape.nodes;
   tr.ep_members_on_node = MinEpMembersOnNode(e, t, shape.gpus_per_node, world);

@@ -6,10 +6,34 @@
 #define MONTA_SERVER_MODEL_TRAFFIC_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/statusor.h"
 
 namespace monta::model {
+
+// How the experts' weights sit on the tensor-parallel ranks, which decides
+// what a MoE layer communicates forward and backward (docs/MODEL.md §4):
+// - kTensorParallel: experts split over the TP group (DeepSpeed
+//   enable_expert_tensor_parallelism=True, Megatron-Core's default). Every
+//   TP rank must see every token, so each op that drops duplicates gathers
+//   them back, and each op's backward is the op itself.
+// - kNotTensorParallel: every TP rank holds its experts whole (DeepSpeed's
+//   default). DeepSpeed drops the duplicates before the dispatch and gathers
+//   them after the combine only (and autograd mirrors that).
+enum class ExpertLayout { kTensorParallel, kNotTensorParallel };
+
+// The layout a job that does not say is priced with: DeepSpeed's default
+// (enable_expert_tensor_parallelism=False), the one framework whose MoE
+// layer runs tensor-parallel non-experts without sequence parallelism, the
+// only case where the layout changes the price (Megatron-Core, whose default
+// is tensor-parallel experts, requires sequence parallelism with TP and EP,
+// and then no TP rank holds duplicates). docs/MODEL.md §4.
+inline constexpr ExpertLayout kDefaultExpertLayout =
+    ExpertLayout::kNotTensorParallel;
+
+// "tensor_parallel", "not_tensor_parallel" (the contract's short names).
+const char* ExpertLayoutName(ExpertLayout layout);
 
 // The MoE layer and parallel layout; mirrors monta.v1.MoeJob without protobuf.
 // Zero means "default" only where a comment says so.
@@ -30,7 +54,9 @@ struct MoeJobShape {
   int expert_parallel_size = 1;  // e
   int pipeline_parallel_size = 1;
   int data_parallel_size = 1;
-  bool experts_tensor_parallel = true;
+  // nullopt: the job did not say; priced as kDefaultExpertLayout, and the
+  // decision says so.
+  std::optional<ExpertLayout> expert_layout;
   double imbalance_factor = 0;  // dropless multiplier; 0 = 1
   double expert_compute_seconds =
       0;                            // per layer forward, per rank; 0 = unknown
@@ -63,8 +89,12 @@ struct Traffic {
   // rank that sends the most over the network bounds the op).
   int ep_members_on_node = 0;
   int tensor_parallel_size = 1;  // t
-  int gpus_per_node = 0;         // G
-  int nodes = 0;                 // N
+  // The TP ranks of an EP rank hold the same tokens (t > 1 without sequence
+  // parallelism): what tp_dedup drops, and what DeepSpeed drops for experts
+  // that are not tensor-parallel.
+  bool tp_duplicates = false;
+  int gpus_per_node = 0;  // G
+  int nodes = 0;          // N
   // Shares of D: 1/e local, (n_s-1)/e over the intra-node fabric, (e-n_s)/e
   // over the network. They add up to 1.
   double local_share = 0;

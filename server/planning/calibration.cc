@@ -339,7 +339,13 @@ void ApplyVerified(const PlanKnowledge::Verified& verified, absl::Time now,
                              : 1;
     c.set_chunks_requested(m.chunks_requested());
     c.set_chunks_effective(m.chunks_effective());
-    c.set_forward_seconds_per_layer(2 * m.measured_seconds());
+    // Verify ran the tensor-parallel layout's dispatch op: for that layout
+    // forward is two of it; whole experts run other ops forward (an
+    // AllToAll without its gather), scaled like the backward.
+    c.set_forward_seconds_per_layer(
+        reply->expert_layout() == v1::EXPERT_LAYOUT_NOT_TENSOR_PARALLEL
+            ? c.forward_seconds_per_layer() * ratio
+            : 2 * m.measured_seconds());
     c.set_backward_seconds_per_layer(c.backward_seconds_per_layer() * ratio);
     const double total =
         c.forward_seconds_per_layer() + c.backward_seconds_per_layer();

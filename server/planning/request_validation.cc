@@ -241,7 +241,11 @@ monta::model::MoeJobShape ToJobShape(const MoeJob& job) {
   s.expert_parallel_size = job.expert_parallel_size();
   s.pipeline_parallel_size = job.pipeline_parallel_size();
   s.data_parallel_size = job.data_parallel_size();
-  s.experts_tensor_parallel = job.experts_tensor_parallel();
+  if (job.has_experts_tensor_parallel()) {
+    s.expert_layout = job.experts_tensor_parallel()
+                          ? monta::model::ExpertLayout::kTensorParallel
+                          : monta::model::ExpertLayout::kNotTensorParallel;
+  }
   s.imbalance_factor = job.imbalance_factor();
   s.expert_compute_seconds = job.expert_compute_seconds();
   s.step_time_seconds = job.step_time_seconds();

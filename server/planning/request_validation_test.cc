@@ -187,6 +187,25 @@ TEST(Validation, InfeasibleStrategyIsNotAnError) {
 
 // The model's tests use a struct twin of the paper's example
 // (server/model/paper_job_shape.h); it must say what the example says.
+// The layout has presence: true and false are the job's word, unset is left
+// to the model's named default (never a silent false).
+TEST(ToJobShape, ExpertLayoutKeepsNotGivenApart) {
+  v1::MoeJob job = testing::PaperJobRequest().job();
+  job.set_experts_tensor_parallel(false);
+  EXPECT_EQ(ToJobShape(job).expert_layout,
+            model::ExpertLayout::kNotTensorParallel);
+  job.set_experts_tensor_parallel(true);
+  EXPECT_EQ(ToJobShape(job).expert_layout,
+            model::ExpertLayout::kTensorParallel);
+  job.clear_experts_tensor_parallel();
+  EXPECT_FALSE(ToJobShape(job).expert_layout.has_value());
+  // An explicit false survives the wire (proto3 optional serializes it).
+  job.set_experts_tensor_parallel(false);
+  v1::MoeJob round_trip;
+  ASSERT_TRUE(round_trip.ParseFromString(job.SerializeAsString()));
+  EXPECT_TRUE(round_trip.has_experts_tensor_parallel());
+}
+
 TEST(PaperJobShape, MatchesTheExampleFile) {
   const model::MoeJobShape from_file =
       ToJobShape(testing::PaperJobRequest().job());
@@ -207,7 +226,8 @@ TEST(PaperJobShape, MatchesTheExampleFile) {
   EXPECT_EQ(from_file.expert_parallel_size, twin.expert_parallel_size);
   EXPECT_EQ(from_file.pipeline_parallel_size, twin.pipeline_parallel_size);
   EXPECT_EQ(from_file.data_parallel_size, twin.data_parallel_size);
-  EXPECT_EQ(from_file.experts_tensor_parallel, twin.experts_tensor_parallel);
+  EXPECT_EQ(from_file.expert_layout, twin.expert_layout);
+  EXPECT_EQ(from_file.expert_layout, model::ExpertLayout::kTensorParallel);
   EXPECT_EQ(from_file.imbalance_factor, twin.imbalance_factor);
   EXPECT_EQ(from_file.expert_compute_seconds, twin.expert_compute_seconds);
   EXPECT_EQ(from_file.step_time_seconds, twin.step_time_seconds);

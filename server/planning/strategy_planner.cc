@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/proto_names.h"
+#include "common/schedule/schedule.h"
 #include "common/strategy/strategy_proto.h"
 #include "server/model/cost_model.h"
 #include "server/model/hardware_profile.h"
@@ -60,27 +61,13 @@ absl::StatusOr<Resolved> ResolveProfilePlacement(const v1::Placement& p) {
   return r;
 }
 
-// The profile a registered node belongs to: its declared profile_name, else
-// the one its GPU name (or the lack of GPUs) implies.
+// The profile a registered node belongs to (model::ProfileForNode): its
+// declared profile_name, else the one its GPU name (or the lack of GPUs)
+// implies.
 absl::StatusOr<const model::HardwareProfile*> NodeProfile(
     const std::string& field, const std::string& name, const NodeFacts& facts) {
-  std::string profile_name = facts.profile_name;
-  if (profile_name.empty()) {
-    if (facts.gpu_count > 0 && facts.gpu_name.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": node \"", name, "\" reports ", facts.gpu_count,
-                       " GPUs without a name; declare its profile_name"));
-    }
-    absl::StatusOr<std::string> inferred =
-        model::ProfileNameForGpu(facts.gpu_count > 0 ? facts.gpu_name : "");
-    if (!inferred.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ": node \"", name, "\": ", inferred.status().message()));
-    }
-    profile_name = *inferred;
-  }
-  absl::StatusOr<const model::HardwareProfile*> found =
-      model::LookupProfile(profile_name);
+  absl::StatusOr<const model::HardwareProfile*> found = model::ProfileForNode(
+      facts.profile_name, facts.gpu_count, facts.gpu_name);
   if (!found.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ": node \"", name, "\": ", found.status().message()));
@@ -463,6 +450,14 @@ void FillCandidate(const model::Candidate& c, bool cpu_ranks,
   out->set_speedup_over_tp_dedup(c.speedup_over_tp_dedup);
   out->set_predicted_step_gain_ratio(c.predicted_step_gain_ratio);
   out->set_rank(c.rank);
+  out->set_alltoalls_per_layer(c.alltoalls_per_layer);
+  out->set_allgathers_per_layer(c.allgathers_per_layer);
+}
+
+v1::ExpertLayout ToProtoLayout(model::ExpertLayout layout) {
+  return layout == model::ExpertLayout::kTensorParallel
+             ? v1::EXPERT_LAYOUT_TENSOR_PARALLEL
+             : v1::EXPERT_LAYOUT_NOT_TENSOR_PARALLEL;
 }
 
 // The request checked and its placement resolved, or the first error.
@@ -503,15 +498,17 @@ absl::StatusOr<model::ClusterView> BuildView(const Resolved& where,
   }
   model::ClusterView view;
   view.alltoall_per_peer_latency_seconds = 0;
+  schedule::LatencySourceRange& range = view.alltoall_latency_source;
   for (const model::ClusterView& v : profile_views) {
     view.alltoall_per_peer_latency_seconds =
         std::max(view.alltoall_per_peer_latency_seconds,
                  v.alltoall_per_peer_latency_seconds);
     // The narrowest sourced range flags extrapolation first.
-    const int range = v.alltoall_latency_source_max_ranks;
-    if (range > 0 && (view.alltoall_latency_source_max_ranks == 0 ||
-                      range < view.alltoall_latency_source_max_ranks)) {
-      view.alltoall_latency_source_max_ranks = range;
+    const schedule::LatencySourceRange& r = v.alltoall_latency_source;
+    range.min_ranks = std::max(range.min_ranks, r.min_ranks);
+    if (r.max_ranks > 0 &&
+        (range.max_ranks == 0 || r.max_ranks < range.max_ranks)) {
+      range.max_ranks = r.max_ranks;
     }
   }
   for (Role role : kRoles) {
@@ -653,6 +650,7 @@ absl::StatusOr<v1::StrategyReply> PlanStrategy(
   }
 
   v1::StrategyReply reply;
+  reply.set_expert_layout(ToProtoLayout(decision->layout));
   FillTraffic(decision->traffic, reply.mutable_traffic());
   for (const model::Candidate& c : decision->candidates) {
     FillCandidate(c, CpuRanks(b->where), reply.add_candidates());
@@ -684,11 +682,15 @@ std::optional<double> PredictDispatchSeconds(
   options.allowed = {kind};
   options.fixed_chunks = std::max(1, chunks);
   options.contention_factor = std::max(1.0, contention_factor);
+  // The agents' schedules run the tensor-parallel layout's dispatch op
+  // (agent/bench/schedule.h: flat sends the whole D, the dedup strategies
+  // gather), whatever the job's layout: predict that op.
+  model::MoeJobShape job = plan.job;
+  job.expert_layout = model::ExpertLayout::kTensorParallel;
   absl::StatusOr<model::Decision> d =
-      model::Decide(plan.job, plan.shape, view, options);
+      model::Decide(job, plan.shape, view, options);
   if (!d.ok() || d->chosen < 0) return std::nullopt;
-  // Forward is dispatch + combine, the same op twice (docs/MODEL.md §4).
-  return d->candidates[d->chosen].forward_seconds_per_layer / 2;
+  return d->candidates[d->chosen].ops.dispatch_forward_seconds;
 }
 
 std::vector<v1::HardwareProfile> ListProfiles() {

@@ -400,10 +400,71 @@ TEST(PlanStrategy, LatencyPastItsSourcedGroupsIsFlagged) {
   EXPECT_EQ(reply->chosen().kind(), v1::STRATEGY_KIND_TP_DEDUP_PIPELINED);
   EXPECT_GT(reply->chosen().chunks_effective(), 1);
   EXPECT_TRUE(HasNote(*reply, "alltoall latency extrapolated"));
-  EXPECT_TRUE(HasNote(*reply, "up to 32 ranks and applied to a group of 64"));
+  EXPECT_TRUE(
+      HasNote(*reply, "groups of 8 to 32 ranks and applied to a group of 64"));
+  // Below the source range too: the paper's EP group of 2 (issue 18).
   auto paper = PlanStrategy(testing::PaperJobRequest(), nullptr, kNow);
   ASSERT_TRUE(paper.ok()) << paper.status();
-  EXPECT_FALSE(HasNote(*paper, "latency extrapolated"));
+  EXPECT_TRUE(
+      HasNote(*paper, "groups of 8 to 32 ranks and applied to a group of 2"));
+  // Inside it (EP 16, flat only: hierarchical's groups would be 8 and 2).
+  v1::StrategyRequest inside = testing::PaperJobRequest();
+  inside.mutable_job()->set_tensor_parallel_size(1);
+  inside.mutable_job()->set_expert_parallel_size(16);
+  inside.mutable_job()->set_num_experts(16);
+  inside.mutable_job()->set_data_parallel_size(16);
+  inside.mutable_job()->set_world_size(16);
+  inside.mutable_options()->add_allowed(v1::STRATEGY_KIND_FLAT);
+  auto within = PlanStrategy(inside, nullptr, kNow);
+  ASSERT_TRUE(within.ok()) << within.status();
+  EXPECT_FALSE(HasNote(*within, "latency extrapolated"));
+}
+
+const v1::Candidate& KindOf(const v1::StrategyReply& r, v1::StrategyKind k) {
+  for (const v1::Candidate& c : r.candidates()) {
+    if (c.kind() == k) return c;
+  }
+  ADD_FAILURE() << "no candidate " << k;
+  return v1::Candidate::default_instance();
+}
+
+// Issue 18's done-when: the paper job and the same job with experts not
+// tensor-parallel each name the layout priced; the tensor-parallel one
+// charges 4 AllGathers per layer and the other 2, its tp_dedup the cheaper.
+// A job that does not say gets the named default, never a silent false.
+TEST(PlanStrategy, RepliesNameTheExpertLayoutPriced) {
+  v1::StrategyRequest tp = testing::PaperJobRequest();
+  auto a = PlanStrategy(tp, nullptr, kNow);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->expert_layout(), v1::EXPERT_LAYOUT_TENSOR_PARALLEL);
+  const v1::Candidate& tp_dedup = KindOf(*a, v1::STRATEGY_KIND_TP_DEDUP);
+  EXPECT_EQ(tp_dedup.alltoalls_per_layer(), 4);
+  EXPECT_EQ(tp_dedup.allgathers_per_layer(), 4);
+  EXPECT_EQ(KindOf(*a, v1::STRATEGY_KIND_FLAT).allgathers_per_layer(), 0);
+  EXPECT_FALSE(HasNote(*a, "not given"));
+
+  v1::StrategyRequest whole = tp;
+  whole.mutable_job()->set_experts_tensor_parallel(false);
+  auto b = PlanStrategy(whole, nullptr, kNow);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->expert_layout(), v1::EXPERT_LAYOUT_NOT_TENSOR_PARALLEL);
+  const v1::Candidate& whole_dedup = KindOf(*b, v1::STRATEGY_KIND_TP_DEDUP);
+  EXPECT_EQ(whole_dedup.alltoalls_per_layer(), 4);
+  EXPECT_EQ(whole_dedup.allgathers_per_layer(), 2);
+  EXPECT_LT(whole_dedup.total_seconds_per_layer(),
+            tp_dedup.total_seconds_per_layer());
+  EXPECT_FALSE(HasNote(*b, "not given"));
+
+  v1::StrategyRequest unsaid = tp;
+  unsaid.mutable_job()->clear_experts_tensor_parallel();
+  auto c = PlanStrategy(unsaid, nullptr, kNow);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->expert_layout(), v1::EXPERT_LAYOUT_NOT_TENSOR_PARALLEL);
+  EXPECT_TRUE(HasNote(*c,
+                      "experts_tensor_parallel not given: priced as "
+                      "not_tensor_parallel"));
+  EXPECT_EQ(c->chosen().total_seconds_per_layer(),
+            b->chosen().total_seconds_per_layer());
 }
 
 TEST(ListProfiles, EveryConstantCarriesItsSource) {

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/bandwidth/bandwidth.h"
+#include "common/schedule/schedule.h"
 #include "common/strategy/strategy_proto.h"
 #include "server/model/cost_model.h"
 #include "server/model/traffic.h"
@@ -83,7 +84,7 @@ std::optional<Run> MakeRun(const JobShape& job, v1::StrategyKind kind,
   const int t = std::max(1, tr.tensor_parallel_size);
   const int e = std::max(1, tr.ep_group_size);
   const int64_t rows = std::max<int64_t>(1, tr.split_rows);
-  const int64_t run_rows = Dedup(kind) ? (rows + t - 1) / t * t : rows;
+  const int64_t run_rows = Dedup(kind) ? schedule::PaddedRows(rows, t) : rows;
   const uint64_t row_bytes = static_cast<uint64_t>(std::max<int64_t>(
       1, std::llround(tr.dispatch_bytes / (static_cast<double>(e) * rows))));
   const strategy::StrategyKind model_kind =
@@ -104,7 +105,7 @@ std::optional<Run> MakeRun(const JobShape& job, v1::StrategyKind kind,
   run.row.set_chunks_requested(chunks);
   run.row.set_chunks_effective(
       kind == v1::STRATEGY_KIND_TP_DEDUP_PIPELINED
-          ? model::EffectiveChunks(run_rows / t, chunks)
+          ? static_cast<int>(schedule::EffectiveChunks(run_rows / t, chunks))
           : 1);
   run.row.set_predicted_seconds(*predicted);
   run.row.set_uncalibrated_seconds(
