@@ -44,7 +44,7 @@ from monta import _comm
 from monta.errors import PlanError
 from monta.groups import MoeGroups
 from monta.plan import (EXPERT_OVERLAP, FLAT, HIERARCHICAL, TP_DEDUP, TP_DEDUP_PIPELINED, Plan,
-                        effective_chunks)
+                        chunk_rows, rows_per_tp_rank)
 
 # What a started strategy returns: finishes it (waits, gathers, copies) and returns the output.
 Finish = Callable[[], torch.Tensor]
@@ -63,9 +63,9 @@ def _start_dedup(x: torch.Tensor, groups: MoeGroups, chunks: int = 1) -> Finish:
     """tp_dedup (chunks=1) and tp_dedup_pipelined(chunks)."""
     t = groups.tp_size
     cap = x.shape[1]
-    n = -(-cap // t)  # rows per TP rank of the padded capacity C' = n*t >= C
-    k = effective_chunks(n, chunks)
-    size = -(-n // k) if n else 0
+    n = rows_per_tp_rank(cap, t)  # of the padded capacity C' = n*t >= C
+    bounds = chunk_rows(n, chunks)
+    k = len(bounds)
     name = "tp_dedup" if chunks <= 1 else f"tp_dedup_pipelined(K={k})"
     mine = _my_rows(x, groups.tp_rank, n)
     padded = n * t != cap
@@ -73,9 +73,8 @@ def _start_dedup(x: torch.Tensor, groups: MoeGroups, chunks: int = 1) -> Finish:
         out = x.new_empty((x.shape[0], n * t) + tuple(x.shape[2:]))
     else:
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    # out as [E, t, n, ...]: TP rank j's rows are out[:, j]; chunk i is rows [i*size, ...).
+    # out as [E, t, n, ...]: TP rank j's rows are out[:, j]; chunk i is rows bounds[i].
     out_v = out.view((x.shape[0], t, n) + tuple(x.shape[2:]))
-    bounds = [(s, min(size, n - s)) for s in range(0, n, size)] if n else []
 
     # Every chunk's AllToAll is posted at once: the EP group runs them back to back (one
     # NCCL stream; on Gloo each pair matches its messages in posting order), so chunk i+1

@@ -26,7 +26,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from monta import rpc
 from monta.errors import PlanError
@@ -85,6 +85,23 @@ def effective_chunks(rows: int, chunks: int) -> int:
         return 1
     k = max(1, min(chunks, rows))
     return -(-rows // -(-rows // k))
+
+
+# The chunk rule is common/schedule's (the model prices it, the agent runs it); the golden
+# vectors in common/schedule/testdata/golden_chunks.tsv hold this copy to it
+# (python/tests/golden_chunks_test.py).
+def rows_per_tp_rank(rows: int, tp: int) -> int:
+    """Rows each TP rank keeps of a capacity axis padded up to a multiple of t: ceil(C/t)."""
+    return -(-rows // max(1, tp)) if rows > 0 else 0
+
+
+def chunk_rows(rows: int, chunks: int) -> List[Tuple[int, int]]:
+    """(first row, rows) of each of the effective_chunks(rows, chunks) pieces, in order: pieces
+    of ceil(rows/K_eff) rows, the last one shorter; empty for no rows."""
+    if rows <= 0:
+        return []
+    size = -(-rows // effective_chunks(rows, chunks))
+    return [(s, min(size, rows - s)) for s in range(0, rows, size)]
 
 
 @dataclass(frozen=True)
