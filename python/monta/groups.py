@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch.distributed as dist
 
 from monta.errors import PlanError
-from monta.plan import HIERARCHICAL, Plan
+from monta.plan import HIERARCHICAL, Plan, normalize_expert_layout
 
 LOG = logging.getLogger("monta")
 
@@ -87,8 +87,13 @@ class MoeGroups:
     inter_size: int = 1
     hierarchical_unfit: str = ""
     world_size: Optional[int] = None
+    # The expert layout the job runs (monta.TENSOR_PARALLEL or monta.NOT_TENSOR_PARALLEL, any
+    # spelling Plan takes); None = not said (the plan's, else the planner's default, runs).
+    expert_layout: Optional[str] = None
 
     def __post_init__(self):
+        self.expert_layout = normalize_expert_layout(self.expert_layout,
+                                                     "MoeGroups.expert_layout")
         for name in ("tp_group", "ep_group", "intra_group", "inter_group"):
             group = getattr(self, name)
             if group is not None and not isinstance(group, ProcessGroup):
@@ -102,11 +107,16 @@ class MoeGroups:
     @staticmethod
     def build(tensor_parallel_size: int, expert_parallel_size: int,
               gpus_per_node: Optional[int] = None,
-              timeout: Optional[datetime.timedelta] = None) -> "MoeGroups":
+              timeout: Optional[datetime.timedelta] = None,
+              expert_layout: Optional[str] = None) -> "MoeGroups":
         """Creates every group; all ranks must call it (torch.distributed.new_group).
 
         timeout: how long a collective on these groups waits for a silent peer; default the
-        default process group's (init_process_group's timeout), not torch's 30 minutes."""
+        default process group's (init_process_group's timeout), not torch's 30 minutes.
+        expert_layout: how the job's experts sit on the TP ranks (tensor_parallel or
+        not_tensor_parallel); a plan priced for the other is refused. Checked before any
+        group is created."""
+        expert_layout = normalize_expert_layout(expert_layout, "MoeGroups.build(expert_layout)")
         world, rank = dist.get_world_size(), dist.get_rank()
         t, e = tensor_parallel_size, expert_parallel_size
         if gpus_per_node is None:
@@ -148,7 +158,8 @@ class MoeGroups:
                     new("inter", [node_members[local] for node_members in by_node])
         groups = MoeGroups(tp_group=mine["tp"][0], tp_size=t, tp_rank=mine["tp"][2],
                            ep_group=mine["ep"][0], ep_size=e, ep_rank=mine["ep"][2],
-                           gpus_per_node=g, hierarchical_unfit=unfit, world_size=world)
+                           gpus_per_node=g, hierarchical_unfit=unfit, world_size=world,
+                           expert_layout=expert_layout)
         if not unfit:
             groups.intra_group, groups.intra_size = mine["intra"][0], mine["intra"][1]
             groups.inter_group, groups.inter_size = mine["inter"][0], mine["inter"][1]
@@ -159,6 +170,7 @@ class MoeGroups:
         if not isinstance(plan, Plan):
             raise PlanError(f"plan: expected a monta.Plan, got {type(plan).__name__}")
         plan.check_layout(self.world_size, self.tp_size, self.ep_size, self.gpus_per_node)
+        plan.check_expert_layout(self.expert_layout, "MoeGroups.expert_layout")
         if plan.strategy == HIERARCHICAL and self.inter_group is None:
             raise PlanError(f"{plan.strategy_source()}=hierarchical: does not fit the process "
                             "groups: "

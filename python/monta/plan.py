@@ -9,10 +9,13 @@ The admission webhook (server/admission/admission_handler.cc, DecisionEnv) injec
   MONTA_PREDICTED_STEP_ALLTOALL_SECONDS   per optimizer step ("%.6g")
   MONTA_SPEEDUP_OVER_FLAT                 "%.6g"
   MONTA_EVIDENCE_SOURCE                   measured | profile | mixed
+  MONTA_EXPERT_LAYOUT                     tensor_parallel | not_tensor_parallel: the expert
+                                          layout the plan was priced in (docs/MODEL.md §4)
   MONTA_DECISION_ID                       the decision's UUID
 
-The webhook does not say which layout the plan is for; a launcher may add it (or the pod
-spec may, through the downward API), and then a plan made for another layout is refused:
+The webhook does not say which parallel sizes the plan is for; a launcher may add them (or
+the pod spec may, through the downward API), and then a plan made for other sizes is
+refused:
 
   MONTA_WORLD_SIZE, MONTA_TENSOR_PARALLEL_SIZE, MONTA_EXPERT_PARALLEL_SIZE,
   MONTA_GPUS_PER_NODE                     integers >= 1
@@ -42,12 +45,26 @@ STRATEGIES = (FLAT, TP_DEDUP, TP_DEDUP_PIPELINED, HIERARCHICAL, EXPERT_OVERLAP)
 # Strategies whose K is meaningful; the others run with K = 1.
 CHUNKED = (TP_DEDUP_PIPELINED, EXPERT_OVERLAP)
 
+# How the experts sit on the tensor-parallel (TP) ranks (monta.v1.ExpertLayout), which
+# decides what dispatch and combine compute (docs/MODEL.md section 4, python/README.md):
+# tensor-parallel experts see every token (each op is drop -> AllToAll -> gather, its own
+# adjoint); whole experts on every TP rank see this TP rank's 1/t of the capacity (dispatch
+# = drop -> AllToAll, combine = AllToAll -> gather, DeepSpeed's default path).
+TENSOR_PARALLEL = "tensor_parallel"
+NOT_TENSOR_PARALLEL = "not_tensor_parallel"
+EXPERT_LAYOUTS = (TENSOR_PARALLEL, NOT_TENSOR_PARALLEL)
+# What the planner prices when a job does not say (DeepSpeed's default,
+# enable_expert_tensor_parallelism=False; docs/MODEL.md section 4, "The default"), and
+# so what a plan that does not say runs.
+DEFAULT_EXPERT_LAYOUT = NOT_TENSOR_PARALLEL
+
 ENV_STRATEGY = "MONTA_STRATEGY"
 ENV_NUM_CHUNKS = "MONTA_NUM_CHUNKS"
 ENV_PREDICTED_LAYER = "MONTA_PREDICTED_ALLTOALL_SECONDS"
 ENV_PREDICTED_STEP = "MONTA_PREDICTED_STEP_ALLTOALL_SECONDS"
 ENV_SPEEDUP = "MONTA_SPEEDUP_OVER_FLAT"
 ENV_EVIDENCE = "MONTA_EVIDENCE_SOURCE"
+ENV_EXPERT_LAYOUT = "MONTA_EXPERT_LAYOUT"
 ENV_DECISION_ID = "MONTA_DECISION_ID"
 ENV_WORLD_SIZE = "MONTA_WORLD_SIZE"
 ENV_TP_SIZE = "MONTA_TENSOR_PARALLEL_SIZE"
@@ -57,26 +74,46 @@ ENV_MOE_SPEC = "MONTA_MOE_SPEC"
 
 # Everything the webhook injects, in its order.
 INJECTED = (ENV_STRATEGY, ENV_NUM_CHUNKS, ENV_PREDICTED_LAYER, ENV_PREDICTED_STEP,
-            ENV_SPEEDUP, ENV_EVIDENCE, ENV_DECISION_ID)
+            ENV_SPEEDUP, ENV_EVIDENCE, ENV_EXPERT_LAYOUT, ENV_DECISION_ID)
 LAYOUT = (ENV_WORLD_SIZE, ENV_TP_SIZE, ENV_EP_SIZE, ENV_GPUS_PER_NODE, ENV_MOE_SPEC)
+
+# The default-layout line is logged once per process, not per AllToAll.
+_DEFAULT_LOGGED: List[bool] = []
 
 _DECISION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _TOKEN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
 
+def _short_name(value, variable: str, prefix: str, names, what: str) -> str:
+    """A contract enum value in any spelling (short or proto name, any case, spaces around)
+    -> its lower-case short name, or a PlanError naming `variable` (`value` cut short)."""
+    expected = f"expected one of {', '.join(names)} (or {prefix.upper()}*)"
+    if not isinstance(value, str):
+        raise PlanError(f"{variable}={value!r:.64}: expected {what} (a string), {expected}")
+    name = value.strip().lower()
+    if name.startswith(prefix):
+        name = name[len(prefix):]
+    if name not in names:
+        raise PlanError(f"{variable}={value[:64]!r}: unknown {what}; {expected}")
+    return name
+
+
 def normalize_strategy(value: str, variable: str = ENV_STRATEGY) -> str:
     """"tp_dedup", "TP_DEDUP", " tp_dedup " or the proto enum name "STRATEGY_KIND_TP_DEDUP"
     -> "tp_dedup"; anything else is a PlanError naming `variable`."""
-    if not isinstance(value, str):
-        raise PlanError(f"{variable}={value!r}: expected a strategy name (a string), one of "
-                        f"{', '.join(STRATEGIES)}")
-    name = value.strip().lower()
-    if name.startswith("strategy_kind_"):
-        name = name[len("strategy_kind_"):]
-    if name not in STRATEGIES:
-        raise PlanError(f"{variable}={value!r}: unknown strategy; expected one of "
-                        f"{', '.join(STRATEGIES)}")
-    return name
+    return _short_name(value, variable, "strategy_kind_", STRATEGIES, "strategy")
+
+
+def normalize_expert_layout(value: Optional[str], variable: str) -> Optional[str]:
+    """"tensor_parallel", "NOT_TENSOR_PARALLEL", " tensor_parallel " or the proto enum name
+    "EXPERT_LAYOUT_TENSOR_PARALLEL" -> the short name; None, "unspecified" or
+    "EXPERT_LAYOUT_UNSPECIFIED" (the planner did not say) -> None; anything else is a
+    PlanError naming `variable`."""
+    if value is None:
+        return None
+    name = _short_name(value, variable, "expert_layout_", EXPERT_LAYOUTS + ("unspecified",),
+                       "expert layout")
+    return None if name == "unspecified" else name
 
 
 def effective_chunks(rows: int, chunks: int) -> int:
@@ -129,6 +166,10 @@ class Plan:
     # "env", "planner" or "default".
     origin: str = "default"
     layout: Layout = field(default_factory=Layout)
+    # The expert layout the plan was priced in (TENSOR_PARALLEL or NOT_TENSOR_PARALLEL), or
+    # None when it does not say (an old webhook, no plan): then dispatch / combine run the
+    # layout the groups or the call name, else DEFAULT_EXPERT_LAYOUT (with a logged line).
+    expert_layout: Optional[str] = None
     # From the planner (Plan.request): every feasible candidate as a Plan, best first (the
     # chosen one first), with its predicted times; empty for plans from the env or default.
     candidates: Tuple["Plan", ...] = field(default=(), compare=False, repr=False)
@@ -137,6 +178,8 @@ class Plan:
         # Every constructor (Plan(...), dataclasses.replace, from_env, request) lands here:
         # the strategy is stored in its one spelling, so the AllToAll runs what was asked.
         object.__setattr__(self, "strategy", normalize_strategy(self.strategy, "Plan.strategy"))
+        object.__setattr__(self, "expert_layout",
+                           normalize_expert_layout(self.expert_layout, "Plan.expert_layout"))
         if not isinstance(self.num_chunks, int) or isinstance(self.num_chunks, bool) or \
                 self.num_chunks < 1:
             raise PlanError(f"Plan.num_chunks={self.num_chunks!r}: expected an integer >= 1")
@@ -147,18 +190,33 @@ class Plan:
     def __str__(self):
         k = f"(K={self.num_chunks})" if self.strategy in CHUNKED else ""
         did = f" decision {self.decision_id}" if self.decision_id else ""
-        return f"{self.strategy}{k} from {self.origin}{did}"
+        experts = f", experts {self.expert_layout}" if self.expert_layout else ""
+        return f"{self.strategy}{k}{experts} from {self.origin}{did}"
 
     def strategy_source(self) -> str:
         """Where the strategy came from, for error messages: the variable or the field."""
         return ENV_STRATEGY if self.origin == "env" else "Plan.strategy"
 
+    def expert_layout_source(self) -> str:
+        """Where the expert layout came from, for error messages."""
+        return {"env": ENV_EXPERT_LAYOUT, "planner": "StrategyReply.expert_layout"}.get(
+            self.origin, "Plan.expert_layout")
+
+    @property
+    def expert_layout_or_default(self) -> str:
+        """The layout this plan runs when neither the groups nor the call name one."""
+        return self.expert_layout or DEFAULT_EXPERT_LAYOUT
+
     # ----- constructors -----
 
     @staticmethod
     def flat(reason: str = "") -> "Plan":
+        """Flat, with no expert layout stated: the groups' or the call's runs, else
+        DEFAULT_EXPERT_LAYOUT."""
         if reason:
-            LOG.warning("monta: no plan (%s); using the flat AllToAll", reason)
+            LOG.warning("monta: no plan (%s); using the flat AllToAll, with the expert layout "
+                        "the groups or the call name (else %s, the planner's default)", reason,
+                        DEFAULT_EXPERT_LAYOUT)
         return Plan()
 
     @staticmethod
@@ -192,6 +250,12 @@ class Plan:
         if ENV_EVIDENCE in env and not _TOKEN.fullmatch(evidence):
             raise PlanError(f"{ENV_EVIDENCE}={evidence!r}: expected a word such as measured, "
                             "profile or mixed")
+        expert_layout = normalize_expert_layout(env.get(ENV_EXPERT_LAYOUT), ENV_EXPERT_LAYOUT)
+        if expert_layout is None:
+            LOG.warning("monta: %s not set (a webhook older than the expert layout?): the plan "
+                        "does not say which expert layout it was priced in; running the "
+                        "groups' or the call's, else %s (the planner's default)",
+                        ENV_EXPERT_LAYOUT, DEFAULT_EXPERT_LAYOUT)
         return Plan(
             strategy=strategy,
             num_chunks=chunks,
@@ -202,6 +266,7 @@ class Plan:
             evidence_source=evidence,
             origin="env",
             layout=_layout_from_env(env),
+            expert_layout=expert_layout,
         )
 
     @staticmethod
@@ -260,6 +325,32 @@ class Plan:
                             f"but the process groups have {name} {have}; re-plan for this "
                             "layout")
 
+    def check_expert_layout(self, named: Optional[str], source: str) -> None:
+        """Refuses running experts `named` (what `source`, the groups or the call, says the
+        job runs; None = not said) with a plan priced for the other layout."""
+        if self.expert_layout and named and named != self.expert_layout:
+            wanted = "true" if named == TENSOR_PARALLEL else "false"
+            raise PlanError(
+                f"{self.expert_layout_source()}={self.expert_layout}: the plan ({self}) was "
+                f"priced for experts {self.expert_layout}, but {source} runs experts {named}: "
+                f"re-plan with job.experts_tensor_parallel={wanted}, or run the layout the "
+                "plan was made for")
+
+    def expert_layout_for(self, named: Optional[str], source: str) -> str:
+        """The expert layout to run: `named` (see check_expert_layout) or the plan's, which
+        must agree when both say; else DEFAULT_EXPERT_LAYOUT, logged once per process."""
+        self.check_expert_layout(named, source)
+        layout = named or self.expert_layout
+        if layout is None:
+            layout = DEFAULT_EXPERT_LAYOUT
+            if not _DEFAULT_LOGGED:
+                _DEFAULT_LOGGED.append(True)
+                LOG.warning("monta: neither the plan (%s) nor the groups nor the call name the "
+                            "expert layout: running %s, the planner's default (docs/MODEL.md "
+                            "section 4); name it with MoeGroups.build(expert_layout=...)", self,
+                            layout)
+        return layout
+
     def with_layout(self, sources: Optional[Dict[str, str]] = None, **sizes) -> "Plan":
         """This plan, stated to be for the given sizes (checked by MoeGroups.check)."""
         named = {k: f"Plan.layout.{k}" for k in sizes}
@@ -267,11 +358,11 @@ class Plan:
         return replace(self, layout=Layout(sources=named, **sizes))
 
 
-def _candidate_plan(candidate, evidence: str, what: str) -> Plan:
+def _candidate_plan(candidate, evidence: str, expert_layout: Optional[str], what: str) -> Plan:
     strategy = normalize_strategy(rpc.enum_name(candidate, "kind"), what)
     fwd, bwd = candidate.forward_seconds_per_layer, candidate.backward_seconds_per_layer
     chunks = max(1, candidate.chunks_effective) if strategy in CHUNKED else 1
-    return Plan(strategy=strategy, num_chunks=chunks,
+    return Plan(strategy=strategy, num_chunks=chunks, expert_layout=expert_layout,
                 predicted_forward_seconds_per_layer=fwd,
                 predicted_backward_seconds_per_layer=bwd,
                 predicted_alltoall_seconds_per_layer=fwd + bwd,
@@ -292,9 +383,24 @@ def plan_from_reply(address: str, request, reply) -> Plan:
         else evidence
     if evidence == "unspecified":
         evidence = ""
-    candidates = tuple(_candidate_plan(c, evidence, f"GetStrategy reply candidates[{i}].kind")
+    # Every candidate was priced in the reply's layout; 0 (a planner older than the field)
+    # says nothing.
+    try:
+        layout_name = rpc.enum_name(reply, "expert_layout")
+    except KeyError:  # a value this copy of the contract does not know
+        raise PlanError(f"GetStrategy at {address}: expert_layout={reply.expert_layout}: an "
+                        "expert layout this monta does not know; upgrade monta") from None
+    expert_layout = normalize_expert_layout(layout_name,
+                                            f"GetStrategy at {address}: expert_layout")
+    if expert_layout is None:
+        LOG.warning("monta: GetStrategy at %s did not say which expert layout it priced (an "
+                    "older planner?); running the groups' or the call's, else %s", address,
+                    DEFAULT_EXPERT_LAYOUT)
+    candidates = tuple(_candidate_plan(c, evidence, expert_layout,
+                                       f"GetStrategy reply candidates[{i}].kind")
                        for i, c in enumerate(reply.candidates) if c.feasible)
-    plan = replace(_candidate_plan(chosen, evidence, "GetStrategy reply chosen.kind"),
+    plan = replace(_candidate_plan(chosen, evidence, expert_layout,
+                                   "GetStrategy reply chosen.kind"),
                    candidates=candidates)
     sources = {"world_size": "job.world_size", "tensor_parallel_size": "job.tensor_parallel_size",
                "expert_parallel_size": "job.expert_parallel_size",

@@ -31,6 +31,7 @@ INJECTED = {
     "MONTA_PREDICTED_STEP_ALLTOALL_SECONDS": "1.97531",
     "MONTA_SPEEDUP_OVER_FLAT": "3.2",
     "MONTA_EVIDENCE_SOURCE": "profile",
+    "MONTA_EXPERT_LAYOUT": "tensor_parallel",
     "MONTA_DECISION_ID": "0f8e5a2c-1b3d-4c5e-9f60-718293a4b5c6",
 }
 
@@ -46,7 +47,9 @@ class FromEnvTest(unittest.TestCase):
         self.assertEqual(plan.evidence_source, "profile")
         self.assertEqual(plan.decision_id, INJECTED["MONTA_DECISION_ID"])
         self.assertEqual(plan.origin, "env")
+        self.assertEqual(plan.expert_layout, monta.TENSOR_PARALLEL)
         self.assertIn(INJECTED["MONTA_DECISION_ID"], str(plan))
+        self.assertIn("experts tensor_parallel", str(plan))
         self.assertEqual(set(plan_mod.INJECTED), set(INJECTED))
 
     def test_every_strategy_name_and_enum_name(self):
@@ -90,6 +93,8 @@ class FromEnvTest(unittest.TestCase):
             "MONTA_PREDICTED_STEP_ALLTOALL_SECONDS": ["x", "-0.5", "NaN"],
             "MONTA_SPEEDUP_OVER_FLAT": ["fast", "-2", "inf"],
             "MONTA_EVIDENCE_SOURCE": ["", "measured; rm -rf", "9lives", "a b"],
+            "MONTA_EXPERT_LAYOUT": ["", "tp", "true", "EXPERT_LAYOUT_", "tensor parallel",
+                                    "tensor_parallel,not_tensor_parallel", "x" * 10000],
             "MONTA_DECISION_ID": ["", "has space", "x" * 129, "id\n"],
             "MONTA_WORLD_SIZE": ["0", "four", ""],
             "MONTA_TENSOR_PARALLEL_SIZE": ["-2", "1.5"],
@@ -105,6 +110,70 @@ class FromEnvTest(unittest.TestCase):
                     with self.assertRaises(monta.PlanError) as caught:
                         monta.Plan.from_env(dict(INJECTED, **{var: value}))
                     self.assertIn(var, str(caught.exception))
+
+    def test_expert_layout_spellings(self):
+        for name in monta.EXPERT_LAYOUTS:
+            for text in (name, name.upper(), "EXPERT_LAYOUT_" + name.upper(), f" {name}\n"):
+                with self.subTest(text=text):
+                    env = dict(INJECTED, MONTA_EXPERT_LAYOUT=text)
+                    self.assertEqual(monta.Plan.from_env(env).expert_layout, name)
+                    self.assertEqual(monta.Plan(expert_layout=text).expert_layout, name)
+                    self.assertEqual(dataclasses.replace(monta.Plan(), expert_layout=text),
+                                     monta.Plan(expert_layout=name))
+        for bad in ("", "tp", "tensor-parallel", "EXPERT_LAYOUT_", True, 1, b"tensor_parallel"):
+            with self.subTest(bad=bad):
+                with self.assertRaisesRegex(monta.PlanError, r"^Plan\.expert_layout=.*expected"):
+                    monta.Plan(expert_layout=bad)
+        # An unbounded value is not echoed whole.
+        with self.assertRaises(monta.PlanError) as caught:
+            monta.Plan.from_env(dict(INJECTED, MONTA_EXPERT_LAYOUT="x" * 10000))
+        self.assertLess(len(str(caught.exception)), 300)
+
+    def test_a_plan_that_does_not_say_runs_the_default(self):
+        """No MONTA_EXPERT_LAYOUT (an older webhook), "unspecified", no plan at all: the plan
+        says nothing (None), a logged line says so, and the planner's documented default
+        (docs/MODEL.md section 4: not_tensor_parallel) runs unless the groups or the call
+        name the job's layout."""
+        self.assertEqual(monta.DEFAULT_EXPERT_LAYOUT, monta.NOT_TENSOR_PARALLEL)
+        env = dict(INJECTED)
+        del env["MONTA_EXPERT_LAYOUT"]
+        for label, make in (
+                ("no variable", lambda: monta.Plan.from_env(env)),
+                ("unspecified", lambda: monta.Plan.from_env(
+                    dict(env, MONTA_EXPERT_LAYOUT="EXPERT_LAYOUT_UNSPECIFIED"))),
+                ("no plan", lambda: monta.Plan.from_env({}))):
+            with self.subTest(label):
+                with self.assertLogs("monta", logging.WARNING) as logs:
+                    plan = make()
+                self.assertIsNone(plan.expert_layout)
+                self.assertEqual(plan.expert_layout_or_default, monta.NOT_TENSOR_PARALLEL)
+                self.assertIn("not_tensor_parallel", logs.output[-1])
+        plan = monta.Plan.from_env(env)
+        self.assertEqual(plan.expert_layout_for(monta.TENSOR_PARALLEL, "MoeGroups.expert_layout"),
+                         monta.TENSOR_PARALLEL)  # the job's own layout, nothing to contradict
+        del plan_mod._DEFAULT_LOGGED[:]
+        with self.assertLogs("monta", logging.WARNING) as logs:
+            self.assertEqual(plan.expert_layout_for(None, "x"), monta.NOT_TENSOR_PARALLEL)
+            self.assertEqual(plan.expert_layout_for(None, "x"), monta.NOT_TENSOR_PARALLEL)
+            logging.getLogger("monta").warning("end")
+        said = [line for line in logs.output if "planner's default" in line]
+        self.assertEqual(len(said), 1, logs.output)  # once per process
+        self.assertIn("running not_tensor_parallel", said[0])
+
+    def test_a_stated_layout_refuses_the_other(self):
+        plan = monta.Plan.from_env(INJECTED)
+        plan.check_expert_layout(monta.TENSOR_PARALLEL, "MoeGroups.expert_layout")
+        plan.check_expert_layout(None, "MoeGroups.expert_layout")
+        self.assertEqual(plan.expert_layout_for(None, "x"), monta.TENSOR_PARALLEL)
+        with self.assertRaisesRegex(
+                monta.PlanError, r"^MONTA_EXPERT_LAYOUT=tensor_parallel: .* but "
+                r"MoeGroups.expert_layout runs experts not_tensor_parallel: re-plan with "
+                r"job.experts_tensor_parallel=false"):
+            plan.expert_layout_for(monta.NOT_TENSOR_PARALLEL, "MoeGroups.expert_layout")
+        mine = monta.Plan(expert_layout="not_tensor_parallel")
+        with self.assertRaisesRegex(monta.PlanError, r"^Plan.expert_layout=not_tensor_parallel"
+                                                     r".*experts_tensor_parallel=true"):
+            mine.check_expert_layout(monta.TENSOR_PARALLEL, "monta.dispatch(expert_layout)")
 
     def test_layout_variables(self):
         env = dict(INJECTED, MONTA_WORLD_SIZE="16", MONTA_TENSOR_PARALLEL_SIZE="8",
@@ -183,6 +252,37 @@ class FromEnvTest(unittest.TestCase):
             plan.candidate("nope")
         # The candidates are what the planner said, not part of what the plan is.
         self.assertEqual(plan, piped)
+
+    def test_plan_from_reply_carries_the_expert_layout(self):
+        pb = monta.rpc.stubs().strategy_pb2
+        request = pb.StrategyRequest(job=pb.MoeJob(world_size=4, tensor_parallel_size=2,
+                                                   expert_parallel_size=2))
+        chosen = pb.Candidate(kind=3, chunks_effective=4, feasible=True,
+                              forward_seconds_per_layer=0.2, backward_seconds_per_layer=0.3)
+        flat = pb.Candidate(kind=1, chunks_effective=1, feasible=True,
+                            forward_seconds_per_layer=0.4, backward_seconds_per_layer=0.5)
+        for value, layout in ((pb.EXPERT_LAYOUT_TENSOR_PARALLEL, monta.TENSOR_PARALLEL),
+                              (pb.EXPERT_LAYOUT_NOT_TENSOR_PARALLEL, monta.NOT_TENSOR_PARALLEL)):
+            reply = pb.StrategyReply(chosen=chosen, candidates=[chosen, flat],
+                                     expert_layout=value)
+            plan = plan_mod.plan_from_reply("planner:1", request, reply)
+            self.assertEqual((plan.strategy, plan.num_chunks, plan.expert_layout),
+                             (monta.TP_DEDUP_PIPELINED, 4, layout))
+            self.assertEqual([c.expert_layout for c in plan.candidates], [layout] * 2)
+            other = [x for x in monta.EXPERT_LAYOUTS if x != layout][0]
+            with self.assertRaisesRegex(monta.PlanError,
+                                        rf"^StrategyReply.expert_layout={layout}: "):
+                plan.check_expert_layout(other, "MoeGroups.expert_layout")
+        # A planner older than the field says nothing: not a layout, a logged line.
+        with self.assertLogs("monta", logging.WARNING) as logs:
+            plan = plan_mod.plan_from_reply("planner:1", request,
+                                            pb.StrategyReply(chosen=chosen, candidates=[chosen]))
+        self.assertIsNone(plan.expert_layout)
+        self.assertIn("did not say which expert layout", logs.output[0])
+        with self.assertRaisesRegex(monta.PlanError, "expert_layout=7: an expert layout this "
+                                                     "monta does not know"):
+            plan_mod.plan_from_reply("planner:1", request,
+                                     pb.StrategyReply(chosen=chosen, expert_layout=7))
 
     def test_resolve_prefers_env_then_planner_then_flat(self):
         self.assertEqual(monta.Plan.resolve(environ=INJECTED).origin, "env")
