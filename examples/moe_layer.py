@@ -4,9 +4,17 @@
 
 Where DeepSpeed's MOELayer.forward calls `drop_tokens`, `_AllToAll.apply` and
 `gather_tokens`, this layer calls monta.dispatch / monta.combine, which run whatever the
-plan says (flat, tp_dedup, tp_dedup_pipelined(K), hierarchical); for expert_overlap(K) it
-hands its experts to monta.experts_overlapped, which runs the capacity in K chunks with the
-next chunk's AllToAll in flight while the experts work on the current one.
+plan says (flat, tp_dedup, tp_dedup_pipelined(K), hierarchical) in the job's expert layout;
+for expert_overlap(K) it hands its experts to monta.experts_overlapped, which runs the
+capacity in K chunks with the next chunk's AllToAll in flight while the experts work on the
+current one.
+
+The expert layout is the groups' (MoeGroups.build(expert_layout=...)), else the plan's
+(MONTA_EXPERT_LAYOUT, the planner's reply), else the planner's default: tensor-parallel
+experts see every capacity row, experts not tensor-parallel this TP rank's ceil(C/t) of
+them (DeepSpeed's default path), and the combine gathers the rest back. The experts here
+are whole on every rank either way (the layout decides which rows they see, not how their
+weights are split), so the same module serves both.
 
 `dispatcher="index"` builds the [E, C, M] buffer by index (scatter the routed tokens into
 their slots, gather them back weighted) instead of the dense einsums, as DeepSpeed does
@@ -116,6 +124,10 @@ class MoELayer(torch.nn.Module):
         if num_experts % groups.ep_size:
             raise ValueError(f"num_experts {num_experts} not divisible by EP size {groups.ep_size}")
         groups.check(plan)  # a plan for another layout is refused here, before any step
+        # The expert layout every step runs: the groups', else the plan's, else the planner's
+        # default (logged). A plan swapped in later (layer.plan = ...) must agree with it.
+        self.expert_layout = plan.expert_layout_for(groups.expert_layout,
+                                                    "MoeGroups.expert_layout")
         self.plan, self.groups = plan, groups
         self.local = num_experts // groups.ep_size
         g = torch.Generator().manual_seed(7)  # the gate is the same on every rank
@@ -145,9 +157,12 @@ class MoELayer(torch.nn.Module):
 
     def _through_experts(self, dispatched: torch.Tensor) -> torch.Tensor:
         e, hidden = self.groups.ep_size, dispatched.shape[-1]
-        received = monta.dispatch(dispatched, self.plan, self.groups)
+        # [E, C, M] -> [E, C, M], or [E, ceil(C/t), M] when experts are not tensor-parallel.
+        received = monta.dispatch(dispatched, self.plan, self.groups,
+                                  expert_layout=self.expert_layout)
         expert_out = self.experts(received.reshape(e, self.local, -1, hidden))
-        return monta.combine(expert_out.reshape(dispatched.shape), self.plan, self.groups)
+        return monta.combine(expert_out.reshape(received.shape), self.plan, self.groups,
+                             expert_layout=self.expert_layout, capacity=dispatched.shape[1])
 
     def _chunked(self, dispatched: torch.Tensor) -> torch.Tensor:
         e, hidden = self.groups.ep_size, dispatched.shape[-1]
@@ -155,4 +170,5 @@ class MoELayer(torch.nn.Module):
         def experts(received):
             out = self.experts(received.reshape(e, self.local, -1, hidden))
             return out.reshape(received.shape)
-        return monta.experts_overlapped(dispatched, experts, self.plan, self.groups)
+        return monta.experts_overlapped(dispatched, experts, self.plan, self.groups,
+                                        expert_layout=self.expert_layout)

@@ -1,19 +1,25 @@
 """The MoE AllToAll strategies on 4 Gloo ranks: 2 emulated nodes x 2 ranks on loopback.
 
-Every strategy and K in {1, 2, 3, 8} against flat: forward outputs and the gradients of
-the inputs and of the expert weights equal flat's exactly in fp32 and within tolerance in
-bf16; dtype kept; capacity not divisible by K; capacity not divisible by t (the dedup
-strategies pad it); async_op=True handles give the synchronous results; plans that do
-not fit the groups (or the call) refused by the call itself; a killed rank makes the
-others fail with a clear error, no hang, and a silent one times them out after the
-world's timeout; flat on Gloo runs as point-to-point messages with known data landing
-where DeepSpeed's AllToAll puts it.
+Both expert layouts (tensor-parallel experts, and experts not tensor-parallel: DeepSpeed's
+default path), every strategy and K in {1, 2, 3, 8}, against a DeepSpeed-semantics
+reference written here (plain all_to_all_single, slice and all_gather, as
+deepspeed/moe/sharded_moe.py MOELayer.forward and deepspeed/moe/mappings.py compose them):
+dispatch and combine outputs and input gradients, and a MoE layer's output and the
+gradients of its input and expert weights, exact in fp32 and within tolerance in bf16;
+dtype kept; capacity not divisible by K, and not by t (every dropping schedule pads it);
+the collectives each op runs per layout (the model's 4 AllToAlls + 4 or 2 AllGathers per
+layer); async_op=True handles give the synchronous results; plans that do not fit the
+groups, the expert layout or the call refused by the call itself; a killed rank makes the
+others fail with a clear error, no hang, and a silent one times them out after the world's
+timeout; flat on Gloo runs as point-to-point messages with known data landing where
+DeepSpeed's AllToAll puts it.
 
 Runs against the installed package (python/tests/run_installed.sh)."""
 
 import dataclasses
 import datetime
 import glob
+import logging
 import os
 import tempfile
 import time
@@ -25,6 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [HERE, os.path.join(ROOT, "examples")]  # mp_harness, moe_layer
 
 import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 import monta  # noqa: E402
 import mp_harness  # noqa: E402
@@ -35,9 +42,16 @@ WORLD, GPUS_PER_NODE = 4, 2
 # A stalled rank's longest silence, and the harness deadline it outlasts.
 STALL_CAP_S, STALL_DEADLINE_S = 120, 90
 KS = (1, 2, 3, 8)
-# (tensor, expert) parallel sizes: TP inside a node with EP across nodes (the MoNTA case),
-# and TP 1 with EP over both nodes (where hierarchical has both steps).
+TP, NOT_TP = monta.TENSOR_PARALLEL, monta.NOT_TENSOR_PARALLEL
+# (tensor, expert) parallel sizes and the expert layouts run there: TP inside a node with
+# EP across nodes (the MoNTA case), both layouts; and TP 1 with EP over both nodes (where
+# hierarchical has both steps), where nothing is duplicated and both layouts are one op
+# (the not-tensor-parallel run there checks that they are, in fp32 only).
 LAYOUTS = ((2, 2), (1, 4))
+CASES = ((2, 2, TP, (torch.float32, torch.bfloat16)),
+         (2, 2, NOT_TP, (torch.float32, torch.bfloat16)),
+         (1, 4, TP, (torch.float32, torch.bfloat16)),
+         (1, 4, NOT_TP, (torch.float32,)))
 
 
 def plans():
@@ -60,6 +74,9 @@ def compare(label, got, want, dtype, failures, exact=True):
     if got.dtype != want.dtype:
         failures.append(f"{label}: dtype {got.dtype} != {want.dtype}")
         return
+    if got.shape != want.shape:
+        failures.append(f"{label}: shape {tuple(got.shape)} != {tuple(want.shape)}")
+        return
     if dtype == torch.float32 and exact:
         if not torch.equal(got, want):
             failures.append(f"{label}: max |diff| {(got - want).abs().max().item()} (fp32 must "
@@ -72,26 +89,159 @@ def compare(label, got, want, dtype, failures, exact=True):
         failures.append(f"{label}: max |diff| {diff} over max |value| {scale}")
 
 
-def op_case(x_seed, shape, dtype, plan, groups, async_op=False):
-    """The bare AllToAll: output and input gradient for a given upstream gradient."""
-    g = torch.Generator().manual_seed(x_seed)
-    x = torch.randn(shape, generator=g).to(dtype).requires_grad_()
-    upstream = torch.randn(shape, generator=g).to(dtype)
-    if async_op:
-        work = monta.dispatch(x, plan, groups, async_op=True)
-        y = work.wait()
-        if not work.is_completed() or work.wait() is not y:
-            raise AssertionError("wait() must return the same output every time")
+# ----- DeepSpeed's MOELayer communication, written out (the reference) -----
+# deepspeed/moe/mappings.py: _DropTokens narrows this TP rank's 1/t of a dimension, its
+# backward all-gathers and concatenates; _GatherTokens the reverse. sharded_moe.py:
+# _AllToAll is all_to_all_single, its backward the same on the gradient. Gloo has no bf16
+# kernels: bf16 crosses as bytes (last dim x2), which moves the same bits.
+
+def _wire(x):
+    return x.view(torch.uint8) if x.dtype == torch.bfloat16 else x
+
+
+def _all_gather_cat(x, group):
+    x = x.contiguous()
+    pieces = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
+    dist.all_gather([_wire(p) for p in pieces], _wire(x), group=group)
+    return torch.cat(pieces, dim=1)
+
+
+def _narrow_mine(x, group):
+    n = x.shape[1] // dist.get_world_size(group)
+    return x.narrow(1, dist.get_rank(group) * n, n).contiguous()
+
+
+class RefAllToAll(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        dist.all_to_all_single(_wire(out), _wire(x), group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return RefAllToAll.apply(grad, ctx.group), None
+
+
+class RefDropOrGather(torch.autograd.Function):
+    """_DropTokens (gather=False) and _GatherTokens (gather=True) along the capacity axis;
+    each one's backward is the other."""
+
+    @staticmethod
+    def forward(ctx, x, group, gather):
+        ctx.group, ctx.gather = group, gather
+        return _all_gather_cat(x, group) if gather else _narrow_mine(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        back = _narrow_mine(grad, ctx.group) if ctx.gather else _all_gather_cat(grad, ctx.group)
+        return back, None, None
+
+
+def ref_drop(x, group):
+    return RefDropOrGather.apply(x, group, False)
+
+
+def ref_gather(x, group):
+    return RefDropOrGather.apply(x, group, True)
+
+
+def _pad(x, t):
+    """The planner's padded plan: zero rows up to C' = ceil(C/t) * t (DeepSpeed's drop
+    asserts C mod t = 0)."""
+    extra = -x.shape[1] % t
+    if not extra:
+        return x
+    return torch.cat([x, x.new_zeros((x.shape[0], extra) + tuple(x.shape[2:]))], dim=1)
+
+
+def ref_dispatch(x, layout, groups):
+    """MOELayer.forward up to the experts: drop -> AllToAll (-> gather when the experts are
+    tensor-parallel); without TP only the AllToAll."""
+    if groups.tp_size == 1:
+        return RefAllToAll.apply(x, groups.ep_group)
+    y = RefAllToAll.apply(ref_drop(_pad(x, groups.tp_size), groups.tp_group),
+                          groups.ep_group)
+    if layout == TP:
+        y = ref_gather(y, groups.tp_group).narrow(1, 0, x.shape[1])
+    return y
+
+
+def ref_combine(y, layout, groups, cap):
+    """MOELayer.forward after the experts: (drop ->, when the experts are tensor-parallel)
+    AllToAll -> gather, back to the capacity cap."""
+    if groups.tp_size == 1:
+        return RefAllToAll.apply(y, groups.ep_group)
+    if layout == TP:
+        y = ref_drop(_pad(y, groups.tp_size), groups.tp_group)
+    out = RefAllToAll.apply(y, groups.ep_group)
+    return ref_gather(out, groups.tp_group).narrow(1, 0, cap)
+
+
+# ----- the cases -----
+
+def with_layout(groups, layout):
+    """The same process groups, running `layout` (no collective: a copy of the record)."""
+    return dataclasses.replace(groups, expert_layout=layout)
+
+
+def op_inputs(rank, groups, layout, op, cap, dtype, salt=0):
+    """x and the output's upstream gradient for one op. The MoE input (dispatch's x) is the
+    same on every TP rank; so is everything of tensor-parallel experts (both ops and their
+    gradients; flat and hierarchical send the whole copy, and equal DeepSpeed's drop ->
+    gather only on replicated data). With experts not tensor-parallel, each TP rank's
+    expert output and every gradient differ (DeepSpeed's path must still be computed)."""
+    t = groups.tp_size
+    n = -(-cap // t) if layout == NOT_TP and t > 1 else cap
+    rows_in, rows_out = (cap, n) if op == "dispatch" else (n, cap)
+    replicated = layout == TP or t == 1
+    per_rank = rank // t if replicated else rank
+    x_seed = rank // t if op == "dispatch" else per_rank
+    x = torch.randn((4, rows_in, 5), generator=torch.Generator().manual_seed(
+        1000 * salt + x_seed)).to(dtype)
+    upstream = torch.randn((4, rows_out, 5), generator=torch.Generator().manual_seed(
+        1000 * salt + 500 + per_rank)).to(dtype)
+    return x, upstream
+
+
+def op_case(x, upstream, plan, groups, layout, op, cap, impl="monta", async_op=False):
+    """One op (dispatch or combine) of monta (impl "monta") or of the reference ("ref"):
+    output and input gradient."""
+    x = x.clone().requires_grad_()
+    if impl == "ref":
+        y = ref_dispatch(x, layout, groups) if op == "dispatch" else \
+            ref_combine(x, layout, groups, cap)
     else:
-        y = monta.dispatch(x, plan, groups)
+        kwargs = {"capacity": cap} if op == "combine" else {}
+        call = monta.dispatch if op == "dispatch" else monta.combine
+        y = call(x, plan, groups, async_op=async_op, expert_layout=layout, **kwargs)
+        if async_op:
+            work = y
+            y = work.wait()
+            if not work.is_completed() or work.wait() is not y:
+                raise AssertionError("wait() must return the same output every time")
     y.backward(upstream)
     return y.detach(), x.grad
 
 
-def layer_case(seed, dtype, plan, groups, seq=15, dispatcher="einsum"):
+def layer_case(seed, dtype, plan, groups, seq=15, dispatcher="einsum", reference=False):
+    """examples/moe_layer.py's layer on `groups` (their expert layout), with monta or with
+    the reference's dispatch -> experts -> combine: output and the gradients of the input
+    and the expert weights."""
     import moe_layer
     layer = moe_layer.MoELayer(hidden=16, ffn=24, num_experts=4, top_k=2, capacity_factor=0.9,
                                plan=plan, groups=groups, dtype=dtype, dispatcher=dispatcher)
+    if reference:
+        layout = groups.expert_layout
+
+        def through(dispatched):
+            received = ref_dispatch(dispatched, layout, groups)
+            out = layer.experts(received.reshape(groups.ep_size, layer.local, -1,
+                                                 dispatched.shape[-1]))
+            return ref_combine(out.reshape(received.shape), layout, groups, dispatched.shape[1])
+        layer._experts_and_alltoall = through
     g = torch.Generator().manual_seed(seed)
     # seq 15: S=30, C=ceil(2*30*0.9/4)=14; seq 12: S=24, C=11.
     x = torch.randn(2, seq, 16, generator=g).to(dtype).requires_grad_()
@@ -100,44 +250,61 @@ def layer_case(seed, dtype, plan, groups, seq=15, dispatcher="einsum"):
     return y.detach(), x.grad, layer.experts.w1.grad, layer.experts.w2.grad
 
 
+OPS = ("dispatch", "combine")
+LAYER_PARTS = ("output", "input grad", "w1 grad", "w2 grad")
+
+
+def compare_ops(label, plan, groups, layout, cap, dtype, failures, rank, salt=0):
+    """dispatch and combine of `plan` against the reference, output and input gradient."""
+    for op in OPS:
+        x, upstream = op_inputs(rank, groups, layout, op, cap, dtype, salt)
+        want = op_case(x, upstream, plan, groups, layout, op, cap, impl="ref")
+        got = op_case(x, upstream, plan, groups, layout, op, cap)
+        for name, a, b in zip(("output", "input grad"), got, want):
+            compare(f"{label} C={cap} {op} {name}", a, b, dtype, failures)
+            if not a.is_contiguous():
+                failures.append(f"{label} C={cap} {op} {name}: not contiguous")
+
+
 def strategies_worker(rank, world):
     failures = []
     for t, e in LAYOUTS:
-        groups = monta.MoeGroups.build(t, e, GPUS_PER_NODE)
-        seed = rank // t  # inputs are replicated over the TP group, as in the model
-        for dtype in (torch.float32, torch.bfloat16):
-            # E=4 experts, capacity 14 (7 rows per TP rank: 7 mod 2, 3 and 8 != 0).
-            op_ref = op_case(seed, (4, 14, 5), dtype, monta.Plan(), groups)
-            layer_ref = layer_case(seed, dtype, monta.Plan(), groups)
-            if layer_ref[0].dtype != dtype:
-                failures.append(f"flat layer output dtype {layer_ref[0].dtype} != {dtype}")
-            for plan in plans():
-                label = f"rank {rank} t={t} e={e} {dtype} {plan.strategy}(K={plan.num_chunks})"
-                if plan.strategy != monta.EXPERT_OVERLAP:  # not a bare AllToAll
-                    for name, got, want in zip(("output", "input grad"),
-                                               op_case(seed, (4, 14, 5), dtype, plan, groups),
-                                               op_ref):
-                        compare(f"{label} op {name}", got, want, dtype, failures)
-                for name, got, want in zip(("output", "input grad", "w1 grad", "w2 grad"),
-                                           layer_case(seed, dtype, plan, groups), layer_ref):
-                    # expert_overlap runs the experts per chunk: its gradients are the same
-                    # sums in another order (other GEMM shapes).
-                    exact = plan.strategy != monta.EXPERT_OVERLAP or name == "output"
-                    compare(f"{label} layer {name}", got, want, dtype, failures, exact)
+        built = monta.MoeGroups.build(t, e, GPUS_PER_NODE)
+        seed = rank // t  # the layer's input is replicated over the TP group
+        for tt, ee, layout, dtypes in CASES:
+            if (tt, ee) != (t, e):
+                continue
+            groups = with_layout(built, layout)
+            for dtype in dtypes:
+                # E=4 experts, capacity 14 (7 rows per TP rank: 7 mod 2, 3 and 8 != 0).
+                layer_ref = layer_case(seed, dtype, monta.Plan(), groups, reference=True)
+                if layer_ref[0].dtype != dtype:
+                    failures.append(f"reference layer output dtype {layer_ref[0].dtype}")
+                for plan in [monta.Plan()] + plans():
+                    label = (f"rank {rank} t={t} e={e} {layout} {dtype} "
+                             f"{plan.strategy}(K={plan.num_chunks})")
+                    if plan.strategy != monta.EXPERT_OVERLAP:  # not a bare AllToAll
+                        compare_ops(label, plan, groups, layout, 14, dtype, failures, rank)
+                    for name, got, want in zip(LAYER_PARTS, layer_case(seed, dtype, plan, groups),
+                                               layer_ref):
+                        # expert_overlap runs the experts per chunk: its gradients are the
+                        # same sums in another order (other GEMM shapes).
+                        exact = plan.strategy != monta.EXPERT_OVERLAP or name == "output"
+                        compare(f"{label} layer {name}", got, want, dtype, failures, exact)
     return failures
 
 
 def index_dispatcher_worker(rank, world):
     """examples/moe_layer.py's index dispatcher (Tutel-style scatter / weighted gather)
     computes what the einsum dataflow computes (within rounding: other sums), and on it
-    every strategy still equals flat exactly in fp32."""
+    every strategy still equals the reference exactly in fp32."""
     failures = []
-    groups = monta.MoeGroups.build(2, 2, GPUS_PER_NODE)
+    groups = monta.MoeGroups.build(2, 2, GPUS_PER_NODE, expert_layout=TP)
     seed = rank // 2
-    names = ("output", "input grad", "w1 grad", "w2 grad")
-    einsum_ref = layer_case(seed, torch.float32, monta.Plan(), groups)
-    index_ref = layer_case(seed, torch.float32, monta.Plan(), groups, dispatcher="index")
-    for name, got, want in zip(names, index_ref, einsum_ref):
+    einsum_ref = layer_case(seed, torch.float32, monta.Plan(), groups, reference=True)
+    index_ref = layer_case(seed, torch.float32, monta.Plan(), groups, dispatcher="index",
+                           reference=True)
+    for name, got, want in zip(LAYER_PARTS, index_ref, einsum_ref):
         compare(f"rank {rank} index vs einsum {name}", got, want, torch.float32, failures,
                 exact=False)
     # seq 15 drops tokens for capacity (C=14 of 15 routed to some expert): the index path
@@ -145,7 +312,7 @@ def index_dispatcher_worker(rank, world):
     for plan in (monta.Plan(strategy=monta.TP_DEDUP_PIPELINED, num_chunks=3),
                  monta.Plan(strategy=monta.EXPERT_OVERLAP, num_chunks=2)):
         got_all = layer_case(seed, torch.float32, plan, groups, dispatcher="index")
-        for name, got, want in zip(names, got_all, index_ref):
+        for name, got, want in zip(LAYER_PARTS, got_all, index_ref):
             exact = plan.strategy != monta.EXPERT_OVERLAP or name == "output"
             compare(f"rank {rank} index {plan.strategy} {name}", got, want, torch.float32,
                     failures, exact)
@@ -153,37 +320,43 @@ def index_dispatcher_worker(rank, world):
 
 
 def dedup_plans():
-    return [monta.Plan(strategy=monta.TP_DEDUP), monta.Plan(strategy=monta.HIERARCHICAL)] + [
+    return [monta.Plan(), monta.Plan(strategy=monta.TP_DEDUP),
+            monta.Plan(strategy=monta.HIERARCHICAL)] + [
         monta.Plan(strategy=monta.TP_DEDUP_PIPELINED, num_chunks=k) for k in KS]
 
 
 def padded_worker(rank, world):
-    """C odd with t=2: the dedup strategies pad the capacity to C+1 inside the function; the
-    real rows' outputs and gradients equal flat's exactly (fp32 only, to keep it short)."""
+    """C not divisible by t = 2, both layouts: every dropping schedule pads the capacity to
+    C+1 inside the function; outputs and gradients equal DeepSpeed's on the padded capacity
+    exactly (fp32 only, to keep it short), the layer's too (expert_overlap included)."""
     failures = []
-    groups = monta.MoeGroups.build(2, 2, GPUS_PER_NODE)
+    built = monta.MoeGroups.build(2, 2, GPUS_PER_NODE)
     seed = rank // 2
-    for cap in (7, 1):  # 1: TP rank 1's rows are all padding
-        op_ref = op_case(seed, (4, cap, 5), torch.float32, monta.Plan(), groups)
-        for plan in dedup_plans():
-            got = op_case(seed, (4, cap, 5), torch.float32, plan, groups)
-            for name, a, b in zip(("output", "input grad"), got, op_ref):
-                compare(f"rank {rank} C={cap} {plan.strategy}(K={plan.num_chunks}) op {name}",
-                        a, b, torch.float32, failures)
-                if a.shape != b.shape or not a.is_contiguous():
-                    failures.append(f"C={cap} {plan.strategy} {name}: shape {tuple(a.shape)}, "
-                                    f"contiguous {a.is_contiguous()}")
-    layer_ref = layer_case(seed, torch.float32, monta.Plan(), groups, seq=12)  # C=11
-    for plan in dedup_plans():
-        for name, got, want in zip(("output", "input grad", "w1 grad", "w2 grad"),
-                                   layer_case(seed, torch.float32, plan, groups, seq=12),
-                                   layer_ref):
-            compare(f"rank {rank} C=11 {plan.strategy}(K={plan.num_chunks}) layer {name}",
-                    got, want, torch.float32, failures)
+    for layout in (TP, NOT_TP):
+        groups = with_layout(built, layout)
+        for cap in (7, 1):  # 1: TP rank 1's rows are all padding
+            for plan in dedup_plans():
+                compare_ops(f"rank {rank} {layout} {plan.strategy}(K={plan.num_chunks})", plan,
+                            groups, layout, cap, torch.float32, failures, rank, salt=cap)
+        layer_ref = layer_case(seed, torch.float32, monta.Plan(), groups, seq=12,
+                               reference=True)  # C=11
+        for plan in dedup_plans() + [monta.Plan(strategy=monta.EXPERT_OVERLAP, num_chunks=4)]:
+            for name, got, want in zip(LAYER_PARTS,
+                                       layer_case(seed, torch.float32, plan, groups, seq=12),
+                                       layer_ref):
+                exact = plan.strategy != monta.EXPERT_OVERLAP or name == "output"
+                compare(f"rank {rank} {layout} C=11 {plan.strategy}(K={plan.num_chunks}) "
+                        f"layer {name}", got, want, torch.float32, failures, exact)
     x = torch.randn(4, 7, 5, dtype=torch.float16)  # dtype kept through the padding
-    y = monta.dispatch(x, monta.Plan(strategy=monta.TP_DEDUP_PIPELINED, num_chunks=3), groups)
-    if y.dtype != x.dtype or y.device != x.device:
-        failures.append(f"padded output {y.dtype} on {y.device}, input {x.dtype} on {x.device}")
+    for layout in (TP, NOT_TP):
+        plan = monta.Plan(strategy=monta.TP_DEDUP_PIPELINED, num_chunks=3)
+        y = monta.dispatch(x, plan, built, expert_layout=layout)
+        if y.dtype != x.dtype or y.device != x.device:
+            failures.append(f"{layout} padded output {y.dtype} on {y.device}, input "
+                            f"{x.dtype} on {x.device}")
+        z = monta.combine(y, plan, built, expert_layout=layout, capacity=7)
+        if z.shape != x.shape or z.dtype != x.dtype:
+            failures.append(f"{layout} padded combine {tuple(z.shape)} {z.dtype}")
     return failures
 
 
@@ -216,6 +389,7 @@ def refusal_worker(rank, world):
         if "3 experts" not in str(e):
             seen.append(f"E=3: unclear error {e}")
     seen += refused_by_the_call_itself(groups)
+    seen += expert_layout_refusals(groups)
     # DeepSpeed's bare AllToAll with rows that do not split over the group: refused too.
     try:
         monta.all_to_all(torch.zeros(3, 2), groups.ep_group)
@@ -276,6 +450,93 @@ def refused_by_the_call_itself(groups):
     return seen
 
 
+def expect_refusal(seen, label, fn, *needles):
+    """fn() must raise a PlanError whose text holds every needle."""
+    try:
+        fn()
+        seen.append(f"{label}: accepted")
+    except monta.PlanError as e:
+        missing = [n for n in needles if n not in str(e)]
+        if missing:
+            seen.append(f"{label}: error does not name {missing}: {e}")
+
+
+def expert_layout_refusals(groups):
+    """A plan priced for one expert layout, run where the groups or the call say the job
+    runs the other, is refused by every entry point (sync and async) before any message,
+    naming where each side came from; so are a call contradicting its groups, a layout name
+    that is none, and a combine capacity its input cannot come from. A plan that does not
+    say runs the groups' layout, or the planner's default with a logged line."""
+    seen = []
+    x = torch.zeros(4, 6, 3)
+    tp_plan = monta.Plan.from_env({"MONTA_STRATEGY": "tp_dedup_pipelined",
+                                   "MONTA_NUM_CHUNKS": "2",
+                                   "MONTA_EXPERT_LAYOUT": "TENSOR_PARALLEL"})
+    not_tp_groups = with_layout(groups, "EXPERT_LAYOUT_NOT_TENSOR_PARALLEL")
+    overlap = dataclasses.replace(tp_plan, strategy="expert_overlap")
+
+    def overlapped(x, plan, groups, **kwargs):
+        return monta.experts_overlapped(x, lambda y: y, plan, groups, **kwargs)
+
+    for name, call, plan in (("dispatch", monta.dispatch, tp_plan),
+                             ("combine", monta.combine, tp_plan),
+                             ("moe_all_to_all", monta.moe_all_to_all, tp_plan),
+                             ("experts_overlapped", overlapped, overlap)):
+        for kwargs in ({}, {"async_op": True}) if name != "experts_overlapped" else ({},):
+            expect_refusal(seen, f"{name}{kwargs} plan tensor_parallel on groups not",
+                           lambda: call(x, plan, not_tp_groups, **kwargs),
+                           "MONTA_EXPERT_LAYOUT=tensor_parallel", "MoeGroups.expert_layout",
+                           "experts_tensor_parallel=false")
+    expect_refusal(seen, "groups.check", lambda: not_tp_groups.check(tp_plan),
+                   "MONTA_EXPERT_LAYOUT=tensor_parallel")
+    from_planner = monta.Plan(strategy="tp_dedup", expert_layout=NOT_TP, origin="planner")
+    expect_refusal(seen, "planner's layout vs the call",
+                   lambda: monta.dispatch(x, from_planner, groups, expert_layout=TP),
+                   "StrategyReply.expert_layout=not_tensor_parallel",
+                   "monta.dispatch(expert_layout)", "experts_tensor_parallel=true")
+    expect_refusal(seen, "call vs groups",
+                   lambda: monta.combine(x, monta.Plan(), not_tp_groups, expert_layout=TP),
+                   "monta.combine(expert_layout)=tensor_parallel", "MoeGroups.expert_layout")
+    expect_refusal(seen, "garbage layout",
+                   lambda: monta.dispatch(x, monta.Plan(), groups, expert_layout="sideways"),
+                   "monta.dispatch(expert_layout)='sideways'", "tensor_parallel")
+    expect_refusal(seen, "garbage plan layout", lambda: monta.Plan(expert_layout="true"),
+                   "Plan.expert_layout='true'")
+    expect_refusal(seen, "garbage groups layout", lambda: with_layout(groups, 1),
+                   "MoeGroups.expert_layout=1")
+    expect_refusal(seen, "garbage build layout",  # before any group: no rank waits
+                   lambda: monta.MoeGroups.build(2, 2, GPUS_PER_NODE, expert_layout="tp"),
+                   "MoeGroups.build(expert_layout)='tp'")
+    # 6 rows per TP rank come from C in 11..12 (t = 2), not 10 or 13.
+    for cap in (10, 13, 0):
+        expect_refusal(seen, f"combine capacity {cap}",
+                       lambda: monta.combine(x, monta.Plan(), not_tp_groups, capacity=cap),
+                       f"capacity={cap}", "11..12")
+    expect_refusal(seen, "capacity with tensor-parallel experts",
+                   lambda: monta.combine(x, monta.Plan(), groups, expert_layout=TP, capacity=5),
+                   "capacity=5")
+    # A plan that does not say: the groups' layout runs; with none named, the default, and
+    # one line says so (once per process).
+    from monta import plan as plan_mod
+    del plan_mod._DEFAULT_LOGGED[:]
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("monta").addHandler(handler)
+    try:
+        shapes = [tuple(monta.dispatch(torch.zeros(4, 7, 3), monta.Plan(), g).shape)
+                  for g in (with_layout(groups, TP), groups, groups)]
+    finally:
+        logging.getLogger("monta").removeHandler(handler)
+    if shapes != [(4, 7, 3), (4, 4, 3), (4, 4, 3)]:
+        seen.append(f"unstated plan ran shapes {shapes}, expected the groups' layout, then "
+                    "the default (not_tensor_parallel: 4 of 7 rows per TP rank)")
+    said = [r.getMessage() for r in records if "planner's default" in r.getMessage()]
+    if len(said) != 1 or NOT_TP not in said[0]:
+        seen.append(f"default layout logged {len(said)} times: {said}")
+    return seen
+
+
 def _stall_until(paths_glob, count, cap_s):
     """A stuck rank: alive and silent until `count` files match paths_glob (the other ranks
     say they failed) or cap_s passes (longer than the harness deadline)."""
@@ -289,7 +550,9 @@ def killed_worker(rank, world, victim, stall_dir=None, timeout_s=20):
     instead, until every other rank has failed (each says so in stall_dir), so that only
     the groups' timeout can end their wait. timeout_s None: MoeGroups.build's default."""
     timeout = None if timeout_s is None else datetime.timedelta(seconds=timeout_s)
-    groups = monta.MoeGroups.build(2, 2, GPUS_PER_NODE, timeout=timeout)
+    # Tensor-parallel experts: every dispatch gathers over TP too, so every rank talks to
+    # the victim (each EP group holds one of its TP peers).
+    groups = monta.MoeGroups.build(2, 2, GPUS_PER_NODE, timeout=timeout, expert_layout=TP)
     plan = monta.Plan(strategy=monta.TP_DEDUP_PIPELINED, num_chunks=4)
     x = torch.ones(4, 64, 32)
     monta.dispatch(x, plan, groups)  # everyone alive: fine
@@ -310,41 +573,47 @@ def killed_worker(rank, world, victim, stall_dir=None, timeout_s=20):
 
 
 def async_worker(rank, world):
-    """dispatch(async_op=True).wait(): the synchronous output and input gradient exactly
-    (fp32), every bare-AllToAll plan on both layouts; and two handles in flight at once on
-    the same groups (dispatch and combine), waited in the reverse order."""
+    """dispatch / combine(async_op=True).wait(): the synchronous output and input gradient
+    exactly (fp32), every bare-AllToAll plan in both expert layouts, capacity divisible by t
+    and not; and two handles in flight at once on the same groups (a dispatch and a
+    combine), waited in the reverse order."""
     failures = []
     for t, e in LAYOUTS:
-        groups = monta.MoeGroups.build(t, e, GPUS_PER_NODE)
-        seed = rank // t
-        for plan in op_plans():
-            label = f"rank {rank} t={t} e={e} {plan.strategy}(K={plan.num_chunks}) async"
-            for shape in ((4, 14, 5), (4, 7, 5)):
-                want = op_case(seed, shape, torch.float32, plan, groups)
-                got = op_case(seed, shape, torch.float32, plan, groups, async_op=True)
-                for name, a, b in zip(("output", "input grad"), got, want):
-                    compare(f"{label} {shape} {name}", a, b, torch.float32, failures)
-            g = torch.Generator().manual_seed(seed)
-            x = torch.randn(4, 14, 5, generator=g).requires_grad_()
-            z = torch.randn(4, 14, 5, generator=g).requires_grad_()
-            first = monta.dispatch(x, plan, groups, async_op=True)
-            second = monta.combine(z, plan, groups, async_op=True)
-            y2, y1 = second.wait(), first.wait()
-            (y1 * 2 + y2 * 3).sum().backward()
-            for name, got, want in (("first", y1, monta.dispatch(x.detach(), plan, groups)),
-                                    ("second", y2, monta.combine(z.detach(), plan, groups))):
-                compare(f"{label} two in flight {name}", got.detach(), want, torch.float32,
-                        failures)
-            for name, grad, scale in (("first", x.grad, 2), ("second", z.grad, 3)):
-                want = monta.dispatch(torch.full((4, 14, 5), float(scale)), plan, groups)
-                compare(f"{label} two in flight {name} grad", grad, want, torch.float32,
-                        failures)
+        built = monta.MoeGroups.build(t, e, GPUS_PER_NODE)
+        for layout in (TP, NOT_TP) if t > 1 else (TP,):
+            groups = with_layout(built, layout)
+            for plan in op_plans():
+                label = f"rank {rank} t={t} e={e} {layout} {plan.strategy}(K={plan.num_chunks})"
+                for cap, op in ((14, "dispatch"), (14, "combine"), (7, "dispatch"),
+                                (7, "combine")):
+                    x, upstream = op_inputs(rank, groups, layout, op, cap, torch.float32)
+                    want = op_case(x, upstream, plan, groups, layout, op, cap)
+                    got = op_case(x, upstream, plan, groups, layout, op, cap, async_op=True)
+                    for name, a, b in zip(("output", "input grad"), got, want):
+                        compare(f"{label} async C={cap} {op} {name}", a, b, torch.float32,
+                                failures)
+                x = op_inputs(rank, groups, layout, "dispatch", 14, torch.float32)[0]
+                z = op_inputs(rank, groups, layout, "combine", 14, torch.float32, salt=1)[0]
+                x.requires_grad_()
+                z.requires_grad_()
+                first = monta.dispatch(x, plan, groups, async_op=True)
+                second = monta.combine(z, plan, groups, async_op=True, capacity=14)
+                y2, y1 = second.wait(), first.wait()
+                ((y1 * 2).sum() + (y2 * 3).sum()).backward()
+                for name, op, inp, got, grad, scale in (("first", "dispatch", x, y1, x.grad, 2),
+                                                        ("second", "combine", z, y2, z.grad, 3)):
+                    want = op_case(inp.detach(), torch.full_like(got, float(scale)), plan,
+                                   groups, layout, op, 14)
+                    compare(f"{label} two in flight {name}", got.detach(), want[0],
+                            torch.float32, failures)
+                    compare(f"{label} two in flight {name} grad", grad, want[1],
+                            torch.float32, failures)
     return failures
 
 
 def gather_into_tensor_worker(rank, world):
     """The NCCL-shaped path (one all_gather_into_tensor buffer, one reorder copy), with the
-    collective emulated over Gloo: same results as flat."""
+    collective emulated over Gloo: the reference's results in both expert layouts."""
 
     class Done:
         def wait(self):
@@ -360,13 +629,12 @@ def gather_into_tensor_worker(rank, world):
     failures = []
     groups = monta.MoeGroups.build(2, 2, GPUS_PER_NODE)
     for dtype in (torch.float32, torch.float16):
-        for shape in ((4, 14, 5), (4, 7, 5)):  # C=7: padded to 8
-            ref = op_case(rank // 2, shape, dtype, monta.Plan(), groups)
-            for plan in op_plans():
-                got = op_case(rank // 2, shape, dtype, plan, groups)
-                for name, a, b in zip(("output", "input grad"), got, ref):
-                    compare(f"{plan.strategy}(K={plan.num_chunks}) {dtype} {shape} {name}", a,
-                            b, torch.float32, failures)
+        for layout in (TP, NOT_TP):
+            for cap in (14, 7):  # C=7: padded to 8
+                for plan in op_plans():
+                    compare_ops(f"{layout} {plan.strategy}(K={plan.num_chunks}) {dtype}", plan,
+                                with_layout(groups, layout), layout, cap, torch.float32,
+                                failures, rank)
         x = torch.arange(12.0, dtype=dtype).reshape(3, 4) + 100 * rank
         gathered = monta.gather_tokens(x, 1, groups.tp_group)
         want = torch.cat([torch.arange(12.0, dtype=dtype).reshape(3, 4) + 100 * (rank // 2 * 2 + j)
@@ -452,35 +720,75 @@ def pairwise_worker(rank, world):
 
 
 def traffic_worker(rank, world):
-    """What each strategy puts on the wire: AllToAll sizes and counts per op (the strategy
-    named in any spelling; dispatch refuses expert_overlap before sending anything)."""
-    sent = []
-    start = _comm.all_to_all_start
+    """What each strategy puts on the wire in each expert layout: per op of one layer
+    (dispatch, combine, then the combine's gradient and the dispatch's, as autograd runs
+    them; expert_overlap: its forward and its backward), the AllToAlls ("a2a", elements,
+    EP group size) and the TP AllGathers ("ag", elements, TP size) in the order they start;
+    the strategy named in any spelling; dispatch refuses expert_overlap before sending
+    anything."""
+    events = []
+    start, gather_class = _comm.all_to_all_start, _comm.Gather
 
     def recording(inp, group):
-        sent.append((inp.numel(), torch.distributed.get_world_size(group)))
+        events.append(("a2a", inp.numel(), dist.get_world_size(group)))
         return start(inp, group)
 
-    _comm.all_to_all_start = recording
+    class RecordingGather(gather_class):
+        def __init__(self, inp, group, size):
+            events.append(("ag", inp.numel(), size))
+            super().__init__(inp, group, size)
+
+    _comm.all_to_all_start, _comm.Gather = recording, RecordingGather
+
+    def mark(name):
+        events.append(("op", name))
+
+    def layer(plan, groups, cap):
+        """One layer's communication, experts the identity; events split by op."""
+        del events[:]
+        x = torch.zeros(4, cap, 5, requires_grad=True)
+        if plan.strategy == monta.EXPERT_OVERLAP:
+            mark("forward")
+            y = monta.experts_overlapped(x, lambda r: r * 1.0, plan, groups)
+            mark("backward")
+            y.sum().backward()
+        else:
+            mark("dispatch")
+            dispatched = monta.dispatch(x, plan, groups) * 1.0  # the "experts"
+            dispatched.register_hook(lambda grad: mark("dispatch grad"))
+            mark("combine")
+            y = monta.combine(dispatched, plan, groups, capacity=cap)
+            mark("combine grad")
+            y.sum().backward()
+        ops, name = {}, None
+        for event in events:
+            if event[0] == "op":
+                name = event[1]
+                ops[name] = []
+            else:
+                ops[name].append(event)
+        return ops
+
     out = {}
     for t, e in LAYOUTS:
-        groups = monta.MoeGroups.build(t, e, GPUS_PER_NODE)
-        for plan in plans():
-            del sent[:]
+        built = monta.MoeGroups.build(t, e, GPUS_PER_NODE)
+        for layout in (TP, NOT_TP):
+            groups = with_layout(built, layout)
+            for plan in [monta.Plan()] + plans():
+                out[(t, e, layout, plan.strategy, plan.num_chunks)] = layer(plan, groups, 14)
+            for spelling in ("TP_DEDUP", "STRATEGY_KIND_TP_DEDUP", " tp_dedup "):
+                out[(t, e, layout, spelling)] = layer(monta.Plan(strategy=spelling), groups, 14)
+            if t == 2:
+                for plan in dedup_plans():  # C=7 padded to 8
+                    out[("padded", layout, plan.strategy, plan.num_chunks)] = layer(plan, groups,
+                                                                                    7)
+            del events[:]
             try:
-                monta.dispatch(torch.zeros(4, 14, 5), plan, groups)
+                monta.dispatch(torch.zeros(4, 14, 5), monta.Plan(strategy="expert_overlap"),
+                               groups)
             except monta.PlanError as error:
-                sent.append(("refused", str(error).split(":")[0]))
-            out[(t, e, plan.strategy, plan.num_chunks)] = list(sent)
-        for spelling in ("TP_DEDUP", "STRATEGY_KIND_TP_DEDUP", " tp_dedup "):
-            del sent[:]
-            monta.dispatch(torch.zeros(4, 14, 5), monta.Plan(strategy=spelling), groups)
-            out[(t, e, spelling)] = list(sent)
-    groups = monta.MoeGroups.build(2, 2, GPUS_PER_NODE)
-    for plan in dedup_plans():
-        del sent[:]
-        monta.dispatch(torch.zeros(4, 7, 5), plan, groups)  # C=7 padded to 8
-        out[("padded", plan.strategy, plan.num_chunks)] = list(sent)
+                events.append(("refused", str(error).split(":")[0]))
+            out[(t, e, layout, "dispatch expert_overlap")] = list(events)
     return out
 
 
@@ -494,7 +802,7 @@ class StrategiesTest(unittest.TestCase):
             self.assertEqual(status, "ok", f"rank {rank}: {value}")
             self.assertEqual(value, [], "\n".join(value))
 
-    def test_every_strategy_matches_flat(self):
+    def test_every_strategy_computes_deepspeeds_layer(self):
         self.assertEveryRankClean(strategies_worker, deadline_s=600)
 
     def test_index_dispatcher_matches_einsum(self):
@@ -504,34 +812,92 @@ class StrategiesTest(unittest.TestCase):
         self.assertEveryRankClean(pairwise_worker, deadline_s=120)
 
     def test_what_each_strategy_sends(self):
+        """The model's collectives per layer (server/model/cost_model.cc, docs/MODEL.md
+        section 4): tensor-parallel experts: every op is the strategy's whole exchange (4
+        AllToAlls, and 4 AllGathers for the dedup strategies, each chunked by the pipeline);
+        experts not tensor-parallel: dispatch and the combine's gradient drop and send
+        D/t in one AllToAll, the combine and the dispatch's gradient send and gather (4
+        AllToAlls, 2 AllGathers; chunked by the pipeline), flat and tp_dedup the same."""
         results = mp_harness.run(traffic_worker, WORLD, deadline_s=120)
         status, sent = results[0]
         self.assertEqual(status, "ok", sent)
-        full = 4 * 14 * 5
-        # TP 2: dedup sends half the capacity, in K_eff = 1, 2, 3, 7 chunks of 7 rows.
-        self.assertEqual(sent[(2, 2, "tp_dedup", 1)], [(full // 2, 2)])
-        for k, rows in ((1, [7]), (2, [4, 3]), (3, [3, 3, 1]), (8, [1] * 7)):
-            self.assertEqual(sent[(2, 2, "tp_dedup_pipelined", k)],
-                             [(4 * r * 5, 2) for r in rows], k)
-        # expert_overlap is not a bare AllToAll: dispatch refuses it, sending nothing.
+        row = 4 * 5  # E * M elements per capacity row
+        # Chunk rows of the pipeline (common/schedule's rule, written out): 14 rows (TP 1),
+        # 7 rows per TP rank (C=14, t=2), 4 (C=7 padded to 8, t=2).
+        chunks = {14: {1: [14], 2: [7, 7], 3: [5, 5, 4], 8: [2] * 7},
+                  7: {1: [7], 2: [4, 3], 3: [3, 3, 1], 8: [1] * 7},
+                  4: {1: [4], 2: [2, 2], 3: [2, 2], 8: [1] * 4}}
+
+        def a2a(rows, group=2):
+            return [("a2a", row * r, group) for r in rows]
+
+        def gathered(rows):  # every chunk's AllToAll posted first, then the gathers
+            return a2a(rows) + [("ag", row * r, 2) for r in rows]
+
+        for cap, key in ((14, lambda *k: (2, 2) + k), (7, lambda *k: ("padded",) + k)):
+            n = -(-cap // 2)
+            for strategy, k in [("tp_dedup", 1)] + [("tp_dedup_pipelined", k) for k in KS]:
+                piped = gathered(chunks[n][k])
+                self.assertEqual(sent[key(TP, strategy, k)],
+                                 {op: piped for op in ("dispatch", "combine", "combine grad",
+                                                       "dispatch grad")}, (cap, strategy, k))
+                self.assertEqual(sent[key(NOT_TP, strategy, k)],
+                                 {"dispatch": a2a([n]), "combine": piped,
+                                  "combine grad": a2a([n]), "dispatch grad": piped},
+                                 (cap, strategy, k))
+            # Flat: tensor-parallel experts send every TP rank's whole copy; experts not
+            # tensor-parallel run DeepSpeed's path, which is tp_dedup's.
+            self.assertEqual(sent[key(TP, "flat", 1)],
+                             {op: a2a([cap]) for op in ("dispatch", "combine", "combine grad",
+                                                        "dispatch grad")})
+            self.assertEqual(sent[key(NOT_TP, "flat", 1)], sent[key(NOT_TP, "tp_dedup", 1)])
+            # Hierarchical, EP 2 across the nodes (one member per node): only the inter-node
+            # step, of the whole copy, or of this TP rank's rows and gathered after.
+            self.assertEqual(sent[key(TP, "hierarchical", 1)],
+                             {op: a2a([cap]) for op in ("dispatch", "combine", "combine grad",
+                                                        "dispatch grad")})
+            self.assertEqual(sent[key(NOT_TP, "hierarchical", 1)],
+                             {"dispatch": a2a([n]), "combine": gathered([n]),
+                              "combine grad": a2a([n]), "dispatch grad": gathered([n])})
+        # Collectives per layer: 4 AllToAll ops; 4 AllGathers (tensor-parallel tp_dedup),
+        # 2 (not tensor-parallel), none for flat with tensor-parallel experts.
+        for layout, strategy, gathers in ((TP, "tp_dedup", 4), (NOT_TP, "tp_dedup", 2),
+                                          (NOT_TP, "flat", 2), (TP, "flat", 0),
+                                          (NOT_TP, "hierarchical", 2)):
+            ops = sent[(2, 2, layout, strategy, 1)]
+            self.assertEqual([sum(ev[0] == "a2a" for ev in ops[op]) for op in ops], [1] * 4)
+            self.assertEqual(sum(ev[0] == "ag" for op in ops for ev in ops[op]), gathers)
+        # expert_overlap: chunks of all C rows (tensor-parallel), of this TP rank's n rows
+        # with one gather after the last combine and one in the backward (not).
         for k in KS:
-            self.assertEqual(sent[(2, 2, "expert_overlap", k)], [("refused", "monta.dispatch")])
+            for layout, rows, gather in ((TP, chunks[14][k], []),
+                                         (NOT_TP, chunks[7][k], [("ag", row * 7, 2)])):
+                forward = sent[(2, 2, layout, "expert_overlap", k)]["forward"]
+                backward = sent[(2, 2, layout, "expert_overlap", k)]["backward"]
+                a2as = [ev for ev in forward if ev[0] == "a2a"]
+                self.assertEqual(sorted(a2as), sorted(a2a(rows) * 2), (layout, k))
+                self.assertEqual([ev for ev in forward if ev[0] == "ag"], gather, (layout, k))
+                self.assertEqual(forward[-len(gather):] if gather else [], gather)
+                self.assertEqual(sorted(ev for ev in backward if ev[0] == "a2a"), sorted(a2as))
+                self.assertEqual([ev for ev in backward if ev[0] == "ag"], gather, (layout, k))
+            # Not a bare AllToAll: dispatch refuses it, sending nothing.
+            self.assertEqual(sent[(2, 2, TP, "dispatch expert_overlap")],
+                             [("refused", "monta.dispatch")])
+        # TP 1: nothing is duplicated, so both layouts send the same (EP 4 over 2 nodes x 2:
+        # hierarchical = intra-node step (2) then inter-node step (2)).
+        for plan in [monta.Plan()] + plans():
+            self.assertEqual(sent[(1, 4, TP, plan.strategy, plan.num_chunks)],
+                             sent[(1, 4, NOT_TP, plan.strategy, plan.num_chunks)], plan)
+        self.assertEqual(sent[(1, 4, TP, "hierarchical", 1)]["dispatch"],
+                         a2a([14], 2) + a2a([14], 2))
+        self.assertEqual(sent[(1, 4, TP, "flat", 1)]["dispatch"], a2a([14], 4))
         # "TP_DEDUP", "STRATEGY_KIND_TP_DEDUP", " tp_dedup " run tp_dedup, not flat.
         for t, e in LAYOUTS:
-            for spelling in ("TP_DEDUP", "STRATEGY_KIND_TP_DEDUP", " tp_dedup "):
-                self.assertEqual(sent[(t, e, spelling)], sent[(t, e, "tp_dedup", 1)], spelling)
-        self.assertNotEqual(sent[(2, 2, "tp_dedup", 1)], [(full, 2)])
-        # EP 4 over 2 nodes x 2: hierarchical = intra-node step (2) then inter-node step (2).
-        self.assertEqual(sent[(1, 4, "hierarchical", 1)], [(full, 2), (full, 2)])
-        # EP 2 across the nodes, one member per node: only the inter-node step.
-        self.assertEqual(sent[(2, 2, "hierarchical", 1)], [(full, 2)])
-        # C=7, t=2: 4 rows per TP rank (C'=8), in K_eff = 1, 2, 2, 4 chunks; hierarchical
-        # does not split the capacity, so it sends C=7 unpadded.
-        self.assertEqual(sent[("padded", "tp_dedup", 1)], [(4 * 4 * 5, 2)])
-        for k, rows in ((1, [4]), (2, [2, 2]), (3, [2, 2]), (8, [1] * 4)):
-            self.assertEqual(sent[("padded", "tp_dedup_pipelined", k)],
-                             [(4 * r * 5, 2) for r in rows], k)
-        self.assertEqual(sent[("padded", "hierarchical", 1)], [(4 * 7 * 5, 2)])
+            for layout in (TP, NOT_TP):
+                for spelling in ("TP_DEDUP", "STRATEGY_KIND_TP_DEDUP", " tp_dedup "):
+                    self.assertEqual(sent[(t, e, layout, spelling)],
+                                     sent[(t, e, layout, "tp_dedup", 1)], spelling)
+        self.assertNotEqual(sent[(2, 2, TP, "tp_dedup", 1)], sent[(2, 2, TP, "flat", 1)])
 
     def test_dedup_pads_an_uneven_capacity(self):
         self.assertEveryRankClean(padded_worker, deadline_s=300)

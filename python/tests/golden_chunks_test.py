@@ -5,8 +5,9 @@ copy in Python. common/schedule/testdata/golden_chunks.tsv holds the rule's answ
 >= 1,000 cases (capacity rows C, chunks K, TP size t), generated from the C++ library and
 checked against it by //common/schedule:golden_chunks_test. Here every case must come out the
 same from monta.plan's rows_per_tp_rank / effective_chunks / chunk_rows, and
-monta.alltoall's dedup schedule must cut its rows with exactly those functions, so a change
-to either side's rule fails one of the two tests.
+monta.alltoall's dedup schedules and experts_overlapped must cut their rows with exactly those
+functions (and no division of their own), so a change to either side's rule fails one of
+the two tests.
 
 Runs against the installed package (python/tests/run_installed.sh); the file comes from the
 runfiles ($MONTA_RUNFILES).
@@ -15,6 +16,7 @@ runfiles ($MONTA_RUNFILES).
 import ast
 import inspect
 import os
+import textwrap
 import unittest
 
 from monta import alltoall
@@ -71,17 +73,26 @@ class GoldenChunksTest(unittest.TestCase):
         self.assertFalse(mismatches, f"{len(mismatches)} of {len(cases)} cases differ from "
                                      f"{GOLDEN}; the first: {mismatches[:1]}")
 
-    def test_the_dedup_schedule_cuts_with_these_functions(self):
-        # monta.alltoall's tp_dedup / tp_dedup_pipelined take their rows per TP rank and their
+    def test_the_schedules_cut_with_these_functions(self):
+        # monta.alltoall's tp_dedup / tp_dedup_pipelined (the drop, then the chunked gathering
+        # half) and expert_overlap (experts_overlapped) take their rows per TP rank and their
         # chunks from monta.plan (what the test above checks), not from a copy of the rule.
-        tree = ast.parse(inspect.getsource(alltoall._start_dedup))
-        called = {n.func.id for n in ast.walk(tree)
-                  if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-        self.assertIn("rows_per_tp_rank", called)
-        self.assertIn("chunk_rows", called)
+        for function, helpers in ((alltoall._start_dedup, {"rows_per_tp_rank"}),
+                                  (alltoall._drop_rows, {"rows_per_tp_rank"}),
+                                  (alltoall._start_gathered, {"chunk_rows"}),
+                                  (alltoall.experts_overlapped, {"rows_per_tp_rank",
+                                                                 "chunk_rows"})):
+            with self.subTest(function=function.__name__):
+                tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+                called = {n.func.id for n in ast.walk(tree)
+                          if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+                self.assertLessEqual(helpers, called)
+                # No arithmetic of its own on the chunk sizes: no floor or ceil division.
+                divisions = [n for n in ast.walk(tree) if isinstance(n, ast.BinOp) and
+                             isinstance(n.op, (ast.FloorDiv, ast.Div))]
+                self.assertEqual(divisions, [], ast.dump(divisions[0]) if divisions else "")
         self.assertIs(alltoall.chunk_rows, chunk_rows)
         self.assertIs(alltoall.rows_per_tp_rank, rows_per_tp_rank)
-
 
 if __name__ == "__main__":
     unittest.main()
