@@ -10,7 +10,9 @@
    MONTA_DECISION_ID, ...) and MONTA_MOE_SPEC, which the pod spec maps from the monta.io/moe
    annotation through the downward API (resolved here as the kubelet would).
 4. Each rank runs examples/moe_layer.py's MoE layer with monta.Plan.from_env() for a few
-   steps and logs the decision id; this script checks the log says it.
+   steps, in the expert layout the planner priced (MONTA_EXPERT_LAYOUT; the job's
+   experts_tensor_parallel when --experts_tensor_parallel sets it, else the planner's
+   default), and logs the decision id and the layout; this script checks the log says them.
 
   python3 examples/admission_to_step.py --planner bazel-bin/server/monta-planner
 
@@ -208,7 +210,15 @@ def main():
                         help="restrict the planner to this StrategyKind, e.g. "
                              "STRATEGY_KIND_TP_DEDUP_PIPELINED (options.allowed)")
     parser.add_argument("--max_chunks", type=int, default=0)
+    parser.add_argument("--experts_tensor_parallel", choices=["true", "false"], default=None,
+                        help="the job's experts_tensor_parallel (default: not set, which the "
+                             "planner prices as not_tensor_parallel)")
     args = parser.parse_args()
+    expected_layout = monta.NOT_TENSOR_PARALLEL  # the planner's default (docs/MODEL.md §4)
+    if args.experts_tensor_parallel:
+        SPEC["job"]["experts_tensor_parallel"] = args.experts_tensor_parallel == "true"
+        if args.experts_tensor_parallel == "true":
+            expected_layout = monta.TENSOR_PARALLEL
     if args.allowed or args.max_chunks:
         SPEC["options"] = {"allowed": [args.allowed] if args.allowed else [],
                            "max_chunks": args.max_chunks}
@@ -242,6 +252,10 @@ def main():
         injected = monta.Plan.from_env(env)
         if (asked.strategy, asked.num_chunks) != (injected.strategy, injected.num_chunks):
             raise RuntimeError(f"webhook chose {injected}, gRPC {asked}")
+        # Both name the layout the planner priced, and the ranks run it.
+        if (asked.expert_layout, injected.expert_layout) != (expected_layout,) * 2:
+            raise RuntimeError(f"expert layout: gRPC {asked.expert_layout}, webhook "
+                               f"{injected.expert_layout}, expected {expected_layout}")
         codes, logs = run_training(env, args.world, args.steps, workdir, args.timeout_s)
         text = "".join(open(p).read() for p in logs)
         sys.stdout.write(open(logs[0]).read())
@@ -250,7 +264,11 @@ def main():
         if f"decision {decision_id}" not in text or f"step {args.steps}" not in text:
             raise RuntimeError(f"decision {decision_id} or step {args.steps} not in the "
                                f"training log:\n{text}")
-        log(f"OK: {args.world} ranks ran {args.steps} steps with decision {decision_id}")
+        running = f"running experts {expected_layout}"
+        if text.count(running) != args.world:
+            raise RuntimeError(f"not every rank logged {running!r}:\n{text}")
+        log(f"OK: {args.world} ranks ran {args.steps} steps with decision {decision_id}, "
+            f"experts {expected_layout}")
         return 0
     finally:
         planner.send_signal(signal.SIGTERM)

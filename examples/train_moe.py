@@ -37,9 +37,15 @@ def main():
     spec = json.loads(os.environ["MONTA_MOE_SPEC"])
     job = spec["job"]
     plan = monta.Plan.from_env()  # refuses malformed variables, naming them
+    # The job's own expert layout, when its spec says (experts_tensor_parallel): a plan
+    # priced for the other layout is refused. Not said: the plan's (MONTA_EXPERT_LAYOUT).
+    said = job.get("experts_tensor_parallel")
+    layout = None if said is None else (monta.TENSOR_PARALLEL if said else
+                                        monta.NOT_TENSOR_PARALLEL)
     groups = monta.MoeGroups.build(job["tensor_parallel_size"], job["expert_parallel_size"],
                                    spec.get("placement", {}).get("gpus_per_node"),
-                                   timeout=datetime.timedelta(seconds=args.timeout_s))
+                                   timeout=datetime.timedelta(seconds=args.timeout_s),
+                                   expert_layout=layout)
     t = groups.tp_size
     layer = moe_layer.MoELayer(hidden=job["hidden_size"], ffn=2 * job["hidden_size"],
                                num_experts=job["num_experts"], top_k=job["top_k"],
@@ -47,7 +53,7 @@ def main():
                                groups=groups).to(device)
     print(f"rank {rank}: monta plan {plan} (K={plan.num_chunks}, predicted "
           f"{plan.predicted_alltoall_seconds_per_layer} s/layer, evidence "
-          f"{plan.evidence_source or '-'})", flush=True)
+          f"{plan.evidence_source or '-'}); running experts {layer.expert_layout}", flush=True)
     optimizer = torch.optim.SGD(layer.experts.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(rank // t)  # replicated over the TP group
     shape = (job["micro_batch_size"], job["sequence_length"], job["hidden_size"])

@@ -8,9 +8,12 @@ On loopback, spawning the ranks itself (one emulated node of 4 ranks by default)
       --strategies tp_dedup_pipelined:1,tp_dedup_pipelined:8 --mib 1,4,16
 Under a launcher (torchrun, or one process per emulated node namespace) it uses RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and LOCAL_WORLD_SIZE) from the env instead.
-Prints one line per (strategy, size): the median over --iters of the slowest rank; with
---strategies env, the admission's plan (MONTA_* env) against flat, and --json rows carry
-the measured and predicted AllToAll seconds per layer.
+Prints one line per (strategy, size): the median over --iters of the slowest rank of the
+dispatch op (forward; forward + backward) and of one layer's four ops (dispatch -> combine,
+then both gradients); with --strategies env, the admission's plan (MONTA_* env) against
+flat in the plan's expert layout, and --json rows carry the measured and predicted AllToAll
+seconds per layer. --expert_layout: the layout the ops run (docs/MODEL.md section 4); by
+default the plan's, else the planner's default (not_tensor_parallel).
 """
 
 import argparse
@@ -28,8 +31,9 @@ import monta  # installed: pip install --no-build-isolation ./python
 
 
 def parse_plans(text):
-    if text == "env":  # the admission decision's plan, against flat
-        return [monta.Plan.from_env(), monta.Plan()]
+    if text == "env":  # the admission decision's plan, against flat in the same layout
+        plan = monta.Plan.from_env()
+        return [plan, monta.Plan(expert_layout=plan.expert_layout)]
     plans = []
     for item in text.split(","):
         name, _, k = item.partition(":")
@@ -52,7 +56,8 @@ def timed(fn, iters):
 
 def bench(args):
     groups = monta.MoeGroups.build(args.tp, args.ep, args.gpus_per_node,
-                                   timeout=datetime.timedelta(seconds=120))
+                                   timeout=datetime.timedelta(seconds=120),
+                                   expert_layout=args.expert_layout)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" \
         else torch.device("cpu")
@@ -69,16 +74,25 @@ def bench(args):
                     print(f"{plan.strategy:>20} skipped: runs with the experts "
                           "(monta.experts_overlapped), not as a dispatch op", flush=True)
                 continue
+            layout = plan.expert_layout_for(groups.expert_layout, "--expert_layout")
             fwd = lambda: monta.dispatch(x, plan, groups)  # noqa: E731
-            both = lambda: monta.dispatch(x, plan, groups).backward(grad)  # noqa: E731
+
+            def both():
+                y = monta.dispatch(x, plan, groups)
+                y.backward(torch.ones_like(y))
+
+            def layer():  # dispatch -> combine, then both gradients
+                z = monta.combine(monta.dispatch(x, plan, groups), plan, groups, capacity=cap)
+                z.backward(grad)
+
             for _ in range(args.warmup):
-                both()
-            row = {"strategy": plan.strategy, "K": plan.num_chunks,
+                layer()
+            row = {"strategy": plan.strategy, "K": plan.num_chunks, "expert_layout": layout,
                    "K_eff": plan.chunks_for(cap // args.tp), "mib_per_rank": mib,
                    "capacity": cap, "forward_s": timed(fwd, args.iters),
-                   "forward_backward_s": timed(both, args.iters)}
-            # A layer runs the op twice forward (dispatch, combine) and twice backward.
-            row["alltoall_seconds_per_layer"] = 2 * row["forward_backward_s"]
+                   "forward_backward_s": timed(both, args.iters),
+                   "layer_s": timed(layer, args.iters)}
+            row["alltoall_seconds_per_layer"] = row["layer_s"]
             if plan.predicted_alltoall_seconds_per_layer is not None:
                 row["predicted_alltoall_seconds_per_layer"] = \
                     plan.predicted_alltoall_seconds_per_layer
@@ -86,8 +100,10 @@ def bench(args):
             if dist.get_rank() == 0:
                 print(json.dumps(row) if args.json else
                       f"{plan.strategy:>20} K={plan.num_chunks:<2} K_eff={row['K_eff']:<2} "
-                      f"{mib:7.2f} MiB/rank  C={cap:<6} fwd {row['forward_s'] * 1e3:9.3f} ms  "
-                      f"fwd+bwd {row['forward_backward_s'] * 1e3:9.3f} ms", flush=True)
+                      f"{layout:>19} {mib:7.2f} MiB/rank  C={cap:<6} dispatch fwd "
+                      f"{row['forward_s'] * 1e3:9.3f} ms  fwd+bwd "
+                      f"{row['forward_backward_s'] * 1e3:9.3f} ms  layer "
+                      f"{row['layer_s'] * 1e3:9.3f} ms", flush=True)
     return rows
 
 
@@ -106,6 +122,9 @@ def main():
     parser.add_argument("--gpus_per_node", type=int, default=None)
     parser.add_argument("--tp", type=int, default=2)
     parser.add_argument("--ep", type=int, default=2)
+    parser.add_argument("--expert_layout", choices=["tensor_parallel", "not_tensor_parallel"],
+                        default=None, help="the experts' layout (default: the plan's, else "
+                                           "the planner's default)")
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--mib", default="1,4,16", help="dispatch MiB per rank, comma list")

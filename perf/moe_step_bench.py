@@ -12,16 +12,21 @@ cluster; it is not meant to be started by hand. Two roles:
                   LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GLOO_SOCKET_IFNAME from the
                   env). Rank 0 asks the planner (GetStrategy, as monta.Plan.request does)
                   for a MoE layer whose dispatch is each --mib per rank; then every rank runs
-                  examples/moe_layer.py's MoELayer: full training steps (forward + backward +
-                  SGD) and, separately, the dispatch AllToAll alone, with the planned strategy
+                  examples/moe_layer.py's MoELayer, in the expert layout the planner priced
+                  (--expert_layout, the job's experts_tensor_parallel; the reply names it and
+                  the groups refuse another): full training steps (forward + backward + SGD)
+                  and, separately, the dispatch AllToAll alone, with the planned strategy
                   and with flat interleaved (planned, flat, planned, flat, ...).
 
 What rank 0 prints per size: the plan, the median step time of each (a step takes as long
 as its slowest rank) and their ratio, the measured dispatch op against the planner's
-prediction for it (a candidate's forward_seconds_per_layer / 2: the forward of a layer is
-dispatch + combine, docs/MODEL.md section 4), the error as `montactl verify` reports it
-(predicted / measured - 1: negative = the op ran slower than predicted), and one JSON
-line.
+prediction for it, the error as `montactl verify` reports it (predicted / measured - 1:
+negative = the op ran slower than predicted), and one JSON line. The forward of a layer is
+dispatch + combine (docs/MODEL.md section 4): with tensor-parallel experts the two are the
+same op, so the dispatch op alone is compared with a candidate's
+forward_seconds_per_layer / 2; with experts not tensor-parallel they differ (drop ->
+AllToAll, AllToAll -> gather), so the "dispatch op" timed is dispatch then combine, against
+the whole forward_seconds_per_layer.
 
 Sizing: a layer of E experts, hidden M, top-k, capacity factor cf and S tokens per rank
 has C = ceil(k S cf / E) rows per expert and dispatches D = E C M b bytes per rank
@@ -68,8 +73,15 @@ def job_for(mib, args):
         "sequence_length": tokens, "bytes_per_element": ELEMENT_BYTES, "moe_layers": 1,
         "microbatches_per_step": 1, "world_size": args.world, "tensor_parallel_size": args.tp,
         "expert_parallel_size": args.ep, "pipeline_parallel_size": 1,
-        "data_parallel_size": args.world // args.tp, "experts_tensor_parallel": True,
+        "data_parallel_size": args.world // args.tp,
+        "experts_tensor_parallel": args.expert_layout == "tensor_parallel",
     }, cap
+
+
+def op_share(layout):
+    """The part of a candidate's forward_seconds_per_layer the timed "dispatch op" is: half
+    (dispatch alone) for tensor-parallel experts, all (dispatch then combine) otherwise."""
+    return 0.5 if layout == "tensor_parallel" else 1.0
 
 
 # ----- role prepare: measured curves for the planner -----
@@ -221,7 +233,8 @@ def k_sweep_predictions(args, job, placement):
         options = {"allowed": ["STRATEGY_KIND_TP_DEDUP_PIPELINED"], "fixed_chunks": k}
         request, reply = rpc.get_strategy_reply(args.planner, job, placement, options, 30)
         plan = plan_mod.plan_from_reply(args.planner, request, reply)
-        out[plan.num_chunks] = plan.predicted_forward_seconds_per_layer / 2
+        out[plan.num_chunks] = plan.predicted_forward_seconds_per_layer * op_share(
+            args.expert_layout)
     return out
 
 
@@ -279,25 +292,29 @@ def op_plans(planned, uncalibrated=None, k_sweep=None):
     at its best K (keyed by strategy name), the --k_sweep Ks of the pipeline, and the
     choice before calibration when its K differs, so each has a measured-vs-predicted."""
     import monta
+
+    def like(**kw):  # another plan in the layout the planner priced
+        return monta.Plan(expert_layout=planned.expert_layout, **kw)
+
     if planned.strategy == monta.EXPERT_OVERLAP:
         # Not a bare AllToAll (monta.dispatch refuses it; the layer runs it through
         # monta.experts_overlapped): only flat's op is timed, the steps above show the plan.
-        return {"flat": monta.Plan()}
-    plans = {"planned": planned, "flat": monta.Plan()}
+        return {"flat": like()}
+    plans = {"planned": planned, "flat": like()}
     for c in planned.candidates:
         if c.strategy not in (planned.strategy, monta.FLAT, monta.EXPERT_OVERLAP):
-            plans[c.strategy] = monta.Plan(strategy=c.strategy, num_chunks=c.num_chunks)
+            plans[c.strategy] = like(strategy=c.strategy, num_chunks=c.num_chunks)
     for k in sorted(k_sweep or {}):
         if ("tp_dedup_pipelined", k) not in {(p.strategy, p.num_chunks) for p in plans.values()}:
-            plans[f"tp_dedup_pipelined(K={k})"] = monta.Plan(strategy="tp_dedup_pipelined",
-                                                             num_chunks=k)
+            plans[f"tp_dedup_pipelined(K={k})"] = like(strategy="tp_dedup_pipelined",
+                                                       num_chunks=k)
     if uncalibrated:
         first = uncalibrated[0]
         have = {(p.strategy, p.num_chunks) for p in plans.values()}
         if (first["strategy"], first["K"]) not in have and \
                 first["strategy"] != monta.EXPERT_OVERLAP:
-            plans["uncalibrated_choice"] = monta.Plan(strategy=first["strategy"],
-                                                      num_chunks=first["K"])
+            plans["uncalibrated_choice"] = like(strategy=first["strategy"],
+                                                num_chunks=first["K"])
     return plans
 
 
@@ -308,7 +325,9 @@ def bench_size(answer, groups, args):
     import moe_layer
     planned = answer["plan"]
     job = answer["job"]
-    plans = {"planned": planned, "flat": monta.Plan()}
+    plans = {"planned": planned, "flat": monta.Plan(expert_layout=planned.expert_layout)}
+    # The groups name the job's layout (--expert_layout): a reply priced for another one is
+    # refused here, and the layer runs the layout the planner priced.
     layer = moe_layer.MoELayer(hidden=job["hidden_size"], ffn=args.ffn,
                                num_experts=job["num_experts"], top_k=job["top_k"],
                                capacity_factor=job["capacity_factor"], plan=planned,
@@ -335,7 +354,15 @@ def bench_size(answer, groups, args):
     # The rounds interleaved() recorded: the last args.steps of each.
     steps["alltoall_in_step"] = {k: slowest(v[-args.steps:]) for k, v in inside.items()}
     d = torch.randn((job["num_experts"], answer["capacity"], job["hidden_size"]), generator=g)
-    ops = interleaved({k: (lambda p=p: monta.dispatch(d, p, groups))
+
+    def dispatch_op(plan):
+        if layer.expert_layout == monta.TENSOR_PARALLEL:
+            return lambda: monta.dispatch(d, plan, groups)
+        # Dispatch and combine differ (drop -> AllToAll, AllToAll -> gather): both.
+        return lambda: monta.combine(monta.dispatch(d, plan, groups), plan, groups,
+                                     capacity=d.shape[1])
+
+    ops = interleaved({k: dispatch_op(p)
                        for k, p in op_plans(planned, answer["uncalibrated"],
                                             answer["k_sweep"]).items()},
                       args.op_iters, args.warmup)
@@ -353,6 +380,7 @@ def summarize(answer, steps, ops, dispatch_bytes, args):
         "tokens_per_rank": answer["job"]["sequence_length"],
         "planner_dispatch_bytes": answer["planned_dispatch_bytes"],
         "strategy": planned.strategy, "K": planned.num_chunks,
+        "expert_layout": planned.expert_layout,
         "evidence": answer["evidence"], "calibration": answer["calibration"],
         "verified_task": answer["verified_task"],
         "extrapolated_curves": [c["used_as"] for c in answer["curves"] if c["extrapolated"]],
@@ -380,18 +408,18 @@ def summarize(answer, steps, ops, dispatch_bytes, args):
         cand = planned if name == "planned" else planned.candidate(name)
         if cand is None or not cand.predicted_forward_seconds_per_layer:
             continue
-        predicted = cand.predicted_forward_seconds_per_layer / 2
+        predicted = cand.predicted_forward_seconds_per_layer * op_share(args.expert_layout)
         row["predicted_dispatch_op_s"][name] = predicted
         row["dispatch_op_error_ratio"][name] = predicted / op[name] - 1
     if answer["uncalibrated"]:
-        row["uncalibrated"] = uncalibrated_errors(answer, op)
+        row["uncalibrated"] = uncalibrated_errors(answer, op, args.expert_layout)
     row["bar_step_speedup_1_3x"] = row["step_speedup"] >= 1.3
     err = row["dispatch_op_error_ratio"].get("planned")
     row["bar_prediction_within_20pct"] = err is not None and abs(err) <= 0.20
     return row
 
 
-def uncalibrated_errors(answer, op):
+def uncalibrated_errors(answer, op, layout):
     """The planner's answer before calibration against the same measurements: its choice,
     and predicted / measured - 1 for every candidate whose (strategy, K) was timed."""
     import monta
@@ -407,8 +435,9 @@ def uncalibrated_errors(answer, op):
         if key not in ran or not c["forward_s_per_layer"]:
             continue
         label = f"{key[0]}(K={key[1]})"
-        out["predicted_dispatch_op_s"][label] = c["forward_s_per_layer"] / 2
-        out["dispatch_op_error_ratio"][label] = c["forward_s_per_layer"] / 2 / ran[key] - 1
+        predicted = c["forward_s_per_layer"] * op_share(layout)
+        out["predicted_dispatch_op_s"][label] = predicted
+        out["dispatch_op_error_ratio"][label] = predicted / ran[key] - 1
     return out
 
 
@@ -421,7 +450,8 @@ def print_row(row, answer):
     p = answer["plan"]
     log(f"\n== dispatch {row['mib_per_rank']:.1f} MiB per rank (C={row['capacity']}, "
         f"S={row['tokens_per_rank']} tokens/rank) ==")
-    log(f"planned: {p.strategy} K={p.num_chunks} (evidence {row['evidence'] or '-'}; "
+    log(f"planned: {p.strategy} K={p.num_chunks}, experts {p.expert_layout} "
+        f"(evidence {row['evidence'] or '-'}; "
         f"extrapolated curves: {', '.join(row['extrapolated_curves']) or 'none'})")
     cal = row["calibration"]
     log("calibration: " + (f"per-chunk overhead {cal['per_chunk_overhead_s'] * 1e3:.2f} ms, "
@@ -456,7 +486,9 @@ def print_row(row, answer):
             bar = f"  [bar within 20%: {'PASS' if row['bar_prediction_within_20pct'] else 'FAIL'}]"
         k = f" K={p.candidate(name).num_chunks}" if name not in ("planned", "flat") and \
             name in monta_strategies() and p.candidate(name) else ""
-        log(f"dispatch AllToAll {name + k:>12}: measured {measured * 1e3:.0f} ms, {text}{bar}")
+        what = "dispatch AllToAll" if row["expert_layout"] == "tensor_parallel" else \
+            "dispatch+combine"
+        log(f"{what} {name + k:>12}: measured {measured * 1e3:.0f} ms, {text}{bar}")
 
 
 def report(rows, args, load_start):
@@ -465,6 +497,7 @@ def report(rows, args, load_start):
     log("\nMOE_STEP_BENCH_JSON " + json.dumps({
         "bench": "moe_step", "rate": args.rate, "nodes": args.nodes.split(","),
         "ranks_per_node": args.ranks_per_node, "tp": args.tp, "ep": args.ep,
+        "expert_layout": args.expert_layout,
         "hidden": args.hidden, "experts": args.experts, "top_k": args.top_k,
         "capacity_factor": args.capacity_factor, "ffn": args.ffn,
         "dispatcher": args.dispatcher, "steps": args.steps, "op_iters": args.op_iters,
@@ -481,7 +514,8 @@ def rank_main(args):
     timeout = datetime.timedelta(seconds=args.timeout_s)
     dist.init_process_group("gloo", timeout=timeout)
     rank = dist.get_rank()
-    groups = monta.MoeGroups.build(args.tp, args.ep, args.ranks_per_node, timeout=timeout)
+    groups = monta.MoeGroups.build(args.tp, args.ep, args.ranks_per_node, timeout=timeout,
+                                   expert_layout=args.expert_layout)
     sizes = [float(m) for m in args.mib.split(",")]
     box = [None]
     if rank == 0:
@@ -516,6 +550,10 @@ def main():
     parser.add_argument("--tp", type=int, default=2)
     parser.add_argument("--ep", type=int, default=2)
     parser.add_argument("--mib", default="16,64", help="dispatch MiB per rank, comma list")
+    parser.add_argument("--expert_layout", choices=["tensor_parallel", "not_tensor_parallel"],
+                        default="tensor_parallel",
+                        help="the job's experts_tensor_parallel, which the planner prices and "
+                             "the layer runs (docs/MODEL.md section 4)")
     parser.add_argument("--hidden", type=int, default=8192)
     parser.add_argument("--experts", type=int, default=4)
     parser.add_argument("--top_k", type=int, default=2)
