@@ -20,7 +20,6 @@ import argparse
 import datetime
 import json
 import os
-import socket
 import statistics
 import time
 
@@ -107,10 +106,21 @@ def bench(args):
     return rows
 
 
-def rank_main(rank, world, port, args):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+def rank_main(rank, world, port, ready, args):
+    """One rank on this host. The store's port is taken without a race: rank 0 binds its
+    TCPStore on port 0 and publishes the port the kernel gave it; the others then connect."""
+    os.environ.update(OMP_NUM_THREADS="1")
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    timeout = datetime.timedelta(seconds=300)
+    if rank == 0:
+        store = dist.TCPStore("127.0.0.1", 0, world, True, timeout, wait_for_workers=False)
+        port.value = store.port
+        ready.set()
+    else:
+        if not ready.wait(timeout.total_seconds()):
+            raise TimeoutError(f"rank {rank}: rank 0 published no store port")
+        store = dist.TCPStore("127.0.0.1", port.value, world, False, timeout)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
     bench(args)
     dist.barrier()
     dist.destroy_process_group()
@@ -145,10 +155,9 @@ def main():
         return
     if args.gpus_per_node is None:
         args.gpus_per_node = args.world
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    torch.multiprocessing.start_processes(rank_main, args=(args.world, port, args),
+    ctx = torch.multiprocessing.get_context("fork")
+    port, ready = ctx.Value("i", 0), ctx.Event()
+    torch.multiprocessing.start_processes(rank_main, args=(args.world, port, ready, args),
                                           nprocs=args.world, start_method="fork")
 
 
