@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/echo.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "nlohmann/json.hpp"
@@ -30,7 +31,7 @@ using nlohmann::json;
 
 absl::Status Error(const std::string& path, absl::string_view what) {
   return absl::InvalidArgumentError(
-      absl::StrCat(path.empty() ? "job file" : path, ": ", what));
+      absl::StrCat(path.empty() ? "job file" : CutMessage(path), ": ", what));
 }
 
 std::string Show(const json& v) {
@@ -287,15 +288,16 @@ absl::StatusOr<json> ParseText(absl::string_view text, JobFileFormat format) {
       return json::parse(text.begin(), text.end());
     } catch (const json::exception& e) {
       return absl::InvalidArgumentError(
-          absl::StrCat("job file: invalid JSON: ", e.what()));
+          absl::StrCat("job file: invalid JSON: ", CutMessage(e.what())));
     }
   }
   YAML::Node root;
   try {
     root = YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "job file: invalid YAML at line ", e.mark.line + 1, ": ", e.msg));
+    return absl::InvalidArgumentError(
+        absl::StrCat("job file: invalid YAML at line ", e.mark.line + 1, ": ",
+                     CutMessage(e.msg)));
   }
   int values_left = kMaxYamlValues;
   return YamlToJson(root, "", 0, values_left);

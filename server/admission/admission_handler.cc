@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/types/optional.h"
+#include "common/echo.h"
 #include "common/job_file.h"
 #include "common/proto_names.h"
 #include "nlohmann/json.hpp"
@@ -122,7 +123,7 @@ HttpReply Json200(const json& review) {
 // Strips nlohmann's "[json.exception.parse_error.101] " prefix.
 std::string ParseErrorText(const std::string& what) {
   const size_t close = what.find("] ");
-  return close == std::string::npos ? what : what.substr(close + 2);
+  return CutMessage(close == std::string::npos ? what : what.substr(close + 2));
 }
 
 // The placement the spec gives, completed: a profile placement without `nodes`
@@ -154,9 +155,9 @@ absl::optional<SpecError> CompletePlacement(
     for (const auto& [name, gpus] : profile_gpus) {
       absl::StrAppend(&known, known.empty() ? "" : ", ", name);
     }
-    return SpecError{422,
-                     absl::StrCat(from, ": unknown profile \"", p->profile(),
-                                  "\"; expected one of ", known)};
+    return SpecError{
+        422, absl::StrCat(from, ": unknown profile ", EchoInput(p->profile()),
+                          "; expected one of ", known)};
   }
   const int gpus = p->gpus_per_node() > 0 ? p->gpus_per_node() : it->second;
   const int world = request->job().world_size();
@@ -164,8 +165,8 @@ absl::optional<SpecError> CompletePlacement(
     return SpecError{
         422, absl::StrCat("placement.nodes: not given, and job.world_size (",
                           world, ") is not a multiple of the ", gpus,
-                          " GPUs per node of profile \"", p->profile(),
-                          "\"; give placement.nodes and "
+                          " GPUs per node of profile ", EchoInput(p->profile()),
+                          "; give placement.nodes and "
                           "placement.gpus_per_node")};
   }
   p->set_nodes(world / gpus);

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/echo.h"
 #include "common/grpc_status.h"
 
 namespace monta::api {
@@ -72,8 +73,8 @@ AgentGatewayService::WatchTasks(grpc::CallbackServerContext* context,
                           Instant::Now())) {
     return new FinishedWriteReactor<monta::v1::BenchmarkTask>(grpc::Status(
         grpc::StatusCode::FAILED_PRECONDITION,
-        absl::StrCat("node \"", request->node_name(),
-                     "\": this agent instance holds no live lease; register "
+        absl::StrCat("node ", EchoInput(request->node_name()),
+                     ": this agent instance holds no live lease; register "
                      "first")));
   }
   // Ends when the lease expires (ExpireWatches), the agent cancels, a write

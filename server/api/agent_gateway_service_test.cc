@@ -160,6 +160,57 @@ TEST_F(AgentGatewayTest, WatchEndsWhenTheLeaseExpires) {
       << status.error_message();
 }
 
+// Three WatchTasks streams of one instance: each newer one ends the older
+// with ABORTED saying why, and the newest gets the node's tasks.
+TEST_F(AgentGatewayTest, ANewerWatchEndsTheOlderOne) {
+  Register("node-a");
+  // Keeps the 2 s lease alive while the streams come and go.
+  absl::Notification stop;
+  std::thread heartbeats([&] {
+    do {
+      monta::v1::HeartbeatRequest beat;
+      beat.set_node_name("node-a");
+      beat.set_instance_id("i-node-a");
+      monta::v1::HeartbeatReply reply;
+      gateway_->Heartbeat(Context().get(), beat, &reply);
+    } while (!stop.WaitForNotificationWithTimeout(absl::Milliseconds(200)));
+  });
+  monta::v1::WatchTasksRequest watch;
+  watch.set_node_name("node-a");
+  watch.set_instance_id("i-node-a");
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<monta::v1::BenchmarkTask>>>
+      readers;
+  for (int i = 0; i < 3; ++i) {
+    contexts.push_back(Context());
+    readers.push_back(gateway_->WatchTasks(contexts.back().get(), watch));
+    if (i == 0) {
+      ASSERT_TRUE(Eventually(
+          [&] { return server_->coordinator().waiter_count() == 1; }));
+      continue;
+    }
+    monta::v1::BenchmarkTask task;
+    EXPECT_FALSE(readers[i - 1]->Read(&task));
+    const grpc::Status ended = readers[i - 1]->Finish();
+    EXPECT_EQ(ended.error_code(), grpc::StatusCode::ABORTED) << i;
+    EXPECT_EQ(ended.error_message(),
+              "superseded by a newer WatchTasks stream of this instance");
+  }
+  ASSERT_TRUE(
+      Eventually([&] { return server_->coordinator().waiter_count() == 1; }));
+  monta::v1::RunBenchmarkRequest run;
+  run.add_nodes("node-a");
+  monta::v1::RunBenchmarkReply scheduled;
+  ASSERT_TRUE(planner_->RunBenchmark(Context().get(), run, &scheduled).ok());
+  monta::v1::BenchmarkTask task;
+  ASSERT_TRUE(readers[2]->Read(&task));
+  EXPECT_EQ(task.task_id(), scheduled.status().task_id());
+  stop.Notify();
+  heartbeats.join();
+  contexts[2]->TryCancel();
+  EXPECT_EQ(readers[2]->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
 TEST_F(AgentGatewayTest, GetWithoutTheKeyTimesOutNamingIt) {
   Register("node-a");
   monta::v1::RunBenchmarkRequest run;

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/echo.h"
 #include "common/grpc_status.h"
 #include "grpc/grpc_security_constants.h"
 
@@ -49,8 +50,8 @@ absl::StatusOr<Principal> PrincipalFromAuthContext(
       const std::string name = uri.substr(prefix.size());
       if (!ValidIdentityName(name)) {
         return absl::PermissionDeniedError(
-            absl::StrCat("client certificate URI \"", uri,
-                         "\": expected one non-empty name after ", prefix));
+            absl::StrCat("client certificate URI ", EchoInput(uri),
+                         ": expected one non-empty name after ", prefix));
       }
       privileged.push_back(Principal{kind, name});
     }
@@ -106,11 +107,10 @@ grpc::Status Authorizer::CheckNode(const Principal& caller,
   if (caller.kind == PrincipalKind::kNode && caller.name == node_name) {
     return grpc::Status::OK;
   }
-  return Denied(absl::StrCat(DescribePrincipal(caller),
-                             " may not act as node \"", node_name,
-                             "\": only the agent whose certificate names "
-                             "spiffe://monta/node/",
-                             node_name, " may"));
+  return Denied(absl::StrCat(DescribePrincipal(caller), " may not act as node ",
+                             EchoInput(node_name),
+                             ": only the agent whose certificate names "
+                             "spiffe://monta/node/<that name> may"));
 }
 
 grpc::Status Authorizer::RequireNode(const grpc::ServerContextBase& context,
@@ -175,8 +175,8 @@ grpc::Status Authorizer::RequireReporter(
         });
     if (!involves_caller || !within_task) {
       return Denied(absl::StrCat(
-          "curves[", i, "].nodes: [", absl::StrJoin(curve_nodes, ","),
-          "] must include ", caller->name, " and only nodes of task ",
+          "curves[", i, "].nodes: ", EchoInput(absl::StrJoin(curve_nodes, ",")),
+          " must include ", caller->name, " and only nodes of task ",
           request.task_id(), " [", absl::StrJoin(nodes, ","), "]"));
     }
   }

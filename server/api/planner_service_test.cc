@@ -205,6 +205,103 @@ TEST_F(PlannerServiceTest, RegisteredNodesWithoutCurvesFallBackToTheirProfile) {
   EXPECT_EQ(reply.evidence().profile(), "cpu-gloo");
 }
 
+// Errors never echo unbounded input: a 10 KB name comes back as a bounded
+// prefix with its length (whole, the error once exceeded gRPC's metadata limit
+// and the caller saw "received initial metadata size exceeds limit").
+TEST_F(PlannerServiceTest, LongInputsComeBackAsABoundedPrefix) {
+  const std::string long_name(10240, 'n');
+  const auto expect_bounded = [](const grpc::Status& status,
+                                 grpc::StatusCode code,
+                                 const std::string& rpc) {
+    EXPECT_EQ(status.error_code(), code)
+        << rpc << ": " << status.error_message();
+    EXPECT_NE(status.error_message().find("(10240 bytes)"), std::string::npos)
+        << rpc << ": " << status.error_message();
+    EXPECT_LT(status.error_message().size(), 1000u) << rpc;
+  };
+  monta::v1::GetNodeRequest get;
+  get.set_name(long_name);
+  monta::v1::NodeInfo info;
+  grpc::ClientContext get_context;
+  expect_bounded(planner_->GetNode(&get_context, get, &info),
+                 grpc::StatusCode::NOT_FOUND, "GetNode");
+
+  auto r = PaperRequest();
+  r.mutable_placement()->clear_profile();
+  r.mutable_placement()->set_nodes(0);
+  r.mutable_placement()->add_node_names(long_name);
+  monta::v1::StrategyReply reply;
+  expect_bounded(Plan(r, &reply), grpc::StatusCode::NOT_FOUND, "GetStrategy");
+
+  monta::v1::HeartbeatRequest heartbeat;
+  heartbeat.set_node_name(long_name);
+  heartbeat.set_instance_id("x");
+  monta::v1::HeartbeatReply heartbeat_reply;
+  grpc::ClientContext heartbeat_context;
+  expect_bounded(
+      gateway_->Heartbeat(&heartbeat_context, heartbeat, &heartbeat_reply),
+      grpc::StatusCode::NOT_FOUND, "Heartbeat");
+
+  monta::v1::RendezvousGetRequest rendezvous;
+  rendezvous.set_task_id(long_name);
+  rendezvous.set_key("k");
+  monta::v1::RendezvousGetReply rendezvous_reply;
+  grpc::ClientContext rendezvous_context;
+  expect_bounded(gateway_->RendezvousGet(&rendezvous_context, rendezvous,
+                                         &rendezvous_reply),
+                 grpc::StatusCode::NOT_FOUND, "RendezvousGet");
+
+  monta::v1::RunBenchmarkRequest bench;
+  bench.add_nodes(long_name);
+  monta::v1::RunBenchmarkReply bench_reply;
+  grpc::ClientContext bench_context;
+  expect_bounded(planner_->RunBenchmark(&bench_context, bench, &bench_reply),
+                 grpc::StatusCode::INVALID_ARGUMENT, "RunBenchmark");
+}
+
+// Every repeated request field has a bound, refused INVALID_ARGUMENT naming
+// the field and the bound.
+TEST_F(PlannerServiceTest, RepeatedFieldsAreBounded) {
+  auto r = PaperRequest();
+  for (int i = 0; i < 200000; ++i) {
+    r.mutable_options()->add_allowed(monta::v1::STRATEGY_KIND_FLAT);
+  }
+  ExpectInvalid(r, "options.allowed: at most 16 entries, got 200000 entries");
+
+  r = PaperRequest();
+  r.mutable_placement()->clear_profile();
+  r.mutable_placement()->set_nodes(0);
+  for (int i = 0; i < 8193; ++i) {
+    r.mutable_placement()->add_node_names(absl::StrCat("n", i));
+  }
+  ExpectInvalid(r, "placement.node_names: at most 8192 nodes");
+
+  monta::v1::RunBenchmarkRequest bench;
+  for (int i = 0; i < 1025; ++i) bench.add_nodes(absl::StrCat("n", i));
+  monta::v1::RunBenchmarkReply bench_reply;
+  grpc::ClientContext bench_context;
+  const grpc::Status refused =
+      planner_->RunBenchmark(&bench_context, bench, &bench_reply);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("nodes: at most 1024 nodes, got 1025"),
+            std::string::npos)
+      << refused.error_message();
+
+  monta::v1::VerifyRequest verify;
+  *verify.mutable_request() = PaperRequest();
+  verify.mutable_request()->mutable_placement()->clear_profile();
+  verify.mutable_request()->mutable_placement()->add_node_names("cpu-a");
+  for (int i = 0; i < 17; ++i) verify.add_chunks(i + 1);
+  monta::v1::VerifyReply verify_reply;
+  grpc::ClientContext verify_context;
+  const grpc::Status verify_refused =
+      planner_->Verify(&verify_context, verify, &verify_reply);
+  EXPECT_EQ(verify_refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(verify_refused.error_message().find("chunks: at most 16 values"),
+            std::string::npos)
+      << verify_refused.error_message();
+}
+
 TEST_F(PlannerServiceTest, ListProfilesGivesSourcedConstants) {
   monta::v1::ListProfilesReply reply;
   grpc::ClientContext context;

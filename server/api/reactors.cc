@@ -17,6 +17,18 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
 
 void WatchList::Add(WatchTasksReactor* reactor) {
   absl::MutexLock lock(&mu_);
+  // One stream per node gets its tasks: the newest. An older one would stay
+  // open and silently get nothing, so it ends, saying why (its agent may have
+  // reconnected without noticing the old stream was still open).
+  for (WatchTasksReactor* older : reactors_) {
+    if (older->node_name() != reactor->node_name()) continue;
+    older->End(grpc::Status(
+        grpc::StatusCode::ABORTED,
+        older->instance_id() == reactor->instance_id()
+            ? "superseded by a newer WatchTasks stream of this instance"
+            : "superseded by a newer WatchTasks stream of this node (another "
+              "agent instance)"));
+  }
   reactors_.insert(reactor);
 }
 

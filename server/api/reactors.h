@@ -43,9 +43,12 @@ class FinishedWriteReactor : public grpc::ServerWriteReactor<Response> {
 class WatchTasksReactor;
 
 // The open WatchTasks streams, so that a sweep can end those whose lease
-// expired.
+// expired, and a node has one stream at a time.
 class WatchList {
  public:
+  // Adds `reactor` and ends (ABORTED, "superseded by a newer WatchTasks
+  // stream ...") every older stream of its node: only the newest would get
+  // its tasks.
   void Add(WatchTasksReactor* reactor) ABSL_LOCKS_EXCLUDED(mu_);
   void Remove(WatchTasksReactor* reactor) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends (FAILED_PRECONDITION) each stream whose node's instance no longer

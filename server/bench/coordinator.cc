@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/echo.h"
 #include "common/status_proto.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -22,7 +23,7 @@ auto FindIn(Map& tasks, const std::string& task_id)
   auto it = tasks.find(task_id);
   if (it == tasks.end()) {
     return absl::NotFoundError(
-        absl::StrCat("task_id: unknown task \"", task_id, "\""));
+        absl::StrCat("task_id: unknown task ", EchoInput(task_id)));
   }
   return &it->second;
 }
@@ -117,7 +118,7 @@ absl::StatusOr<int> MinGpusOfAliveNodes(
   for (const std::string& node : request.nodes()) {
     if (!seen.insert(node).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("nodes: \"", node, "\" listed twice"));
+          absl::StrCat("nodes: ", EchoInput(node), " listed twice"));
     }
     absl::StatusOr<monta::v1::NodeInfo> info = registry->Get(node, now);
     if (!info.ok()) {
@@ -140,6 +141,11 @@ absl::StatusOr<SweepPlan> PlanSweep(
     const CoordinatorOptions& options, Instant now) {
   if (request.nodes().empty()) {
     return absl::InvalidArgumentError("nodes: expected at least one node name");
+  }
+  if (request.nodes_size() > kMaxBenchmarkNodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nodes: at most ", kMaxBenchmarkNodes, " nodes, got ",
+                     request.nodes_size()));
   }
   SweepPlan plan;
   if (absl::Status s = CheckLimits(request, options, &plan); !s.ok()) return s;
@@ -454,8 +460,9 @@ absl::StatusOr<absl::Duration> Coordinator::GetWait(
 absl::Status Coordinator::GetTimedOut(
     const monta::v1::RendezvousGetRequest& request) {
   return absl::DeadlineExceededError(
-      absl::StrCat("key \"", request.key(), "\" of task ", request.task_id(),
-                   " not set within ", request.wait_seconds(), " s"));
+      absl::StrCat("key ", EchoInput(request.key()), " of task ",
+                   EchoInput(request.task_id()), " not set within ",
+                   request.wait_seconds(), " s"));
 }
 
 absl::StatusOr<std::string> Coordinator::Get(

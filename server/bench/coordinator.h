@@ -27,6 +27,10 @@
 
 namespace monta::coordination {
 
+// Nodes of one benchmark (RunBenchmarkRequest.nodes, as its proto comment
+// says): 1024 nodes of up to 64 ranks is the model's largest world.
+inline constexpr int kMaxBenchmarkNodes = 1024;
+
 struct CoordinatorOptions {
   absl::Duration default_timeout = absl::Seconds(120);
   // Ranks per node when the request says 0 and the node has no GPUs.

@@ -227,9 +227,8 @@ absl::StatusOr<const HardwareProfile*> LookupProfile(absl::string_view name) {
   }
   std::vector<std::string> names;
   for (const HardwareProfile& p : BuiltinProfiles()) names.push_back(p.name);
-  return absl::NotFoundError(
-      absl::StrCat("unknown hardware profile \"", name,
-                   "\"; known: ", absl::StrJoin(names, ", ")));
+  return absl::NotFoundError(absl::StrCat("unknown hardware profile; known: ",
+                                          absl::StrJoin(names, ", ")));
 }
 
 absl::StatusOr<HardwareProfile> FindProfile(absl::string_view name) {

@@ -60,7 +60,8 @@ struct HardwareProfile {
 // All built-in profiles, in a stable order.
 const std::vector<HardwareProfile>& BuiltinProfiles();
 
-// NOT_FOUND naming the known profiles when `name` is not one of them.
+// NOT_FOUND naming the known profiles when `name` is not one of them (not
+// `name` itself: the caller names its input, bounded, see common/echo.h).
 absl::StatusOr<HardwareProfile> FindProfile(absl::string_view name);
 
 // The built-in profile called `name` (static storage, no copy), or NOT_FOUND as

@@ -180,6 +180,11 @@ absl::Status ValidateOptions(const monta::v1::StrategyOptions& options) {
   MONTA_RETURN_IF_ERROR(FiniteInRange("options.contention_factor",
                                       options.contention_factor(), 1, 100,
                                       /*zero_means_lo=*/true));
+  if (options.allowed_size() > kMaxAllowedEntries) {
+    return Bad("options.allowed",
+               absl::StrCat("at most ", kMaxAllowedEntries, " entries"),
+               absl::StrCat(options.allowed_size(), " entries"));
+  }
   for (int i = 0; i < options.allowed_size(); ++i) {
     const int kind = options.allowed(i);
     if (kind < monta::v1::STRATEGY_KIND_FLAT ||

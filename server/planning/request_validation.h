@@ -18,10 +18,14 @@ namespace monta::planning {
 // cannot fit in any GPU's memory and the request is almost surely a typo.
 inline constexpr double kMaxDispatchBytesPerRank = 64.0 * (1ull << 30);
 
+// Entries of options.allowed (there are 5 strategy kinds; a few repeats are
+// harmless, 200,000 are not).
+inline constexpr int kMaxAllowedEntries = 16;
+
 // Rules that need only the job itself (sizes, ranges, divisibility).
 absl::Status ValidateJob(const monta::v1::MoeJob& job);
 
-// max_chunks, contention_factor, allowed kinds.
+// max_chunks, contention_factor, allowed kinds (at most kMaxAllowedEntries).
 absl::Status ValidateOptions(const monta::v1::StrategyOptions& options);
 
 // Rules that need the resolved placement: world == nodes x G, t divides G,

@@ -127,6 +127,13 @@ std::vector<Case> Cases() {
          r.mutable_options()->add_allowed(v1::STRATEGY_KIND_UNSPECIFIED);
        },
        "options.allowed[0]"},
+      {"allowed_200000_entries",
+       [](R& r) {
+         for (int i = 0; i < 200000; ++i) {
+           r.mutable_options()->add_allowed(v1::STRATEGY_KIND_FLAT);
+         }
+       },
+       "options.allowed: at most 16 entries, got 200000 entries"},
       {"dispatch_above_64_gib",
        [](R& r) {
          // D = E C M b = 2 x (8 x 1M / 2 x 64... ) far beyond 64 GiB.
@@ -137,7 +144,7 @@ std::vector<Case> Cases() {
        "64 GiB"},
       {"unknown_profile",
        [](R& r) { r.mutable_placement()->set_profile("tpu-v5"); },
-       "placement.profile: unknown hardware profile \"tpu-v5\""},
+       "placement.profile: \"tpu-v5\": unknown hardware profile; known: "},
       {"zero_nodes", [](R& r) { r.mutable_placement()->set_nodes(0); },
        "placement.nodes"},
       {"no_placement", [](R& r) { r.clear_placement(); },
@@ -160,6 +167,18 @@ INSTANTIATE_TEST_SUITE_P(Rules, ValidationTest, ::testing::ValuesIn(Cases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return info.param.name;
                          });
+
+// A 10 KB input comes back as a bounded prefix with its length, never whole
+// (gRPC would refuse an error larger than its metadata limit).
+TEST(Validation, LongInputsAreEchoedAsABoundedPrefix) {
+  v1::StrategyRequest r = PaperRequest();
+  r.mutable_placement()->set_profile(std::string(10240, 'p'));
+  auto reply = PlanStrategy(r, nullptr, absl::UnixEpoch());
+  ASSERT_FALSE(reply.ok());
+  EXPECT_NE(reply.status().message().find("(10240 bytes)"), std::string::npos)
+      << reply.status();
+  EXPECT_LT(reply.status().message().size(), 1000u);
+}
 
 TEST(Validation, TheBaseRequestIsValid) {
   auto reply = PlanStrategy(PaperRequest(), nullptr, absl::UnixEpoch());

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/echo.h"
 #include "common/proto_names.h"
 #include "common/schedule/schedule.h"
 #include "common/strategy/strategy_proto.h"
@@ -40,7 +41,8 @@ absl::StatusOr<Resolved> ResolveProfilePlacement(const v1::Placement& p) {
       model::LookupProfile(p.profile());
   if (!found.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("placement.profile: ", found.status().message()));
+        absl::StrCat("placement.profile: ", EchoInput(p.profile()), ": ",
+                     found.status().message()));
   }
   const model::HardwareProfile* profile = *found;
   if (p.nodes() < 1 || p.nodes() > model::kMaxNodes) {
@@ -69,8 +71,15 @@ absl::StatusOr<const model::HardwareProfile*> NodeProfile(
   absl::StatusOr<const model::HardwareProfile*> found = model::ProfileForNode(
       facts.profile_name, facts.gpu_count, facts.gpu_name);
   if (!found.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": node \"", name, "\": ", found.status().message()));
+    // The model names no input (common/echo.h): the declared profile, when
+    // there is one, is named here.
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": node ", EchoInput(name),
+                     facts.profile_name.empty()
+                         ? ""
+                         : absl::StrCat(" (profile_name ",
+                                        EchoInput(facts.profile_name), ")"),
+                     ": ", found.status().message()));
   }
   return *found;
 }
@@ -105,12 +114,12 @@ absl::StatusOr<Resolved> ResolveNodePlacement(const v1::Placement& p,
     }
     if (!seen.insert(name).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat(field, ": node \"", name, "\" is listed twice"));
+          absl::StrCat(field, ": node ", EchoInput(name), " is listed twice"));
     }
     std::optional<NodeFacts> facts = lookup->Find(name);
     if (!facts) {
-      return absl::NotFoundError(
-          absl::StrCat(field, ": node \"", name, "\" is not registered"));
+      return absl::NotFoundError(absl::StrCat(field, ": node ", EchoInput(name),
+                                              " is not registered"));
     }
     absl::StatusOr<const model::HardwareProfile*> profile =
         NodeProfile(field, name, *facts);

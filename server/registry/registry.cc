@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/echo.h"
 #include "common/nic_state.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/registry/topology_validation.h"
@@ -37,14 +38,14 @@ absl::Status ValidateNodeName(absl::string_view name) {
   };
   for (char c : name) {
     if (!alnum(c) && c != '-' && c != '.') {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "node_name: expected a DNS subdomain ([a-z0-9.-]), got \"", name,
-          "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("node_name: expected a DNS subdomain ([a-z0-9.-]), got ",
+                       EchoInput(name)));
     }
   }
   if (!alnum(name.front()) || !alnum(name.back())) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "node_name: must start and end with [a-z0-9], got \"", name, "\""));
+        "node_name: must start and end with [a-z0-9], got ", EchoInput(name)));
   }
   return absl::OkStatus();
 }
@@ -132,8 +133,8 @@ absl::Status Registry::Register(const monta::v1::RegisterRequest& request,
     if (Alive(entry, now) &&
         entry.info.instance_id() != request.instance_id()) {
       return absl::AlreadyExistsError(absl::StrCat(
-          "node_name \"", request.node_name(),
-          "\" is held by another agent instance whose lease is alive (last "
+          "node_name ", EchoInput(request.node_name()),
+          " is held by another agent instance whose lease is alive (last "
           "heartbeat ",
           absl::FormatDuration(MonoSince(*entry.heard, now.mono)),
           " ago); stop that agent or wait for its lease (",
@@ -166,14 +167,14 @@ absl::Status Registry::Heartbeat(const monta::v1::HeartbeatRequest& request,
   auto it = nodes_.find(request.node_name());
   if (it == nodes_.end() || it->second.gone) {
     return absl::NotFoundError(
-        absl::StrCat("node \"", request.node_name(),
-                     "\" is not registered; register again"));
+        absl::StrCat("node ", EchoInput(request.node_name()),
+                     " is not registered; register again"));
   }
   Entry& entry = it->second;
   if (entry.info.instance_id() != request.instance_id()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("node \"", request.node_name(),
-                     "\" is held by another agent instance"));
+        absl::StrCat("node ", EchoInput(request.node_name()),
+                     " is held by another agent instance"));
   }
   entry.last_heartbeat = now.wall;
   entry.heard = now.mono;
@@ -197,12 +198,12 @@ absl::Status Registry::Deregister(absl::string_view node_name,
   auto it = nodes_.find(node_name);
   if (it == nodes_.end()) {
     return absl::NotFoundError(
-        absl::StrCat("node \"", node_name, "\" is not registered"));
+        absl::StrCat("node ", EchoInput(node_name), " is not registered"));
   }
   Entry& entry = it->second;
   if (entry.info.instance_id() != instance_id) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "node \"", node_name, "\" is held by another agent instance"));
+        "node ", EchoInput(node_name), " is held by another agent instance"));
   }
   entry.gone = true;
   entry.quiet_since = now.mono;
@@ -241,7 +242,7 @@ absl::StatusOr<NodeInfo> Registry::Get(absl::string_view node_name,
   auto it = nodes_.find(node_name);
   if (it == nodes_.end()) {
     return absl::NotFoundError(
-        absl::StrCat("node \"", node_name, "\" is not registered"));
+        absl::StrCat("node ", EchoInput(node_name), " is not registered"));
   }
   return Snapshot(it->second, now);
 }

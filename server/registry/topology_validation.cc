@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/echo.h"
 #include "common/nic_state.h"
 
 namespace monta::registry {
@@ -87,7 +88,7 @@ absl::Status ValidateLabels(const monta::v1::NodeTopology& t,
   for (const auto& [key, value] : t.labels()) {
     if (key.empty() || key.size() > kMaxLabelKey ||
         value.size() > kMaxLabelValue) {
-      return Bad(absl::StrCat(p, ".labels[\"", key.substr(0, 64), "\"]"),
+      return Bad(absl::StrCat(p, ".labels[", EchoInput(key), "]"),
                  "a Kubernetes label: key 1..317 characters, value at most 63");
     }
   }
