@@ -103,6 +103,15 @@ ABSL_FLAG(int64_t, max_rendezvous_value_bytes, 1 << 20,
           "bytes of one rendezvous value");
 ABSL_FLAG(int64_t, max_rendezvous_bytes_per_task, 64 << 20,
           "bytes of all rendezvous keys and values of one benchmark task");
+ABSL_FLAG(int64_t, max_rendezvous_bytes, int64_t{256} << 20,
+          "bytes of rendezvous keys and values of all unfinished benchmark "
+          "tasks together (the planner-wide cap; "
+          "monta_planner_held_bytes{kind=\"rendezvous\"} shows them)");
+ABSL_FLAG(int64_t, max_rendezvous_bytes_per_node, int64_t{64} << 20,
+          "share of --max_rendezvous_bytes one node (its certificate's "
+          "identity; the peer address under --insecure) may hold across all "
+          "its tasks, so one node in many tasks cannot starve the others; "
+          "between --max_rendezvous_value_bytes and --max_rendezvous_bytes");
 ABSL_FLAG(int, grpc_max_threads, 32,
           "threads the gRPC server may use for its synchronous services "
           "(health checking, reflection; grpc::ResourceQuota). The planner's "
@@ -148,20 +157,27 @@ absl::Status BenchBoundsFromFlags(monta::PlannerOptions* options) {
       absl::GetFlag(FLAGS_max_rendezvous_keys_per_task);
   const int64_t value_bytes = absl::GetFlag(FLAGS_max_rendezvous_value_bytes);
   const int64_t task_bytes = absl::GetFlag(FLAGS_max_rendezvous_bytes_per_task);
+  const int64_t node_bytes = absl::GetFlag(FLAGS_max_rendezvous_bytes_per_node);
+  const int64_t all_bytes = absl::GetFlag(FLAGS_max_rendezvous_bytes);
   if (options->registry.max_curves_per_node < 1 ||
       c.max_curves_per_report < 1 || c.max_points_per_curve < 1 ||
       c.max_pending_tasks_per_node < 1 || c.max_pending_tasks < 1 ||
       c.max_rendezvous_keys_per_task < 1 || value_bytes < 1 ||
-      task_bytes < value_bytes) {
+      task_bytes < value_bytes || node_bytes < value_bytes ||
+      all_bytes < node_bytes) {
     return absl::InvalidArgumentError(
         "--max_curves_per_node, --max_curves_per_report, "
         "--max_points_per_curve, --max_pending_tasks_per_node, "
         "--max_pending_tasks, --max_rendezvous_keys_per_task and "
         "--max_rendezvous_value_bytes must be >= 1, "
-        "--max_rendezvous_bytes_per_task >= --max_rendezvous_value_bytes");
+        "--max_rendezvous_bytes_per_task and "
+        "--max_rendezvous_bytes_per_node >= --max_rendezvous_value_bytes, "
+        "--max_rendezvous_bytes >= --max_rendezvous_bytes_per_node");
   }
   c.max_rendezvous_value_bytes = static_cast<size_t>(value_bytes);
   c.max_rendezvous_bytes_per_task = static_cast<size_t>(task_bytes);
+  c.max_rendezvous_bytes_per_node = static_cast<size_t>(node_bytes);
+  c.max_rendezvous_bytes = static_cast<size_t>(all_bytes);
   return absl::OkStatus();
 }
 

@@ -106,6 +106,13 @@ absl::Status PlannerServer::OpenAndLoadStore() {
 void PlannerServer::StartCoordinator() {
   coordinator_ = std::make_unique<coordination::Coordinator>(
       registry_.get(), options_.coordinator);
+  held_bytes_ = std::make_shared<metrics::HeldBytesCollector>();
+  coordination::Coordinator* coordinator = coordinator_.get();
+  held_bytes_->Add("rendezvous", [coordinator] {
+    return static_cast<double>(coordinator->rendezvous_bytes());
+  });
+  if (metrics_endpoint_ != nullptr)
+    metrics_endpoint_->RegisterCollectable(held_bytes_);
   metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
   coordinator_->SetTaskFinishedCallback(
       [planner_metrics](const monta::v1::BenchmarkTaskStatus& status) {

@@ -154,6 +154,7 @@ class PlannerServer {
   // registry.
   std::unique_ptr<store::SqliteStore> store_;
   std::shared_ptr<metrics::ClusterCollector> cluster_collector_;
+  std::shared_ptr<metrics::HeldBytesCollector> held_bytes_;
   std::unique_ptr<coordination::Coordinator> coordinator_;
   std::unique_ptr<planning::PlanKnowledge> knowledge_;
   std::unique_ptr<verify::Verifier> verifier_;

@@ -94,7 +94,8 @@ grpc::ServerUnaryReactor* AgentGatewayService::RendezvousSet(
   if (grpc::Status s = authz_->RequireTaskMember(*context, request->task_id());
       !s.ok())
     return FinishUnary(context, s);
-  return FinishUnary(context, ToGrpc(coordinator_->Set(*request)));
+  return FinishUnary(context, ToGrpc(coordinator_->Set(
+                                  *request, authz_->Accountable(*context))));
 }
 
 grpc::ServerUnaryReactor* AgentGatewayService::RendezvousGet(

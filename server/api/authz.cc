@@ -204,4 +204,21 @@ grpc::Status Authorizer::RequireAuthenticated(
   return caller.ok() ? grpc::Status::OK : ToGrpc(caller.status());
 }
 
+std::string Authorizer::Accountable(
+    const grpc::ServerContextBase& context) const {
+  if (enforce_) {
+    absl::StatusOr<Principal> caller = Caller(context);
+    if (caller.ok()) return DescribePrincipal(*caller);
+  }
+  // "ipv4:10.213.1.1:40522", "ipv6:[::1]:40522": the port changes per
+  // connection, the host does not.
+  std::string peer = context.peer();
+  const size_t colon = peer.rfind(':');
+  if ((absl::StartsWith(peer, "ipv4:") || absl::StartsWith(peer, "ipv6:")) &&
+      colon > 5) {
+    peer.resize(colon);
+  }
+  return absl::StrCat("peer ", peer);
+}
+
 }  // namespace monta::api

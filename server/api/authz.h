@@ -81,6 +81,13 @@ class Authorizer {
   grpc::Status RequireAuthenticated(
       const grpc::ServerContextBase& context) const;
 
+  // Who a call's rendezvous bytes count against (coordination::Coordinator::
+  // Set): the caller's identity ("node node-a"), or under --insecure, where
+  // there is none, its peer's address without the port ("peer
+  // ipv4:10.213.1.1"): an emulated cluster's nodes still get a share each.
+  // Call after a Require* succeeded.
+  std::string Accountable(const grpc::ServerContextBase& context) const;
+
  private:
   absl::StatusOr<Principal> Caller(
       const grpc::ServerContextBase& context) const;

@@ -407,7 +407,8 @@ void Coordinator::DeliverWakes() {
   wake(task_waiters_, tasks);
 }
 
-absl::Status Coordinator::Set(const monta::v1::RendezvousSetRequest& request) {
+absl::Status Coordinator::Set(const monta::v1::RendezvousSetRequest& request,
+                              const std::string& setter) {
   if (request.key().empty() || request.key().size() > kMaxKeyBytes) {
     return absl::InvalidArgumentError(absl::StrCat("key: expected 1..",
                                                    kMaxKeyBytes, " bytes, got ",
@@ -430,7 +431,7 @@ absl::Status Coordinator::Set(const monta::v1::RendezvousSetRequest& request) {
                      " already finished: ", task.status.reason()));
   }
   if (absl::Status s =
-          CheckRendezvousBounds(task, request.key(), request.value());
+          CheckRendezvousBounds(task, request.key(), request.value(), setter);
       !s.ok()) {
     return s;
   }
@@ -441,12 +442,45 @@ absl::Status Coordinator::Set(const monta::v1::RendezvousSetRequest& request) {
       task.joined_ranks.insert(rank);
     }
   }
-  std::string& stored = task.kv[request.key()];
-  if (stored.empty()) task.kv_bytes += request.key().size();
-  task.kv_bytes = task.kv_bytes - stored.size() + request.value().size();
-  stored = request.value();
+  StoreRendezvous(task, request.key(), request.value(), setter);
   changed_tasks_.insert(request.task_id());
   return absl::OkStatus();
+}
+
+void Coordinator::StoreRendezvous(Task& task, const std::string& key,
+                                  const std::string& value,
+                                  const std::string& setter) {
+  auto [it, is_new] = task.kv.try_emplace(key);
+  if (!is_new) {
+    // The old value's bytes leave its setter (who may be another node).
+    const size_t old_bytes = key.size() + it->second.value.size();
+    CountRendezvous(it->second.setter, -static_cast<int64_t>(old_bytes));
+    task.kv_bytes -= old_bytes;
+  }
+  it->second.value = value;
+  it->second.setter = setter;
+  const size_t bytes = key.size() + value.size();
+  task.kv_bytes += bytes;
+  CountRendezvous(setter, static_cast<int64_t>(bytes));
+}
+
+void Coordinator::CountRendezvous(const std::string& setter, int64_t bytes) {
+  rendezvous_bytes_ =
+      static_cast<size_t>(static_cast<int64_t>(rendezvous_bytes_) + bytes);
+  size_t& of_setter = rendezvous_bytes_of_[setter];
+  of_setter = static_cast<size_t>(static_cast<int64_t>(of_setter) + bytes);
+  if (of_setter == 0) rendezvous_bytes_of_.erase(setter);
+}
+
+size_t Coordinator::rendezvous_bytes() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return rendezvous_bytes_;
+}
+
+size_t Coordinator::rendezvous_bytes_of(const std::string& setter) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = rendezvous_bytes_of_.find(setter);
+  return it == rendezvous_bytes_of_.end() ? 0 : it->second;
 }
 
 absl::StatusOr<absl::Duration> Coordinator::GetWait(
@@ -494,7 +528,7 @@ absl::StatusOr<std::optional<std::string>> Coordinator::TryGet(
                                            " failed: ", task.status.reason()));
   }
   auto kv = task.kv.find(request.key());
-  if (kv != task.kv.end()) return std::optional<std::string>(kv->second);
+  if (kv != task.kv.end()) return std::optional<std::string>(kv->second.value);
   if (shutdown_) return absl::UnavailableError("planner is shutting down");
   return std::optional<std::string>();
 }
@@ -661,7 +695,8 @@ absl::Status Coordinator::CheckPendingBounds(
 }
 
 absl::Status Coordinator::CheckRendezvousBounds(
-    const Task& task, const std::string& key, const std::string& value) const {
+    const Task& task, const std::string& key, const std::string& value,
+    const std::string& setter) const {
   auto old = task.kv.find(key);
   const bool is_new = old == task.kv.end();
   if (is_new && static_cast<int>(task.kv.size()) >=
@@ -671,15 +706,36 @@ absl::Status Coordinator::CheckRendezvousBounds(
         " rendezvous keys, at most ", options_.max_rendezvous_keys_per_task,
         " (--max_rendezvous_keys_per_task)"));
   }
-  const size_t after = task.kv_bytes + value.size() +
-                       (is_new ? key.size() : 0) -
-                       (is_new ? 0 : old->second.size());
-  if (after > options_.max_rendezvous_bytes_per_task) {
+  const size_t bytes = key.size() + value.size();
+  const size_t old_bytes = is_new ? 0 : key.size() + old->second.value.size();
+  const size_t task_after = task.kv_bytes + bytes - old_bytes;
+  if (task_after > options_.max_rendezvous_bytes_per_task) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("task ", task.spec.task_id(), " would hold ", after,
+        absl::StrCat("task ", task.spec.task_id(), " would hold ", task_after,
                      " bytes of rendezvous keys and values, at most ",
                      options_.max_rendezvous_bytes_per_task,
                      " (--max_rendezvous_bytes_per_task)"));
+  }
+  // The old value's bytes come off its own setter, who may be someone else.
+  auto held = rendezvous_bytes_of_.find(setter);
+  const size_t setter_before =
+      held == rendezvous_bytes_of_.end() ? 0 : held->second;
+  const size_t own_old =
+      !is_new && old->second.setter == setter ? old_bytes : 0;
+  const size_t setter_after = setter_before + bytes - own_old;
+  if (setter_after > options_.max_rendezvous_bytes_per_node) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        setter, " would hold ", setter_after,
+        " bytes of rendezvous keys and values across its tasks, at most ",
+        options_.max_rendezvous_bytes_per_node,
+        " (--max_rendezvous_bytes_per_node)"));
+  }
+  const size_t planner_after = rendezvous_bytes_ + bytes - old_bytes;
+  if (planner_after > options_.max_rendezvous_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the planner would hold ", planner_after,
+        " bytes of rendezvous keys and values of all tasks, at most ",
+        options_.max_rendezvous_bytes, " (--max_rendezvous_bytes)"));
   }
   return absl::OkStatus();
 }
@@ -740,6 +796,10 @@ void Coordinator::Finish(Task& task, monta::v1::TaskState state,
   task.status.set_state(state);
   task.status.set_reason(reason);
   *task.status.mutable_finished_at() = ToProto(now.wall);
+  for (const auto& [key, stored] : task.kv) {
+    CountRendezvous(stored.setter,
+                    -static_cast<int64_t>(key.size() + stored.value.size()));
+  }
   task.kv.clear();
   task.kv_bytes = 0;
   // A node that never watches keeps no ids of finished tasks queued: its queue

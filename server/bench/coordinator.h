@@ -52,6 +52,13 @@ struct CoordinatorOptions {
   int max_rendezvous_keys_per_task = 4096;
   size_t max_rendezvous_value_bytes = 1 << 20;
   size_t max_rendezvous_bytes_per_task = 64 << 20;
+  // Bytes of rendezvous keys and values of all unfinished tasks together (the
+  // planner-wide cap), and the share of it one setter (a node, by the
+  // identity of its certificate) may hold across all its tasks: with the
+  // defaults no node holds more than a quarter, so one node in many tasks
+  // cannot starve the others.
+  size_t max_rendezvous_bytes = size_t{256} << 20;
+  size_t max_rendezvous_bytes_per_node = size_t{64} << 20;
   // Curves in one ReportBenchmark and points in each of them.
   int max_curves_per_report = 64;
   int max_points_per_curve = 1024;
@@ -118,8 +125,16 @@ class Coordinator {
   // Waiters registered now (node and task), for tests and gauges.
   size_t waiter_count() const;
 
-  // Rendezvous store. Set on a finished task is FAILED_PRECONDITION.
-  absl::Status Set(const monta::v1::RendezvousSetRequest& request);
+  // Rendezvous store. Set on a finished task is FAILED_PRECONDITION. The
+  // key's bytes (key and value) count against `setter`'s share (who set them:
+  // the API passes the caller's identity, e.g. "node node-a"), the task's
+  // bound and the planner-wide cap until the task finishes or another setter
+  // overwrites the key; RESOURCE_EXHAUSTED naming the flag beyond any of them.
+  absl::Status Set(const monta::v1::RendezvousSetRequest& request,
+                   const std::string& setter);
+  // Bytes of rendezvous keys and values held now: in all, and set by `setter`.
+  size_t rendezvous_bytes() const;
+  size_t rendezvous_bytes_of(const std::string& setter) const;
   // Waits up to `wait_seconds` for the key; ABORTED (with the task's failure
   // reason) when the task fails meanwhile, DEADLINE_EXCEEDED when the key never
   // comes.
@@ -176,11 +191,16 @@ class Coordinator {
   static std::string JoinKey(int rank);
 
  private:
+  // A rendezvous value and who set it (its bytes count against that setter).
+  struct KvValue {
+    std::string value;
+    std::string setter;
+  };
   struct Task {
     monta::v1::BenchmarkTask spec;
     monta::v1::BenchmarkTaskStatus status;
     MonoTime deadline;
-    std::map<std::string, std::string> kv;
+    std::map<std::string, KvValue> kv;
     size_t kv_bytes = 0;  // keys and values in kv
     std::set<int> joined_ranks;
     std::set<std::string> reported_nodes;
@@ -196,11 +216,20 @@ class Coordinator {
   absl::Status CheckPendingBounds(
       const google::protobuf::RepeatedPtrField<std::string>& nodes) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // RESOURCE_EXHAUSTED when setting `key` to `value` would exceed the
-  // rendezvous bounds of `task`.
+  // RESOURCE_EXHAUSTED when `setter` setting `key` to `value` would exceed
+  // the rendezvous bounds of `task`, the setter's share or the planner's cap.
   absl::Status CheckRendezvousBounds(const Task& task, const std::string& key,
-                                     const std::string& value) const
+                                     const std::string& value,
+                                     const std::string& setter) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Stores `value` under `key` in `task` for `setter`, moving the byte counts
+  // (task, setter, planner) with it.
+  void StoreRendezvous(Task& task, const std::string& key,
+                       const std::string& value, const std::string& setter)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds `bytes` to (or, negative, takes them from) `setter` and the total.
+  void CountRendezvous(const std::string& setter, int64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string MissingRanks(const Task& task) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The task named `task_id`, or NOT_FOUND naming it. The pointer lives while
@@ -242,6 +271,10 @@ class Coordinator {
   std::deque<std::string> finished_order_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::deque<std::string>> queues_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Rendezvous bytes (keys and values) of unfinished tasks: in all and per
+  // setter (entries at 0 are erased).
+  size_t rendezvous_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, size_t> rendezvous_bytes_of_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -90,7 +90,7 @@ TEST_F(CoordinatorTest, RendezvousGetWaitsForSet) {
     set.set_task_id(status->task_id());
     set.set_key("nccl/id");
     set.set_value("xyz");
-    ASSERT_TRUE(coordinator_.Set(set).ok());
+    ASSERT_TRUE(coordinator_.Set(set, "node a").ok());
   });
   monta::v1::RendezvousGetRequest get;
   get.set_task_id(status->task_id());
@@ -113,7 +113,7 @@ TEST_F(CoordinatorTest, OverdueTaskNamesMissingRanksAndAbortsWaiters) {
     monta::v1::RendezvousSetRequest set;
     set.set_task_id(status->task_id());
     set.set_key(Coordinator::JoinKey(rank));
-    ASSERT_TRUE(coordinator_.Set(set).ok());
+    ASSERT_TRUE(coordinator_.Set(set, "node a").ok());
   }
   coordinator_.ExpireOverdue(Later(now_, absl::Seconds(31)));
   auto final_status = coordinator_.Status(status->task_id());
@@ -194,7 +194,7 @@ TEST_F(CoordinatorTest, WakesOnlyTheWaitersOfTheChangedNodeOrTask) {
   set.set_task_id(status->task_id());
   set.set_key("k");
   set.set_value("v");
-  ASSERT_TRUE(coordinator_.Set(set).ok());
+  ASSERT_TRUE(coordinator_.Set(set, "node a").ok());
   EXPECT_EQ(on_task.wakes, 1);
   monta::v1::RendezvousGetRequest get;
   get.set_task_id(status->task_id());
@@ -345,24 +345,90 @@ TEST_F(CoordinatorTest, RendezvousKeysAndBytesAreBoundedPerTask) {
   set.set_task_id(task->task_id());
   set.set_key("k0");
   set.set_value(std::string(101, 'v'));
-  ExpectExhausted(coordinator.Set(set), "--max_rendezvous_value_bytes");
+  ExpectExhausted(coordinator.Set(set, "node a"),
+                  "--max_rendezvous_value_bytes");
   set.set_value(std::string(98, 'v'));  // 100 bytes with its key
-  ASSERT_TRUE(coordinator.Set(set).ok());
+  ASSERT_TRUE(coordinator.Set(set, "node a").ok());
   set.set_key("k1");
-  ASSERT_TRUE(coordinator.Set(set).ok());
+  ASSERT_TRUE(coordinator.Set(set, "node a").ok());
   set.set_key("k2");
-  ExpectExhausted(coordinator.Set(set), "--max_rendezvous_bytes_per_task");
+  ExpectExhausted(coordinator.Set(set, "node a"),
+                  "--max_rendezvous_bytes_per_task");
   set.set_value("small");
-  ASSERT_TRUE(coordinator.Set(set).ok());
+  ASSERT_TRUE(coordinator.Set(set, "node a").ok());
   set.set_key("k3");
-  ExpectExhausted(coordinator.Set(set), "--max_rendezvous_keys_per_task");
+  ExpectExhausted(coordinator.Set(set, "node a"),
+                  "--max_rendezvous_keys_per_task");
   // Overwriting a key counts its new size only.
   set.set_key("k1");
   set.set_value(std::string(40, 'w'));
-  EXPECT_TRUE(coordinator.Set(set).ok());
+  EXPECT_TRUE(coordinator.Set(set, "node a").ok());
   set.set_key("k2");
   set.set_value(std::string(50, 'w'));
-  EXPECT_TRUE(coordinator.Set(set).ok());
+  EXPECT_TRUE(coordinator.Set(set, "node a").ok());
+}
+
+// Rendezvous bytes have a planner-wide cap and a per-setter share of it: one
+// node setting keys in 16 tasks stops at its share while another node still
+// sets its keys, and all together stop at the cap. Ending tasks frees them.
+TEST_F(CoordinatorTest, RendezvousBytesAreBoundedPerNodeAndInAll) {
+  CoordinatorOptions options;
+  options.max_rendezvous_value_bytes = 100;
+  options.max_rendezvous_bytes_per_task = 1000;
+  options.max_rendezvous_bytes_per_node = 300;
+  options.max_rendezvous_bytes = 700;
+  Coordinator coordinator(&registry_, options);
+  std::vector<std::string> tasks;
+  for (int i = 0; i < 16; ++i) {
+    auto task = coordinator.Schedule(Pair(), now_);
+    ASSERT_TRUE(task.ok()) << task.status();
+    tasks.push_back(task->task_id());
+  }
+  // Sets a 100-byte entry (key and value) for `setter` in task `i`.
+  const auto set = [&](const std::string& setter, int i,
+                       const std::string& key) {
+    monta::v1::RendezvousSetRequest request;
+    request.set_task_id(tasks[i]);
+    request.set_key(key);
+    request.set_value(std::string(100 - key.size(), 'v'));
+    return coordinator.Set(request, setter);
+  };
+  int taken = 0;
+  absl::Status refused;
+  for (int i = 0; i < 16 && refused.ok(); ++i) {
+    refused = set("node a", i, "k");
+    if (refused.ok()) ++taken;
+  }
+  EXPECT_EQ(taken, 3);
+  ExpectExhausted(refused, "--max_rendezvous_bytes_per_node");
+  EXPECT_NE(refused.message().find("node a would hold 400 bytes"),
+            std::string::npos)
+      << refused;
+  EXPECT_EQ(coordinator.rendezvous_bytes_of("node a"), 300u);
+  // Node b is not starved by node a.
+  ASSERT_TRUE(set("node b", 0, "k1").ok());
+  ASSERT_TRUE(set("node b", 1, "k1").ok());
+  ASSERT_TRUE(set("node b", 2, "k1").ok());
+  // Overwriting its own key counts the new size only.
+  ASSERT_TRUE(set("node b", 2, "k1").ok());
+  EXPECT_EQ(coordinator.rendezvous_bytes_of("node b"), 300u);
+  // A third setter reaches the planner-wide cap.
+  ASSERT_TRUE(set("node c", 5, "k").ok());
+  const absl::Status capped = set("node c", 6, "k");
+  ExpectExhausted(capped, "--max_rendezvous_bytes");
+  EXPECT_EQ(capped.message().find("per_node"), std::string::npos) << capped;
+  EXPECT_EQ(coordinator.rendezvous_bytes(), 700u);
+  // A key overwritten by another setter leaves its first setter's share.
+  ASSERT_TRUE(set("node c", 0, "k").ok());
+  EXPECT_EQ(coordinator.rendezvous_bytes_of("node a"), 200u);
+  EXPECT_EQ(coordinator.rendezvous_bytes_of("node c"), 200u);
+  EXPECT_EQ(coordinator.rendezvous_bytes(), 700u);
+  // Finished tasks give their bytes back, to every setter.
+  coordinator.FailTasksOfNode("a", "test", now_);
+  EXPECT_EQ(coordinator.rendezvous_bytes(), 0u);
+  EXPECT_EQ(coordinator.rendezvous_bytes_of("node a"), 0u);
+  EXPECT_EQ(coordinator.rendezvous_bytes_of("node b"), 0u);
+  EXPECT_EQ(coordinator.rendezvous_bytes_of("node c"), 0u);
 }
 
 TEST_F(CoordinatorTest, ReportCurvesAndPointsAreBounded) {

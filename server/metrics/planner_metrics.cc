@@ -112,6 +112,23 @@ double BottleneckLineRate(const monta::v1::NodeTopology& topology,
          profile->gpus_per_node;
 }
 
+void HeldBytesCollector::Add(std::string kind, Source source) {
+  absl::MutexLock lock(&mu_);
+  sources_.emplace_back(std::move(kind), std::move(source));
+}
+
+std::vector<MetricFamily> HeldBytesCollector::Collect() const {
+  MetricFamily held = Family(
+      "monta_planner_held_bytes",
+      "Bytes the planner holds for its callers now, by kind (rendezvous: "
+      "keys and values of unfinished benchmark tasks)");
+  absl::MutexLock lock(&mu_);
+  for (const auto& [kind, source] : sources_) {
+    held.metric.push_back(Gauge({{"kind", kind}}, source()));
+  }
+  return {std::move(held)};
+}
+
 ClusterCollector::ClusterCollector(const registry::Registry* registry)
     : registry_(registry) {}
 

@@ -6,13 +6,16 @@
 #define MONTA_SERVER_METRICS_PLANNER_METRICS_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
@@ -53,6 +56,24 @@ class ClusterCollector : public prometheus::Collectable {
 
  private:
   const registry::Registry* registry_;
+};
+
+// monta_planner_held_bytes{kind}: bytes the planner holds for its callers,
+// read from their owners at scrape time, one series per kind
+// ("rendezvous": the rendezvous keys and values of unfinished benchmark
+// tasks; other rooms add theirs, e.g. the reports of tasks).
+class HeldBytesCollector : public prometheus::Collectable {
+ public:
+  using Source = std::function<double()>;
+  // `source` is called at every scrape (from the metrics endpoint's thread)
+  // and must outlive the collector's registration.
+  void Add(std::string kind, Source source) ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<prometheus::MetricFamily> Collect() const override
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::pair<std::string, Source>> sources_ ABSL_GUARDED_BY(mu_);
 };
 
 // Event metrics the planner records as it works.

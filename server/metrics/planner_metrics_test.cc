@@ -55,6 +55,18 @@ TEST(PlannerMetricsTest, LineRateFromNicsOrProfile) {
   EXPECT_EQ(BottleneckLineRate(cpu, monta::v1::SCOPE_INTER_NODE, 2), 0);
 }
 
+TEST(PlannerMetricsTest, HeldBytesAreReadAtScrapeTime) {
+  HeldBytesCollector collector;
+  double rendezvous = 0;
+  collector.Add("rendezvous", [&rendezvous] { return rendezvous; });
+  rendezvous = 4096;
+  const std::string text =
+      prometheus::TextSerializer().Serialize(collector.Collect());
+  EXPECT_NE(text.find("monta_planner_held_bytes{kind=\"rendezvous\"} 4096"),
+            std::string::npos)
+      << text;
+}
+
 TEST(PlannerMetricsTest, CollectorExposesStatesCurvesAndEfficiency) {
   registry::Registry registry{registry::RegistryOptions{}};
   monta::v1::RegisterRequest r;
