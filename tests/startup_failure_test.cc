@@ -36,11 +36,12 @@ std::string LastLine(std::string text) {
 // otherwise) and asserts a clean refusal: exit status > 0, no signal, and a
 // last stderr line
 // "<binary's name>: ..." containing every one of `reason`. `wrapper` (a
-// command that execs its arguments) runs the binary when not empty.
-void ExpectRefused(const std::string& binary,
-                   const std::vector<std::string>& flags,
-                   const std::vector<std::string>& reason,
-                   const std::vector<std::string>& wrapper = {}) {
+// command that execs its arguments) runs the binary when not empty. Returns
+// that line.
+std::string ExpectRefused(const std::string& binary,
+                          const std::vector<std::string>& flags,
+                          const std::vector<std::string>& reason,
+                          const std::vector<std::string>& wrapper = {}) {
   std::vector<std::string> argv = wrapper;
   argv.push_back(Runfile(binary));
   argv.insert(argv.end(), flags.begin(), flags.end());
@@ -66,6 +67,7 @@ void ExpectRefused(const std::string& binary,
     EXPECT_TRUE(absl::StrContains(line, part))
         << "want \"" << part << "\" in: " << line;
   }
+  return line;
 }
 
 std::vector<std::string> PlannerFlags(const std::vector<std::string>& more) {
@@ -318,6 +320,58 @@ TEST(StartupFailureTest, ReadOnlyDatabase) {
   }
   ExpectRefused("server/monta-planner", PlannerFlags({"--db=" + path}),
                 {"--db " + path, "read-only"}, wrapper);
+  chmod(dir.c_str(), 0755);  // Bazel deletes the test's directory
+}
+
+// A database the planner may write, in a directory it may not (a read-only
+// volume with the file mounted writable, or a mode 0555 directory): SQLite
+// cannot create its journal and WAL files there. That is said, not "corrupt",
+// and --db_reset_corrupt is neither suggested nor attempted. As root (who
+// writes through modes) the directory is a read-only bind mount of itself in
+// a private mount namespace with the real file bind-mounted writable over a
+// placeholder; other users get a mode 0555 directory.
+TEST(StartupFailureTest, WritableDatabaseInReadOnlyDirectory) {
+  const std::string dir = TempDir() + "/read-only-dir";
+  const std::string path = dir + "/planner.db";
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  std::vector<std::string> wrapper;
+  if (geteuid() == 0) {
+    ASSERT_EQ(mkdir((TempDir() + "/writable").c_str(), 0755), 0);
+    const std::string real = MakeDatabase("writable/planner.db");
+    std::ofstream(path).flush();  // the mount point
+    const std::string mounts =
+        kReadOnlyMount + "mount --bind \"$1\" \"$0/planner.db\" && ";
+    const CommandResult probe = testing::Run(
+        {"/usr/bin/unshare", "-m", "/bin/sh", "-c",
+         mounts + "touch \"$0/planner.db\" && ! touch \"$0/probe\"", dir,
+         real});
+    if (probe.exit_code != 0) {
+      GTEST_SKIP() << "no read-only bind mount with a writable file here "
+                      "(unshare -m: exit "
+                   << probe.exit_code << ": " << probe.err << ")";
+    }
+    wrapper = {"/usr/bin/unshare",
+               "-m",
+               "/bin/sh",
+               "-c",
+               mounts + "shift 1; exec \"$@\"",
+               dir,
+               real};
+  } else {
+    ASSERT_EQ(MakeDatabase("read-only-dir/planner.db"), path);
+    ASSERT_EQ(chmod(dir.c_str(), 0555), 0);
+  }
+  for (const bool reset : {false, true}) {
+    std::vector<std::string> flags = PlannerFlags({"--db=" + path});
+    if (reset) flags.push_back("--db_reset_corrupt");
+    const std::string line =
+        ExpectRefused("server/monta-planner", flags,
+                      {"--db " + path, "directory " + dir + " is not writable",
+                       "SQLite needs to create its journal and WAL files"},
+                      wrapper);
+    EXPECT_FALSE(absl::StrContains(line, "corrupt")) << line;
+    EXPECT_FALSE(absl::StrContains(line, "--db_reset_corrupt")) << line;
+  }
   chmod(dir.c_str(), 0755);  // Bazel deletes the test's directory
 }
 

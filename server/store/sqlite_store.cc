@@ -1,7 +1,9 @@
 #include "server/store/sqlite_store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -118,25 +120,43 @@ absl::StatusCode CodeOf(sqlite3* db) {
   }
 }
 
+// The directory `path` is in ("." for a bare name).
+std::string DirectoryOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "."
+         : slash == 0               ? "/"
+                                    : path.substr(0, slash);
+}
+
+// Whether this process may write `path` (the effective ids, as SQLite's
+// open() is checked; a read-only mount says no to root too); errno on no.
+bool Writable(const std::string& path) {
+  return faccessat(AT_FDCWD, path.c_str(), W_OK, AT_EACCESS) == 0;
+}
+
 // Refuses a path SQLite would fail on with a vague "unable to open database
-// file": a directory, or a file in a directory that does not exist.
+// file" or a misleading "not a database": a directory, a file in a directory
+// that does not exist, a read-only file, or a directory SQLite cannot create
+// its journal and WAL files in (a writable file there is no help: it is not
+// corrupt, and moving it aside would fail too).
 absl::Status CheckPath(const std::string& path) {
   struct stat st {};
-  if (stat(path.c_str(), &st) == 0) {
+  const std::string dir = DirectoryOf(path);
+  const bool exists = stat(path.c_str(), &st) == 0;
+  if (exists) {
     if (S_ISDIR(st.st_mode)) {
       return absl::FailedPreconditionError(
           absl::StrCat("--db ", path, ": is a directory, not a database file"));
     }
-    return absl::OkStatus();
-  }
-  if (errno != ENOENT) {
+    if (!Writable(path)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--db ", path, ": read-only: the file cannot be opened for writing (",
+          std::strerror(errno), ")"));
+    }
+  } else if (errno != ENOENT) {
     return absl::FailedPreconditionError(
         absl::StrCat("--db ", path, ": ", std::strerror(errno)));
   }
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0               ? "/"
-                                                     : path.substr(0, slash);
   if (stat(dir.c_str(), &st) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "--db ", path, ": directory ", dir, ": ", std::strerror(errno)));
@@ -144,6 +164,15 @@ absl::Status CheckPath(const std::string& path) {
   if (!S_ISDIR(st.st_mode)) {
     return absl::FailedPreconditionError(
         absl::StrCat("--db ", path, ": ", dir, " is not a directory"));
+  }
+  if (!Writable(dir)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--db ", path, ": directory ", dir, " is not writable (",
+        std::strerror(errno), "): SQLite needs to create ",
+        exists ? "its journal and WAL files (<db>-wal, <db>-shm) beside the "
+                 "database"
+               : "the database there",
+        "; make the directory writable or put --db in one that is"));
   }
   return absl::OkStatus();
 }
@@ -195,9 +224,14 @@ absl::Status SqliteStore::CheckUsable() {
                                         : "");
     }
     if (step != SQLITE_DONE) {
-      return absl::Status(CodeOf(db_),
-                          absl::StrCat("corrupt or not a SQLite database: ",
-                                       sqlite3_errmsg(db_)));
+      const absl::StatusCode code = CodeOf(db_);
+      // Only a damaged file is called corrupt (and may be moved aside); one
+      // SQLite cannot open or write is said so.
+      return absl::Status(
+          code, absl::StrCat(code == absl::StatusCode::kDataLoss
+                                 ? "corrupt or not a SQLite database: "
+                                 : "cannot be read: ",
+                             sqlite3_errmsg(db_)));
     }
   }
   if (problems.size() != 1 || problems.front() != "ok") {

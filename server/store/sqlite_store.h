@@ -25,7 +25,9 @@ class SqliteStore : public registry::RegistryObserver, public DecisionLog {
   // Opens (creating if needed) the database at `path` and its schema, and
   // refuses one the planner could not keep: each error is one line naming
   // `path` and the problem. FAILED_PRECONDITION: the path is a directory, its
-  // directory is missing, or the file is read-only (a write probe fails);
+  // directory is missing or not writable (SQLite creates its journal and WAL
+  // files there: said so, never called corrupt), or the file is read-only (a
+  // write probe fails);
   // DATA_LOSS: not a SQLite database, or `PRAGMA quick_check` finds it corrupt
   // (see MoveAside); UNAVAILABLE: anything else SQLite refuses.
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(
