@@ -120,6 +120,13 @@ ABSL_FLAG(int, grpc_max_threads, 32,
 ABSL_FLAG(int64_t, grpc_memory_bytes, int64_t{256} << 20,
           "memory for the gRPC server's connection and stream buffers "
           "(grpc::ResourceQuota); beyond it gRPC refuses new streams");
+ABSL_FLAG(std::string, deny_list_file, "",
+          "identities refused on every call at once (a compromised node): one "
+          "entry per line, node/<name> or <name> (a node) or serial=<hex> (a "
+          "certificate, as `openssl x509 -noout -serial` prints it), '#' "
+          "comments; re-read every --tls_refresh_seconds (a bad file then "
+          "keeps the previous list; at start it stops the planner). Needs "
+          "mutual TLS; empty = none");
 ABSL_FLAG(std::string, port_file, "",
           "write the bound ports as JSON "
           "{\"grpc\":N,\"metrics\":M,\"webhook\":W,\"health\":H} to this "
@@ -261,6 +268,7 @@ absl::StatusOr<monta::PlannerOptions> OptionsFromFlags() {
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   options.webhook_client_ca_file = absl::GetFlag(FLAGS_webhook_client_ca_file);
   options.health_address = absl::GetFlag(FLAGS_health_listen);
+  options.deny_list_file = absl::GetFlag(FLAGS_deny_list_file);
   if (!options.webhook_address.empty() &&
       (options.tls_cert_file.empty() || options.tls_key_file.empty())) {
     return absl::InvalidArgumentError(

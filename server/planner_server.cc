@@ -1,5 +1,6 @@
 #include "server/planner_server.h"
 
+#include <algorithm>
 #include <iostream>
 #include <utility>
 #include <vector>
@@ -26,6 +27,7 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(
   if (absl::Status started = s->StartMetrics(); !started.ok()) return started;
   if (absl::Status opened = s->OpenRegistry(); !opened.ok()) return opened;
   s->StartCoordinator();
+  if (absl::Status loaded = s->LoadDenyList(); !loaded.ok()) return loaded;
   if (absl::Status started = s->StartGrpc(); !started.ok()) return started;
   if (absl::Status started = s->StartWebhook(); !started.ok()) return started;
   s->WatchStore();
@@ -120,6 +122,42 @@ void PlannerServer::StartCoordinator() {
       });
 }
 
+absl::Status PlannerServer::LoadDenyList() {
+  if (options_.deny_list_file.empty()) return absl::OkStatus();
+  if (options_.grpc_security.insecure) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--deny_list_file ", options_.deny_list_file,
+        ": needs mutual TLS (under --insecure callers have no identity to "
+        "deny)"));
+  }
+  absl::StatusOr<std::unique_ptr<api::DenyList>> loaded =
+      api::DenyList::Load(options_.deny_list_file);
+  planner_metrics_->RecordDenyListLoad(loaded.ok(),
+                                       loaded.ok() ? (*loaded)->size() : 0);
+  if (!loaded.ok()) return loaded.status();
+  deny_list_ = *std::move(loaded);
+  std::cerr << "monta-planner: --deny_list_file " << deny_list_->path() << ": "
+            << deny_list_->size() << " identities denied" << std::endl;
+  return absl::OkStatus();
+}
+
+void PlannerServer::RefreshDenyList() {
+  if (deny_list_ == nullptr) return;
+  absl::StatusOr<bool> changed = deny_list_->Reload();
+  planner_metrics_->RecordDenyListLoad(changed.ok(), deny_list_->size());
+  if (!changed.ok()) {
+    std::cerr << "monta-planner: " << changed.status().message()
+              << "; keeping the previous deny list (" << deny_list_->size()
+              << " identities)" << std::endl;
+    return;
+  }
+  if (!*changed) return;
+  std::cerr << "monta-planner: --deny_list_file " << deny_list_->path()
+            << " changed: " << deny_list_->size() << " identities denied"
+            << std::endl;
+  gateway_->EndDeniedWatches();
+}
+
 absl::Status PlannerServer::StartGrpc() {
   api::AgentGatewayService::RegisteredCallback on_registered = nullptr;
   if (options_.bench_on_register) {
@@ -135,8 +173,9 @@ absl::Status PlannerServer::StartGrpc() {
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       MakeServerCredentials(options_.grpc_security);
   if (!credentials.ok()) return credentials.status();
-  authz_ = std::make_unique<api::Authorizer>(!options_.grpc_security.insecure,
-                                             coordinator_.get());
+  authz_ = std::make_unique<api::Authorizer>(
+      !options_.grpc_security.insecure, coordinator_.get(), deny_list_.get(),
+      planner_metrics_.get());
   gateway_ = std::make_unique<api::AgentGatewayService>(
       registry_.get(), coordinator_.get(), authz_.get(),
       std::move(on_registered));
@@ -249,6 +288,9 @@ void PlannerServer::Maintain() {
   // for good; now and then, prune the decision history.
   MonoTime last_periodic = std::chrono::steady_clock::now();
   MonoTime last_prune = MonoTime::min();
+  MonoTime last_deny_list = std::chrono::steady_clock::now();
+  const absl::Duration deny_list_refresh =
+      absl::Seconds(std::max(1, options_.grpc_security.refresh_seconds));
   while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) {
     const Instant now = Instant::Now();
     coordinator_->ExpireOverdue(now);
@@ -261,6 +303,10 @@ void PlannerServer::Maintain() {
     }
     for (const std::string& node : registry_->StaleNodes(now)) {
       coordinator_->FailTasksOfNode(node, "lost its lease", now);
+    }
+    if (MonoSince(last_deny_list, now.mono) >= deny_list_refresh) {
+      last_deny_list = now.mono;
+      RefreshDenyList();
     }
     RemoveGoneNodes(now);
     if (last_prune == MonoTime::min() ||

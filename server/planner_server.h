@@ -21,6 +21,7 @@
 #include "server/admission/webhook_server.h"
 #include "server/api/agent_gateway_service.h"
 #include "server/api/authz.h"
+#include "server/api/deny_list.h"
 #include "server/api/planner_service.h"
 #include "server/bench/coordinator.h"
 #include "server/metrics/planner_metrics.h"
@@ -39,6 +40,11 @@ struct PlannerOptions {
   // `insecure`, plaintext with authorization off. The default is neither and
   // refuses to start.
   GrpcSecurityOptions grpc_security;
+  // Identities refused on every call, from the moment the file names them
+  // (server/api/deny_list.h): re-read every grpc_security.refresh_seconds, as
+  // the certificates are; open WatchTasks streams of a denied node end. Needs
+  // mutual TLS. Empty = none.
+  std::string deny_list_file;
   // A second, plaintext gRPC port for health checks only (kubelet gRPC probes
   // cannot present a client certificate): the standard health service
   // answers there, every Monta RPC is refused UNAUTHENTICATED (no client
@@ -126,6 +132,8 @@ class PlannerServer {
   absl::Status OpenStore();
   absl::Status OpenAndLoadStore();
   void StartCoordinator();
+  // Reads options_.deny_list_file (none when empty).
+  absl::Status LoadDenyList();
   absl::Status StartGrpc();
   absl::Status StartWebhook();
   // Health of the monta.v1.Planner service follows the store's writes:
@@ -137,6 +145,9 @@ class PlannerServer {
   // Removes the nodes quiet for gone_after (registry and store), logged.
   void RemoveGoneNodes(Instant now);
   void PruneDecisions(Instant now);
+  // Re-reads the deny list (a bad file keeps the previous one, logged and
+  // counted) and ends the WatchTasks streams it now denies.
+  void RefreshDenyList();
   // Schedules a benchmark nobody waits for (on registration, periodic): a
   // failure is logged and counted under `site`.
   void ScheduleBenchmark(const monta::v1::RunBenchmarkRequest& request,
@@ -158,6 +169,7 @@ class PlannerServer {
   std::unique_ptr<coordination::Coordinator> coordinator_;
   std::unique_ptr<planning::PlanKnowledge> knowledge_;
   std::unique_ptr<verify::Verifier> verifier_;
+  std::unique_ptr<api::DenyList> deny_list_;
   std::unique_ptr<api::Authorizer> authz_;
   std::unique_ptr<api::AgentGatewayService> gateway_;
   std::unique_ptr<api::PlannerService> planner_;

@@ -79,12 +79,22 @@ AgentGatewayService::WatchTasks(grpc::CallbackServerContext* context,
   }
   // Ends when the lease expires (ExpireWatches), the agent cancels, a write
   // fails or the planner shuts down.
-  return WatchTasksReactor::Start(coordinator_, &watches_, request->node_name(),
-                                  request->instance_id());
+  return WatchTasksReactor::Start(coordinator_, &watches_, context,
+                                  request->node_name(), request->instance_id());
 }
 
 void AgentGatewayService::ExpireWatches(Instant now) {
   watches_.ExpireLeases(*registry_, now);
+}
+
+void AgentGatewayService::EndDeniedWatches() {
+  const Authorizer* authz = authz_;
+  watches_.EndIf(
+      [authz](const WatchTasksReactor& watch) -> std::optional<grpc::Status> {
+        grpc::Status allowed = authz->RequireAuthenticated(watch.context());
+        if (allowed.ok()) return std::nullopt;
+        return allowed;
+      });
 }
 
 grpc::ServerUnaryReactor* AgentGatewayService::RendezvousSet(
@@ -112,7 +122,12 @@ grpc::ServerUnaryReactor* AgentGatewayService::RendezvousGet(
   // Waits for the key without a thread; a cancelled Get is freed at once.
   return TaskWaitReactor::Start(
       coordinator, request->task_id(), *wait,
-      [coordinator, request, reply]() -> std::optional<grpc::Status> {
+      [coordinator, authz = authz_, context, request,
+       reply]() -> std::optional<grpc::Status> {
+        // A caller denied while it waited gets no value.
+        if (grpc::Status s = authz->RequireAuthenticated(*context); !s.ok()) {
+          return s;
+        }
         absl::StatusOr<std::optional<std::string>> value =
             coordinator->TryGet(*request);
         if (!value.ok()) return ToGrpc(value.status());

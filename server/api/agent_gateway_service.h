@@ -59,6 +59,9 @@ class AgentGatewayService final
   // Ends the WatchTasks streams whose node lost its lease (the planner's
   // maintenance loop calls this every second).
   void ExpireWatches(Instant now);
+  // Ends (PERMISSION_DENIED) the WatchTasks streams whose caller the deny
+  // list now names (the planner calls this after the list changed).
+  void EndDeniedWatches();
   // Open WatchTasks streams.
   size_t open_watches() const { return watches_.size(); }
 

@@ -1,6 +1,8 @@
 #include "server/api/authz.h"
 
 #include <algorithm>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -9,6 +11,10 @@
 #include "common/echo.h"
 #include "common/grpc_status.h"
 #include "grpc/grpc_security_constants.h"
+#include "openssl/bn.h"
+#include "openssl/crypto.h"
+#include "openssl/pem.h"
+#include "openssl/x509.h"
 
 namespace monta::api {
 namespace {
@@ -89,9 +95,36 @@ std::string DescribePrincipal(const Principal& principal) {
   return absl::StrCat("reader ", principal.name);
 }
 
+std::string PeerCertificateSerial(const grpc::AuthContext& context) {
+  const std::vector<std::string> pems =
+      Values(context, GRPC_X509_PEM_CERT_PROPERTY_NAME);
+  if (pems.empty()) return "";
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(
+      BIO_new_mem_buf(pems.front().data(),
+                      static_cast<int>(pems.front().size())),
+      &BIO_free);
+  if (bio == nullptr) return "";
+  std::unique_ptr<X509, decltype(&X509_free)> cert(
+      PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr), &X509_free);
+  if (cert == nullptr) return "";
+  std::unique_ptr<BIGNUM, decltype(&BN_free)> serial(
+      ASN1_INTEGER_to_BN(X509_get_serialNumber(cert.get()), nullptr), &BN_free);
+  if (serial == nullptr) return "";
+  struct OpenSslFree {
+    void operator()(char* p) const { OPENSSL_free(p); }
+  };
+  std::unique_ptr<char, OpenSslFree> hex(BN_bn2hex(serial.get()));
+  return hex == nullptr ? "" : NormalizeSerial(hex.get());
+}
+
 Authorizer::Authorizer(bool enforce,
-                       const coordination::Coordinator* coordinator)
-    : enforce_(enforce), coordinator_(coordinator) {}
+                       const coordination::Coordinator* coordinator,
+                       const DenyList* deny_list,
+                       metrics::PlannerMetrics* metrics)
+    : enforce_(enforce),
+      coordinator_(coordinator),
+      deny_list_(deny_list),
+      metrics_(metrics) {}
 
 absl::StatusOr<Principal> Authorizer::Caller(
     const grpc::ServerContextBase& context) const {
@@ -99,7 +132,27 @@ absl::StatusOr<Principal> Authorizer::Caller(
   if (auth == nullptr) {
     return absl::UnauthenticatedError("no authentication context");
   }
-  return PrincipalFromAuthContext(*auth);
+  absl::StatusOr<Principal> caller = PrincipalFromAuthContext(*auth);
+  if (!caller.ok()) return caller;
+  if (absl::Status denied = CheckDenied(*auth, *caller); !denied.ok()) {
+    return denied;
+  }
+  return caller;
+}
+
+absl::Status Authorizer::CheckDenied(const grpc::AuthContext& auth,
+                                     const Principal& caller) const {
+  if (deny_list_ == nullptr) return absl::OkStatus();
+  // Reading the certificate costs a PEM parse: only when a serial is listed.
+  const std::string serial =
+      deny_list_->has_serials() ? PeerCertificateSerial(auth) : "";
+  const std::optional<std::string> entry = deny_list_->Match(
+      caller.kind == PrincipalKind::kNode ? caller.name : "", serial);
+  if (!entry.has_value()) return absl::OkStatus();
+  if (metrics_ != nullptr) metrics_->RecordDeniedCall(*entry);
+  return absl::PermissionDeniedError(
+      absl::StrCat(DescribePrincipal(caller), " is denied: ", *entry,
+                   " is on the planner's deny list (--deny_list_file)"));
 }
 
 grpc::Status Authorizer::CheckNode(const Principal& caller,

@@ -13,7 +13,9 @@
 // itself; uses the rendezvous store only of tasks it is in; reports only in
 // its own tasks, for its own ranks, curves that involve itself and only nodes
 // of the task. RunBenchmark (and other RPCs that start work) need an operator.
-// Everything else is read-only and open to any authenticated caller.
+// Everything else is read-only and open to any authenticated caller. A caller
+// on the deny list (--deny_list_file: its node name or its certificate's
+// serial, see deny_list.h) is refused everything.
 //
 // Under --insecure there are no certificates and authorization is off: every
 // call is allowed (the planner says so loudly at start).
@@ -27,7 +29,9 @@
 #include "grpcpp/security/auth_context.h"
 #include "grpcpp/server_context.h"
 #include "proto/monta/v1/agent.pb.h"
+#include "server/api/deny_list.h"
 #include "server/bench/coordinator.h"
+#include "server/metrics/planner_metrics.h"
 
 namespace monta::api {
 
@@ -55,11 +59,20 @@ absl::StatusOr<Principal> PrincipalFromAuthContext(
 // "node node-a", "operator alice", "reader ci.example.org".
 std::string DescribePrincipal(const Principal& principal);
 
+// The serial number of the peer's certificate (the x509_pem_cert property),
+// in NormalizeSerial's form; "" without one.
+std::string PeerCertificateSerial(const grpc::AuthContext& context);
+
 class Authorizer {
  public:
   // `enforce` false (--insecure): every call is allowed. `coordinator` (not
-  // owned, must outlive this) answers which nodes a task has.
-  Authorizer(bool enforce, const coordination::Coordinator* coordinator);
+  // owned, must outlive this) answers which nodes a task has. With
+  // `deny_list` (may be null; not owned), a caller it names is refused every
+  // call (PERMISSION_DENIED, counted in `metrics` when not null) from the
+  // moment the list names it.
+  Authorizer(bool enforce, const coordination::Coordinator* coordinator,
+             const DenyList* deny_list = nullptr,
+             metrics::PlannerMetrics* metrics = nullptr);
 
   bool enforced() const { return enforce_; }
 
@@ -89,14 +102,21 @@ class Authorizer {
   std::string Accountable(const grpc::ServerContextBase& context) const;
 
  private:
+  // The caller, or why it may not call at all (no certificate, two
+  // identities, denied).
   absl::StatusOr<Principal> Caller(
       const grpc::ServerContextBase& context) const;
+  // PERMISSION_DENIED when the deny list names `caller` (or its certificate).
+  absl::Status CheckDenied(const grpc::AuthContext& auth,
+                           const Principal& caller) const;
   // The caller as node `node_name` (PERMISSION_DENIED otherwise).
   grpc::Status CheckNode(const Principal& caller,
                          absl::string_view node_name) const;
 
   const bool enforce_;
   const coordination::Coordinator* const coordinator_;
+  const DenyList* const deny_list_;
+  metrics::PlannerMetrics* const metrics_;
 };
 
 }  // namespace monta::api

@@ -118,8 +118,12 @@ grpc::ServerUnaryReactor* PlannerService::RunBenchmark(
   // Replies with the task's status once it finished, or as it is at the
   // deadline; the last known status stands when the task was evicted.
   const auto reply_status =
-      [coordinator, task_id,
+      [coordinator, authz = authz_, context, task_id,
        reply](bool at_deadline) -> std::optional<grpc::Status> {
+    // A caller denied while it waited gets no answer.
+    if (grpc::Status s = authz->RequireAuthenticated(*context); !s.ok()) {
+      return s;
+    }
     absl::StatusOr<monta::v1::BenchmarkTaskStatus> now =
         coordinator->Status(task_id);
     if (!now.ok()) return ToGrpc(now.status());

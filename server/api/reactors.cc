@@ -49,6 +49,18 @@ void WatchList::ExpireLeases(const registry::Registry& registry, Instant now) {
   }
 }
 
+void WatchList::EndIf(
+    const std::function<std::optional<grpc::Status>(const WatchTasksReactor&)>&
+        why) {
+  // Held throughout, as in ExpireLeases.
+  absl::MutexLock lock(&mu_);
+  for (WatchTasksReactor* reactor : reactors_) {
+    if (std::optional<grpc::Status> status = why(*reactor)) {
+      reactor->End(*status);
+    }
+  }
+}
+
 size_t WatchList::size() const {
   absl::MutexLock lock(&mu_);
   return reactors_.size();
@@ -57,18 +69,23 @@ size_t WatchList::size() const {
 // -------------------------------------------------------- WatchTasksReactor
 
 WatchTasksReactor::WatchTasksReactor(coordination::Coordinator* coordinator,
-                                     WatchList* watches, std::string node_name,
+                                     WatchList* watches,
+                                     grpc::CallbackServerContext* context,
+                                     std::string node_name,
                                      std::string instance_id)
     : coordinator_(coordinator),
       watches_(watches),
+      context_(context),
       node_name_(std::move(node_name)),
       instance_id_(std::move(instance_id)) {}
 
 WatchTasksReactor* WatchTasksReactor::Start(
     coordination::Coordinator* coordinator, WatchList* watches,
-    std::string node_name, std::string instance_id) {
-  auto* reactor = new WatchTasksReactor(
-      coordinator, watches, std::move(node_name), std::move(instance_id));
+    grpc::CallbackServerContext* context, std::string node_name,
+    std::string instance_id) {
+  auto* reactor =
+      new WatchTasksReactor(coordinator, watches, context, std::move(node_name),
+                            std::move(instance_id));
   // Registered before the first look at the queue, so no task is missed.
   // OnDone (which unregisters) runs only after the handler returned.
   coordinator->AddNodeWaiter(reactor->node_name_, reactor);

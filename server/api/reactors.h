@@ -55,6 +55,10 @@ class WatchList {
   // holds a live lease at `now`.
   void ExpireLeases(const registry::Registry& registry, Instant now)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends each stream for which `why` returns a status, with that status
+  // (`why` runs under the list's lock and must not add or remove streams).
+  void EndIf(const std::function<std::optional<grpc::Status>(
+                 const WatchTasksReactor&)>& why) ABSL_LOCKS_EXCLUDED(mu_);
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -72,10 +76,16 @@ class WatchTasksReactor
  public:
   // Registers the stream (with `coordinator` and `watches`, neither owned)
   // and writes any task already queued.
+  // `context` is the call's (alive until OnDone).
   static WatchTasksReactor* Start(coordination::Coordinator* coordinator,
-                                  WatchList* watches, std::string node_name,
+                                  WatchList* watches,
+                                  grpc::CallbackServerContext* context,
+                                  std::string node_name,
                                   std::string instance_id);
 
+  // The call's context, e.g. to authorize the caller again; valid while the
+  // reactor is in its WatchList.
+  const grpc::CallbackServerContext& context() const { return *context_; }
   const std::string& node_name() const { return node_name_; }
   const std::string& instance_id() const { return instance_id_; }
 
@@ -89,7 +99,8 @@ class WatchTasksReactor
 
  private:
   WatchTasksReactor(coordination::Coordinator* coordinator, WatchList* watches,
-                    std::string node_name, std::string instance_id);
+                    grpc::CallbackServerContext* context, std::string node_name,
+                    std::string instance_id);
   // Writes the next queued task unless a write is in flight or the stream
   // ended.
   void Pump() ABSL_LOCKS_EXCLUDED(mu_);
@@ -97,6 +108,7 @@ class WatchTasksReactor
 
   coordination::Coordinator* const coordinator_;
   WatchList* const watches_;
+  grpc::CallbackServerContext* const context_;
   const std::string node_name_;
   const std::string instance_id_;
 

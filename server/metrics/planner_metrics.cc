@@ -266,7 +266,29 @@ PlannerMetrics::PlannerMetrics(prometheus::Registry& registry)
                        .Help("Measured time of the chosen candidate over the "
                              "fastest measured one, minus 1, in the latest "
                              "verify run")
-                       .Register(registry)) {
+                       .Register(registry)),
+      denied_calls_(prometheus::BuildCounter()
+                        .Name("monta_denied_calls_total")
+                        .Help("Calls refused because the deny list "
+                              "(--deny_list_file) names the caller, by the "
+                              "entry that matched (node/<name>, "
+                              "serial=<HEX>)")
+                        .Register(registry)),
+      deny_list_loads_(prometheus::BuildCounter()
+                           .Name("monta_deny_list_loads_total")
+                           .Help("Reads of the deny list (--deny_list_file) "
+                                 "by result (ok; error: the previous list "
+                                 "stays)")
+                           .Register(registry)),
+      deny_list_entries_(prometheus::BuildGauge()
+                             .Name("monta_deny_list_entries")
+                             .Help("Entries (node names and certificate "
+                                   "serials) of the deny list in force")
+                             .Register(registry)
+                             .Add({})) {
+  for (const char* result : {"ok", "error"}) {
+    deny_list_loads_.Add({{"result", result}});
+  }
   for (const char* result : {"ok", "invalid", "failed"}) {
     verify_runs_.Add({{"result", result}});
   }
@@ -348,6 +370,15 @@ void PlannerMetrics::RecordVerify(const absl::Status& status,
     prediction_error_.Add({{"strategy", strategy}}).Set(bandwidth::Median(e));
   }
   plan_regret_.Add({}).Set(reply->regret_ratio());
+}
+
+void PlannerMetrics::RecordDeniedCall(const std::string& entry) {
+  denied_calls_.Add({{"entry", entry}}).Increment();
+}
+
+void PlannerMetrics::RecordDenyListLoad(bool ok, size_t entries) {
+  deny_list_loads_.Add({{"result", ok ? "ok" : "error"}}).Increment();
+  if (ok) deny_list_entries_.Set(static_cast<double>(entries));
 }
 
 void PlannerMetrics::RecordStoreError(const std::string& operation) {

@@ -99,6 +99,12 @@ class PlannerMetrics {
   // "curve", "decision"); the series exist at 0 from the start so that
   // increase() sees the first error.
   void RecordStoreError(const std::string& operation);
+  // monta_denied_calls_total{entry}: a call refused because the deny list
+  // names the caller; `entry` is the matching entry (bounded by the list).
+  void RecordDeniedCall(const std::string& entry);
+  // monta_deny_list_loads_total{result}: a read of --deny_list_file; when
+  // `ok`, monta_deny_list_entries becomes `entries`.
+  void RecordDenyListLoad(bool ok, size_t entries);
   // One verify run: monta_verify_runs_total{result}; with its reply,
   // monta_prediction_error_ratio{strategy} (median |error| of the strategy's
   // candidates) and monta_plan_regret_ratio.
@@ -123,6 +129,9 @@ class PlannerMetrics {
   prometheus::Family<prometheus::Counter>& verify_runs_;
   prometheus::Family<prometheus::Gauge>& prediction_error_;
   prometheus::Family<prometheus::Gauge>& plan_regret_;
+  prometheus::Family<prometheus::Counter>& denied_calls_;
+  prometheus::Family<prometheus::Counter>& deny_list_loads_;
+  prometheus::Gauge& deny_list_entries_;
 };
 
 // "flat", "tp_dedup", ... for a StrategyKind; "none" for unspecified.

@@ -24,32 +24,6 @@ google::protobuf::Timestamp ToProto(absl::Time t) {
   return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(t));
 }
 
-// Kubernetes node names are DNS subdomains (RFC 1123): lower-case
-// alphanumerics,
-// '-' and '.', starting and ending with an alphanumeric, at most 253
-// characters.
-absl::Status ValidateNodeName(absl::string_view name) {
-  if (name.empty() || name.size() > 253) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "node_name: expected 1..253 characters, got ", name.size()));
-  }
-  auto alnum = [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-  };
-  for (char c : name) {
-    if (!alnum(c) && c != '-' && c != '.') {
-      return absl::InvalidArgumentError(
-          absl::StrCat("node_name: expected a DNS subdomain ([a-z0-9.-]), got ",
-                       EchoInput(name)));
-    }
-  }
-  if (!alnum(name.front()) || !alnum(name.back())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "node_name: must start and end with [a-z0-9], got ", EchoInput(name)));
-  }
-  return absl::OkStatus();
-}
-
 // Keeps the newest `max_events` events (the ring's oldest go first).
 void TrimEvents(NodeInfo& info, int max_events) {
   auto* events = info.mutable_events();
@@ -94,6 +68,28 @@ absl::Status ValidateInstanceId(absl::string_view id) {
 }
 
 }  // namespace
+
+absl::Status ValidateNodeName(absl::string_view name) {
+  if (name.empty() || name.size() > 253) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node_name: expected 1..253 characters, got ", name.size()));
+  }
+  auto alnum = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+  };
+  for (char c : name) {
+    if (!alnum(c) && c != '-' && c != '.') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("node_name: expected a DNS subdomain ([a-z0-9.-]), got ",
+                       EchoInput(name)));
+    }
+  }
+  if (!alnum(name.front()) || !alnum(name.back())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node_name: must start and end with [a-z0-9], got ", EchoInput(name)));
+  }
+  return absl::OkStatus();
+}
 
 std::string CurveKey(const BandwidthCurve& c) {
   return absl::StrCat(c.collective(), "|", c.scope(), "|", c.backend(), "|",

@@ -157,6 +157,11 @@ class Registry {
 
 using ::monta::NodeStateName;
 
+// A node name as Kubernetes has them, a DNS subdomain (RFC 1123): 1..253
+// characters of [a-z0-9.-], starting and ending with [a-z0-9].
+// INVALID_ARGUMENT naming node_name otherwise.
+absl::Status ValidateNodeName(absl::string_view name);
+
 // Identity of a measurement: curves with the same key replace each other
 // (collective, scope, backend, strategy, chunks, nranks and node set).
 std::string CurveKey(const monta::v1::BandwidthCurve& curve);

@@ -108,6 +108,13 @@ check(grpcMount && grpcMount.readOnly === true, "planner mounts its gRPC certifi
 check(grpcMount && flag("tls_ca_file") === `${grpcMount.mountPath}/ca.crt` &&
   flag("tls_cert_file") === `${grpcMount.mountPath}/tls.crt` && flag("tls_key_file") === `${grpcMount.mountPath}/tls.key`,
   "planner --tls_ca_file/--tls_cert_file/--tls_key_file point into the gRPC certificate's secret");
+const denyList = one("ConfigMap", "monta-planner-deny-list");
+const denyVol = (pspec.volumes || []).find((v) => v.configMap && v.configMap.name === denyList.metadata.name);
+const denyMount = denyVol && (pc.volumeMounts || []).find((m) => m.name === denyVol.name);
+check(denyMount && denyMount.readOnly === true && !denyMount.subPath,
+  "planner mounts its deny list read-only, as a directory (a subPath would never update)");
+check(denyMount && Object.keys(denyList.data || {}).some((k) => flag("deny_list_file") === `${denyMount.mountPath}/${k}`),
+  "planner --deny_list_file points into the mounted deny-list ConfigMap");
 const operatorCert = one("Certificate", "monta-operator");
 check((operatorCert.spec.uris || []).every((u) => u.startsWith("spiffe://monta/operator/")) &&
   (operatorCert.spec.uris || []).length === 1, "operator certificate names one spiffe://monta/operator/ identity");
