@@ -55,6 +55,18 @@ class AgentGatewayTest : public ::testing::Test {
     ASSERT_TRUE(gateway_->Register(Context().get(), request, &reply).ok());
   }
 
+  // A benchmark of node-a scheduled by RunBenchmark: its task id, "" when
+  // refused.
+  std::string ScheduleOnNodeA() {
+    monta::v1::RunBenchmarkRequest run;
+    run.add_nodes("node-a");
+    monta::v1::RunBenchmarkReply scheduled;
+    const grpc::Status status =
+        planner_->RunBenchmark(Context().get(), run, &scheduled);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return scheduled.status().task_id();
+  }
+
   // Polls `done` until it holds or kBound passed.
   static bool Eventually(const std::function<bool()>& done) {
     const MonoTime end = MonoAfter(std::chrono::steady_clock::now(), kBound);
@@ -81,13 +93,11 @@ TEST_F(AgentGatewayTest, WatchGetsALaterTaskAndGetWaitsForSet) {
   ASSERT_TRUE(
       Eventually([&] { return server_->coordinator().waiter_count() == 1; }));
 
-  monta::v1::RunBenchmarkRequest run;
-  run.add_nodes("node-a");
-  monta::v1::RunBenchmarkReply scheduled;
-  ASSERT_TRUE(planner_->RunBenchmark(Context().get(), run, &scheduled).ok());
+  const std::string task_id = ScheduleOnNodeA();
+  ASSERT_FALSE(task_id.empty());
   monta::v1::BenchmarkTask task;
   ASSERT_TRUE(reader->Read(&task));
-  EXPECT_EQ(task.task_id(), scheduled.status().task_id());
+  EXPECT_EQ(task.task_id(), task_id);
 
   monta::v1::RendezvousGetRequest get;
   get.set_task_id(task.task_id());
@@ -118,12 +128,10 @@ TEST_F(AgentGatewayTest, WatchGetsALaterTaskAndGetWaitsForSet) {
 
 TEST_F(AgentGatewayTest, CancelledGetGivesItsWaiterBack) {
   Register("node-a");
-  monta::v1::RunBenchmarkRequest run;
-  run.add_nodes("node-a");
-  monta::v1::RunBenchmarkReply scheduled;
-  ASSERT_TRUE(planner_->RunBenchmark(Context().get(), run, &scheduled).ok());
+  const std::string task_id = ScheduleOnNodeA();
+  ASSERT_FALSE(task_id.empty());
   monta::v1::RendezvousGetRequest get;
-  get.set_task_id(scheduled.status().task_id());
+  get.set_task_id(task_id);
   get.set_key("never-set");
   get.set_wait_seconds(3600);
   grpc::ClientContext context;
@@ -198,13 +206,11 @@ TEST_F(AgentGatewayTest, ANewerWatchEndsTheOlderOne) {
   }
   ASSERT_TRUE(
       Eventually([&] { return server_->coordinator().waiter_count() == 1; }));
-  monta::v1::RunBenchmarkRequest run;
-  run.add_nodes("node-a");
-  monta::v1::RunBenchmarkReply scheduled;
-  ASSERT_TRUE(planner_->RunBenchmark(Context().get(), run, &scheduled).ok());
+  const std::string task_id = ScheduleOnNodeA();
+  ASSERT_FALSE(task_id.empty());
   monta::v1::BenchmarkTask task;
   ASSERT_TRUE(readers[2]->Read(&task));
-  EXPECT_EQ(task.task_id(), scheduled.status().task_id());
+  EXPECT_EQ(task.task_id(), task_id);
   stop.Notify();
   heartbeats.join();
   contexts[2]->TryCancel();
@@ -213,12 +219,10 @@ TEST_F(AgentGatewayTest, ANewerWatchEndsTheOlderOne) {
 
 TEST_F(AgentGatewayTest, GetWithoutTheKeyTimesOutNamingIt) {
   Register("node-a");
-  monta::v1::RunBenchmarkRequest run;
-  run.add_nodes("node-a");
-  monta::v1::RunBenchmarkReply scheduled;
-  ASSERT_TRUE(planner_->RunBenchmark(Context().get(), run, &scheduled).ok());
+  const std::string task_id = ScheduleOnNodeA();
+  ASSERT_FALSE(task_id.empty());
   monta::v1::RendezvousGetRequest get;
-  get.set_task_id(scheduled.status().task_id());
+  get.set_task_id(task_id);
   get.set_key("never-set");
   get.set_wait_seconds(0);
   monta::v1::RendezvousGetReply got;
