@@ -27,6 +27,12 @@ PACKAGES=(
   googletest
   libbenchmark-dev
   iproute2
+  # etcd for planner replicas (issue 20): the server and etcdctl its tests run
+  # (tests/testing/etcd_cluster), and its v3 protos, from which the build generates the
+  # C++ client's stubs (third_party/etcd_configure.bzl; required).
+  etcd-server
+  etcd-client
+  golang-etcd-server-dev
   # tests/clock_and_shutdown_test steps the planner's wall clock with libfaketime.
   faketime
   curl

@@ -9,8 +9,9 @@ def monta_proto_library(name, srcs, deps = [], grpc = True, visibility = None):
     stubs and depends on `name`; only handlers and clients depend on it.
 
     srcs are relative to the package; imports resolve from the repository root
-    (import "proto/monta/v1/foo.proto"). deps name other monta_proto_library
-    message targets.
+    (import "proto/monta/v1/foo.proto"), also in an external repository that loads
+    this macro (@etcd_protos, third_party/etcd_configure.bzl: import
+    "etcd/api/mvccpb/kv.proto"). deps name other monta_proto_library message targets.
     """
     msg_h = []
     msg_cc = []
@@ -23,12 +24,17 @@ def monta_proto_library(name, srcs, deps = [], grpc = True, visibility = None):
         if grpc:
             grpc_h.append(base + ".grpc.pb.h")
             grpc_cc.append(base + ".grpc.pb.cc")
-    plugin_flags = "--grpc_out=$(GENDIR) --plugin=protoc-gen-grpc=/usr/bin/grpc_cpp_plugin " if grpc else ""
+    # In the main repository the execution root is the repository root; an external
+    # repository's sources and outputs sit under external/<name>/.
+    repo = native.repository_name()
+    root = "" if repo == "@" else "/external/" + repo[1:]
+    include = "." if repo == "@" else root[1:]
+    plugin_flags = ("--grpc_out=$(GENDIR)%s --plugin=protoc-gen-grpc=/usr/bin/grpc_cpp_plugin " % root) if grpc else ""
     native.genrule(
         name = name + "_gen",
         srcs = srcs + [d + "_srcs" for d in deps],
         outs = msg_h + grpc_h + msg_cc + grpc_cc,
-        cmd = "/usr/bin/protoc -I. --cpp_out=$(GENDIR) " + plugin_flags +
+        cmd = ("/usr/bin/protoc -I%s --cpp_out=$(GENDIR)%s " % (include, root)) + plugin_flags +
               " ".join(["$(location %s)" % s for s in srcs]),
         visibility = ["//visibility:private"],
     )
@@ -37,7 +43,7 @@ def monta_proto_library(name, srcs, deps = [], grpc = True, visibility = None):
         name = name,
         srcs = msg_cc,
         hdrs = msg_h,
-        deps = deps + ["//third_party:protobuf"],
+        deps = deps + [Label("//third_party:protobuf")],
         visibility = visibility,
     )
     if grpc:
@@ -48,8 +54,8 @@ def monta_proto_library(name, srcs, deps = [], grpc = True, visibility = None):
             hdrs = grpc_h,
             deps = [
                 ":" + name,
-                "//third_party:grpc",
-                "//third_party:protobuf",
+                Label("//third_party:grpc"),
+                Label("//third_party:protobuf"),
             ],
             visibility = visibility,
         )
