@@ -60,14 +60,16 @@ absl::StatusOr<std::unique_ptr<X509, Deleter>> ReadCertificate(
 }
 
 absl::Status ValidateTlsFiles(const GrpcSecurityOptions& options) {
+  const std::string ca_flag = absl::StrCat(options.flag_prefix, "ca_file");
+  const std::string cert_flag = absl::StrCat(options.flag_prefix, "cert_file");
+  const std::string key_flag = absl::StrCat(options.flag_prefix, "key_file");
   absl::StatusOr<std::unique_ptr<X509, Deleter>> ca =
-      ReadCertificate("--tls_ca_file", options.ca_file);
+      ReadCertificate(ca_flag, options.ca_file);
   if (!ca.ok()) return ca.status();
   absl::StatusOr<std::unique_ptr<X509, Deleter>> cert =
-      ReadCertificate("--tls_cert_file", options.cert_file);
+      ReadCertificate(cert_flag, options.cert_file);
   if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key_pem =
-      ReadFile("--tls_key_file", options.key_file);
+  absl::StatusOr<std::string> key_pem = ReadFile(key_flag, options.key_file);
   if (!key_pem.ok()) return key_pem.status();
   auto bio = MemoryBio(*key_pem);
   std::unique_ptr<EVP_PKEY, Deleter> key(
@@ -75,14 +77,14 @@ absl::Status ValidateTlsFiles(const GrpcSecurityOptions& options) {
   ERR_clear_error();
   if (key == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--tls_key_file ", options.key_file,
+        absl::StrCat(key_flag, " ", options.key_file,
                      ": expected an unencrypted PEM private key"));
   }
   if (X509_check_private_key(cert->get(), key.get()) != 1) {
     ERR_clear_error();
     return absl::InvalidArgumentError(absl::StrCat(
-        "--tls_key_file ", options.key_file,
-        ": is not the private key of --tls_cert_file ", options.cert_file));
+        key_flag, " ", options.key_file, ": is not the private key of ",
+        cert_flag, " ", options.cert_file));
   }
   return absl::OkStatus();
 }
@@ -101,20 +103,21 @@ std::shared_ptr<grpc::experimental::CertificateProviderInterface> Provider(
 absl::Status ValidateGrpcSecurity(const GrpcSecurityOptions& options) {
   const bool any_file = !options.ca_file.empty() ||
                         !options.cert_file.empty() || !options.key_file.empty();
+  const std::string& p = options.flag_prefix;
   if (options.insecure) {
     if (any_file) {
-      return absl::InvalidArgumentError(
-          "--insecure excludes --tls_ca_file, --tls_cert_file and "
-          "--tls_key_file: choose plaintext or mutual TLS");
+      return absl::InvalidArgumentError(absl::StrCat(
+          options.insecure_flag, " excludes ", p, "ca_file, ", p,
+          "cert_file and ", p, "key_file: choose plaintext or mutual TLS"));
     }
     return absl::OkStatus();
   }
   if (options.ca_file.empty() || options.cert_file.empty() ||
       options.key_file.empty()) {
-    return absl::InvalidArgumentError(
-        "gRPC needs mutual TLS (--tls_ca_file, --tls_cert_file and "
-        "--tls_key_file, all three) or, on a trusted network only, an "
-        "explicit --insecure");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gRPC needs mutual TLS (", p, "ca_file, ", p, "cert_file and ", p,
+        "key_file, all three) or, on a trusted network only, an explicit ",
+        options.insecure_flag));
   }
   if (options.refresh_seconds < 1) {
     return absl::InvalidArgumentError("tls refresh_seconds must be >= 1");

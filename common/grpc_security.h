@@ -31,6 +31,11 @@ struct GrpcSecurityOptions {
   // How often gRPC re-reads the three files; a rotated certificate is used
   // for new connections after at most this long.
   int refresh_seconds = 60;
+  // The flags errors name: "<flag_prefix>ca_file", "<flag_prefix>cert_file",
+  // "<flag_prefix>key_file" and `insecure_flag`. The planner's own gRPC
+  // uses --tls_*; its client to etcd (server/etcd) names --etcd_tls_*.
+  std::string flag_prefix = "--tls_";
+  std::string insecure_flag = "--insecure";
 };
 
 // OK when `options` is usable: either insecure, or all three files given,

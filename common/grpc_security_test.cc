@@ -137,6 +137,30 @@ TEST_F(GrpcSecurityTest, BadFilesAreNamedWithWhatIsWrong) {
       << s;
 }
 
+// Another connection's flags (the planner's client to etcd names --etcd_tls_*).
+TEST_F(GrpcSecurityTest, ErrorsNameTheConfiguredFlags) {
+  GrpcSecurityOptions options;
+  options.flag_prefix = "--etcd_tls_";
+  options.insecure_flag = "--etcd_insecure";
+  absl::Status s = ValidateGrpcSecurity(options);
+  for (const char* flag : {"--etcd_tls_ca_file", "--etcd_tls_cert_file",
+                           "--etcd_tls_key_file", "--etcd_insecure"}) {
+    EXPECT_TRUE(absl::StrContains(s.message(), flag)) << s;
+  }
+  EXPECT_FALSE(absl::StrContains(s.message(), " --tls_")) << s;
+  const TestCertFiles a = Leaf("a", "DNS:a");
+  const TestCertFiles b = Leaf("b", "DNS:b");
+  options.ca_file = ca_.cert_file;
+  options.cert_file = a.cert_file;
+  options.key_file = b.key_file;
+  s = ValidateGrpcSecurity(options);
+  EXPECT_TRUE(absl::StrContains(s.message(), "--etcd_tls_key_file")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "of --etcd_tls_cert_file")) << s;
+  options.insecure = true;
+  s = ValidateGrpcSecurity(options);
+  EXPECT_TRUE(absl::StrContains(s.message(), "--etcd_insecure excludes")) << s;
+}
+
 TEST_F(GrpcSecurityTest, CertificateUrisAreRead) {
   const TestCertFiles node =
       Leaf("node", "URI:spiffe://monta/node/n1,DNS:x,URI:https://example.org");
