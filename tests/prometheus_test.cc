@@ -41,25 +41,6 @@ constexpr char kPromtool[] = "/usr/bin/promtool";
 constexpr char kAlive[] = "NODE_STATE_ALIVE";
 const std::vector<std::string> kNodes = {"node-a", "node-b"};
 
-// A free loopback TCP port: bind port 0, read it back, close. Another process
-// may take it before Prometheus binds it; StartPrometheus retries on that.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  int port = 0;
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 struct HttpResponse {
   int status = 0;
   std::string body;
@@ -285,7 +266,7 @@ absl::StatusOr<std::string> WritePrometheusConfig(Suite& s) {
 absl::Status StartPrometheus(Suite& s, const std::string& config) {
   std::string last_log;
   for (int attempt = 0; attempt < 3; ++attempt) {
-    const int port = FreePort();
+    const int port = FreeLoopbackPort();
     if (port == 0) return absl::InternalError("no free port");
     const std::string storage =
         absl::StrCat(s.cluster.dir(), "/tsdb-", attempt);

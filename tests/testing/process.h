@@ -60,6 +60,10 @@ CommandResult Run(const std::vector<std::string>& argv,
 // Reads a whole file; empty when missing.
 std::string ReadFile(const std::string& path);
 
+// A free loopback TCP port: bind port 0, read it back, close; 0 on failure.
+// Another process may take it before the caller binds it: retry on that.
+int FreeLoopbackPort();
+
 // Polls `condition` every 50 ms until it is true or `timeout` passes.
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);
 

@@ -1,0 +1,212 @@
+#include "tests/testing/etcd_cluster.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace monta::testing {
+namespace {
+
+constexpr char kEtcd[] = "/usr/bin/etcd";
+constexpr char kEtcdctl[] = "/usr/bin/etcdctl";
+// util-linux (Essential in Debian): the member dies with the test process.
+constexpr char kSetpriv[] = "/usr/bin/setpriv";
+constexpr int kStartAttempts = 3;
+
+std::string Url(bool tls, int port) {
+  return absl::StrCat(tls ? "https" : "http", "://127.0.0.1:", port);
+}
+
+}  // namespace
+
+absl::Status EtcdCluster::Available() {
+  for (const char* binary : {kEtcd, kEtcdctl, kSetpriv}) {
+    if (access(binary, X_OK) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(binary,
+                       " not found: install Debian's etcd-server, etcd-client "
+                       "(scripts/setup.sh) and util-linux"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+EtcdCluster::EtcdCluster(Options options) : options_(std::move(options)) {
+  static std::atomic<int> counter{0};
+  dir_ = absl::StrCat(TempDir(), "/etcd-", getpid(), "-", counter++);
+}
+
+EtcdCluster::~EtcdCluster() {
+  // SIGKILL ends paused (SIGSTOPped) members too.
+  for (Member& m : members_) m.process = Process();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+}
+
+absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(
+    Options options) {
+  if (absl::Status s = Available(); !s.ok()) return s;
+  if (options.members != 1 && options.members != 3) {
+    return absl::InvalidArgumentError("EtcdCluster: 1 or 3 members");
+  }
+  absl::Status last;
+  // A free port may be taken by another process before etcd binds it: start
+  // again on new ports.
+  for (int attempt = 0; attempt < kStartAttempts; ++attempt) {
+    std::unique_ptr<EtcdCluster> cluster(new EtcdCluster(std::move(options)));
+    std::filesystem::create_directories(cluster->dir_);
+    const int n = cluster->options_.members;
+    for (int i = 0; i < n; ++i) {
+      Member m;
+      m.name = absl::StrCat("m", i);
+      m.data_dir = absl::StrCat(cluster->dir_, "/", m.name, ".etcd");
+      m.log_path = absl::StrCat(cluster->dir_, "/", m.name, ".log");
+      cluster->members_.push_back(std::move(m));
+    }
+    // Ports of all members first, so that two members never pick one.
+    for (Member& m : cluster->members_) m.client_port = FreeLoopbackPort();
+    for (Member& m : cluster->members_) m.peer_port = FreeLoopbackPort();
+    last = absl::OkStatus();
+    for (int i = 0; i < n && last.ok(); ++i) last = cluster->StartMember(i);
+    if (last.ok()) {
+      last = cluster->WaitHealthy(cluster->options_.start_timeout);
+    }
+    if (last.ok()) return cluster;
+    options = std::move(cluster->options_);
+    if (!absl::StrContains(last.message(), "address already in use")) break;
+  }
+  return last;
+}
+
+absl::Status EtcdCluster::StartMember(int i) {
+  Member& m = members_[i];
+  const bool tls = options_.tls != nullptr;
+  std::vector<std::string> peers;
+  for (const Member& peer : members_) {
+    peers.push_back(absl::StrCat(peer.name, "=", Url(false, peer.peer_port)));
+  }
+  std::vector<std::string> argv = {
+      kSetpriv,
+      "--pdeathsig",
+      "KILL",
+      kEtcd,
+      absl::StrCat("--name=", m.name),
+      absl::StrCat("--data-dir=", m.data_dir),
+      absl::StrCat("--listen-client-urls=", Url(tls, m.client_port)),
+      absl::StrCat("--advertise-client-urls=", Url(tls, m.client_port)),
+      absl::StrCat("--listen-peer-urls=", Url(false, m.peer_port)),
+      absl::StrCat("--initial-advertise-peer-urls=", Url(false, m.peer_port)),
+      absl::StrCat("--initial-cluster=", absl::StrJoin(peers, ",")),
+      "--initial-cluster-state=new",
+      absl::StrCat("--initial-cluster-token=", dir_),
+      absl::StrCat("--heartbeat-interval=", options_.heartbeat_ms),
+      absl::StrCat("--election-timeout=", options_.election_ms),
+      "--logger=zap",
+      "--log-outputs=stderr",
+      "--enable-pprof=false",
+  };
+  if (tls) {
+    argv.push_back(
+        absl::StrCat("--cert-file=", options_.tls->server_cert_file));
+    argv.push_back(absl::StrCat("--key-file=", options_.tls->server_key_file));
+    argv.push_back(absl::StrCat("--trusted-ca-file=", options_.tls->ca_file));
+    argv.push_back("--client-cert-auth");
+  }
+  absl::StatusOr<Process> process = Process::Start(argv, m.log_path);
+  if (!process.ok()) return process.status();
+  m.process = *std::move(process);
+  return absl::OkStatus();
+}
+
+std::vector<std::string> EtcdCluster::EtcdctlFlags() const {
+  std::vector<std::string> flags;
+  if (options_.tls != nullptr) {
+    flags.push_back(absl::StrCat("--cacert=", options_.tls->ca_file));
+    flags.push_back(absl::StrCat("--cert=", options_.tls->client_cert_file));
+    flags.push_back(absl::StrCat("--key=", options_.tls->client_key_file));
+  }
+  return flags;
+}
+
+absl::Status EtcdCluster::WaitHealthy(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  std::string last;
+  while (true) {
+    std::vector<std::string> running;
+    for (int i = 0; i < size(); ++i) {
+      Member& m = members_[i];
+      if (!m.process.running()) continue;
+      if (m.process.Wait(absl::ZeroDuration()).ok()) {  // it exited
+        const std::string tail = LogTail(i);
+        return absl::InternalError(
+            absl::StrCat("etcd member ", m.name, " exited",
+                         absl::StrContains(tail, "address already in use")
+                             ? " (address already in use)"
+                             : "",
+                         "; its log ends:\n", tail));
+      }
+      running.push_back(Url(options_.tls != nullptr, m.client_port));
+    }
+    std::vector<std::string> argv = {
+        kEtcdctl, "--command-timeout=2s", "--dial-timeout=1s",
+        absl::StrCat("--endpoints=", absl::StrJoin(running, ","))};
+    for (std::string& f : EtcdctlFlags()) argv.push_back(std::move(f));
+    argv.push_back("endpoint");
+    argv.push_back("health");
+    CommandResult r = Run(argv, absl::Seconds(10));
+    if (r.exit_code == 0) return absl::OkStatus();
+    last = r.out + r.err;
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("etcd cluster not healthy within ",
+                       absl::FormatDuration(timeout), ": ", last));
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
+std::string EtcdCluster::endpoint(int i) const {
+  return absl::StrCat("127.0.0.1:", members_[i].client_port);
+}
+
+std::vector<std::string> EtcdCluster::endpoints() const {
+  std::vector<std::string> out;
+  for (int i = 0; i < size(); ++i) out.push_back(endpoint(i));
+  return out;
+}
+
+int EtcdCluster::IndexOf(const std::string& endpoint) const {
+  for (int i = 0; i < size(); ++i) {
+    if (this->endpoint(i) == endpoint) return i;
+  }
+  return -1;
+}
+
+void EtcdCluster::Pause(int i) { members_[i].process.Signal(SIGSTOP); }
+
+void EtcdCluster::Resume(int i) { members_[i].process.Signal(SIGCONT); }
+
+void EtcdCluster::Kill(int i) { members_[i].process = Process(); }
+
+absl::Status EtcdCluster::Restart(int i) {
+  if (members_[i].process.running()) {
+    return absl::FailedPreconditionError("EtcdCluster::Restart: still running");
+  }
+  if (absl::Status s = StartMember(i); !s.ok()) return s;
+  return WaitHealthy(options_.start_timeout);
+}
+
+std::string EtcdCluster::LogTail(int i, size_t bytes) const {
+  const std::string log = ReadFile(members_[i].log_path);
+  return log.size() <= bytes ? log : log.substr(log.size() - bytes);
+}
+
+}  // namespace monta::testing
