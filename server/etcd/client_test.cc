@@ -22,6 +22,7 @@
 #include "server/etcd/lease_keepalive.h"
 #include "server/etcd/watch.h"
 #include "tests/testing/etcd_cluster.h"
+#include "tests/testing/etcd_suite.h"
 #include "tests/testing/process.h"
 
 namespace monta::etcd {
@@ -32,44 +33,15 @@ using ::monta::testing::EtcdCluster;
 // Generous bounds for polls: the host is a loaded 2-core box.
 constexpr absl::Duration kPatience = absl::Seconds(30);
 
-class EtcdClientTest : public ::testing::Test {
+class EtcdClientTest : public testing::EtcdSuite<1> {
  protected:
-  static void SetUpTestSuite() {
-    EtcdCluster::Options options;
-    auto cluster = EtcdCluster::Start(std::move(options));
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = cluster->release();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-
   void SetUp() override {
-    ASSERT_NE(cluster_, nullptr);
-    client_ = NewClient();
-    ASSERT_NE(client_, nullptr);
-    prefix_ = absl::StrCat(
-        "/", ::testing::UnitTest::GetInstance()->current_test_info()->name(),
-        "/");
-  }
-
-  static std::unique_ptr<Client> NewClient(ClientOptions options = {}) {
-    options.endpoints = cluster_->endpoints();
-    options.security.insecure = true;
-    auto client = Client::Create(std::move(options));
-    EXPECT_TRUE(client.ok()) << client.status();
-    return client.ok() ? *std::move(client) : nullptr;
+    EtcdSuite::SetUp();
+    prefix_ += "/";
   }
 
   std::string Key(const std::string& name) const { return prefix_ + name; }
-
-  static EtcdCluster* cluster_;
-  std::unique_ptr<Client> client_;
-  std::string prefix_;
 };
-
-EtcdCluster* EtcdClientTest::cluster_ = nullptr;
 
 TEST_F(EtcdClientTest, PutGetDelete) {
   auto put = client_->Put(Key("a"), "one");

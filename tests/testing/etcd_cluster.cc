@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
 
 namespace monta::testing {
 namespace {
@@ -171,6 +172,53 @@ absl::Status EtcdCluster::WaitHealthy(absl::Duration timeout) {
     }
     absl::SleepFor(absl::Milliseconds(200));
   }
+}
+
+absl::StatusOr<int> EtcdCluster::LeaderIndex() const {
+  std::vector<std::string> running;
+  for (const Member& m : members_) {
+    if (m.process.running()) {
+      running.push_back(Url(options_.tls != nullptr, m.client_port));
+    }
+  }
+  std::vector<std::string> argv = {
+      kEtcdctl, "--command-timeout=2s", "--dial-timeout=1s",
+      absl::StrCat("--endpoints=", absl::StrJoin(running, ","))};
+  for (std::string& f : EtcdctlFlags()) argv.push_back(std::move(f));
+  for (const char* arg : {"endpoint", "status", "-w", "json"}) {
+    argv.push_back(arg);
+  }
+  const CommandResult r = Run(argv, absl::Seconds(10));
+  // etcdctl exits non-zero when a member does not answer, and still prints
+  // the others.
+  const nlohmann::json statuses =
+      nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+  if (!statuses.is_array()) {
+    return absl::UnavailableError(
+        absl::StrCat("etcdctl endpoint status: ", r.out, r.err));
+  }
+  uint64_t leader = 0;
+  std::vector<std::pair<uint64_t, std::string>> members;
+  for (const nlohmann::json& s : statuses) {
+    const uint64_t said = s["Status"].value("leader", uint64_t{0});
+    if (said == 0 || (leader != 0 && said != leader)) {
+      return absl::UnavailableError(
+          "etcd members name no or different leaders");
+    }
+    leader = said;
+    members.emplace_back(s["Status"]["header"].value("member_id", uint64_t{0}),
+                         s.value("Endpoint", ""));
+  }
+  for (const auto& [id, url] : members) {
+    if (id != leader) continue;
+    for (int i = 0; i < size(); ++i) {
+      if (absl::EndsWith(url, absl::StrCat(":", members_[i].client_port))) {
+        return i;
+      }
+    }
+  }
+  return absl::UnavailableError(
+      "etcd's leader is not among the running members");
 }
 
 std::string EtcdCluster::endpoint(int i) const {

@@ -67,6 +67,9 @@ class EtcdCluster {
   absl::Status Restart(int i);
   // Waits until every running member answers a linearizable read.
   absl::Status WaitHealthy(absl::Duration timeout);
+  // The member that is etcd's raft leader now, as the running members say
+  // (etcdctl endpoint status); UNAVAILABLE when they name none or disagree.
+  absl::StatusOr<int> LeaderIndex() const;
 
   // The last `bytes` of member i's log, for failure messages.
   std::string LogTail(int i, size_t bytes = 4000) const;
