@@ -407,6 +407,12 @@ int Bench(const Context& ctx, const std::vector<std::string>& args) {
             << ": " << monta::v1::TaskState_Name(s.state());
   if (!s.reason().empty()) std::cout << " (" << s.reason() << ")";
   std::cout << "\n";
+  for (const auto& e : s.excluded()) {
+    std::cout << "  excluded: "
+              << monta::bandwidth::CollectiveProtoName(e.curve().collective())
+              << " on " << absl::StrJoin(e.curve().nodes(), ",") << " ("
+              << monta::ShortName(e.reason()) << "): " << e.detail() << "\n";
+  }
   if (s.state() == monta::v1::TASK_STATE_SUCCEEDED) {
     // Show what was measured: the inter-node (or intra-node) AllToAll of the
     // first node.

@@ -44,6 +44,7 @@ monta::v1::BandwidthCurve Curve(const std::vector<std::string>& nodes,
   for (const std::string& node : nodes) curve.add_nodes(node);
   curve.set_task_id(absl::StrCat("fuzz-", n_nodes));
   curve.mutable_measured_at()->set_seconds(absl::ToUnixSeconds(absl::Now()));
+  curve.mutable_received_at()->set_seconds(absl::ToUnixSeconds(absl::Now()));
   const double share = schedule::LinkShare(nranks, nranks / n_nodes);
   for (double x = 1024; x <= (1ull << 30); x *= 4) {
     monta::v1::CurvePoint* point = curve.add_points();

@@ -341,7 +341,7 @@ absl::StatusOr<RankResult> RunCompareGloo(comm::Communicator& world,
       absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
   if (!groups.ok()) return groups.status();
   bench::SweepOptions options = SweepFlags();
-  const std::vector<uint64_t> sizes = bench::SweepSizes(
+  const std::vector<uint64_t> sizes = bandwidth::SweepSizes(
       options.min_bytes, options.max_bytes, options.step_factor);
   RankResult result;
   result.text = absl::StrFormat(

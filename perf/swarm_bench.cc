@@ -617,6 +617,13 @@ void Swarm::OnTask(int i, const monta::v1::BenchmarkTask& task) {
   auto* call = new Call;
   call->request.set_task_id(task.task_id());
   call->request.set_node_name(agents_[i]->name);
+  // A report names exactly the node's ranks in the task.
+  const auto& nodes = task.nodes();
+  const int index = static_cast<int>(
+      std::find(nodes.begin(), nodes.end(), agents_[i]->name) - nodes.begin());
+  for (int r = 0; r < task.ranks_per_node(); ++r) {
+    call->request.add_ranks(index * task.ranks_per_node() + r);
+  }
   call->request.mutable_status()->set_code(
       static_cast<int>(absl::StatusCode::kFailedPrecondition));
   call->request.mutable_status()->set_message("swarm agents run no benchmark");

@@ -90,9 +90,13 @@ ABSL_FLAG(int, max_curves_per_node, 1024,
           "backend, strategy, chunks, ranks and node set each); a new one "
           "over it is refused, a re-measurement replaces its predecessor");
 ABSL_FLAG(int, max_curves_per_report, 64,
-          "curves one ReportBenchmark may carry");
+          "series (curves to be) one ReportBenchmark may carry");
 ABSL_FLAG(int, max_points_per_curve, 1024,
-          "points one reported curve may carry");
+          "sizes (points to be) one reported series may carry");
+ABSL_FLAG(double, node_agreement_factor, 4,
+          "a benchmark curve is excluded (not planned with) when at some "
+          "size one node's median rank time is more than this many times "
+          "another node's (docs/ARCHITECTURE.md says why 4)");
 ABSL_FLAG(int, max_pending_tasks_per_node, 16,
           "unfinished (pending or running) benchmark tasks per node; more are "
           "refused with RESOURCE_EXHAUSTED");
@@ -188,6 +192,17 @@ absl::Status BenchBoundsFromFlags(monta::PlannerOptions* options) {
   return absl::OkStatus();
 }
 
+// When the nodes of a benchmark disagree too much for its curve to count.
+absl::Status AgreementFromFlags(monta::PlannerOptions* options) {
+  const double factor = absl::GetFlag(FLAGS_node_agreement_factor);
+  if (!(factor >= 1 && factor <= 1000)) {
+    return absl::InvalidArgumentError(
+        "--node_agreement_factor: expected 1..1000");
+  }
+  options->coordinator.node_agreement_factor = factor;
+  return absl::OkStatus();
+}
+
 // How long nodes, events and decisions are kept, and ListNodes' page size.
 absl::Status RetentionFromFlags(monta::PlannerOptions* options) {
   const double gone_after = absl::GetFlag(FLAGS_gone_after_seconds);
@@ -242,6 +257,7 @@ absl::StatusOr<monta::PlannerOptions> OptionsFromFlags() {
     return s;
   }
   if (absl::Status s = BenchBoundsFromFlags(&options); !s.ok()) return s;
+  if (absl::Status s = AgreementFromFlags(&options); !s.ok()) return s;
   options.grpc_max_threads = absl::GetFlag(FLAGS_grpc_max_threads);
   options.grpc_memory_bytes = absl::GetFlag(FLAGS_grpc_memory_bytes);
   if (options.grpc_max_threads < 4 || options.grpc_memory_bytes < (1 << 20)) {

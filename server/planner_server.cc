@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/bandwidth/collective_proto.h"
+#include "common/proto_names.h"
 #include "common/rpc_metrics.h"
 #include "common/topology_diff.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -113,12 +115,24 @@ void PlannerServer::StartCoordinator() {
   held_bytes_->Add("rendezvous", [coordinator] {
     return static_cast<double>(coordinator->rendezvous_bytes());
   });
+  held_bytes_->Add("task_reports", [coordinator] {
+    return static_cast<double>(coordinator->held_report_bytes());
+  });
   if (metrics_endpoint_ != nullptr)
     metrics_endpoint_->RegisterCollectable(held_bytes_);
   metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
   coordinator_->SetTaskFinishedCallback(
       [planner_metrics](const monta::v1::BenchmarkTaskStatus& status) {
         planner_metrics->RecordBenchmarkTask(status);
+        for (const monta::v1::ExcludedCurve& excluded : status.excluded()) {
+          const monta::v1::BandwidthCurve& c = excluded.curve();
+          std::cerr << "monta-planner: task " << status.task_id()
+                    << ": excluded the "
+                    << bandwidth::CollectiveProtoName(c.collective())
+                    << " curve on " << absl::StrJoin(c.nodes(), ",") << " ("
+                    << ShortName(excluded.reason())
+                    << "): " << excluded.detail() << std::endl;
+        }
       });
 }
 

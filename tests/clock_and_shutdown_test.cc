@@ -31,7 +31,12 @@ constexpr char kFaketimeLibrary[] =
 const std::vector<std::string> kPlannerFlags = {
     "--lease_seconds=30", "--heartbeat_seconds=1", "--bench_on_register=false",
     // montactl nodes must follow pages to see both nodes.
-    "--max_nodes_per_page=1"};
+    "--max_nodes_per_page=1",
+    // node-b, stopped and resumed mid-task, catches up on its backlog while
+    // its rank measures: its times may differ from node-a's beyond what
+    // honest running nodes show (a 6x spread was seen on a busy machine).
+    // These tests are about clocks and shutdown, not about that check.
+    "--node_agreement_factor=100"};
 
 class ClockAndShutdownTest : public ::testing::Test {
  protected:
@@ -177,7 +182,9 @@ TEST_F(ClockAndShutdownTest, AgentSigtermAbortsItsRunningSweep) {
   const double seconds = Terminate(cluster_.agent("node-a"));
   std::cerr << "agent exited " << seconds << " s after SIGTERM" << std::endl;
   const std::string log = ReadFile(cluster_.agent("node-a").log_path());
-  EXPECT_NE(log.find("failed: ABORTED: agent shutting down"), std::string::npos)
+  // The node's report names the rank that stopped first.
+  EXPECT_NE(log.find("failed: ABORTED: rank 0: agent shutting down"),
+            std::string::npos)
       << log;
   const nlohmann::json status = BenchResult();
   EXPECT_EQ(status["state"], "TASK_STATE_FAILED") << status.dump(1);

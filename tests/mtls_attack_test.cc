@@ -6,6 +6,7 @@
 // could not (so a refusal is the authorization's doing, not a broken setup).
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -17,6 +18,7 @@
 #include "proto/monta/v1/agent.grpc.pb.h"
 #include "proto/monta/v1/planner.grpc.pb.h"
 #include "server/admission/test_certs.h"
+#include "server/bench/test_reports.h"
 #include "server/planner_server.h"
 #include "tests/testing/paper_job.h"
 #include "tests/testing/process.h"
@@ -175,31 +177,21 @@ class MtlsAttackTest : public ::testing::Test {
     return reply.status().task_id();
   }
 
-  // A report of a 1 ns AllToAll (absurdly fast) for `curve_nodes`.
-  static monta::v1::ReportBenchmarkRequest FastReport(
-      const std::string& task_id, const std::string& reporter, int rank,
-      const std::vector<std::string>& curve_nodes) {
-    monta::v1::ReportBenchmarkRequest report;
-    report.set_task_id(task_id);
-    report.set_node_name(reporter);
-    report.set_rank(rank);
-    monta::v1::BandwidthCurve& curve = *report.add_curves();
-    curve.set_collective(monta::v1::COLLECTIVE_ALLTOALL);
-    curve.set_scope(curve_nodes.size() > 1 ? monta::v1::SCOPE_INTER_NODE
-                                           : monta::v1::SCOPE_INTRA_NODE);
-    curve.set_backend(monta::v1::BACKEND_GLOO);
-    curve.set_nranks(2 * static_cast<int>(curve_nodes.size()));
-    curve.set_n_nodes(static_cast<int>(curve_nodes.size()));
-    for (const std::string& n : curve_nodes) curve.add_nodes(n);
-    curve.set_chunks(1);
-    for (uint64_t bytes = 1 << 10; bytes <= (1u << 24); bytes <<= 2) {
-      monta::v1::CurvePoint& point = *curve.add_points();
-      point.set_message_bytes(bytes);
-      point.set_time_seconds(1e-9);
-      point.set_algbw_bytes_per_second(static_cast<double>(bytes) / 1e-9);
-      point.set_busbw_bytes_per_second(static_cast<double>(bytes) / 1e-9);
+  // `reporter`'s report of task `task_id` as an agent sends it, every rank
+  // taking `seconds` at every size, naming `ranks` (empty: the reporter's own
+  // ranks in the task).
+  static monta::v1::ReportBenchmarkRequest TimesReport(
+      const std::string& task_id, const std::string& reporter, double seconds,
+      const std::vector<int>& ranks = {}) {
+    absl::StatusOr<monta::v1::BenchmarkTask> spec =
+        server_->coordinator().Spec(task_id);
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    monta::v1::ReportBenchmarkRequest report =
+        coordination::ReportForTesting(*spec, reporter, seconds);
+    if (!ranks.empty()) {
+      report.clear_ranks();
+      for (int r : ranks) report.add_ranks(r);
     }
-    report.mutable_status()->set_code(0);
     return report;
   }
 
@@ -417,18 +409,19 @@ TEST_F(MtlsAttackTest, ForgedResultsAreRefusedAndThePlanStays) {
     std::string identity;
     monta::v1::ReportBenchmarkRequest report;
   };
+  // 1 ns per operation: absurdly fast, had it landed.
   const std::vector<Forgery> forgeries = {
-      {"a 1 ns curve from a non-member", "node-b",
-       FastReport(task_a, "node-b", 0, {"node-b"})},
+      {"a non-member reporting", "node-b",
+       TimesReport(task_a, "node-b", 1e-9, {0, 1})},
       {"a non-member reporting as the member", "node-b",
-       FastReport(task_a, "node-a", 0, {"node-a"})},
-      {"node-a's task adding curves to node-b", "node-a",
-       FastReport(task_a, "node-a", 0, {"node-b"})},
-      {"node-a's task adding a pair curve with node-b", "node-a",
-       FastReport(task_a, "node-a", 0, {"node-a", "node-b"})},
-      {"node-b reporting node-a's rank", "node-b",
-       FastReport(task_ab, "node-b", 0, {"node-a", "node-b"})},
-      {"a reader", "reader", FastReport(task_a, "node-a", 0, {"node-a"})},
+       TimesReport(task_a, "node-a", 1e-9)},
+      {"node-b reporting node-a's ranks", "node-b",
+       TimesReport(task_ab, "node-b", 1e-9, {0, 1})},
+      {"node-b reporting its ranks and node-a's", "node-b",
+       TimesReport(task_ab, "node-b", 1e-9, {0, 1, 2, 3})},
+      {"node-a reporting one of its two ranks", "node-a",
+       TimesReport(task_ab, "node-a", 1e-9, {0})},
+      {"a reader", "reader", TimesReport(task_a, "node-a", 1e-9)},
   };
   for (const Forgery& forgery : forgeries) {
     EXPECT_EQ(Report(forgery.identity, forgery.report).error_code(),
@@ -461,9 +454,8 @@ TEST_F(MtlsAttackTest, ForgedResultsAreRefusedAndThePlanStays) {
   // refused above would have landed).
   EXPECT_TRUE(
       Gateway("node-a")->RendezvousSet(Context().get(), set, &set_reply).ok());
-  EXPECT_TRUE(
-      Report("node-a", FastReport(task_a, "node-a", 0, {"node-a"})).ok());
-  EXPECT_EQ(Node("node-a").curves_size(), 1);
+  EXPECT_TRUE(Report("node-a", TimesReport(task_a, "node-a", 1e-3)).ok());
+  EXPECT_EQ(Node("node-a").curves_size(), 3);  // alltoall, allgather, copy
   EXPECT_EQ(Node("node-b").curves_size(), 0);
 }
 

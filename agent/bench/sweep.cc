@@ -33,6 +33,17 @@ absl::StatusOr<double> MedianTimeUs(const SweepOptions& options,
   return bandwidth::Median(std::move(samples));
 }
 
+// This rank's (time, wrong bytes), or with options.agree_across_ranks the
+// slowest rank's time and everyone's wrong bytes.
+absl::StatusOr<std::pair<double, uint64_t>> MaybeAgree(
+    comm::Communicator& comm, const SweepOptions& options, double time_us,
+    uint64_t wrong) {
+  if (!options.agree_across_ranks) {
+    return std::pair<double, uint64_t>{time_us, wrong};
+  }
+  return AgreeAcrossRanks(comm, time_us, wrong);
+}
+
 SweepPoint MakePoint(Collective collective, uint64_t bytes, int nranks,
                      double time_us, uint64_t wrong) {
   SweepPoint p;
@@ -50,18 +61,6 @@ SweepPoint MakePoint(Collective collective, uint64_t bytes, int nranks,
 }
 
 }  // namespace
-
-std::vector<uint64_t> SweepSizes(uint64_t min_bytes, uint64_t max_bytes,
-                                 int step_factor) {
-  std::vector<uint64_t> sizes;
-  if (min_bytes == 0) min_bytes = 1;
-  const uint64_t step = std::max(2, step_factor);
-  for (uint64_t b = min_bytes; b <= max_bytes; b *= step) {
-    sizes.push_back(b);
-    if (b > max_bytes / step) break;
-  }
-  return sizes;
-}
 
 DispatchShape ShapeForBytes(uint64_t bytes, int ep_size, uint64_t row_bytes) {
   const uint64_t block = std::max<uint64_t>(1, bytes / std::max(1, ep_size));
@@ -119,7 +118,7 @@ absl::StatusOr<SweepPoint> MeasureDispatch(MoeGroups& groups, Strategy strategy,
       MedianTimeUs(options, [&] { return sched.Run(); });
   if (!time_us.ok()) return time_us.status();
   absl::StatusOr<std::pair<double, uint64_t>> agreed =
-      AgreeAcrossRanks(*groups.world, *time_us, *wrong);
+      MaybeAgree(*groups.world, options, *time_us, *wrong);
   if (!agreed.ok()) return agreed.status();
   SweepPoint p = MakePoint(Collective::kAllToAll, sched.bytes_per_rank(),
                            groups.ep->size(), agreed->first, agreed->second);
@@ -132,8 +131,8 @@ absl::StatusOr<std::vector<SweepPoint>> SweepStrategy(
     const SweepOptions& options) {
   std::vector<SweepPoint> points;
   const int e = groups.ep->size();
-  for (uint64_t bytes :
-       SweepSizes(options.min_bytes, options.max_bytes, options.step_factor)) {
+  for (uint64_t bytes : bandwidth::SweepSizes(
+           options.min_bytes, options.max_bytes, options.step_factor)) {
     absl::StatusOr<SweepPoint> p =
         MeasureDispatch(groups, strategy, chunks,
                         ShapeForBytes(bytes, e, options.row_bytes), options);
@@ -162,21 +161,14 @@ absl::StatusOr<std::vector<SweepPoint>> SweepCollective(
   std::vector<SweepPoint> points;
   const int n = comm.size(), me = comm.rank();
   for (uint64_t size :
-       SweepSizes(options.min_bytes, options.max_bytes, options.step_factor)) {
-    // Per-rank input bytes, and the nccl-tests size it is reported at.
-    uint64_t in_bytes = 0, out_bytes = 0, bytes = 0;
-    switch (collective) {
-      case Collective::kAllToAll:
-        in_bytes = out_bytes = bytes = std::max<uint64_t>(1, size / n) * n;
-        break;
-      case Collective::kAllGather:
-        in_bytes = std::max<uint64_t>(1, size / n);
-        out_bytes = bytes = in_bytes * n;
-        break;
-      case Collective::kCopy:
-        in_bytes = out_bytes = bytes = size;
-        break;
-    }
+       bandwidth::SweepMessageBytes(collective, n, options.min_bytes,
+                                    options.max_bytes, options.step_factor)) {
+    // Per-rank buffers, and the nccl-tests size the point is reported at.
+    const bandwidth::CollectiveBuffers buffers =
+        bandwidth::BuffersFor(collective, n, size);
+    const uint64_t in_bytes = buffers.in_bytes;
+    const uint64_t out_bytes = buffers.out_bytes;
+    const uint64_t bytes = buffers.message_bytes;
     absl::StatusOr<std::unique_ptr<comm::Buffer>> in = comm.Allocate(in_bytes);
     if (!in.ok()) return in.status();
     absl::StatusOr<std::unique_ptr<comm::Buffer>> out =
@@ -229,7 +221,7 @@ absl::StatusOr<std::vector<SweepPoint>> SweepCollective(
     absl::StatusOr<double> time_us = MedianTimeUs(options, run);
     if (!time_us.ok()) return time_us.status();
     absl::StatusOr<std::pair<double, uint64_t>> agreed =
-        AgreeAcrossRanks(comm, *time_us, wrong);
+        MaybeAgree(comm, options, *time_us, wrong);
     if (!agreed.ok()) return agreed.status();
     points.push_back(
         MakePoint(collective, bytes, n, agreed->first, agreed->second));

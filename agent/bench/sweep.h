@@ -25,10 +25,17 @@ struct SweepOptions {
   // Capacity-row size of the dispatch (hidden size times bytes per element);
   // smaller sizes use one row per destination.
   uint64_t row_bytes = 1024;
+  // Agree every point over the ranks (an AllGather after each size: the
+  // slowest rank's time, everyone's wrong bytes), as nccl-tests prints it.
+  // Off, each rank keeps its own median and wrong bytes: the agent reports
+  // those and leaves the agreeing to the planner, so that no rank's number can
+  // stand in for another's.
+  bool agree_across_ranks = true;
 };
 
-// One row of the nccl-tests-style table, agreed by all ranks: the slowest
-// rank's median time and the sum of every rank's wrong bytes.
+// One row of the nccl-tests-style table: with agree_across_ranks the slowest
+// rank's median time and the sum of every rank's wrong bytes, else this
+// rank's own.
 struct SweepPoint {
   uint64_t bytes = 0;  // nccl-tests "size" (see bandwidth::AlgBwBytesPerSecond)
   uint64_t count = 0;  // elements of `type`
@@ -40,10 +47,6 @@ struct SweepPoint {
   int chunks_effective = 1;
 };
 
-// min, min*step, ... <= max.
-std::vector<uint64_t> SweepSizes(uint64_t min_bytes, uint64_t max_bytes,
-                                 int step_factor);
-
 // The dispatch shape for D = `bytes` per rank over `ep_size` destinations:
 // rows of options.row_bytes (fewer bytes per row when a block is smaller).
 // Rounds down to a multiple of ep_size * row size; the point reports the
@@ -51,8 +54,9 @@ std::vector<uint64_t> SweepSizes(uint64_t min_bytes, uint64_t max_bytes,
 DispatchShape ShapeForBytes(uint64_t bytes, int ep_size, uint64_t row_bytes);
 
 // One dispatch of `shape` under `strategy`: data-checked on a poisoned output,
-// then the median of options.iterations timed runs after the warm-up, agreed
-// over groups.world. bytes = D; busbw over the EP group size.
+// then the median of options.iterations timed runs after the warm-up (agreed
+// over groups.world with options.agree_across_ranks). bytes = D; busbw over
+// the EP group size.
 absl::StatusOr<SweepPoint> MeasureDispatch(MoeGroups& groups, Strategy strategy,
                                            int chunks, DispatchShape shape,
                                            const SweepOptions& options);
@@ -72,9 +76,9 @@ absl::StatusOr<std::vector<ChunkCurve>> SweepChunks(
     MoeGroups& groups, Strategy strategy, const std::vector<int>& chunks,
     const SweepOptions& options);
 
-// A plain collective over `comm` (collective over it), on stream 0. Sizes as
-// nccl-tests: AllToAll = bytes each rank sends, AllGather = gathered output,
-// copy = bytes copied.
+// A plain collective over `comm` (collective over it), on stream 0, at each of
+// bandwidth::SweepMessageBytes. Sizes as nccl-tests: AllToAll = bytes each
+// rank sends, AllGather = gathered output, copy = bytes copied.
 absl::StatusOr<std::vector<SweepPoint>> SweepCollective(
     comm::Communicator& comm, bandwidth::Collective collective,
     const SweepOptions& options);

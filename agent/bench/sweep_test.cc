@@ -6,8 +6,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "agent/bench/curve.h"
+#include "agent/bench/report.h"
 #include "agent/comm/gloo_communicator.h"
 #include "agent/comm/rendezvous_store.h"
 #include "gtest/gtest.h"
@@ -47,11 +48,7 @@ SweepOptions SmallSweep() {
   return o;
 }
 
-TEST(SweepTest, SizesAndShapes) {
-  EXPECT_EQ(SweepSizes(1024, 8192, 2),
-            (std::vector<uint64_t>{1024, 2048, 4096, 8192}));
-  EXPECT_EQ(SweepSizes(1000, 9000, 3),
-            (std::vector<uint64_t>{1000, 3000, 9000}));
+TEST(SweepTest, Shapes) {
   DispatchShape s = ShapeForBytes(1 << 20, 4, 1024);
   EXPECT_EQ(s.rows, 256u);
   EXPECT_EQ(s.row_bytes, 1024u);
@@ -76,18 +73,8 @@ TEST(SweepTest, StrategySweepIsCorrectAndAgreedByAllRanks) {
       EXPECT_DOUBLE_EQ(p.busbw_gbps, p.algbw_gbps / 2);
     }
     EXPECT_EQ((*points)[0].bytes, 1024u);
+    EXPECT_EQ((*points)[1].bytes, 4096u);
     EXPECT_EQ((*points)[2].chunks_effective, 3);
-
-    CurveInfo info;
-    info.nranks = world.size();
-    info.strategy = monta::v1::STRATEGY_KIND_TP_DEDUP_PIPELINED;
-    info.chunks = 3;
-    monta::v1::BandwidthCurve curve = ToBandwidthCurve(*points, info);
-    ASSERT_EQ(curve.points_size(), 3);
-    EXPECT_EQ(curve.collective(), monta::v1::COLLECTIVE_ALLTOALL);
-    EXPECT_EQ(curve.points(1).message_bytes(), 4096u);
-    EXPECT_NEAR(curve.points(1).busbw_bytes_per_second(),
-                (*points)[1].busbw_gbps * 1e9, 1);
   });
 }
 
@@ -125,6 +112,62 @@ TEST(SweepTest, CollectiveSweepsAreCorrect) {
       }
     }
   });
+}
+
+// Agreed, every rank holds the same numbers (the slowest rank's time).
+TEST(SweepTest, AgreedPointsAreTheSameOnEveryRank) {
+  absl::Mutex mu;
+  std::vector<std::vector<SweepPoint>> seen;
+  RunRanks("agreed", [&](comm::Communicator& world) {
+    absl::StatusOr<std::vector<SweepPoint>> points =
+        SweepCollective(world, Collective::kAllToAll, SmallSweep());
+    ASSERT_TRUE(points.ok()) << points.status();
+    absl::MutexLock lock(&mu);
+    seen.push_back(*points);
+  });
+  ASSERT_EQ(seen.size(), static_cast<size_t>(kRanks));
+  for (const auto& points : seen) {
+    ASSERT_EQ(points.size(), seen[0].size());
+    for (size_t i = 0; i < points.size(); ++i) {
+      EXPECT_EQ(points[i].time_us, seen[0][i].time_us);
+    }
+  }
+}
+
+// Not agreed (what the agent reports), each rank keeps its own numbers and no
+// AllGather runs; a node's ranks make one series of the report, sizes as the
+// planner expects them (bandwidth::SweepMessageBytes).
+TEST(SweepTest, OwnPointsMakeTheNodesSeries) {
+  absl::Mutex mu;
+  std::vector<std::vector<SweepPoint>> per_rank(kRanks);
+  RunRanks("own", [&](comm::Communicator& world) {
+    SweepOptions o = SmallSweep();
+    o.agree_across_ranks = false;
+    absl::StatusOr<std::vector<SweepPoint>> points =
+        SweepCollective(world, Collective::kAllGather, o);
+    ASSERT_TRUE(points.ok()) << points.status();
+    absl::MutexLock lock(&mu);
+    per_rank[world.rank()] = *points;
+  });
+  absl::StatusOr<monta::v1::SeriesTimes> series = SeriesFromRanks(per_rank);
+  ASSERT_TRUE(series.ok()) << series.status();
+  const std::vector<uint64_t> expected = bandwidth::SweepMessageBytes(
+      Collective::kAllGather, kRanks, 1024, 16 * 1024, 4);
+  ASSERT_EQ(series->sizes_size(), static_cast<int>(expected.size()));
+  for (int i = 0; i < series->sizes_size(); ++i) {
+    const monta::v1::SizeTimes& size = series->sizes(i);
+    EXPECT_EQ(size.message_bytes(), expected[i]);
+    ASSERT_EQ(size.rank_seconds_size(), kRanks);
+    ASSERT_EQ(size.rank_wrong_bytes_size(), kRanks);
+    for (int r = 0; r < kRanks; ++r) {
+      EXPECT_DOUBLE_EQ(size.rank_seconds(r), per_rank[r][i].time_us * 1e-6);
+      EXPECT_EQ(size.rank_wrong_bytes(r), 0u);
+    }
+  }
+  // Ranks that measured different sizes make no series.
+  per_rank[1].pop_back();
+  EXPECT_EQ(SeriesFromRanks(per_rank).status().code(),
+            absl::StatusCode::kInternal);
 }
 
 }  // namespace

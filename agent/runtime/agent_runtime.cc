@@ -290,13 +290,16 @@ void AgentRuntime::WatchLoop() {
         monta::v1::ReportBenchmarkRequest report;
         report.set_task_id(task.task_id());
         report.set_node_name(options_.node_name);
-        // The planner accepts a rank's result only from the node that owns
-        // the rank: name this node's first one.
+        // The planner accepts a node's result only naming exactly its ranks.
         const auto& nodes = task.nodes();
-        report.set_rank(static_cast<int>(std::find(nodes.begin(), nodes.end(),
-                                                   options_.node_name) -
-                                         nodes.begin()) *
-                        task.ranks_per_node());
+        const int first_rank =
+            static_cast<int>(
+                std::find(nodes.begin(), nodes.end(), options_.node_name) -
+                nodes.begin()) *
+            task.ranks_per_node();
+        for (int i = 0; i < task.ranks_per_node(); ++i) {
+          report.add_ranks(first_rank + i);
+        }
         *report.mutable_status() = StatusToProto(absl::FailedPreconditionError(
             "this agent has no benchmark runner"));
         monta::v1::ReportBenchmarkReply reply;

@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "agent/bench/curve.h"
 #include "agent/bench/moe_groups.h"
+#include "agent/bench/report.h"
 #include "agent/bench/schedule.h"
 #include "agent/bench/sweep.h"
 #include "agent/comm/communicator_factory.h"
@@ -42,9 +42,11 @@ absl::Time RankDeadline(const monta::v1::BenchmarkTask& task,
 
 constexpr char kShuttingDown[] = "agent shutting down";
 
+// One rank's own numbers: per series of the task (each collective, or each
+// dispatch), its points.
 struct RankResult {
   absl::Status status;
-  std::vector<monta::v1::BandwidthCurve> curves;
+  std::vector<std::vector<bench::SweepPoint>> series;
 };
 
 // The communicator backend the task asks for, if this agent has it.
@@ -93,24 +95,9 @@ bench::SweepOptions SweepOptionsOf(const monta::v1::BenchmarkTask& task) {
   sweep.step_factor = std::max(2, task.step_factor());
   sweep.warmup_iterations = std::max(0, task.warmup_iterations());
   sweep.iterations = std::max(1, task.iterations());
+  // Each rank reports its own numbers; the planner agrees them.
+  sweep.agree_across_ranks = false;
   return sweep;
-}
-
-// What rank 0 reports with a measured curve.
-bench::CurveInfo CurveInfoOf(const monta::v1::BenchmarkTask& task,
-                             bandwidth::Collective collective,
-                             comm::Backend backend, int size) {
-  bench::CurveInfo info;
-  info.collective = collective;
-  info.scope = task.scope();
-  info.backend = backend == comm::Backend::kNccl ? monta::v1::BACKEND_NCCL
-                                                 : monta::v1::BACKEND_GLOO;
-  info.nranks = size;
-  info.n_nodes = task.nodes_size();
-  info.nodes.assign(task.nodes().begin(), task.nodes().end());
-  info.task_id = task.task_id();
-  info.measured_at = absl::Now();
-  return info;
 }
 
 absl::StatusOr<bench::Strategy> DispatchStrategy(
@@ -132,12 +119,11 @@ absl::StatusOr<bench::Strategy> DispatchStrategy(
 }
 
 // Every job-shaped dispatch of the task (montactl verify), each timed and
-// data-checked; `curves` (rank 0's) gains one single-point curve per
-// dispatch, tagged with its strategy and the K asked for.
-absl::Status RunDispatches(const monta::v1::BenchmarkTask& task,
-                           comm::Communicator& world, comm::Backend backend,
-                           absl::Time deadline,
-                           std::vector<monta::v1::BandwidthCurve>* curves) {
+// data-checked; `series` gains this rank's one point per dispatch (its own
+// time and wrong bytes: the planner judges them).
+absl::Status RunDispatches(
+    const monta::v1::BenchmarkTask& task, comm::Communicator& world,
+    absl::Time deadline, std::vector<std::vector<bench::SweepPoint>>* series) {
   std::map<int, bench::MoeGroups> groups_by_tp;
   bench::SweepOptions options = SweepOptionsOf(task);
   for (const monta::v1::DispatchWorkload& w : task.dispatches()) {
@@ -157,17 +143,7 @@ absl::Status RunDispatches(const monta::v1::BenchmarkTask& task,
         it->second, *strategy, std::max(1, w.chunks()),
         bench::DispatchShape{w.rows(), w.row_bytes()}, options);
     if (!p.ok()) return p.status();
-    if (p->wrong > 0) {
-      return absl::DataLossError(
-          absl::StrCat(bench::StrategyName(*strategy), " K=", w.chunks(),
-                       " at ", p->bytes, " bytes: ", p->wrong, " wrong bytes"));
-    }
-    if (curves == nullptr) continue;
-    bench::CurveInfo info = CurveInfoOf(task, bandwidth::Collective::kAllToAll,
-                                        backend, world.size());
-    info.strategy = w.strategy_kind();
-    info.chunks = std::max(1, w.chunks());
-    curves->push_back(bench::ToBandwidthCurve({*p}, info));
+    series->push_back({*p});
   }
   return absl::OkStatus();
 }
@@ -204,8 +180,7 @@ RankResult RunRank(const monta::v1::BenchmarkTask& task, int rank,
   } unregister{cancel, abort_id};
   const bench::SweepOptions sweep = SweepOptionsOf(task);
   if (task.dispatches_size() > 0) {
-    result.status = RunDispatches(task, **comm, *backend, deadline,
-                                  rank == 0 ? &result.curves : nullptr);
+    result.status = RunDispatches(task, **comm, deadline, &result.series);
     if (!result.status.ok() && cancel.cancelled()) {
       result.status = absl::AbortedError(kShuttingDown);
     }
@@ -230,17 +205,8 @@ RankResult RunRank(const monta::v1::BenchmarkTask& task, int rank,
       (*comm)->Abort();
       return result;
     }
-    for (const auto& p : *points) {
-      if (p.wrong > 0) {
-        result.status = absl::DataLossError(
-            absl::StrCat(bandwidth::CollectiveName(*collective), " at ",
-                         p.bytes, " bytes: ", p.wrong, " wrong bytes"));
-        return result;
-      }
-    }
-    if (rank != 0) continue;  // every rank agrees on the points; rank 0 reports
-    result.curves.push_back(bench::ToBandwidthCurve(
-        *points, CurveInfoOf(task, *collective, *backend, size)));
+    // Wrong bytes go into the report: the planner excludes that curve.
+    result.series.push_back(*std::move(points));
   }
   return result;
 }
@@ -317,6 +283,63 @@ absl::StatusOr<std::string> RpcRendezvousStore::Get(absl::string_view key,
   }
 }
 
+namespace {
+
+// Runs this node's ranks of `task` (one thread each) and fills the report's
+// ranks and series: every rank's own numbers per series. Returns the first
+// rank's failure, naming the rank.
+absl::Status MeasureNode(const monta::v1::BenchmarkTask& task, int node_index,
+                         absl::Time deadline,
+                         monta::v1::AgentGateway::StubInterface* stub,
+                         const BenchRunnerOptions& options,
+                         Cancellation& cancel,
+                         monta::v1::ReportBenchmarkRequest* report) {
+  const int rpn = task.ranks_per_node();
+  const int first_rank = node_index * rpn;
+  for (int i = 0; i < rpn; ++i) report->add_ranks(first_rank + i);
+  auto store =
+      std::make_shared<RpcRendezvousStore>(stub, task.task_id(), &cancel);
+  std::vector<RankResult> results(rpn);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < rpn; ++i) {
+    threads.emplace_back([&, i] {
+      results[i] =
+          RunRank(task, first_rank + i, deadline, store, options, cancel);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < rpn; ++i) {
+    if (!results[i].status.ok()) {
+      return absl::Status(results[i].status.code(),
+                          absl::StrCat("rank ", first_rank + i, ": ",
+                                       results[i].status.message()));
+    }
+  }
+  const size_t n_series = results[0].series.size();
+  for (size_t k = 0; k < n_series; ++k) {
+    std::vector<std::vector<bench::SweepPoint>> per_rank;
+    for (RankResult& r : results) {
+      if (r.series.size() != n_series) {
+        return absl::InternalError("the node's ranks measured other series");
+      }
+      per_rank.push_back(std::move(r.series[k]));
+    }
+    absl::StatusOr<monta::v1::SeriesTimes> series =
+        bench::SeriesFromRanks(per_rank);
+    if (!series.ok()) return series.status();
+    if (task.dispatches_size() > 0) {
+      series->set_dispatch_index(static_cast<int>(k));
+    } else {
+      series->set_collective(static_cast<monta::v1::Collective>(
+          task.collectives(static_cast<int>(k))));
+    }
+    *report->add_series() = *std::move(series);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 TaskRunner MakeBenchRunner(BenchRunnerOptions options) {
   return [options](const monta::v1::BenchmarkTask& task,
                    monta::v1::AgentGateway::StubInterface* stub,
@@ -326,6 +349,8 @@ TaskRunner MakeBenchRunner(BenchRunnerOptions options) {
     const int node_index = static_cast<int>(
         std::find(nodes.begin(), nodes.end(), options.node_name) -
         nodes.begin());
+    // One report per node and task: its ranks' own numbers, never another
+    // node's.
     monta::v1::ReportBenchmarkRequest report;
     report.set_task_id(task.task_id());
     report.set_node_name(options.node_name);
@@ -334,29 +359,15 @@ TaskRunner MakeBenchRunner(BenchRunnerOptions options) {
       outcome = absl::InvalidArgumentError(
           absl::StrCat("task does not place node ", options.node_name));
     } else {
-      const int first_rank = node_index * task.ranks_per_node();
-      report.set_rank(first_rank);
-      auto store =
-          std::make_shared<RpcRendezvousStore>(stub, task.task_id(), &cancel);
-      std::vector<RankResult> results(task.ranks_per_node());
-      std::vector<std::thread> threads;
-      for (int i = 0; i < task.ranks_per_node(); ++i) {
-        threads.emplace_back([&, i] {
-          results[i] =
-              RunRank(task, first_rank + i, deadline, store, options, cancel);
-        });
-      }
-      for (auto& t : threads) t.join();
-      for (int i = 0; i < task.ranks_per_node(); ++i) {
-        if (!results[i].status.ok() && outcome.ok()) {
-          outcome = results[i].status;
-          report.set_rank(first_rank + i);
-        }
-        for (auto& c : results[i].curves) *report.add_curves() = std::move(c);
-      }
+      outcome = MeasureNode(task, node_index, deadline, stub, options, cancel,
+                            &report);
     }
-    if (!outcome.ok()) report.clear_curves();
+    if (!outcome.ok()) report.clear_series();
     *report.mutable_status() = StatusToProto(outcome);
+    const int64_t now_nanos = absl::ToUnixNanos(absl::Now());
+    report.mutable_measured_at()->set_seconds(now_nanos / 1000000000);
+    report.mutable_measured_at()->set_nanos(
+        static_cast<int32_t>(now_nanos % 1000000000));
     std::cerr << "monta-agent[" << options.node_name << "]: task "
               << task.task_id() << " "
               << (outcome.ok() ? "done" : "failed: " + outcome.ToString())

@@ -8,6 +8,7 @@
 #ifndef MONTA_COMMON_BANDWIDTH_BANDWIDTH_H_
 #define MONTA_COMMON_BANDWIDTH_BANDWIDTH_H_
 
+#include <cstdint>
 #include <vector>
 
 namespace monta::bandwidth {
@@ -48,6 +49,31 @@ double BusBwBytesPerSecond(Collective collective, int nranks,
 double TimeFromBusBwSeconds(Collective collective, int nranks,
                             double message_bytes,
                             double busbw_bytes_per_second);
+
+// The sizes of a nccl-tests-style sweep: min, min*step, ... while <= max (a
+// step below 2 counts as 2, a min of 0 as 1).
+std::vector<uint64_t> SweepSizes(uint64_t min_bytes, uint64_t max_bytes,
+                                 int step_factor);
+
+// What one rank of `nranks` moves for sweep size `size` of `collective`: its
+// input and output buffers and the nccl-tests size the point is reported at.
+// AllToAll: size rounded down to whole blocks of one per rank (at least 1
+// byte each) in and out; AllGather: one such block in, all of them out; copy:
+// `size` both ways.
+struct CollectiveBuffers {
+  uint64_t in_bytes = 0;
+  uint64_t out_bytes = 0;
+  uint64_t message_bytes = 0;
+};
+CollectiveBuffers BuffersFor(Collective collective, int nranks, uint64_t size);
+
+// The message sizes a sweep of `collective` over `nranks` ranks reports:
+// BuffersFor(SweepSizes(...)).message_bytes, strictly increasing (a size that
+// rounds to the previous one is measured once). The agent sweeps exactly
+// these and the planner expects exactly these in a node's report.
+std::vector<uint64_t> SweepMessageBytes(Collective collective, int nranks,
+                                        uint64_t min_bytes, uint64_t max_bytes,
+                                        int step_factor);
 
 // The median of `samples` (the mean of the middle two for an even count); 0
 // if empty. nccl-tests-style sweeps report the median of the timed

@@ -18,6 +18,34 @@ TEST(BandwidthTest, FollowsNcclTests) {
   EXPECT_DOUBLE_EQ(BusBwFactor(Collective::kCopy, 8), 1.0);
 }
 
+TEST(BandwidthTest, SweepSizes) {
+  EXPECT_EQ(SweepSizes(1024, 8192, 2),
+            (std::vector<uint64_t>{1024, 2048, 4096, 8192}));
+  EXPECT_EQ(SweepSizes(1000, 9000, 3),
+            (std::vector<uint64_t>{1000, 3000, 9000}));
+  EXPECT_EQ(SweepSizes(0, 4, 1), (std::vector<uint64_t>{1, 2, 4}));
+  // No overflow at the top of the range.
+  EXPECT_EQ(SweepSizes(uint64_t{1} << 62, ~uint64_t{0}, 2).size(), 2u);
+}
+
+TEST(BandwidthTest, SweepMessageBytesRoundsToWholeBlocks) {
+  // 3 ranks: 1000 bytes is 333 per peer, 999 in all.
+  const CollectiveBuffers a2a = BuffersFor(Collective::kAllToAll, 3, 1000);
+  EXPECT_EQ(a2a.in_bytes, 999u);
+  EXPECT_EQ(a2a.out_bytes, 999u);
+  EXPECT_EQ(a2a.message_bytes, 999u);
+  const CollectiveBuffers ag = BuffersFor(Collective::kAllGather, 3, 1000);
+  EXPECT_EQ(ag.in_bytes, 333u);
+  EXPECT_EQ(ag.message_bytes, 999u);
+  EXPECT_EQ(BuffersFor(Collective::kCopy, 3, 1000).message_bytes, 1000u);
+  // 4 ranks, sizes 1, 2, 4, 8: the first three are one byte per rank (4 in
+  // all) and are measured once.
+  EXPECT_EQ(SweepMessageBytes(Collective::kAllToAll, 4, 1, 8, 2),
+            (std::vector<uint64_t>{4, 8}));
+  EXPECT_EQ(SweepMessageBytes(Collective::kCopy, 4, 1, 8, 2),
+            (std::vector<uint64_t>{1, 2, 4, 8}));
+}
+
 TEST(BandwidthTest, NoTimeMeansNoBandwidth) {
   EXPECT_DOUBLE_EQ(AlgBwBytesPerSecond(1, 0), 0.0);
   EXPECT_DOUBLE_EQ(AlgBwBytesPerSecond(1, -1), 0.0);

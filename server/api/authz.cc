@@ -15,6 +15,7 @@
 #include "openssl/crypto.h"
 #include "openssl/pem.h"
 #include "openssl/x509.h"
+#include "server/bench/curve_forming.h"
 
 namespace monta::api {
 namespace {
@@ -208,30 +209,16 @@ grpc::Status Authorizer::RequireReporter(
     return Denied(absl::StrCat(DescribePrincipal(*caller),
                                " is not a node of task ", request.task_id()));
   }
-  const int first_rank =
-      static_cast<int>(at - nodes.begin()) * task->ranks_per_node();
-  const int end_rank = first_rank + task->ranks_per_node();
-  if (request.rank() < first_rank || request.rank() >= end_rank) {
-    return Denied(absl::StrCat("rank: ", request.rank(), " is not one of ",
-                               DescribePrincipal(*caller), "'s ranks [",
-                               first_rank, ", ", end_rank, ") in task ",
-                               request.task_id()));
-  }
-  for (int i = 0; i < request.curves_size(); ++i) {
-    const auto& curve_nodes = request.curves(i).nodes();
-    const bool involves_caller =
-        std::find(curve_nodes.begin(), curve_nodes.end(), caller->name) !=
-        curve_nodes.end();
-    const bool within_task = std::all_of(
-        curve_nodes.begin(), curve_nodes.end(), [&](const std::string& n) {
-          return std::find(nodes.begin(), nodes.end(), n) != nodes.end();
-        });
-    if (!involves_caller || !within_task) {
-      return Denied(absl::StrCat(
-          "curves[", i, "].nodes: ", EchoInput(absl::StrJoin(curve_nodes, ",")),
-          " must include ", caller->name, " and only nodes of task ",
-          request.task_id(), " [", absl::StrJoin(nodes, ","), "]"));
-    }
+  // Its own ranks, all of them and nothing else: a node speaks only for
+  // itself (the planner forms the curves from every node's report).
+  const std::vector<int> own = coordination::RanksOf(*task, caller->name);
+  if (!std::equal(own.begin(), own.end(), request.ranks().begin(),
+                  request.ranks().end())) {
+    return Denied(absl::StrCat(
+        "ranks: ", DescribePrincipal(*caller), " may report exactly its own ",
+        own.size(), " ranks [", own.empty() ? 0 : own.front(), ", ",
+        own.empty() ? 0 : own.back() + 1, ") of task ", request.task_id(),
+        ", got ", request.ranks_size(), " ranks"));
   }
   return grpc::Status::OK;
 }

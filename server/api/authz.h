@@ -11,11 +11,11 @@
 //
 // Rules: a node registers, heartbeats, deregisters and watches tasks only as
 // itself; uses the rendezvous store only of tasks it is in; reports only in
-// its own tasks, for its own ranks, curves that involve itself and only nodes
-// of the task. RunBenchmark (and other RPCs that start work) need an operator.
-// Everything else is read-only and open to any authenticated caller. A caller
-// on the deny list (--deny_list_file: its node name or its certificate's
-// serial, see deny_list.h) is refused everything.
+// its own tasks, exactly its own ranks' times (the planner forms the curves).
+// RunBenchmark (and other RPCs that start work) need an operator. Everything
+// else is read-only and open to any authenticated caller. A caller on the deny
+// list (--deny_list_file: its node name or its certificate's serial, see
+// deny_list.h) is refused everything.
 //
 // Under --insecure there are no certificates and authorization is off: every
 // call is allowed (the planner says so loudly at start).
@@ -82,9 +82,8 @@ class Authorizer {
   // RendezvousSet, RendezvousGet: the caller is a node of task `task_id`.
   grpc::Status RequireTaskMember(const grpc::ServerContextBase& context,
                                  const std::string& task_id) const;
-  // ReportBenchmark: the caller is the reporting node, a node of the task;
-  // the rank is one of its ranks; every curve involves it and only nodes of
-  // the task.
+  // ReportBenchmark: the caller is the reporting node, a node of the task,
+  // and the report names exactly its ranks in the task.
   grpc::Status RequireReporter(
       const grpc::ServerContextBase& context,
       const monta::v1::ReportBenchmarkRequest& request) const;

@@ -209,7 +209,7 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::Schedule(
 absl::StatusOr<BenchmarkTaskStatus> Coordinator::ScheduleDispatches(
     const monta::v1::RunBenchmarkRequest& request,
     const std::vector<monta::v1::DispatchWorkload>& dispatches, int iterations,
-    int warmup_iterations, Instant now) {
+    int warmup_iterations, Instant now, DispatchResultsCallback on_results) {
   if (dispatches.empty() || dispatches.size() > kMaxDispatchesPerTask) {
     return absl::InvalidArgumentError(
         absl::StrCat("dispatches: expected 1..", kMaxDispatchesPerTask,
@@ -223,11 +223,13 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::ScheduleDispatches(
   for (const auto& d : dispatches) *spec.add_dispatches() = d;
   spec.set_iterations(std::clamp(iterations, 1, 100));
   spec.set_warmup_iterations(std::clamp(warmup_iterations, 0, 100));
-  return Enqueue(std::move(spec), TimeoutOf(request, options_), now);
+  return Enqueue(std::move(spec), TimeoutOf(request, options_), now,
+                 std::move(on_results));
 }
 
 absl::StatusOr<BenchmarkTaskStatus> Coordinator::Enqueue(
-    monta::v1::BenchmarkTask spec, absl::Duration timeout, Instant now) {
+    monta::v1::BenchmarkTask spec, absl::Duration timeout, Instant now,
+    DispatchResultsCallback on_results) {
   WakeOnExit wake(this);
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("planner is shutting down");
@@ -243,6 +245,7 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::Enqueue(
   task.status.set_state(monta::v1::TASK_STATE_PENDING);
   *task.status.mutable_nodes() = task.spec.nodes();
   *task.status.mutable_created_at() = ToProto(now.wall);
+  task.on_results = std::move(on_results);
   for (const std::string& node : task.spec.nodes()) {
     queues_[node].push_back(id);
     changed_nodes_.insert(node);
@@ -252,12 +255,9 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::Enqueue(
   return status;
 }
 
-absl::StatusOr<std::vector<monta::v1::BandwidthCurve>> Coordinator::Curves(
-    const std::string& task_id) const {
+size_t Coordinator::held_report_bytes() const {
   absl::ReaderMutexLock lock(&mu_);
-  absl::StatusOr<const Task*> found = FindTask(task_id);
-  if (!found.ok()) return found.status();
-  return (*found)->curves;
+  return held_report_bytes_;
 }
 
 namespace {
@@ -535,16 +535,16 @@ absl::StatusOr<std::optional<std::string>> Coordinator::TryGet(
 
 absl::Status Coordinator::Report(
     const monta::v1::ReportBenchmarkRequest& request, Instant now) {
-  if (request.curves_size() > options_.max_curves_per_report) {
+  if (request.series_size() > options_.max_curves_per_report) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "curves: ", request.curves_size(), " curves, at most ",
+        "series: ", request.series_size(), " series, at most ",
         options_.max_curves_per_report, " (--max_curves_per_report)"));
   }
-  for (int i = 0; i < request.curves_size(); ++i) {
-    if (request.curves(i).points_size() > options_.max_points_per_curve) {
+  for (int i = 0; i < request.series_size(); ++i) {
+    if (request.series(i).sizes_size() > options_.max_points_per_curve) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "curves[", i, "].points: ", request.curves(i).points_size(),
-          " points, at most ", options_.max_points_per_curve,
+          "series[", i, "].sizes: ", request.series(i).sizes_size(),
+          " sizes, at most ", options_.max_points_per_curve,
           " (--max_points_per_curve)"));
     }
   }
@@ -553,50 +553,99 @@ absl::Status Coordinator::Report(
   absl::StatusOr<Task*> found = FindTask(request.task_id());
   if (!found.ok()) return found.status();
   Task& task = **found;
-  const auto& nodes = task.spec.nodes();
-  if (std::find(nodes.begin(), nodes.end(), request.node_name()) ==
-      nodes.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("node_name: \"", request.node_name(),
-                     "\" is not part of task ", request.task_id()));
+  if (absl::Status s = CheckReporter(task.spec, request); !s.ok()) return s;
+  if (task.reported_nodes.count(request.node_name()) > 0) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "node ", request.node_name(), " already reported for task ",
+        task.spec.task_id(), "; a node reports once per task"));
   }
-  if (IsFinished(task.status))
+  if (IsFinished(task.status)) {
+    task.reported_nodes.insert(request.node_name());
     return absl::OkStatus();  // late report after a failure
+  }
   if (const absl::Status outcome = StatusFromProto(request.status());
       !outcome.ok()) {
     // The reporter's error is often a symptom (a peer's connection reset); the
     // ranks that never reported are the likely cause, so name them too.
     task.reported_nodes.insert(request.node_name());
-    std::string reason = absl::StrCat(
-        "node ", request.node_name(), " rank ", request.rank(), ": ",
-        outcome.message().empty() ? "failed without a reason"
-                                  : outcome.ToString());
-    if (task.reported_nodes.size() < static_cast<size_t>(nodes.size())) {
+    constexpr size_t kMaxReasonBytes = 1024;
+    std::string reason =
+        absl::StrCat("node ", request.node_name(), ": ",
+                     outcome.message().empty()
+                         ? std::string("failed without a reason")
+                         : outcome.ToString().substr(0, kMaxReasonBytes));
+    if (task.reported_nodes.size() <
+        static_cast<size_t>(task.spec.nodes_size())) {
       absl::StrAppend(&reason, "; ", MissingRanks(task));
     }
     Finish(task, monta::v1::TASK_STATE_FAILED, reason, now);
     return absl::OkStatus();
   }
-  task.reported_nodes.insert(request.node_name());
-  for (const auto& curve : request.curves()) task.curves.push_back(curve);
-  if (task.reported_nodes.size() == static_cast<size_t>(nodes.size())) {
-    std::string store_error;
-    for (auto& curve : task.curves) {
-      curve.set_task_id(task.spec.task_id());
-      // A job's dispatches are that job's measurements, not node curves.
-      if (task.spec.dispatches_size() > 0) continue;
+  return Accept(task, request, now);
+}
+
+absl::Status Coordinator::Accept(
+    Task& task, const monta::v1::ReportBenchmarkRequest& report, Instant now) {
+  if (absl::Status valid = ValidateReport(task.spec, report); !valid.ok()) {
+    return valid;
+  }
+  task.reported_nodes.insert(report.node_name());
+  const size_t bytes = report.SpaceUsedLong();
+  task.reports.emplace(report.node_name(), report);
+  task.report_bytes += bytes;
+  held_report_bytes_ += bytes;
+  if (task.reports.size() == static_cast<size_t>(task.spec.nodes_size())) {
+    Complete(task, now);
+  }
+  return absl::OkStatus();
+}
+
+CurveChecks Coordinator::ChecksFor(const monta::v1::BenchmarkTask& spec,
+                                   Instant now) const {
+  CurveChecks checks;
+  checks.agreement_factor = options_.node_agreement_factor;
+  for (const std::string& node : spec.nodes()) {
+    absl::StatusOr<monta::v1::NodeInfo> info = registry_->Get(node, now);
+    if (!info.ok()) continue;
+    NodeLinks& links = checks.links[node];
+    links.nic_bytes_per_second = registry::NicLineRate(info->topology());
+    links.loopback = registry::IsLoopbackAddress(info->bench_address());
+  }
+  return checks;
+}
+
+void Coordinator::Complete(Task& task, Instant now) {
+  FormedCurves formed =
+      FormCurves(task.spec, task.reports, ChecksFor(task.spec, now), now.wall);
+  std::string store_error;
+  if (task.on_results) {
+    // A job's dispatches are that job's measurements, not node curves.
+    task.dispatch_curves = std::move(formed.kept);
+  } else {
+    for (const auto& curve : formed.kept) {
       if (absl::Status s = registry_->AddCurve(curve); !s.ok()) {
         store_error = std::string(s.message());
       }
     }
-    if (store_error.empty()) {
-      Finish(task, monta::v1::TASK_STATE_SUCCEEDED, "", now);
-    } else {
-      Finish(task, monta::v1::TASK_STATE_FAILED,
-             absl::StrCat("results could not be stored: ", store_error), now);
+    for (const auto& excluded : formed.excluded) {
+      registry_->AddExcluded(excluded);
     }
   }
-  return absl::OkStatus();
+  for (auto& excluded : formed.excluded) {
+    *task.status.add_excluded() = std::move(excluded);
+  }
+  if (!store_error.empty()) {
+    Finish(task, monta::v1::TASK_STATE_FAILED,
+           absl::StrCat("results could not be stored: ", store_error), now);
+  } else if (formed.kept.empty() && task.dispatch_curves.empty() &&
+             task.status.excluded_size() > 0) {
+    Finish(task, monta::v1::TASK_STATE_FAILED,
+           absl::StrCat("every curve was excluded; the first: ",
+                        task.status.excluded(0).detail()),
+           now);
+  } else {
+    Finish(task, monta::v1::TASK_STATE_SUCCEEDED, "", now);
+  }
 }
 
 absl::StatusOr<BenchmarkTaskStatus> Coordinator::Status(
@@ -802,6 +851,15 @@ void Coordinator::Finish(Task& task, monta::v1::TaskState state,
   }
   task.kv.clear();
   task.kv_bytes = 0;
+  held_report_bytes_ -= task.report_bytes;
+  task.report_bytes = 0;
+  task.reports.clear();
+  if (task.on_results) {
+    DispatchResultsCallback on_results = std::move(task.on_results);
+    task.on_results = nullptr;
+    on_results(task.status, std::move(task.dispatch_curves));
+    task.dispatch_curves.clear();
+  }
   // A node that never watches keeps no ids of finished tasks queued: its queue
   // stays within --max_pending_tasks_per_node.
   for (const std::string& node : task.spec.nodes()) {

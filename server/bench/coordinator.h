@@ -1,7 +1,9 @@
 // Coordinates benchmarks that span nodes: creates tasks, hands them to the
 // agents of the nodes involved (WatchTasks), serves the per-task rendezvous
-// key-value store (NCCL unique ids, Gloo store keys), collects the ranks'
-// reports and fails a task whose ranks do not all arrive before its deadline.
+// key-value store (NCCL unique ids, Gloo store keys), collects one report per
+// node (its ranks' own times), forms the task's curves once every node
+// reported (curve_forming.h) and fails a task whose ranks do not all arrive
+// before its deadline.
 #ifndef MONTA_SERVER_BENCH_COORDINATOR_H_
 #define MONTA_SERVER_BENCH_COORDINATOR_H_
 
@@ -23,6 +25,7 @@
 #include "proto/monta/v1/agent.pb.h"
 #include "proto/monta/v1/benchmark.pb.h"
 #include "proto/monta/v1/planner.pb.h"
+#include "server/bench/curve_forming.h"
 #include "server/registry/registry.h"
 
 namespace monta::coordination {
@@ -59,14 +62,26 @@ struct CoordinatorOptions {
   // cannot starve the others.
   size_t max_rendezvous_bytes = size_t{256} << 20;
   size_t max_rendezvous_bytes_per_node = size_t{64} << 20;
-  // Curves in one ReportBenchmark and points in each of them.
+  // Series in one ReportBenchmark and sizes in each of them (a report must
+  // match its task exactly; these bound what is parsed before that check).
   int max_curves_per_report = 64;
   int max_points_per_curve = 1024;
+  // A curve is excluded when one node's median rank time at some size is more
+  // than this many times another node's (docs/ARCHITECTURE.md).
+  double node_agreement_factor = 4;
 };
 
-// Called once per finished task (metrics, logs).
+// Called once per finished task (metrics, logs), under the coordinator's lock:
+// it must not call back into the coordinator.
 using TaskFinishedCallback =
     std::function<void(const monta::v1::BenchmarkTaskStatus&)>;
+
+// A verify task's results, handed over once when it finishes (succeeded or
+// not) so the coordinator keeps nothing of them: the kept curves in dispatch
+// order (status.excluded has the others). Called under the coordinator's lock.
+using DispatchResultsCallback =
+    std::function<void(const monta::v1::BenchmarkTaskStatus& status,
+                       std::vector<monta::v1::BandwidthCurve> curves)>;
 
 // Something waiting, without a thread of its own, for one node's task queue or
 // one task (a gRPC reactor): woken when that node's queue or that task changed
@@ -94,16 +109,14 @@ class Coordinator {
 
   // A task of job-shaped dispatches (montactl verify) on the request's nodes
   // (its byte range is ignored): each workload once, `iterations` timed runs
-  // after `warmup_iterations`. Its curves stay with the task (Curves), out of
-  // the registry: they are one job's measurements, not the nodes' curves.
+  // after `warmup_iterations`. Its curves go to `on_results` when it finishes,
+  // never to the registry: they are one job's measurements, not the nodes'
+  // curves.
   absl::StatusOr<monta::v1::BenchmarkTaskStatus> ScheduleDispatches(
       const monta::v1::RunBenchmarkRequest& request,
       const std::vector<monta::v1::DispatchWorkload>& dispatches,
-      int iterations, int warmup_iterations, Instant now);
-
-  // The curves a finished task measured, in report order.
-  absl::StatusOr<std::vector<monta::v1::BandwidthCurve>> Curves(
-      const std::string& task_id) const;
+      int iterations, int warmup_iterations, Instant now,
+      DispatchResultsCallback on_results);
 
   // Waits up to `max_wait` (every wait here is on the monotonic clock) for the
   // next task of `node_name`, and sets its timeout_seconds to the time left.
@@ -151,10 +164,19 @@ class Coordinator {
   static absl::Status GetTimedOut(
       const monta::v1::RendezvousGetRequest& request);
 
-  // One node's result. The task succeeds when every node reported success; its
-  // curves go to the registry. A failure report fails the task for everyone.
+  // One node's result, once per node and task: a second one is
+  // ALREADY_EXISTS. An OK report must match its task (ValidateReport,
+  // INVALID_ARGUMENT) and is held until every node reported; then the task's
+  // curves are formed, the trusted ones go to the registry (a verify task's to
+  // its DispatchResultsCallback), the others are listed in the status's
+  // `excluded` (and the registry's exclusions), and the reports are freed. A
+  // failure report fails the task for everyone.
   absl::Status Report(const monta::v1::ReportBenchmarkRequest& request,
                       Instant now);
+
+  // Bytes of the reports held for unfinished tasks (their nodes' numbers,
+  // waiting for the last node): monta_planner_held_bytes{kind="task_reports"}.
+  size_t held_report_bytes() const;
 
   absl::StatusOr<monta::v1::BenchmarkTaskStatus> Status(
       const std::string& task_id) const;
@@ -203,13 +225,31 @@ class Coordinator {
     std::map<std::string, KvValue> kv;
     size_t kv_bytes = 0;  // keys and values in kv
     std::set<int> joined_ranks;
+    // Nodes that reported (kept after the task finished: a second report is
+    // refused).
     std::set<std::string> reported_nodes;
-    std::vector<monta::v1::BandwidthCurve> curves;
+    // OK reports by node, until the last node's arrives; freed by Finish.
+    std::map<std::string, monta::v1::ReportBenchmarkRequest> reports;
+    size_t report_bytes = 0;
+    // A verify task's: where its curves go when it finishes.
+    DispatchResultsCallback on_results;
+    std::vector<monta::v1::BandwidthCurve> dispatch_curves;
   };
 
   // Queues a task with `spec` (id and deadline filled here) for its nodes.
   absl::StatusOr<monta::v1::BenchmarkTaskStatus> Enqueue(
-      monta::v1::BenchmarkTask spec, absl::Duration timeout, Instant now);
+      monta::v1::BenchmarkTask spec, absl::Duration timeout, Instant now,
+      DispatchResultsCallback on_results = nullptr);
+  // Holds an OK report of a node that has not reported yet; forms the curves
+  // and finishes the task when it was the last.
+  absl::Status Accept(Task& task,
+                      const monta::v1::ReportBenchmarkRequest& report,
+                      Instant now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every node reported: forms the curves, files them, finishes the task.
+  void Complete(Task& task, Instant now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the registry knows of the task's nodes' links (line-rate check).
+  CurveChecks ChecksFor(const monta::v1::BenchmarkTask& spec,
+                        Instant now) const;
   void Finish(Task& task, monta::v1::TaskState state, const std::string& reason,
               Instant now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED when `nodes` would exceed the pending-task bounds.
@@ -270,6 +310,8 @@ class Coordinator {
   std::map<std::string, Task> tasks_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> finished_order_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::deque<std::string>> queues_ ABSL_GUARDED_BY(mu_);
+  // Sum of the tasks' report_bytes.
+  size_t held_report_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   // Rendezvous bytes (keys and values) of unfinished tasks: in all and per
   // setter (entries at 0 are erased).

@@ -6,6 +6,7 @@
 #include "absl/time/time.h"
 #include "common/status_proto.h"
 #include "gtest/gtest.h"
+#include "server/bench/test_reports.h"
 
 namespace monta::coordination {
 namespace {
@@ -32,12 +33,19 @@ class CoordinatorTest : public ::testing::Test {
     req.set_timeout_seconds(30);
     return req;
   }
+  // `node`'s honest report of `task` (every rank `seconds` at every size).
   monta::v1::ReportBenchmarkRequest Ok(const std::string& task,
-                                       const std::string& node) {
-    monta::v1::ReportBenchmarkRequest r;
-    r.set_task_id(task);
-    r.set_node_name(node);
-    return r;
+                                       const std::string& node,
+                                       double seconds = 1e-3) {
+    return Ok(coordinator_, task, node, seconds);
+  }
+  static monta::v1::ReportBenchmarkRequest Ok(const Coordinator& coordinator,
+                                              const std::string& task,
+                                              const std::string& node,
+                                              double seconds = 1e-3) {
+    absl::StatusOr<monta::v1::BenchmarkTask> spec = coordinator.Spec(task);
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    return ReportForTesting(*spec, node, seconds);
   }
 
   Instant now_ = Instant::Now();
@@ -54,21 +62,143 @@ TEST_F(CoordinatorTest, TaskGoesToEveryNodeAndSucceedsWithCurves) {
   EXPECT_EQ(ta->task_id(), status->task_id());
   EXPECT_EQ(ta->scope(), monta::v1::SCOPE_INTER_NODE);
   EXPECT_EQ(ta->ranks_per_node(), 2);  // CPU nodes: the default
-  auto report = Ok(ta->task_id(), "a");
-  auto* curve = report.add_curves();
-  curve->set_collective(monta::v1::COLLECTIVE_ALLTOALL);
-  curve->add_nodes("a");
-  curve->add_nodes("b");
-  curve->add_points()->set_message_bytes(4096);
-  ASSERT_TRUE(coordinator_.Report(report, now_).ok());
+  ASSERT_TRUE(coordinator_.Report(Ok(ta->task_id(), "a", 1e-3), now_).ok());
   EXPECT_EQ(coordinator_.Status(ta->task_id())->state(),
             monta::v1::TASK_STATE_RUNNING);
-  ASSERT_TRUE(coordinator_.Report(Ok(ta->task_id(), "b"), now_).ok());
+  EXPECT_EQ(registry_.Get("a", now_)->curves_size(), 0);  // not before b's
+  ASSERT_TRUE(coordinator_.Report(Ok(ta->task_id(), "b", 2e-3), now_).ok());
   EXPECT_EQ(coordinator_.Status(ta->task_id())->state(),
             monta::v1::TASK_STATE_SUCCEEDED);
   auto node = registry_.Get("b", now_);
   ASSERT_EQ(node->curves_size(), 1);
-  EXPECT_EQ(node->curves(0).task_id(), ta->task_id());
+  const monta::v1::BandwidthCurve& curve = node->curves(0);
+  EXPECT_EQ(curve.task_id(), ta->task_id());
+  EXPECT_EQ(curve.nranks(), 4);
+  EXPECT_GT(curve.sequence(), 0u);
+  // The slower node's time bounds every point; both nodes agree within 2x.
+  EXPECT_DOUBLE_EQ(curve.points(0).time_seconds(), 2e-3);
+  EXPECT_DOUBLE_EQ(curve.node_spread_ratio(), 2);
+  EXPECT_EQ(registry_.Get("a", now_)->curves(0).sequence(), curve.sequence());
+}
+
+TEST_F(CoordinatorTest, ANodeReportsOncePerTask) {
+  auto task = coordinator_.Schedule(Pair(), now_);
+  ASSERT_TRUE(task.ok());
+  const std::string id = task->task_id();
+  // A report that does not match the task is refused and does not count.
+  monta::v1::ReportBenchmarkRequest wrong = Ok(id, "b");
+  wrong.set_ranks(0, 0);  // a's rank
+  EXPECT_EQ(coordinator_.Report(wrong, now_).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(coordinator_.held_report_bytes(), 0u);
+  // 157 reports of node b: the first is taken, the other 156 refused.
+  int accepted = 0, refused = 0;
+  for (int i = 0; i < 157; ++i) {
+    const absl::Status s = coordinator_.Report(Ok(id, "b"), now_);
+    if (s.ok()) ++accepted;
+    if (s.code() == absl::StatusCode::kAlreadyExists) ++refused;
+  }
+  EXPECT_EQ(accepted, 1);
+  EXPECT_EQ(refused, 156);
+  const size_t one_report = coordinator_.held_report_bytes();
+  EXPECT_GT(one_report, 0u);
+  EXPECT_LT(one_report, 64u << 10);
+  // The task ends with a's report; the reports are freed, and a report after
+  // the end is refused as well.
+  ASSERT_TRUE(coordinator_.Report(Ok(id, "a"), now_).ok());
+  EXPECT_EQ(coordinator_.Status(id)->state(), monta::v1::TASK_STATE_SUCCEEDED);
+  EXPECT_EQ(coordinator_.held_report_bytes(), 0u);
+  const absl::Status again = coordinator_.Report(Ok(id, "a"), now_);
+  EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(again.message().find("node a already reported"), std::string::npos)
+      << again;
+}
+
+TEST_F(CoordinatorTest, HeldReportsAreFreedWhenATaskFails) {
+  auto task = coordinator_.Schedule(Pair(), now_);
+  ASSERT_TRUE(task.ok());
+  ASSERT_TRUE(coordinator_.Report(Ok(task->task_id(), "a"), now_).ok());
+  EXPECT_GT(coordinator_.held_report_bytes(), 0u);
+  coordinator_.ExpireOverdue(Later(now_, absl::Seconds(31)));
+  EXPECT_EQ(coordinator_.Status(task->task_id())->state(),
+            monta::v1::TASK_STATE_FAILED);
+  EXPECT_EQ(coordinator_.held_report_bytes(), 0u);
+  // A node that had not reported may still report late (ignored), once.
+  EXPECT_TRUE(coordinator_.Report(Ok(task->task_id(), "b"), now_).ok());
+  EXPECT_EQ(coordinator_.held_report_bytes(), 0u);
+  EXPECT_EQ(coordinator_.Report(Ok(task->task_id(), "b"), now_).code(),
+            absl::StatusCode::kAlreadyExists);
+}
+
+TEST_F(CoordinatorTest, NodesThatDisagreeLeaveNoCurve) {
+  // An honest pair first: its curve is the evidence.
+  auto first = coordinator_.Schedule(Pair(), now_);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(coordinator_.Report(Ok(first->task_id(), "a"), now_).ok());
+  ASSERT_TRUE(coordinator_.Report(Ok(first->task_id(), "b"), now_).ok());
+  // Then b claims 10 s where a saw 1 ms.
+  auto forged = coordinator_.Schedule(Pair(), now_);
+  ASSERT_TRUE(forged.ok());
+  ASSERT_TRUE(coordinator_.Report(Ok(forged->task_id(), "b", 10), now_).ok());
+  ASSERT_TRUE(coordinator_.Report(Ok(forged->task_id(), "a"), now_).ok());
+  auto status = coordinator_.Status(forged->task_id());
+  EXPECT_EQ(status->state(), monta::v1::TASK_STATE_FAILED);
+  EXPECT_NE(status->reason().find("every curve was excluded"),
+            std::string::npos)
+      << status->reason();
+  ASSERT_EQ(status->excluded_size(), 1);
+  EXPECT_EQ(status->excluded(0).reason(),
+            monta::v1::EXCLUSION_REASON_NODES_DISAGREE);
+  EXPECT_NE(status->excluded(0).detail().find("node b's"), std::string::npos)
+      << status->excluded(0).detail();
+  auto a = registry_.Get("a", now_);
+  ASSERT_EQ(a->curves_size(), 1);
+  EXPECT_EQ(a->curves(0).task_id(), first->task_id());
+  ASSERT_EQ(registry_.Excluded("a").size(), 1u);
+  EXPECT_EQ(registry_.Excluded("b")[0].curve().task_id(), forged->task_id());
+  EXPECT_EQ(coordinator_.held_report_bytes(), 0u);
+}
+
+TEST_F(CoordinatorTest, AVerifyTaskHandsItsCurvesOverAndKeepsNone) {
+  monta::v1::DispatchWorkload w;
+  w.set_strategy_kind(monta::v1::STRATEGY_KIND_FLAT);
+  w.set_chunks(1);
+  w.set_rows(4);
+  w.set_row_bytes(64);
+  w.set_tensor_parallel_size(1);
+  int calls = 0;
+  std::vector<monta::v1::BandwidthCurve> handed;
+  auto task = coordinator_.ScheduleDispatches(
+      Pair(), {w, w}, 3, 1, now_,
+      [&](const monta::v1::BenchmarkTaskStatus& status,
+          std::vector<monta::v1::BandwidthCurve> curves) {
+        ++calls;
+        EXPECT_EQ(status.state(), monta::v1::TASK_STATE_SUCCEEDED);
+        handed = std::move(curves);
+      });
+  ASSERT_TRUE(task.ok()) << task.status();
+  ASSERT_TRUE(coordinator_.Report(Ok(task->task_id(), "a"), now_).ok());
+  EXPECT_EQ(calls, 0);
+  ASSERT_TRUE(coordinator_.Report(Ok(task->task_id(), "b"), now_).ok());
+  EXPECT_EQ(calls, 1);
+  ASSERT_EQ(handed.size(), 2u);
+  EXPECT_EQ(handed[0].strategy_kind(), monta::v1::STRATEGY_KIND_FLAT);
+  EXPECT_EQ(handed[0].points(0).message_bytes(), 4u * 4 * 64);  // e=4
+  // A job's dispatches are not node curves.
+  EXPECT_EQ(registry_.Get("a", now_)->curves_size(), 0);
+  EXPECT_EQ(coordinator_.held_report_bytes(), 0u);
+  // A verify task that fails hands over nothing but its end.
+  auto failing = coordinator_.ScheduleDispatches(
+      Pair(), {w}, 3, 1, now_,
+      [&](const monta::v1::BenchmarkTaskStatus& status,
+          std::vector<monta::v1::BandwidthCurve> curves) {
+        ++calls;
+        EXPECT_EQ(status.state(), monta::v1::TASK_STATE_FAILED);
+        EXPECT_TRUE(curves.empty());
+      });
+  ASSERT_TRUE(failing.ok());
+  coordinator_.FailTasksOfNode("a", "went away", now_);
+  EXPECT_EQ(calls, 2);
 }
 
 TEST_F(CoordinatorTest, BusyWhileATaskIsUnfinished) {
@@ -131,14 +261,15 @@ TEST_F(CoordinatorTest, OverdueTaskNamesMissingRanksAndAbortsWaiters) {
 TEST_F(CoordinatorTest, FailureReportFailsTaskWithReason) {
   auto status = coordinator_.Schedule(Pair(), now_);
   auto report = Ok(status->task_id(), "b");
-  report.set_rank(2);
-  *report.mutable_status() =
-      StatusToProto(absl::UnavailableError("connection reset by rank 0"));
+  report.clear_series();
+  *report.mutable_status() = StatusToProto(
+      absl::UnavailableError("rank 2: connection reset by rank 0"));
   ASSERT_TRUE(coordinator_.Report(report, now_).ok());
   auto s = coordinator_.Status(status->task_id());
   EXPECT_EQ(s->state(), monta::v1::TASK_STATE_FAILED);
-  EXPECT_NE(s->reason().find("node b rank 2: UNAVAILABLE: connection reset"),
-            std::string::npos);
+  EXPECT_NE(s->reason().find("node b: UNAVAILABLE: rank 2: connection reset"),
+            std::string::npos)
+      << s->reason();
   // Node a never reported: its ranks are named as the likely cause.
   EXPECT_NE(s->reason().find("rank 0 (node a)"), std::string::npos)
       << s->reason();
@@ -434,20 +565,18 @@ TEST_F(CoordinatorTest, RendezvousBytesAreBoundedPerNodeAndInAll) {
 TEST_F(CoordinatorTest, ReportCurvesAndPointsAreBounded) {
   CoordinatorOptions options;
   options.max_curves_per_report = 2;
-  options.max_points_per_curve = 3;
+  options.max_points_per_curve = 5;  // the pair's sweep: 64 KiB .. 16 MiB
   Coordinator coordinator(&registry_, options);
   auto task = coordinator.Schedule(Pair(), now_);
   ASSERT_TRUE(task.ok());
-  auto report = Ok(task->task_id(), "a");
-  for (int i = 0; i < 3; ++i) report.add_curves()->add_nodes("a");
+  auto report = Ok(coordinator, task->task_id(), "a");
+  for (int i = 0; i < 2; ++i) *report.add_series() = report.series(0);
   ExpectExhausted(coordinator.Report(report, now_), "--max_curves_per_report");
-  report.mutable_curves()->RemoveLast();
-  for (int i = 0; i < 4; ++i) {
-    report.mutable_curves(1)->add_points()->set_message_bytes(1 << i);
-  }
+  report.mutable_series()->RemoveLast();
+  report.mutable_series(1)->add_sizes()->set_message_bytes(1 << 30);
   const absl::Status s = coordinator.Report(report, now_);
   ExpectExhausted(s, "--max_points_per_curve");
-  EXPECT_NE(s.message().find("curves[1].points"), std::string::npos);
+  EXPECT_NE(s.message().find("series[1].sizes"), std::string::npos);
   EXPECT_EQ(coordinator.Status(task->task_id())->state(),
             monta::v1::TASK_STATE_PENDING);
 }

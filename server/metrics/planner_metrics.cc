@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/bandwidth/bandwidth.h"
 #include "common/bandwidth/collective_proto.h"
-#include "common/nic_state.h"
 #include "common/proto_names.h"
 #include "common/strategy/strategy_proto.h"
 #include "google/protobuf/util/time_util.h"
@@ -95,12 +94,7 @@ double BottleneckLineRate(const monta::v1::NodeTopology& topology,
     return profile != nullptr ? profile->nvlink_bytes_per_second : 0;
   }
   const int ranks = std::max(1, ranks_per_node);
-  double nic_bytes_per_second = 0;
-  for (const auto& nic : topology.nics()) {
-    if (nic_state::CountsAsUp(nic)) {
-      nic_bytes_per_second += nic.rate_bytes_per_second();
-    }
-  }
+  const double nic_bytes_per_second = registry::NicLineRate(topology);
   if (nic_bytes_per_second > 0) return nic_bytes_per_second / ranks;
   // No NIC known: only a GPU node class (declared or recognised) says what its
   // network is. A CPU node's traffic may be loopback or any Ethernet: unknown,
@@ -121,7 +115,8 @@ std::vector<MetricFamily> HeldBytesCollector::Collect() const {
   MetricFamily held = Family(
       "monta_planner_held_bytes",
       "Bytes the planner holds for its callers now, by kind (rendezvous: "
-      "keys and values of unfinished benchmark tasks)");
+      "keys and values of unfinished benchmark tasks; task_reports: the "
+      "nodes' reports of unfinished tasks, until their last node's)");
   absl::MutexLock lock(&mu_);
   for (const auto& [kind, source] : sources_) {
     held.metric.push_back(Gauge({{"kind", kind}}, source()));
@@ -168,13 +163,15 @@ std::vector<MetricFamily> ClusterCollector::Collect() const {
           curve.strategy_kind() != monta::v1::STRATEGY_KIND_FLAT) {
         continue;
       }
-      if (curve.has_measured_at()) {
-        const absl::Time measured = absl::FromUnixNanos(
-            TimeUtil::TimestampToNanoseconds(curve.measured_at()));
+      // From when the planner formed it (the agents' measured_at is display
+      // only).
+      if (curve.has_received_at()) {
+        const absl::Time received = absl::FromUnixNanos(
+            TimeUtil::TimestampToNanoseconds(curve.received_at()));
         age.metric.push_back(Gauge({{"node", node.name()},
                                     {"scope", scope},
                                     {"collective", collective}},
-                                   absl::ToDoubleSeconds(now.wall - measured)));
+                                   absl::ToDoubleSeconds(now.wall - received)));
       }
       std::map<std::string, const monta::v1::CurvePoint*> by_bucket;
       for (const auto& p : curve.points())
@@ -233,6 +230,11 @@ PlannerMetrics::PlannerMetrics(prometheus::Registry& registry)
                  .Name("monta_benchmark_tasks_total")
                  .Help("Finished benchmark tasks by scope and result")
                  .Register(registry)),
+      curves_excluded_(prometheus::BuildCounter()
+                           .Name("monta_curves_excluded_total")
+                           .Help("Curves the planner formed from a task's "
+                                 "reports and did not plan with, by reason")
+                           .Register(registry)),
       admissions_(prometheus::BuildCounter()
                       .Name("monta_admission_reviews_total")
                       .Help("Admission reviews by operation and result")
@@ -286,6 +288,10 @@ PlannerMetrics::PlannerMetrics(prometheus::Registry& registry)
                                    "serials) of the deny list in force")
                              .Register(registry)
                              .Add({})) {
+  CreateSeries();
+}
+
+void PlannerMetrics::CreateSeries() {
   for (const char* result : {"ok", "error"}) {
     deny_list_loads_.Add({{"result", result}});
   }
@@ -294,6 +300,11 @@ PlannerMetrics::PlannerMetrics(prometheus::Registry& registry)
   }
   for (const char* operation : {"node", "curve", "decision", "verification"}) {
     store_errors_.Add({{"operation", operation}});
+  }
+  for (auto reason : {monta::v1::EXCLUSION_REASON_NODES_DISAGREE,
+                      monta::v1::EXCLUSION_REASON_ABOVE_LINE_RATE,
+                      monta::v1::EXCLUSION_REASON_DATA_CHECK}) {
+    curves_excluded_.Add({{"reason", ShortName(reason)}});
   }
   std::vector<std::string> strategies;
   for (strategy::StrategyKind kind : strategy::kAllStrategyKinds) {
@@ -340,6 +351,10 @@ void PlannerMetrics::RecordBenchmarkTask(
                            ? "succeeded"
                            : "failed"}})
       .Increment();
+  for (const monta::v1::ExcludedCurve& excluded : status.excluded()) {
+    curves_excluded_.Add({{"reason", ShortName(excluded.reason())}})
+        .Increment();
+  }
 }
 
 void PlannerMetrics::RecordAdmission(const std::string& operation,

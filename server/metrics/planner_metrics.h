@@ -61,7 +61,8 @@ class ClusterCollector : public prometheus::Collectable {
 // monta_planner_held_bytes{kind}: bytes the planner holds for its callers,
 // read from their owners at scrape time, one series per kind
 // ("rendezvous": the rendezvous keys and values of unfinished benchmark
-// tasks; other rooms add theirs, e.g. the reports of tasks).
+// tasks; "task_reports": the nodes' reports of unfinished tasks, held until
+// the last node's arrives).
 class HeldBytesCollector : public prometheus::Collectable {
  public:
   using Source = std::function<double()>;
@@ -85,7 +86,8 @@ class PlannerMetrics {
   // predicted speedup, or the error class.
   void RecordDecision(const absl::Status& status,
                       const monta::v1::StrategyReply* reply, double seconds);
-  // A finished task; scope follows its node count.
+  // A finished task; scope follows its node count. Its excluded curves count
+  // in monta_curves_excluded_total{reason}.
   void RecordBenchmarkTask(const monta::v1::BenchmarkTaskStatus& status);
   // operation: "mutate" | "validate"; result:
   // patched|allowed|denied|skipped|error.
@@ -112,6 +114,10 @@ class PlannerMetrics {
                     const monta::v1::VerifyReply* reply);
 
  private:
+  // Every series that should exist at 0 from the start (so that increase()
+  // sees the first event), and the decision series of the hot path.
+  void CreateSeries();
+
   prometheus::Family<prometheus::Counter>& decisions_;
   prometheus::Family<prometheus::Histogram>& decision_duration_;
   prometheus::Family<prometheus::Histogram>& predicted_speedup_;
@@ -122,6 +128,7 @@ class PlannerMetrics {
   std::map<std::string, prometheus::Histogram*> speedup_histograms_;
   prometheus::Histogram* decision_seconds_ = nullptr;
   prometheus::Family<prometheus::Counter>& tasks_;
+  prometheus::Family<prometheus::Counter>& curves_excluded_;
   prometheus::Family<prometheus::Counter>& admissions_;
   prometheus::Family<prometheus::Histogram>& admission_duration_;
   prometheus::Family<prometheus::Counter>& discarded_;

@@ -18,6 +18,7 @@ std::optional<NodeFacts> RegistryNodeLookup::Find(
       node->topology().gpus().empty() ? "" : node->topology().gpus(0).name();
   facts.profile_name = node->topology().profile_name();
   facts.curves.assign(node->curves().begin(), node->curves().end());
+  facts.excluded = registry_->Excluded(name);
   return facts;
 }
 

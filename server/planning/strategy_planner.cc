@@ -211,9 +211,16 @@ bool Matches(const v1::BandwidthCurve& c, Role role) {
   return false;
 }
 
-absl::Time MeasuredAt(const v1::BandwidthCurve& c) {
-  return absl::FromUnixSeconds(c.measured_at().seconds()) +
-         absl::Nanoseconds(c.measured_at().nanos());
+// When the planner formed the curve: evidence ages count from it, never from
+// the agent's measured_at (display only: agent clocks may be wrong, or lie).
+absl::Time ReceivedAt(const v1::BandwidthCurve& c) {
+  return absl::FromUnixSeconds(c.received_at().seconds()) +
+         absl::Nanoseconds(c.received_at().nanos());
+}
+
+// Of two curves, the one the planner accepted later (its sequence).
+bool Newer(const v1::BandwidthCurve& a, const v1::BandwidthCurve& b) {
+  return a.sequence() > b.sequence();
 }
 
 // One candidate curve for a role and where it came from.
@@ -335,6 +342,39 @@ class OptionSet {
   RoleChoice choice_;
 };
 
+// Notes the newest exclusion for `role` on exactly `nodes` (sorted) when it
+// came after `used` (the curve planned with, or none): the planner did not
+// take that measurement, and says why.
+void NoteExclusion(Role role, const std::vector<std::string>& nodes,
+                   const std::vector<const NodeFacts*>& holders,
+                   const v1::BandwidthCurve* used,
+                   std::vector<std::string>* notes) {
+  const v1::ExcludedCurve* newest = nullptr;
+  for (const NodeFacts* n : holders) {
+    for (const v1::ExcludedCurve& e : n->excluded) {
+      if (!Matches(e.curve(), role) ||
+          !std::equal(nodes.begin(), nodes.end(), e.curve().nodes().begin(),
+                      e.curve().nodes().end())) {
+        continue;
+      }
+      if (newest == nullptr ||
+          ReceivedAt(e.curve()) > ReceivedAt(newest->curve())) {
+        newest = &e;
+      }
+    }
+  }
+  if (newest == nullptr ||
+      (used != nullptr && ReceivedAt(*used) >= ReceivedAt(newest->curve()))) {
+    return;
+  }
+  notes->push_back(absl::StrCat(
+      RoleName(role), ": the measurement of task ", newest->curve().task_id(),
+      " on ", absl::StrJoin(nodes, ","), " was excluded (",
+      ShortName(newest->reason()), ": ", newest->detail(), "); ",
+      used != nullptr ? absl::StrCat("planning with task ", used->task_id())
+                      : std::string("not planning with it")));
+}
+
 // Inter-node AllToAll: curves over a subset of the job's nodes, newest per
 // node set; the profile stands in for nodes no measurement covered.
 void AddInterNodeOptions(const Resolved& where, OptionSet* options,
@@ -354,12 +394,30 @@ void AddInterNodeOptions(const Resolved& where, OptionSet* options,
         continue;
       }
       auto [it, inserted] = newest.emplace(key, &c);
-      if (!inserted && MeasuredAt(c) > MeasuredAt(*it->second)) it->second = &c;
+      if (!inserted && Newer(c, *it->second)) it->second = &c;
     }
   }
   std::set<std::string> covered;
   for (const auto& [key, c] : newest) {
     if (options->AddMeasured(*c)) covered.insert(key.begin(), key.end());
+  }
+  std::vector<const NodeFacts*> holders;
+  std::set<std::vector<std::string>> excluded_sets;
+  for (const NodeFacts& n : where.members) {
+    holders.push_back(&n);
+    for (const v1::ExcludedCurve& e : n.excluded) {
+      const auto& nodes = e.curve().nodes();
+      if (Matches(e.curve(), role) && nodes.size() >= 2 &&
+          std::all_of(nodes.begin(), nodes.end(),
+                      [&](const std::string& s) { return names.count(s); })) {
+        excluded_sets.insert({nodes.begin(), nodes.end()});
+      }
+    }
+  }
+  for (const std::vector<std::string>& set : excluded_sets) {
+    auto used = newest.find(set);
+    NoteExclusion(role, set, holders,
+                  used == newest.end() ? nullptr : used->second, notes);
   }
   if (covered.size() >= names.size()) return;
   std::vector<std::string> missing;
@@ -384,13 +442,14 @@ void AddPerNodeOptions(Role role, const Resolved& where, OptionSet* options,
     const NodeFacts& n = where.members[i];
     const v1::BandwidthCurve* best = nullptr;
     for (const v1::BandwidthCurve& c : n.curves) {
-      if (!Matches(c, role)) continue;
-      if (c.nodes_size() > 0 && std::find(c.nodes().begin(), c.nodes().end(),
-                                          n.name) == c.nodes().end()) {
+      // Only the node's own measurement: a curve naming other nodes would let
+      // them speak for this one.
+      if (!Matches(c, role) || c.nodes_size() != 1 || c.nodes(0) != n.name) {
         continue;
       }
-      if (best == nullptr || MeasuredAt(c) > MeasuredAt(*best)) best = &c;
+      if (best == nullptr || Newer(c, *best)) best = &c;
     }
+    NoteExclusion(role, {n.name}, {&n}, best, notes);
     if (best == nullptr || !options->AddMeasured(*best)) {
       unmeasured.push_back(n.name);
       options->AddProfile(i);
@@ -563,7 +622,7 @@ void FillCurveEvidence(Role role, const RoleChoice& choice,
   ce->set_origin(v1::EVIDENCE_SOURCE_MEASURED);
   for (const std::string& n : m->nodes()) ce->add_nodes(n);
   ce->set_age_seconds(
-      std::max(0.0, absl::ToDoubleSeconds(now - MeasuredAt(*m))));
+      std::max(0.0, absl::ToDoubleSeconds(now - ReceivedAt(*m))));
   ce->set_min_bytes(Bytes(choice.bound.curve.min_bytes()));
   ce->set_max_bytes(Bytes(choice.bound.curve.max_bytes()));
   ce->set_task_id(m->task_id());

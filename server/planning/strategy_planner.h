@@ -30,8 +30,13 @@ struct NodeFacts {
   std::string profile_name;  // from topology; empty = infer from gpu_name
   std::string gpu_name;
   // Measured curves involving this node (may be empty). Inter-node curves
-  // may appear under each of their nodes; they are deduplicated.
+  // may appear under each of their nodes; they are deduplicated. Of two curves
+  // for one role and node set the higher sequence (the planner's order) is the
+  // newer.
   std::vector<monta::v1::BandwidthCurve> curves;
+  // Curves of this node's tasks the planner excluded (never planned with;
+  // an exclusion newer than the curve used is noted in the evidence).
+  std::vector<monta::v1::ExcludedCurve> excluded;
 };
 
 class NodeLookup {

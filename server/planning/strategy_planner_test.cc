@@ -47,12 +47,14 @@ v1::StrategyRequest PaperJobOn(const std::vector<std::string>& nodes) {
 }
 
 // An nccl-tests-shaped curve: T = alpha + link_share * x / rate, over
-// [min_bytes, max_bytes] by factors of 4.
+// [min_bytes, max_bytes] by factors of 4, that the planner received at
+// `received_at` (its sequence: the seconds since the epoch, so later is
+// newer; the agents' measured_at claims the same time).
 v1::BandwidthCurve Curve(v1::Collective collective,
                          const std::vector<std::string>& nodes, int nranks,
                          double alpha_seconds, double link_bytes_per_second,
                          double min_bytes, double max_bytes,
-                         absl::Time measured_at, const std::string& task) {
+                         absl::Time received_at, const std::string& task) {
   v1::BandwidthCurve c;
   c.set_collective(collective);
   const int n_nodes = static_cast<int>(nodes.size());
@@ -62,7 +64,9 @@ v1::BandwidthCurve Curve(v1::Collective collective,
   c.set_n_nodes(n_nodes);
   for (const std::string& n : nodes) c.add_nodes(n);
   c.set_task_id(task);
-  c.mutable_measured_at()->set_seconds(absl::ToUnixSeconds(measured_at));
+  c.mutable_measured_at()->set_seconds(absl::ToUnixSeconds(received_at));
+  c.mutable_received_at()->set_seconds(absl::ToUnixSeconds(received_at));
+  c.set_sequence(static_cast<uint64_t>(absl::ToUnixSeconds(received_at)));
   const double n = nranks;
   const double share = collective == v1::COLLECTIVE_COPY ? 1.0
                        : n_nodes > 1                     ? (n - n / n_nodes) / n
@@ -294,6 +298,147 @@ TEST(PlanStrategy, BrokenCurvesAreIgnoredWithANote) {
     if (n.find("\"bad\" ignored") != std::string::npos) noted = true;
   }
   EXPECT_TRUE(noted);
+}
+
+// Which curve is newest is the planner's sequence; the agents' measured_at
+// (here a forgery dated 100 years ahead) neither orders nor ages evidence.
+TEST(PlanStrategy, TheSequenceOrdersEvidenceNotTheAgentsClock) {
+  FakeLookup lookup;
+  lookup.Add(A800("a"));
+  lookup.Add(A800("b"));
+  v1::BandwidthCurve forged =
+      Curve(v1::COLLECTIVE_ALLTOALL, {"a", "b"}, 16, 10, 1e3, 1024, 4e9,
+            kNow - absl::Hours(2), "forged");
+  forged.mutable_measured_at()->set_seconds(
+      absl::ToUnixSeconds(kNow + absl::Hours(24 * 365 * 100)));
+  forged.set_nranks(8);  // another measurement than the honest one
+  const v1::BandwidthCurve honest =
+      Curve(v1::COLLECTIVE_ALLTOALL, {"a", "b"}, 16, 30e-6, 6e9, 1024, 4e9,
+            kNow - absl::Hours(1), "honest");
+  for (const char* n : {"a", "b"}) {
+    lookup.at(n).curves.push_back(forged);
+    lookup.at(n).curves.push_back(honest);
+  }
+  auto reply = PlanStrategy(PaperJobOn({"a", "b"}), &lookup, kNow);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  const v1::CurveEvidence* inter =
+      Evidence(*reply, v1::CURVE_ROLE_ALLTOALL_INTER);
+  ASSERT_NE(inter, nullptr);
+  EXPECT_EQ(inter->task_id(), "honest");
+  EXPECT_DOUBLE_EQ(inter->age_seconds(), 3600);
+  // Newer by sequence wins even when its claim is older.
+  for (const char* n : {"a", "b"}) {
+    lookup.at(n).curves.clear();
+    v1::BandwidthCurve later = forged;
+    later.set_task_id("later");
+    later.set_sequence(honest.sequence() + 1);
+    later.mutable_measured_at()->set_seconds(0);
+    lookup.at(n).curves.push_back(honest);
+    lookup.at(n).curves.push_back(later);
+  }
+  reply = PlanStrategy(PaperJobOn({"a", "b"}), &lookup, kNow);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(Evidence(*reply, v1::CURVE_ROLE_ALLTOALL_INTER)->task_id(),
+            "later");
+}
+
+// A curve measured on a node set affects only plans that include all of its
+// nodes: neither b's slow curves (its own, a pair with a, a pair with c), nor
+// its exclusions, nor a "single-node" curve that names b besides a change the
+// plan for a and c.
+TEST(PlanStrategy, ANodesCurvesChangeNoPlanWithoutIt) {
+  FakeLookup lookup;
+  for (const char* n : {"a", "b", "c"}) lookup.Add(A800(n));
+  const absl::Time then = kNow - absl::Minutes(5);
+  for (const char* n : {"a", "c"}) {
+    lookup.at(n).curves.push_back(Curve(v1::COLLECTIVE_ALLTOALL, {n}, 8, 15e-6,
+                                        150e9, 1024, 4e9, then, "intra"));
+  }
+  lookup.at("a").curves.push_back(Curve(v1::COLLECTIVE_ALLTOALL, {"a", "c"}, 16,
+                                        30e-6, 6e9, 1024, 4e9, then, "ac"));
+  lookup.at("c").curves.push_back(lookup.at("a").curves.back());
+  auto before = PlanStrategy(PaperJobOn({"a", "c"}), &lookup, kNow);
+  ASSERT_TRUE(before.ok()) << before.status();
+
+  const absl::Time later = kNow - absl::Minutes(1);
+  const v1::BandwidthCurve slow_b = Curve(v1::COLLECTIVE_ALLTOALL, {"b"}, 8, 10,
+                                          1e3, 1024, 4e9, later, "slow-b");
+  const v1::BandwidthCurve slow_ab = Curve(v1::COLLECTIVE_ALLTOALL, {"a", "b"},
+                                           16, 10, 1e3, 1024, 4e9, later, "ab");
+  const v1::BandwidthCurve slow_bc = Curve(v1::COLLECTIVE_ALLTOALL, {"b", "c"},
+                                           16, 10, 1e3, 1024, 4e9, later, "bc");
+  v1::BandwidthCurve b_speaks_for_a = slow_ab;  // intra-shaped, naming both
+  b_speaks_for_a.set_scope(v1::SCOPE_INTRA_NODE);
+  b_speaks_for_a.set_n_nodes(1);
+  b_speaks_for_a.set_task_id("b-for-a");
+  lookup.at("b").curves = {slow_b, slow_ab, slow_bc};
+  lookup.at("a").curves.push_back(slow_ab);
+  lookup.at("a").curves.push_back(b_speaks_for_a);
+  lookup.at("c").curves.push_back(slow_bc);
+  v1::ExcludedCurve excluded;
+  *excluded.mutable_curve() = slow_ab;
+  excluded.set_reason(v1::EXCLUSION_REASON_NODES_DISAGREE);
+  excluded.set_detail("b claimed 10 s");
+  lookup.at("a").excluded.push_back(excluded);
+  lookup.at("b").excluded.push_back(excluded);
+
+  auto after = PlanStrategy(PaperJobOn({"a", "c"}), &lookup, kNow);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->SerializeAsString(), before->SerializeAsString())
+      << "before:\n"
+      << before->evidence().DebugString() << "after:\n"
+      << after->evidence().DebugString();
+  // The plan with b does see them.
+  auto with_b = PlanStrategy(PaperJobOn({"a", "b"}), &lookup, kNow);
+  ASSERT_TRUE(with_b.ok()) << with_b.status();
+  EXPECT_GT(with_b->chosen().total_seconds_per_layer(),
+            100 * after->chosen().total_seconds_per_layer());
+}
+
+// An exclusion newer than the curve planned with is named in the notes.
+TEST(PlanStrategy, ANewerExclusionIsNoted) {
+  FakeLookup lookup;
+  lookup.Add(A800("a"));
+  lookup.Add(A800("b"));
+  const v1::BandwidthCurve honest =
+      Curve(v1::COLLECTIVE_ALLTOALL, {"a", "b"}, 16, 30e-6, 6e9, 1024, 4e9,
+            kNow - absl::Hours(1), "honest");
+  v1::ExcludedCurve excluded;
+  *excluded.mutable_curve() =
+      Curve(v1::COLLECTIVE_ALLTOALL, {"a", "b"}, 16, 10, 1e3, 1024, 4e9,
+            kNow - absl::Minutes(1), "forged");
+  excluded.mutable_curve()->clear_points();
+  excluded.set_reason(v1::EXCLUSION_REASON_NODES_DISAGREE);
+  excluded.set_detail("node b's median 10 s is 1000x node a's");
+  for (const char* n : {"a", "b"}) {
+    lookup.at(n).curves.push_back(honest);
+    lookup.at(n).excluded.push_back(excluded);
+  }
+  auto reply = PlanStrategy(PaperJobOn({"a", "b"}), &lookup, kNow);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(Evidence(*reply, v1::CURVE_ROLE_ALLTOALL_INTER)->task_id(),
+            "honest");
+  int notes = 0;
+  for (const std::string& n : reply->evidence().notes()) {
+    if (n.find("task forged on a,b was excluded (nodes_disagree") !=
+            std::string::npos &&
+        n.find("planning with task honest") != std::string::npos) {
+      ++notes;
+    }
+  }
+  EXPECT_EQ(notes, 1);  // once, though both nodes hold the exclusion
+  // An older exclusion is history: no note.
+  for (const char* n : {"a", "b"}) {
+    lookup.at(n)
+        .excluded[0]
+        .mutable_curve()
+        ->mutable_received_at()
+        ->set_seconds(absl::ToUnixSeconds(kNow - absl::Hours(2)));
+  }
+  reply = PlanStrategy(PaperJobOn({"a", "b"}), &lookup, kNow);
+  for (const std::string& n : reply->evidence().notes()) {
+    EXPECT_EQ(n.find("excluded"), std::string::npos) << n;
+  }
 }
 
 TEST(PlanStrategy, CpuNodesUseTheGlooProfile) {

@@ -1,6 +1,7 @@
 #include "server/registry/registry.h"
 
 #include <algorithm>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -89,6 +90,27 @@ absl::Status ValidateNodeName(absl::string_view name) {
         "node_name: must start and end with [a-z0-9], got ", EchoInput(name)));
   }
   return absl::OkStatus();
+}
+
+double NicLineRate(const monta::v1::NodeTopology& topology) {
+  double bytes_per_second = 0;
+  for (const auto& nic : topology.nics()) {
+    if (nic_state::CountsAsUp(nic))
+      bytes_per_second += nic.rate_bytes_per_second();
+  }
+  return bytes_per_second;
+}
+
+bool IsLoopbackAddress(absl::string_view address) {
+  absl::string_view host = address;
+  if (absl::StartsWith(host, "[")) {
+    host = host.substr(1, host.find(']') == absl::string_view::npos
+                              ? absl::string_view::npos
+                              : host.find(']') - 1);
+  } else if (std::count(host.begin(), host.end(), ':') == 1) {
+    host = host.substr(0, host.find(':'));  // host:port
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
 std::string CurveKey(const BandwidthCurve& c) {
@@ -300,19 +322,22 @@ std::vector<std::string> Registry::RemoveGone(Instant now) {
   if (removed.empty()) return removed;
   // A pair's curve lives under both nodes; the survivor's copy names a node
   // that no longer exists, so it goes too.
+  const auto names_removed = [&](const BandwidthCurve& c) {
+    return std::any_of(
+        c.nodes().begin(), c.nodes().end(), [&](const std::string& n) {
+          return std::find(removed.begin(), removed.end(), n) != removed.end();
+        });
+  };
   for (auto& [name, entry] : nodes_) {
     auto* curves = entry.info.mutable_curves();
-    curves->erase(std::remove_if(curves->begin(), curves->end(),
-                                 [&](const BandwidthCurve& c) {
-                                   return std::any_of(
-                                       c.nodes().begin(), c.nodes().end(),
-                                       [&](const std::string& n) {
-                                         return std::find(removed.begin(),
-                                                          removed.end(),
-                                                          n) != removed.end();
-                                       });
-                                 }),
+    curves->erase(std::remove_if(curves->begin(), curves->end(), names_removed),
                   curves->end());
+    auto& ring = entry.excluded;
+    ring.erase(std::remove_if(ring.begin(), ring.end(),
+                              [&](const monta::v1::ExcludedCurve& e) {
+                                return names_removed(e.curve());
+                              }),
+               ring.end());
   }
   if (observer_ != nullptr) {
     for (const std::string& name : removed) observer_->NodeRemoved(name);
@@ -320,7 +345,7 @@ std::vector<std::string> Registry::RemoveGone(Instant now) {
   return removed;
 }
 
-absl::Status Registry::AddCurve(const BandwidthCurve& curve) {
+absl::Status Registry::PutCurve(const BandwidthCurve& curve) {
   if (curve.nodes().empty()) {
     return absl::InvalidArgumentError(
         "curve.nodes: expected at least one node");
@@ -330,7 +355,6 @@ absl::Status Registry::AddCurve(const BandwidthCurve& curve) {
         "curve.points: expected at least one point");
   }
   const std::string key = CurveKey(curve);
-  absl::MutexLock lock(&mu_);
   for (const std::string& node : curve.nodes()) {
     auto it = nodes_.find(node);
     if (it == nodes_.end()) {
@@ -362,8 +386,127 @@ absl::Status Registry::AddCurve(const BandwidthCurve& curve) {
       *nodes_.find(curve.nodes(i))->second.info.mutable_curves()->Add() = curve;
     }
   }
-  if (observer_ != nullptr) observer_->CurveAdded(curve);
   return absl::OkStatus();
+}
+
+absl::Status Registry::AddCurve(const BandwidthCurve& curve) {
+  absl::MutexLock lock(&mu_);
+  BandwidthCurve numbered = curve;
+  numbered.set_sequence(next_sequence_);
+  if (absl::Status s = PutCurve(numbered); !s.ok()) return s;
+  ++next_sequence_;
+  if (observer_ != nullptr) observer_->CurveAdded(numbered);
+  return absl::OkStatus();
+}
+
+absl::Status Registry::RestoreCurve(const BandwidthCurve& curve) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = PutCurve(curve); !s.ok()) return s;
+  next_sequence_ = std::max(next_sequence_, curve.sequence() + 1);
+  return absl::OkStatus();
+}
+
+void Registry::AdvanceSequence(uint64_t sequence) {
+  absl::MutexLock lock(&mu_);
+  next_sequence_ = std::max(next_sequence_, sequence + 1);
+}
+
+void Registry::AddExcluded(const monta::v1::ExcludedCurve& excluded) {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& node : excluded.curve().nodes()) {
+    auto it = nodes_.find(node);
+    if (it == nodes_.end()) continue;
+    auto& ring = it->second.excluded;
+    ring.push_back(excluded);
+    while (ring.size() >
+           static_cast<size_t>(std::max(0, options_.max_exclusions_per_node))) {
+      ring.pop_front();
+    }
+  }
+}
+
+absl::StatusOr<monta::v1::ListCurvesReply> Registry::ListCurves(
+    absl::string_view node_name) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = nodes_.find(node_name);
+  if (it == nodes_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("node ", EchoInput(node_name), " is not registered"));
+  }
+  monta::v1::ListCurvesReply reply;
+  *reply.mutable_curves() = it->second.info.curves();
+  std::sort(reply.mutable_curves()->begin(), reply.mutable_curves()->end(),
+            [](const BandwidthCurve& a, const BandwidthCurve& b) {
+              return a.sequence() > b.sequence();
+            });
+  for (auto e = it->second.excluded.rbegin(); e != it->second.excluded.rend();
+       ++e) {
+    *reply.add_excluded() = *e;
+  }
+  return reply;
+}
+
+std::vector<monta::v1::ExcludedCurve> Registry::Excluded(
+    absl::string_view node_name) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = nodes_.find(node_name);
+  if (it == nodes_.end()) return {};
+  return {it->second.excluded.rbegin(), it->second.excluded.rend()};
+}
+
+bool Selects(const ForgetSelector& what, const BandwidthCurve& c) {
+  if (!what.task_id.empty()) return c.task_id() == what.task_id;
+  return std::find(c.nodes().begin(), c.nodes().end(), what.node_name) !=
+         c.nodes().end();
+}
+
+absl::StatusOr<monta::v1::ForgetCurvesReply> Registry::Forget(
+    const ForgetSelector& what) {
+  if (what.task_id.empty() == what.node_name.empty()) {
+    return absl::InvalidArgumentError(
+        "task_id, node_name: expected exactly one of them");
+  }
+  if (what.task_id.size() > 128) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "task_id: expected at most 128 characters, got ", what.task_id.size()));
+  }
+  absl::MutexLock lock(&mu_);
+  if (!what.node_name.empty() && nodes_.find(what.node_name) == nodes_.end()) {
+    return absl::NotFoundError("node_name: not a registered node");
+  }
+  monta::v1::ForgetCurvesReply reply;
+  std::set<std::string> measurements;
+  for (auto& [name, entry] : nodes_) {
+    auto* curves = entry.info.mutable_curves();
+    for (const BandwidthCurve& c : *curves) {
+      if (!Selects(what, c) || !measurements.insert(CurveKey(c)).second) {
+        continue;
+      }
+      BandwidthCurve& dropped = *reply.add_forgotten();
+      dropped = c;
+      dropped.clear_points();
+    }
+    curves->erase(std::remove_if(curves->begin(), curves->end(),
+                                 [&](const BandwidthCurve& c) {
+                                   return Selects(what, c);
+                                 }),
+                  curves->end());
+    auto& ring = entry.excluded;
+    ring.erase(std::remove_if(ring.begin(), ring.end(),
+                              [&](const monta::v1::ExcludedCurve& e) {
+                                return Selects(what, e.curve());
+                              }),
+               ring.end());
+  }
+  if (observer_ == nullptr) return reply;
+  for (const BandwidthCurve& older : observer_->CurvesForgotten(
+           what, {measurements.begin(), measurements.end()})) {
+    if (Selects(what, older) || !PutCurve(older).ok()) continue;
+    BandwidthCurve& restored = *reply.add_restored();
+    restored = older;
+    restored.clear_points();
+  }
+  return reply;
 }
 
 void Registry::Restore(const NodeInfo& node, Instant now) {

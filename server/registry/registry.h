@@ -3,6 +3,7 @@
 #ifndef MONTA_SERVER_REGISTRY_REGISTRY_H_
 #define MONTA_SERVER_REGISTRY_REGISTRY_H_
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -42,6 +43,9 @@ struct RegistryOptions {
   // chunks, ranks and node set is one; a new one over it is
   // RESOURCE_EXHAUSTED, a re-measured one replaces its predecessor).
   int max_curves_per_node = 1024;
+  // Excluded curves remembered per node (the newest; ListCurves shows them,
+  // plans note them), in memory only.
+  int max_exclusions_per_node = 8;
   // Sizes of a reported topology (Register, Heartbeat).
   TopologyLimits topology_limits;
 };
@@ -53,14 +57,30 @@ using TopologyDiffer = std::function<std::vector<monta::v1::TopologyEvent>(
     const monta::v1::NodeTopology& before,
     const monta::v1::NodeTopology& after)>;
 
+// Which curves an operator drops (Registry::Forget): exactly one is set.
+struct ForgetSelector {
+  std::string task_id;    // every curve this task produced
+  std::string node_name;  // every curve that names this node
+};
+bool Selects(const ForgetSelector& what, const monta::v1::BandwidthCurve& c);
+
 // Called after every state change that should be persisted.
 class RegistryObserver {
  public:
   virtual ~RegistryObserver() = default;
   virtual void NodeChanged(const monta::v1::NodeInfo& node) = 0;
+  // A new curve, with its sequence.
   virtual void CurveAdded(const monta::v1::BandwidthCurve& curve) = 0;
   // The node and every curve naming it are gone from the registry.
   virtual void NodeRemoved(const std::string& node_name) {}
+  // An operator dropped the curves `what` selects: the persisted ones go too.
+  // Returns, of each measurement (CurveKey) in `measurements`, the newest
+  // persisted curve left, if any: it is current again.
+  virtual std::vector<monta::v1::BandwidthCurve> CurvesForgotten(
+      const ForgetSelector& what,
+      const std::vector<std::string>& measurements) {
+    return {};
+  }
 };
 
 // Thread-safe. Every method takes the current time (both clocks: leases run on
@@ -113,9 +133,39 @@ class Registry {
   absl::StatusOr<monta::v1::NodeInfo> Get(absl::string_view node_name,
                                           Instant now) const;
 
-  // Stores a measured curve under every node it names, replacing an older curve
-  // of the same (collective, scope, strategy, chunks, node set, nranks).
+  // Stores a measured curve under every node it names, replacing the curve of
+  // the same measurement (collective, scope, strategy, chunks, node set,
+  // nranks: CurveKey). The registry gives it the next sequence: the planner's
+  // order of evidence, never the agents' clocks (an etcd store would give its
+  // revision here).
   absl::Status AddCurve(const monta::v1::BandwidthCurve& curve);
+
+  // A curve read back from the store, with its sequence; later AddCurve calls
+  // number above it. Not told to the observer.
+  absl::Status RestoreCurve(const monta::v1::BandwidthCurve& curve);
+  // Later AddCurve calls number above `sequence` (the store's highest, also of
+  // rows it could not restore).
+  void AdvanceSequence(uint64_t sequence);
+
+  // Remembers a curve the planner excluded, under every node it names (the
+  // newest options().max_exclusions_per_node per node).
+  void AddExcluded(const monta::v1::ExcludedCurve& excluded);
+
+  // The evidence on one node: its curves by sequence, newest first, and its
+  // exclusions, newest first. NOT_FOUND for an unknown node.
+  absl::StatusOr<monta::v1::ListCurvesReply> ListCurves(
+      absl::string_view node_name) const;
+  // The node's exclusions, newest first (none for an unknown node).
+  std::vector<monta::v1::ExcludedCurve> Excluded(
+      absl::string_view node_name) const;
+
+  // Drops every curve `what` selects, from every node, and the matching
+  // exclusions; the observer deletes them from the store and hands back the
+  // older curves of the same measurements, which become current again.
+  // INVALID_ARGUMENT unless exactly one of task_id and node_name is set;
+  // NOT_FOUND for an unknown node_name.
+  absl::StatusOr<monta::v1::ForgetCurvesReply> Forget(
+      const ForgetSelector& what);
 
   // Restores a node read back from the store (no lease: it starts stale, and
   // is removed options().gone_after after `now` unless its agent returns).
@@ -135,6 +185,8 @@ class Registry {
     std::optional<MonoTime> heard;
     MonoTime quiet_since;
     bool gone = false;
+    // Curves of its tasks the planner excluded, oldest first.
+    std::deque<monta::v1::ExcludedCurve> excluded;
   };
   bool Alive(const Entry& entry, Instant now) const;
 
@@ -143,6 +195,10 @@ class Registry {
   void RecordTopology(Entry& entry, const monta::v1::NodeTopology& topology,
                       Instant now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Notify(const Entry& entry, Instant now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stores `curve` under each node it names (all must exist; the per-node
+  // bound holds), replacing its measurement's earlier curve.
+  absl::Status PutCurve(const monta::v1::BandwidthCurve& curve)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RegistryOptions options_;
@@ -153,6 +209,8 @@ class Registry {
   // happen.
   RegistryObserver* observer_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::map<std::string, Entry, std::less<>> nodes_ ABSL_GUARDED_BY(mu_);
+  // The sequence of the next curve AddCurve accepts.
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 using ::monta::NodeStateName;
@@ -165,6 +223,15 @@ absl::Status ValidateNodeName(absl::string_view name);
 // Identity of a measurement: curves with the same key replace each other
 // (collective, scope, backend, strategy, chunks, nranks and node set).
 std::string CurveKey(const monta::v1::BandwidthCurve& curve);
+
+// Sum of the line rates of a node's NIC ports that pass traffic
+// (nic_state::CountsAsUp: ACTIVE, or no state known), in bytes per second; 0
+// when it reports none.
+double NicLineRate(const monta::v1::NodeTopology& topology);
+
+// "127.x.y.z", "::1", "localhost" (with or without a port or brackets): an
+// address whose traffic never leaves the host.
+bool IsLoopbackAddress(absl::string_view address);
 
 }  // namespace monta::registry
 

@@ -262,6 +262,162 @@ TEST_F(RegistryTest, CurvesPerNodeAreBoundedAndReplacementsStillFit) {
   EXPECT_EQ(r.Get("b", start_)->curves_size(), 0);
 }
 
+monta::v1::BandwidthCurve PairCurve(const std::string& task, int nranks = 4) {
+  monta::v1::BandwidthCurve c;
+  c.set_collective(monta::v1::COLLECTIVE_ALLTOALL);
+  c.set_scope(monta::v1::SCOPE_INTER_NODE);
+  c.set_nranks(nranks);
+  c.add_nodes("a");
+  c.add_nodes("b");
+  c.set_task_id(task);
+  c.add_points()->set_message_bytes(1024);
+  return c;
+}
+
+// Records what the registry tells its observer, and answers Forget with the
+// curves it was given as "older rows".
+class RecordingObserver : public RegistryObserver {
+ public:
+  void NodeChanged(const monta::v1::NodeInfo&) override {}
+  void CurveAdded(const monta::v1::BandwidthCurve& curve) override {
+    added.push_back(curve);
+  }
+  std::vector<monta::v1::BandwidthCurve> CurvesForgotten(
+      const ForgetSelector& what,
+      const std::vector<std::string>& measurements) override {
+    forgotten_measurements = measurements;
+    return older;
+  }
+  void NodeRemoved(const std::string& name) override {
+    removed.push_back(name);
+  }
+  std::vector<monta::v1::BandwidthCurve> added;
+  std::vector<std::string> removed;
+  std::vector<std::string> forgotten_measurements;
+  std::vector<monta::v1::BandwidthCurve> older;
+};
+
+TEST_F(RegistryTest, TheRegistryNumbersCurvesInTheOrderItTakesThem) {
+  Registry r(Options());
+  RecordingObserver observer;
+  r.SetObserver(&observer);
+  ASSERT_TRUE(r.Register(Req("a", "i1"), start_).ok());
+  ASSERT_TRUE(r.Register(Req("b", "i2"), start_).ok());
+  // A restored curve keeps its number; new ones count on above it, whatever
+  // the agents' clocks say.
+  monta::v1::BandwidthCurve restored = PairCurve("old");
+  restored.set_sequence(41);
+  ASSERT_TRUE(r.RestoreCurve(restored).ok());
+  EXPECT_TRUE(observer.added.empty());
+  monta::v1::BandwidthCurve future = PairCurve("t1", 8);
+  future.mutable_measured_at()->set_seconds(
+      absl::ToUnixSeconds(t0_ + absl::Hours(24 * 365 * 100)));
+  future.set_sequence(999);  // whatever a client sent: replaced
+  ASSERT_TRUE(r.AddCurve(future).ok());
+  ASSERT_TRUE(r.AddCurve(PairCurve("t2")).ok());
+  ASSERT_EQ(observer.added.size(), 2u);
+  EXPECT_EQ(observer.added[0].sequence(), 42u);
+  EXPECT_EQ(observer.added[1].sequence(), 43u);
+  // A failed AddCurve uses no number; the store's highest row moves them on.
+  monta::v1::BandwidthCurve unknown = PairCurve("t3");
+  unknown.add_nodes("zzz");
+  EXPECT_FALSE(r.AddCurve(unknown).ok());
+  r.AdvanceSequence(100);
+  ASSERT_TRUE(r.AddCurve(PairCurve("t4")).ok());
+  EXPECT_EQ(observer.added.back().sequence(), 101u);
+  auto listed = r.ListCurves("a");
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->curves_size(), 2);           // t4 replaced t2's measurement
+  EXPECT_EQ(listed->curves(0).task_id(), "t4");  // newest first
+  EXPECT_EQ(listed->curves(1).task_id(), "t1");
+  EXPECT_EQ(r.ListCurves("zzz").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(RegistryTest, ExclusionsAreAShortRingPerNode) {
+  RegistryOptions options = Options();
+  options.max_exclusions_per_node = 2;
+  Registry r(options);
+  ASSERT_TRUE(r.Register(Req("a", "i1"), start_).ok());
+  ASSERT_TRUE(r.Register(Req("b", "i2"), start_).ok());
+  for (const char* task : {"x1", "x2", "x3"}) {
+    monta::v1::ExcludedCurve e;
+    *e.mutable_curve() = PairCurve(task);
+    e.set_reason(monta::v1::EXCLUSION_REASON_NODES_DISAGREE);
+    r.AddExcluded(e);
+  }
+  const auto excluded = r.Excluded("b");
+  ASSERT_EQ(excluded.size(), 2u);
+  EXPECT_EQ(excluded[0].curve().task_id(), "x3");  // newest first
+  EXPECT_EQ(excluded[1].curve().task_id(), "x2");
+  EXPECT_EQ(r.ListCurves("a")->excluded_size(), 2);
+  EXPECT_TRUE(r.Excluded("zzz").empty());
+}
+
+TEST_F(RegistryTest, ForgetDropsATasksOrANodesCurvesAndPutsBackOlderOnes) {
+  Registry r(Options());
+  RecordingObserver observer;
+  r.SetObserver(&observer);
+  for (const char* n : {"a", "b", "c"}) {
+    ASSERT_TRUE(r.Register(Req(n, std::string("i-") + n), start_).ok());
+  }
+  ASSERT_TRUE(r.AddCurve(PairCurve("forged")).ok());
+  monta::v1::BandwidthCurve own_c = PairCurve("c-alone");
+  own_c.clear_nodes();
+  own_c.add_nodes("c");
+  ASSERT_TRUE(r.AddCurve(own_c).ok());
+  monta::v1::ExcludedCurve e;
+  *e.mutable_curve() = PairCurve("forged", 8);
+  r.AddExcluded(e);
+  // The store still holds the honest curve the forged one replaced.
+  monta::v1::BandwidthCurve honest = PairCurve("honest");
+  honest.set_sequence(1);
+  observer.older = {honest};
+
+  EXPECT_EQ(r.Forget({}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.Forget({"x", "a"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.Forget({"", "zzz"}).status().code(), absl::StatusCode::kNotFound);
+  auto reply = r.Forget({"forged", ""});
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_EQ(reply->forgotten_size(), 1);  // one curve, though held twice
+  EXPECT_EQ(reply->forgotten(0).task_id(), "forged");
+  EXPECT_EQ(reply->forgotten(0).points_size(), 0);
+  EXPECT_EQ(observer.forgotten_measurements,
+            std::vector<std::string>{CurveKey(PairCurve("forged"))});
+  ASSERT_EQ(reply->restored_size(), 1);
+  EXPECT_EQ(r.Get("a", start_)->curves(0).task_id(), "honest");
+  EXPECT_EQ(r.Get("b", start_)->curves(0).task_id(), "honest");
+  EXPECT_TRUE(r.Excluded("a").empty());
+  EXPECT_EQ(r.Get("c", start_)->curves_size(), 1);
+
+  // By node: everything naming b goes, c's own curve stays.
+  observer.older.clear();
+  reply = r.Forget({"", "b"});
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->forgotten_size(), 1);
+  EXPECT_EQ(r.Get("a", start_)->curves_size(), 0);
+  EXPECT_EQ(r.Get("c", start_)->curves_size(), 1);
+}
+
+TEST_F(RegistryTest, LoopbackAddressesAndNicRates) {
+  for (const char* a : {"127.0.0.1", "127.1.2.3:7000", "::1", "[::1]:80",
+                        "localhost", "localhost:9"}) {
+    EXPECT_TRUE(IsLoopbackAddress(a)) << a;
+  }
+  for (const char* a : {"10.213.1.1", "", "node-a", "fe80::1", "128.0.0.1"}) {
+    EXPECT_FALSE(IsLoopbackAddress(a)) << a;
+  }
+  monta::v1::NodeTopology t;
+  t.add_nics()->set_rate_bytes_per_second(50e9);
+  auto* down = t.add_nics();
+  down->set_rate_bytes_per_second(50e9);
+  down->set_state("DOWN");
+  auto* active = t.add_nics();
+  active->set_rate_bytes_per_second(25e9);
+  active->set_state("ACTIVE");
+  EXPECT_DOUBLE_EQ(NicLineRate(t), 75e9);
+}
+
 TEST_F(RegistryTest, OversizedTopologyIsRefusedAtRegisterAndHeartbeat) {
   RegistryOptions options = Options();
   options.topology_limits.max_string_bytes = 64;
@@ -322,16 +478,6 @@ TEST_F(RegistryTest, WallClockStepsChangeNoNodesState) {
   EXPECT_EQ(r.StaleNodes(later), std::vector<std::string>{"dead"});
   EXPECT_FALSE(r.IsAlive("dead", "i2", later));
 }
-
-class RecordingObserver : public RegistryObserver {
- public:
-  void NodeChanged(const monta::v1::NodeInfo&) override {}
-  void CurveAdded(const monta::v1::BandwidthCurve&) override {}
-  void NodeRemoved(const std::string& name) override {
-    removed.push_back(name);
-  }
-  std::vector<std::string> removed;
-};
 
 TEST_F(RegistryTest, NodesQuietForGoneAfterAreRemovedWithTheirCurves) {
   RegistryOptions options = Options();

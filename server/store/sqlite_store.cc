@@ -38,10 +38,17 @@ CREATE TABLE IF NOT EXISTS curves (
   measured_unix_seconds REAL NOT NULL,
   measurement TEXT NOT NULL,     -- registry::CurveKey: rows with one key are one
                                  -- measurement's history, the newest is current
-  curve BLOB NOT NULL            -- monta.v1.BandwidthCurve
+  curve BLOB NOT NULL,           -- monta.v1.BandwidthCurve
+  -- Added by issue 17 (Migrate adds them to older files): the planner's order
+  -- of evidence (the highest sequence of a measurement is current), and its
+  -- wall time when the curve was formed (ages count from it).
+  -- measured_unix_seconds above is the agent's claim, for display only.
+  sequence INTEGER NOT NULL DEFAULT 0,
+  received_unix_seconds REAL NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS curves_by_nodes ON curves (nodes, collective, scope);
 CREATE INDEX IF NOT EXISTS curves_by_measurement ON curves (measurement, id);
+CREATE INDEX IF NOT EXISTS curves_by_task ON curves (task_id);
 CREATE TABLE IF NOT EXISTS decisions (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
   decided_unix_seconds REAL NOT NULL,
@@ -181,6 +188,24 @@ double NowSeconds() {
   return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
 }
 
+// The curve of a row whose columns from `first` on are sequence,
+// received_unix_seconds and the curve blob; the columns are the planner's
+// truth for the first two (a row from before issue 17 has neither in its
+// blob).
+absl::StatusOr<monta::v1::BandwidthCurve> CurveOfRow(sqlite3_stmt* row,
+                                                     int first) {
+  using google::protobuf::util::TimeUtil;
+  monta::v1::BandwidthCurve curve;
+  if (!curve.ParseFromArray(sqlite3_column_blob(row, first + 2),
+                            sqlite3_column_bytes(row, first + 2))) {
+    return absl::DataLossError("does not parse as monta.v1.BandwidthCurve");
+  }
+  curve.set_sequence(static_cast<uint64_t>(sqlite3_column_int64(row, first)));
+  *curve.mutable_received_at() = TimeUtil::NanosecondsToTimestamp(
+      static_cast<int64_t>(sqlite3_column_double(row, first + 1) * 1e9));
+  return curve;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
@@ -200,6 +225,10 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
   if (absl::Status usable = store->CheckUsable(); !usable.ok()) {
     return absl::Status(usable.code(),
                         absl::StrCat("--db ", path, ": ", usable.message()));
+  }
+  if (absl::Status migrated = store->Migrate(); !migrated.ok()) {
+    return absl::Status(migrated.code(),
+                        absl::StrCat("--db ", path, ": ", migrated.message()));
   }
   return store;
 }
@@ -256,6 +285,74 @@ absl::Status SqliteStore::CheckUsable() {
   return absl::OkStatus();
 }
 
+absl::Status SqliteStore::Migrate() {
+  bool has_sequence = false;
+  {
+    Statement columns(db_, "PRAGMA table_info(curves);");
+    if (columns.get() == nullptr) {
+      return SqliteError(db_, "reading the curves table's columns");
+    }
+    while (sqlite3_step(columns.get()) == SQLITE_ROW) {
+      const unsigned char* name = sqlite3_column_text(columns.get(), 1);
+      if (name != nullptr &&
+          std::string(reinterpret_cast<const char*>(name)) == "sequence") {
+        has_sequence = true;
+      }
+    }
+  }
+  if (absl::Status s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
+  absl::Status migrated = absl::OkStatus();
+  if (!has_sequence) {
+    migrated = Exec(
+        "ALTER TABLE curves ADD COLUMN sequence INTEGER NOT NULL DEFAULT 0;"
+        "ALTER TABLE curves ADD COLUMN received_unix_seconds REAL NOT NULL "
+        "DEFAULT 0;");
+  }
+  const double now = NowSeconds();
+  if (migrated.ok()) {
+    // A row an agent dated in the future (its clock, or a forgery) once
+    // outranked every later measurement; it is ordered by its row now.
+    Statement future(db_,
+                     "SELECT id, task_id, measured_unix_seconds FROM curves "
+                     "WHERE sequence = 0 AND measured_unix_seconds > ?1");
+    sqlite3_bind_double(future.get(), 1, now);
+    while (future.get() != nullptr &&
+           sqlite3_step(future.get()) == SQLITE_ROW) {
+      const unsigned char* task = sqlite3_column_text(future.get(), 1);
+      std::cerr << "monta-planner: sqlite: curve row "
+                << sqlite3_column_int64(future.get(), 0) << " of task "
+                << (task != nullptr ? reinterpret_cast<const char*>(task) : "")
+                << " claims it was measured "
+                << absl::FormatTime(
+                       absl::FromUnixSeconds(static_cast<int64_t>(
+                           sqlite3_column_double(future.get(), 2))),
+                       absl::UTCTimeZone())
+                << ", in the future; migrated: ordered by its row, its age "
+                   "counted from now"
+                << std::endl;
+    }
+    Statement update(db_,
+                     "UPDATE curves SET sequence = id, received_unix_seconds "
+                     "= MIN(measured_unix_seconds, ?1) WHERE sequence = 0");
+    sqlite3_bind_double(update.get(), 1, now);
+    if (update.get() == nullptr || sqlite3_step(update.get()) != SQLITE_DONE) {
+      migrated = SqliteError(db_, "migrating curve rows");
+    }
+  }
+  if (migrated.ok()) {
+    migrated = Exec(
+        "CREATE INDEX IF NOT EXISTS curves_by_sequence ON curves "
+        "(measurement, sequence);"
+        "INSERT OR REPLACE INTO store_meta (key, value) "
+        "VALUES ('schema_version', '2');");
+  }
+  if (!migrated.ok()) {
+    (void)Exec("ROLLBACK;");
+    return migrated;
+  }
+  return Exec("COMMIT;");
+}
+
 absl::StatusOr<std::string> SqliteStore::MoveAside(const std::string& path) {
   const std::string aside = absl::StrCat(
       path, ".corrupt-",
@@ -301,6 +398,7 @@ absl::Status SqliteStore::LoadInto(
     const std::function<void(const std::string& site)>& on_discarded) {
   std::vector<monta::v1::NodeInfo> nodes;
   std::vector<monta::v1::BandwidthCurve> curves;
+  uint64_t max_sequence = 0;
   {
     absl::MutexLock lock(&mu_);
     Statement node_rows(db_, "SELECT name, info FROM nodes ORDER BY name");
@@ -324,33 +422,42 @@ absl::Status SqliteStore::LoadInto(
       return absl::Status(CodeOf(db_), absl::StrCat("sqlite: reading nodes: ",
                                                     sqlite3_errmsg(db_)));
     }
-    // Only the newest row of each measurement: start-up reads what the registry
-    // keeps, not the whole history.
+    // Only the newest row of each measurement (by the planner's sequence):
+    // start-up reads what the registry keeps, not the whole history.
     Statement curve_rows(
         db_,
-        "SELECT id, curve FROM curves WHERE id IN (SELECT MAX(id) FROM "
-        "curves GROUP BY measurement) ORDER BY id");
+        "SELECT c.id, c.sequence, c.received_unix_seconds, c.curve FROM curves "
+        "c JOIN (SELECT measurement, MAX(sequence) AS newest FROM curves GROUP "
+        "BY measurement) m ON c.measurement = m.measurement AND c.sequence = "
+        "m.newest ORDER BY c.sequence");
     if (curve_rows.get() == nullptr) return SqliteError(db_, "reading curves");
     while ((step = sqlite3_step(curve_rows.get())) == SQLITE_ROW) {
-      monta::v1::BandwidthCurve curve;
-      if (!curve.ParseFromArray(sqlite3_column_blob(curve_rows.get(), 1),
-                                sqlite3_column_bytes(curve_rows.get(), 1))) {
+      absl::StatusOr<monta::v1::BandwidthCurve> curve =
+          CurveOfRow(curve_rows.get(), 1);
+      if (!curve.ok()) {
         return absl::DataLossError(absl::StrCat(
             "sqlite: curve row ", sqlite3_column_int64(curve_rows.get(), 0),
-            " does not parse as monta.v1.BandwidthCurve"));
+            ": ", curve.status().message()));
       }
-      curves.push_back(std::move(curve));
+      curves.push_back(*std::move(curve));
     }
     if (step != SQLITE_DONE) {
       return absl::Status(CodeOf(db_), absl::StrCat("sqlite: reading curves: ",
                                                     sqlite3_errmsg(db_)));
     }
+    Statement highest(db_, "SELECT MAX(sequence) FROM curves");
+    if (highest.get() != nullptr && sqlite3_step(highest.get()) == SQLITE_ROW) {
+      max_sequence =
+          static_cast<uint64_t>(sqlite3_column_int64(highest.get(), 0));
+    }
   }
   const Instant now = Instant::Now();
   for (const auto& node : nodes) registry.Restore(node, now);
+  // Later curves number above every stored row, restored or not.
+  registry.AdvanceSequence(max_sequence);
   for (const auto& curve : curves) {
     // A curve naming a node that is no longer stored is history only.
-    if (absl::Status added = registry.AddCurve(curve); !added.ok()) {
+    if (absl::Status added = registry.RestoreCurve(curve); !added.ok()) {
       std::cerr << "monta-planner: sqlite: curve of task " << curve.task_id()
                 << " stays history only: " << added << std::endl;
       if (on_discarded) on_discarded("load_curve");
@@ -391,11 +498,16 @@ void SqliteStore::CurveAdded(const monta::v1::BandwidthCurve& curve) {
           ? TimeUtil::TimestampToNanoseconds(curve.measured_at()) / 1e9
           : NowSeconds();
   absl::MutexLock lock(&mu_);
+  const double received =
+      curve.has_received_at()
+          ? TimeUtil::TimestampToNanoseconds(curve.received_at()) / 1e9
+          : NowSeconds();
   Statement stmt(
       db_,
       "INSERT INTO curves (task_id, nodes, collective, scope, strategy, "
-      "measured_unix_seconds, measurement, curve) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+      "measured_unix_seconds, measurement, curve, sequence, "
+      "received_unix_seconds) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
   if (stmt.get() == nullptr) {
     WriteDone("curve", SqliteError(db_, "preparing curve insert"));
     return;
@@ -409,6 +521,8 @@ void SqliteStore::CurveAdded(const monta::v1::BandwidthCurve& curve) {
   sqlite3_bind_double(stmt.get(), 6, measured);
   stmt.BindText(7, measurement);
   stmt.BindBlob(8, blob);
+  sqlite3_bind_int64(stmt.get(), 9, static_cast<int64_t>(curve.sequence()));
+  sqlite3_bind_double(stmt.get(), 10, received);
   WriteDone("curve",
             sqlite3_step(stmt.get()) == SQLITE_DONE
                 ? absl::OkStatus()
@@ -497,6 +611,45 @@ void SqliteStore::NodeRemoved(const std::string& node_name) {
                     sqlite3_step(curves.get()) == SQLITE_DONE;
   WriteDone("node", done ? absl::OkStatus()
                          : SqliteError(db_, "removing node " + node_name));
+}
+
+std::optional<monta::v1::BandwidthCurve> SqliteStore::NewestCurve(
+    const std::string& measurement) {
+  Statement row(db_,
+                "SELECT sequence, received_unix_seconds, curve FROM curves "
+                "WHERE measurement = ?1 ORDER BY sequence DESC LIMIT 1");
+  if (row.get() == nullptr) return std::nullopt;
+  row.BindText(1, measurement);
+  if (sqlite3_step(row.get()) != SQLITE_ROW) return std::nullopt;
+  absl::StatusOr<monta::v1::BandwidthCurve> curve = CurveOfRow(row.get(), 0);
+  if (!curve.ok()) return std::nullopt;
+  return *std::move(curve);
+}
+
+std::vector<monta::v1::BandwidthCurve> SqliteStore::CurvesForgotten(
+    const registry::ForgetSelector& what,
+    const std::vector<std::string>& measurements) {
+  absl::MutexLock lock(&mu_);
+  Statement drop(db_, !what.task_id.empty()
+                          ? "DELETE FROM curves WHERE task_id = ?1"
+                          : "DELETE FROM curves WHERE "
+                            "',' || nodes || ',' LIKE '%,' || ?1 || ',%'");
+  if (drop.get() == nullptr) {
+    WriteDone("curve", SqliteError(db_, "preparing curve removal"));
+    return {};
+  }
+  drop.BindText(1, !what.task_id.empty() ? what.task_id : what.node_name);
+  if (sqlite3_step(drop.get()) != SQLITE_DONE) {
+    WriteDone("curve", SqliteError(db_, "removing curves"));
+    return {};
+  }
+  WriteDone("curve", absl::OkStatus());
+  std::vector<monta::v1::BandwidthCurve> left;
+  for (const std::string& measurement : measurements) {
+    if (auto curve = NewestCurve(measurement))
+      left.push_back(*std::move(curve));
+  }
+  return left;
 }
 
 absl::StatusOr<int64_t> SqliteStore::PruneDecisions(absl::Time older_than,

@@ -1,13 +1,16 @@
 // Durable planner state in an embedded SQLite file (WAL): the nodes the
-// registry knows and the history of every measured curve. A restarted planner
-// reloads both, so agents resume with their heartbeats and measurements keep
-// their evidence.
+// registry knows, the history of every measured curve (with the planner's
+// sequence: the order evidence is judged by), decisions and verifications. A
+// restarted planner reloads nodes and curves, so agents resume with their
+// heartbeats and measurements keep their evidence.
 #ifndef MONTA_SERVER_STORE_SQLITE_STORE_H_
 #define MONTA_SERVER_STORE_SQLITE_STORE_H_
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -29,7 +32,8 @@ class SqliteStore : public registry::RegistryObserver, public DecisionLog {
   // files there: said so, never called corrupt), or the file is read-only (a
   // write probe fails);
   // DATA_LOSS: not a SQLite database, or `PRAGMA quick_check` finds it corrupt
-  // (see MoveAside); UNAVAILABLE: anything else SQLite refuses.
+  // (see MoveAside); UNAVAILABLE: anything else SQLite refuses. A database of
+  // an older schema is migrated (Migrate).
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(
       const std::string& path);
 
@@ -48,9 +52,10 @@ class SqliteStore : public registry::RegistryObserver, public DecisionLog {
   ~SqliteStore() override;
 
   // Restores every stored node (without a live lease) and the newest curve of
-  // each measurement (registry::CurveKey); the older rows stay as history. Call
-  // it before making this store the registry's observer, or the rows are
-  // written again. A stored curve the registry refuses (its node is no longer
+  // each measurement (registry::CurveKey, the highest sequence; the agents'
+  // measured_at plays no part) with its sequence and received_at; the older
+  // rows stay as history. Call it before making this store the registry's
+  // observer. A stored curve the registry refuses (its node is no longer
   // stored: the row is history only) is logged and reported to
   // `on_discarded("load_curve")` when set.
   absl::Status LoadInto(
@@ -64,6 +69,11 @@ class SqliteStore : public registry::RegistryObserver, public DecisionLog {
   void CurveAdded(const monta::v1::BandwidthCurve& curve) override;
   // Deletes the node's row and every curve row that names it.
   void NodeRemoved(const std::string& node_name) override;
+  // Deletes every curve row `what` selects (all of the task's, or all naming
+  // the node) and returns the newest row left of each of `measurements`.
+  std::vector<monta::v1::BandwidthCurve> CurvesForgotten(
+      const registry::ForgetSelector& what,
+      const std::vector<std::string>& measurements) override;
 
   // DecisionLog: appends the decision (request and reply kept whole).
   void RecordDecision(const monta::v1::StrategyRequest& request,
@@ -89,6 +99,15 @@ class SqliteStore : public registry::RegistryObserver, public DecisionLog {
   absl::StatusOr<int64_t> Count(const char* table);
   // The checks of Open after the file opened: writable, a database, intact.
   absl::Status CheckUsable() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Brings a database of an older schema up to this one, in one transaction:
+  // curve rows without a planner sequence (before issue 17) get their row id
+  // as sequence (the order the planner stored them in) and a received time of
+  // their measured_at, but never later than now (a row dated in the future
+  // is logged). Idempotent.
+  absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The newest row of `measurement`, if any.
+  std::optional<monta::v1::BandwidthCurve> NewestCurve(
+      const std::string& measurement) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts and logs a failed write, tells the listener of failures and of the
   // first success after one.
   void WriteDone(const std::string& operation, const absl::Status& status)

@@ -38,6 +38,17 @@ Instant Later(Instant t, absl::Duration d) {
   return Instant{t.wall + d, MonoAfter(t.mono, d)};
 }
 
+// Registers nodes "a" and "b" (instance "i-a", "i-b") at `now`.
+void RegisterAB(registry::Registry& registry, Instant now) {
+  for (const char* name : {"a", "b"}) {
+    monta::v1::RegisterRequest r;
+    r.set_node_name(name);
+    r.set_instance_id(std::string("i-") + name);
+    r.mutable_topology()->set_hostname(name);
+    ASSERT_TRUE(registry.Register(r, now).ok());
+  }
+}
+
 TEST(SqliteStoreTest, NodesAndLatestCurvesSurviveARestart) {
   const std::string path = TempPath("restart.db");
   const Instant t0 = Instant::Now();
@@ -46,13 +57,7 @@ TEST(SqliteStoreTest, NodesAndLatestCurvesSurviveARestart) {
     ASSERT_TRUE(store.ok()) << store.status();
     registry::Registry registry{registry::RegistryOptions{}};
     registry.SetObserver(store->get());
-    for (const char* name : {"a", "b"}) {
-      monta::v1::RegisterRequest r;
-      r.set_node_name(name);
-      r.set_instance_id(std::string("i-") + name);
-      r.mutable_topology()->set_hostname(name);
-      ASSERT_TRUE(registry.Register(r, t0).ok());
-    }
+    RegisterAB(registry, t0);
     ASSERT_TRUE(registry.AddCurve(Curve("t1", 1024)).ok());
     ASSERT_TRUE(registry.AddCurve(Curve("t2", 4096)).ok());
     EXPECT_EQ(*(*store)->CurveCount(), 2);  // the history keeps both
@@ -275,6 +280,158 @@ TEST(SqliteStoreTest, WriteListenerHearsFailuresAndRecovery) {
       {"node", false}, {"curve", false}, {"node", true}};
   EXPECT_EQ(heard, want);
   EXPECT_EQ((*store)->write_errors(), 2);
+}
+
+// The schema of a planner before issue 17: curves without the planner's
+// sequence, ordered by their agents' measured_at.
+constexpr const char* kOldSchema = R"sql(
+CREATE TABLE nodes (name TEXT PRIMARY KEY, info BLOB NOT NULL,
+                    updated_unix_seconds REAL NOT NULL);
+CREATE TABLE curves (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  task_id TEXT NOT NULL, nodes TEXT NOT NULL, collective INTEGER NOT NULL,
+  scope INTEGER NOT NULL, strategy TEXT NOT NULL,
+  measured_unix_seconds REAL NOT NULL, measurement TEXT NOT NULL,
+  curve BLOB NOT NULL);
+CREATE INDEX curves_by_nodes ON curves (nodes, collective, scope);
+CREATE INDEX curves_by_measurement ON curves (measurement, id);
+CREATE TABLE store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+)sql";
+
+// Writes a node row and a curve row as the old planner did.
+void OldRows(
+    sqlite3* db,
+    const std::vector<std::pair<monta::v1::BandwidthCurve, absl::Time>>&
+        curves) {
+  for (const char* name : {"a", "b"}) {
+    monta::v1::NodeInfo node;
+    node.set_name(name);
+    const std::string blob = node.SerializeAsString();
+    sqlite3_stmt* stmt = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db, "INSERT INTO nodes VALUES (?1, ?2, 0)", -1,
+                                 &stmt, nullptr),
+              SQLITE_OK);
+    sqlite3_bind_text(stmt, 1, name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_blob(stmt, 2, blob.data(), blob.size(), SQLITE_TRANSIENT);
+    ASSERT_EQ(sqlite3_step(stmt), SQLITE_DONE);
+    sqlite3_finalize(stmt);
+  }
+  for (const auto& [curve, measured] : curves) {
+    monta::v1::BandwidthCurve c = curve;
+    c.mutable_measured_at()->set_seconds(absl::ToUnixSeconds(measured));
+    const std::string blob = c.SerializeAsString();
+    const std::string key = registry::CurveKey(c);
+    sqlite3_stmt* stmt = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(
+                  db,
+                  "INSERT INTO curves (task_id, nodes, collective, scope, "
+                  "strategy, measured_unix_seconds, measurement, curve) VALUES "
+                  "(?1, 'a,b', 1, 2, '', ?2, ?3, ?4)",
+                  -1, &stmt, nullptr),
+              SQLITE_OK);
+    sqlite3_bind_text(stmt, 1, c.task_id().c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_double(stmt, 2,
+                        absl::ToDoubleSeconds(measured - absl::UnixEpoch()));
+    sqlite3_bind_text(stmt, 3, key.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_blob(stmt, 4, blob.data(), blob.size(), SQLITE_TRANSIENT);
+    ASSERT_EQ(sqlite3_step(stmt), SQLITE_DONE);
+    sqlite3_finalize(stmt);
+  }
+}
+
+// A database of the old schema with a curve dated 100 years ahead (the forged
+// 10 s curve of issue 17, another measurement of the same node pair) between
+// two honest ones: after the migration the row order decides (the later honest
+// curve is the newest), and no age counts from the forged date.
+TEST(SqliteStoreTest, AnOldDatabaseIsMigratedAndItsFutureRowLosesItsDate) {
+  const std::string path = TempPath("old-schema.db");
+  const absl::Time now = absl::Now();
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, kOldSchema, nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    monta::v1::BandwidthCurve forged = Curve("forged", 1024);
+    forged.set_nranks(2);
+    OldRows(db, {{Curve("honest-1", 1024), now - absl::Hours(2)},
+                 {forged, now + absl::Hours(24 * 365 * 100)},
+                 {Curve("honest-2", 1024), now - absl::Hours(1)}});
+    sqlite3_close(db);
+  }
+  for (int open = 0; open < 2; ++open) {  // the migration runs once
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    registry::Registry registry{registry::RegistryOptions{}};
+    ASSERT_TRUE((*store)->LoadInto(registry).ok());
+    auto loaded = registry.ListCurves("a");
+    ASSERT_TRUE(loaded.ok());
+    ASSERT_EQ(loaded->curves_size(), 2);  // honest-2 and the forged one
+    const monta::v1::BandwidthCurve& newest = loaded->curves(0);
+    EXPECT_EQ(newest.task_id(), "honest-2") << "open " << open;
+    EXPECT_EQ(newest.sequence(), 3u);  // its row
+    EXPECT_LE(newest.received_at().seconds(), absl::ToUnixSeconds(now));
+    const monta::v1::BandwidthCurve& forged = loaded->curves(1);
+    EXPECT_EQ(forged.task_id(), "forged");
+    EXPECT_EQ(forged.sequence(), 2u);
+    // Its claim stays for display; the planner's date is the migration's.
+    EXPECT_GT(forged.measured_at().seconds(),
+              absl::ToUnixSeconds(now + absl::Hours(24 * 365 * 99)));
+    EXPECT_LE(forged.received_at().seconds(), absl::ToUnixSeconds(absl::Now()));
+    // New curves number above every old row.
+    registry.SetObserver(store->get());
+    monta::v1::BandwidthCurve next = Curve("next", 2048);
+    next.set_nranks(8);
+    ASSERT_TRUE(registry.AddCurve(next).ok());
+    auto listed = registry.ListCurves("a");
+    ASSERT_TRUE(listed.ok());
+    EXPECT_EQ(listed->curves(0).task_id(), "next");
+    EXPECT_GE(listed->curves(0).sequence(), 4u);
+    ASSERT_TRUE(registry.Forget({"next", ""}).ok());
+  }
+  // The forged row is history with its date clamped to the migration.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db,
+                               "SELECT sequence, received_unix_seconds FROM "
+                               "curves WHERE task_id = 'forged'",
+                               -1, &stmt, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int64(stmt, 0), 2);
+  EXPECT_LE(sqlite3_column_double(stmt, 1),
+            absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+}
+
+// Forget drops the rows (history included) and puts back the newest curve of
+// the same measurement that is left.
+TEST(SqliteStoreTest, ForgottenCurvesLeaveTheDatabase) {
+  const std::string path = TempPath("forget.db");
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    registry::Registry registry{registry::RegistryOptions{}};
+    registry.SetObserver(store->get());
+    RegisterAB(registry, Instant::Now());
+    ASSERT_TRUE(registry.AddCurve(Curve("honest", 1024)).ok());
+    ASSERT_TRUE(registry.AddCurve(Curve("forged", 1024)).ok());
+    EXPECT_EQ(registry.Get("a", Instant::Now())->curves(0).task_id(), "forged");
+    auto reply = registry.Forget({"forged", ""});
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    ASSERT_EQ(reply->restored_size(), 1);
+    EXPECT_EQ(reply->restored(0).task_id(), "honest");
+    EXPECT_EQ(reply->restored(0).sequence(), 1u);
+    EXPECT_EQ(registry.Get("a", Instant::Now())->curves(0).task_id(), "honest");
+    EXPECT_EQ(*(*store)->CurveCount(), 1);
+    EXPECT_EQ((*store)->write_errors(), 0);
+  }
+  auto store = SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok());
+  registry::Registry registry{registry::RegistryOptions{}};
+  ASSERT_TRUE((*store)->LoadInto(registry).ok());
+  EXPECT_EQ(registry.Get("b", Instant::Now())->curves(0).task_id(), "honest");
 }
 
 }  // namespace

@@ -8,7 +8,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/bandwidth/bandwidth.h"
+#include "common/proto_names.h"
 #include "common/schedule/schedule.h"
 #include "common/strategy/strategy_proto.h"
 #include "server/model/cost_model.h"
@@ -143,8 +145,18 @@ std::vector<Run> PlanRuns(const JobShape& job, const v1::StrategyReply& plan,
 }
 
 // Fills measured times from the task's curves (one per run, in run order).
-absl::Status FillMeasured(const std::vector<v1::BandwidthCurve>& curves,
+// A run whose curve the planner excluded (nodes disagree, wrong bytes) has no
+// measurement: the verification fails, naming why.
+absl::Status FillMeasured(const v1::BenchmarkTaskStatus& status,
+                          const std::vector<v1::BandwidthCurve>& curves,
                           std::vector<Run>* runs) {
+  if (status.excluded_size() > 0) {
+    return absl::AbortedError(absl::StrCat(
+        "verify task ", status.task_id(), ": ", status.excluded_size(),
+        " dispatch measurement(s) excluded; the first: ",
+        ShortName(status.excluded(0).reason()), ": ",
+        status.excluded(0).detail()));
+  }
   if (curves.size() != runs->size()) {
     return absl::InternalError(absl::StrCat("verify task returned ",
                                             curves.size(), " curves for ",
@@ -209,9 +221,21 @@ absl::Status Execute(coordination::Coordinator& coordinator,
   const int warmup = request.warmup_iterations() > 0
                          ? request.warmup_iterations()
                          : options.default_warmup_iterations;
+  // The task's curves, handed over when it finishes (the coordinator keeps
+  // none); filled before the finished status is visible to WaitFinished.
+  struct Results {
+    absl::Mutex mu;
+    std::vector<v1::BandwidthCurve> curves ABSL_GUARDED_BY(mu);
+  };
+  auto results = std::make_shared<Results>();
   absl::StatusOr<v1::BenchmarkTaskStatus> status =
-      coordinator.ScheduleDispatches(bench, workloads, iterations, warmup,
-                                     Instant::Now());
+      coordinator.ScheduleDispatches(
+          bench, workloads, iterations, warmup, Instant::Now(),
+          [results](const v1::BenchmarkTaskStatus&,
+                    std::vector<v1::BandwidthCurve> curves) {
+            absl::MutexLock lock(&results->mu);
+            results->curves = std::move(curves);
+          });
   if (!status.ok()) return status.status();
   const absl::Duration wait =
       std::min(max_wait, absl::Seconds(bench.timeout_seconds() + 5));
@@ -228,10 +252,8 @@ absl::Status Execute(coordination::Coordinator& coordinator,
     return absl::DeadlineExceededError(absl::StrCat(
         "verify task ", status->task_id(), " did not finish in time"));
   }
-  absl::StatusOr<std::vector<v1::BandwidthCurve>> curves =
-      coordinator.Curves(status->task_id());
-  if (!curves.ok()) return curves.status();
-  return FillMeasured(*curves, runs);
+  absl::MutexLock lock(&results->mu);
+  return FillMeasured(*status, results->curves, runs);
 }
 
 // Fits the node set's calibration on this run and the earlier ones kept for

@@ -1,0 +1,29 @@
+#include "agent/bench/report.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace monta::bench {
+
+absl::StatusOr<monta::v1::SeriesTimes> SeriesFromRanks(
+    const std::vector<std::vector<SweepPoint>>& per_rank) {
+  monta::v1::SeriesTimes series;
+  if (per_rank.empty()) return series;
+  const std::vector<SweepPoint>& first = per_rank.front();
+  for (size_t i = 0; i < first.size(); ++i) {
+    monta::v1::SizeTimes& size = *series.add_sizes();
+    size.set_message_bytes(first[i].bytes);
+    for (size_t r = 0; r < per_rank.size(); ++r) {
+      const std::vector<SweepPoint>& points = per_rank[r];
+      if (points.size() != first.size() || points[i].bytes != first[i].bytes) {
+        return absl::InternalError(absl::StrCat(
+            "local rank ", r, " measured other sizes than local rank 0 (",
+            points.size(), " sizes vs ", first.size(), ")"));
+      }
+      size.add_rank_seconds(points[i].time_us * 1e-6);
+      size.add_rank_wrong_bytes(points[i].wrong);
+    }
+  }
+  return series;
+}
+
+}  // namespace monta::bench
