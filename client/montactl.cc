@@ -2,7 +2,8 @@
 //
 //   montactl [--planner ADDR] [--output table|json] COMMAND [ARGS]
 //
-// Commands: health, nodes, node NAME, topology NODE, profiles, plan, bench.
+// Commands: health, nodes, node NAME, topology NODE, profiles, plan, bench,
+// verify, curves NODE, forget.
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -60,6 +61,9 @@ ABSL_FLAG(std::string, svg, "",
 ABSL_FLAG(bool, skip_calibration, false,
           "verify: do not fit the model's calibration from this run");
 ABSL_FLAG(double, verify_timeout_seconds, 600, "verify: run deadline");
+ABSL_FLAG(std::string, task, "", "forget: drop every curve of this task");
+ABSL_FLAG(std::string, node, "",
+          "forget: drop every curve that involves this node");
 
 namespace {
 
@@ -442,6 +446,100 @@ int Bench(const Context& ctx, const std::vector<std::string>& args) {
                                                                          : 1;
 }
 
+// "alltoall", "tp_dedup_pipelined K=4": what a curve measured.
+std::string CurveWhat(const monta::v1::BandwidthCurve& c) {
+  std::string what = monta::bandwidth::CollectiveProtoName(c.collective());
+  if (c.strategy_kind() != monta::v1::STRATEGY_KIND_UNSPECIFIED) {
+    what = absl::StrCat(monta::CurveStrategyName(c.strategy_kind()),
+                        " K=", c.chunks());
+  }
+  return what;
+}
+
+std::string Age(const google::protobuf::Timestamp& t) {
+  if (t.seconds() == 0 && t.nanos() == 0) return "-";
+  return ShortDuration(
+      absl::ToDoubleSeconds(absl::Now() - absl::FromUnixSeconds(t.seconds())));
+}
+
+int Curves(const Context& ctx, const std::vector<std::string>& args) {
+  if (args.size() != 1) {
+    std::cerr << "montactl: usage: montactl curves NODE\n";
+    return 2;
+  }
+  auto stub = monta::v1::Planner::NewStub(ctx.channel);
+  monta::v1::ListCurvesRequest request;
+  request.set_node_name(args[0]);
+  monta::v1::ListCurvesReply reply;
+  auto context = RpcContext();
+  grpc::Status status = stub->ListCurves(context.get(), request, &reply);
+  if (!status.ok()) return Fail("list curves", status);
+  if (ctx.json) return PrintJson(reply);
+  // Newest first: the planner's sequence orders evidence; RECEIVED is when
+  // the planner formed the curve (the agents' own dates are not trusted).
+  Table curves({"SEQ", "TASK", "MEASURED", "NODES", "RANKS", "SIZES", "SPREAD",
+                "RECEIVED"});
+  for (const auto& c : reply.curves()) {
+    const std::string sizes =
+        c.points().empty()
+            ? "-"
+            : absl::StrCat(
+                  monta::client::HumanBytes(c.points(0).message_bytes()), "..",
+                  monta::client::HumanBytes(
+                      c.points(c.points_size() - 1).message_bytes()));
+    curves.AddRow({absl::StrCat(c.sequence()), c.task_id(), CurveWhat(c),
+                   absl::StrJoin(c.nodes(), ","), absl::StrCat(c.nranks()),
+                   sizes,
+                   c.node_spread_ratio() > 0
+                       ? absl::StrFormat("%.2fx", c.node_spread_ratio())
+                       : "-",
+                   Age(c.received_at()) + " ago"});
+  }
+  std::cout << curves.Render();
+  if (reply.curves().empty()) std::cout << "(no curves)\n";
+  if (!reply.excluded().empty()) {
+    std::cout << "\nExcluded (not planned with):\n";
+    Table excluded({"TASK", "MEASURED", "NODES", "REASON", "DETAIL"});
+    for (const auto& e : reply.excluded()) {
+      excluded.AddRow({e.curve().task_id(), CurveWhat(e.curve()),
+                       absl::StrJoin(e.curve().nodes(), ","),
+                       monta::ShortName(e.reason()), e.detail()});
+    }
+    std::cout << excluded.Render();
+  }
+  return 0;
+}
+
+int Forget(const Context& ctx, const std::vector<std::string>& args) {
+  const std::string task = absl::GetFlag(FLAGS_task);
+  const std::string node = absl::GetFlag(FLAGS_node);
+  if (!args.empty() || task.empty() == node.empty()) {
+    std::cerr << "montactl: usage: montactl forget (--task ID | --node NAME)\n";
+    return 2;
+  }
+  auto stub = monta::v1::Planner::NewStub(ctx.channel);
+  monta::v1::ForgetCurvesRequest request;
+  request.set_task_id(task);
+  request.set_node_name(node);
+  monta::v1::ForgetCurvesReply reply;
+  auto context = RpcContext();
+  grpc::Status status = stub->ForgetCurves(context.get(), request, &reply);
+  if (!status.ok()) return Fail("forget", status);
+  if (ctx.json) return PrintJson(reply);
+  std::cout << "forgot " << reply.forgotten_size() << " curve(s)\n";
+  for (const auto& c : reply.forgotten()) {
+    std::cout << "  - " << CurveWhat(c) << " on "
+              << absl::StrJoin(c.nodes(), ",") << " (task " << c.task_id()
+              << ", sequence " << c.sequence() << ")\n";
+  }
+  for (const auto& c : reply.restored()) {
+    std::cout << "  evidence again: " << CurveWhat(c) << " on "
+              << absl::StrJoin(c.nodes(), ",") << " (task " << c.task_id()
+              << ", sequence " << c.sequence() << ")\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -467,6 +565,12 @@ int main(int argc, char** argv) {
       "and K there,\n"
       "                    and score the plan (predicted vs measured, "
       "regret)\n"
+      "  curves NODE       the evidence on a node: its curves, newest first "
+      "(by the planner's\n"
+      "                    sequence), and the curves it excluded, with why\n"
+      "  forget (--task ID | --node NAME)\n"
+      "                    drop evidence (operators; written to the audit "
+      "log)\n"
       "Example:\n"
       "  montactl --planner=127.0.0.1:7400 --insecure plan "
       "--job=examples/monta-paper-2x70b.yaml --profile=a800-hgx --nodes=2",
@@ -501,7 +605,8 @@ int main(int argc, char** argv) {
   const std::map<std::string, Handler> commands = {
       {"health", Health},     {"nodes", Nodes},       {"node", Node},
       {"topology", Topology}, {"profiles", Profiles}, {"plan", Plan},
-      {"bench", Bench},       {"verify", Verify},
+      {"bench", Bench},       {"verify", Verify},     {"curves", Curves},
+      {"forget", Forget},
   };
   auto it = commands.find(command);
   if (it == commands.end()) {

@@ -199,7 +199,7 @@ absl::Status PlannerServer::StartGrpc() {
       planner_metrics_.get(), store_.get());
   planner_ = std::make_unique<api::PlannerService>(
       registry_.get(), coordinator_.get(), authz_.get(), planner_metrics_.get(),
-      store_.get(), knowledge_.get(), verifier_.get());
+      store_.get(), knowledge_.get(), verifier_.get(), store_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -459,6 +459,34 @@ TEST_F(MtlsAttackTest, ForgedResultsAreRefusedAndThePlanStays) {
   EXPECT_EQ(Node("node-b").curves_size(), 0);
 }
 
+// Evidence can be listed by anyone with a certificate and dropped only by an
+// operator.
+TEST_F(MtlsAttackTest, OnlyOperatorsForgetEvidence) {
+  monta::v1::ForgetCurvesRequest forget;
+  forget.set_node_name("node-a");
+  for (const std::string identity : {"reader", "node-a", "node-b"}) {
+    monta::v1::ForgetCurvesReply reply;
+    const grpc::Status s =
+        Planner(identity)->ForgetCurves(Context().get(), forget, &reply);
+    EXPECT_EQ(s.error_code(), StatusCode::PERMISSION_DENIED) << identity;
+  }
+  monta::v1::ListCurvesRequest list;
+  list.set_node_name("node-a");
+  for (const std::string identity : {"reader", "node-b", "operator"}) {
+    monta::v1::ListCurvesReply reply;
+    EXPECT_TRUE(
+        Planner(identity)->ListCurves(Context().get(), list, &reply).ok())
+        << identity;
+  }
+  // The control: an operator may (a task that produced nothing: a no-op).
+  forget.clear_node_name();
+  forget.set_task_id("bench-none");
+  monta::v1::ForgetCurvesReply reply;
+  EXPECT_TRUE(
+      Planner("operator")->ForgetCurves(Context().get(), forget, &reply).ok());
+  EXPECT_EQ(reply.forgotten_size(), 0);
+}
+
 TEST_F(MtlsAttackTest, InstanceIdIsNeverHandedOut) {
   monta::v1::ListNodesRequest list;
   list.set_include_gone(true);

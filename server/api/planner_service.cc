@@ -1,28 +1,33 @@
 #include "server/api/planner_service.h"
 
+#include <iostream>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/bandwidth/collective_proto.h"
 #include "common/grpc_status.h"
+#include "common/proto_names.h"
 #include "server/api/reactors.h"
 #include "server/planning/decide_strategy.h"
 
 namespace monta::api {
 
-PlannerService::PlannerService(registry::Registry* registry,
-                               coordination::Coordinator* coordinator,
-                               const Authorizer* authz,
-                               metrics::PlannerMetrics* metrics,
-                               store::DecisionLog* decisions,
-                               const planning::PlanKnowledge* knowledge,
-                               verify::Verifier* verifier)
+PlannerService::PlannerService(
+    registry::Registry* registry, coordination::Coordinator* coordinator,
+    const Authorizer* authz, metrics::PlannerMetrics* metrics,
+    store::DecisionLog* decisions, const planning::PlanKnowledge* knowledge,
+    verify::Verifier* verifier, store::AuditLog* audit)
     : registry_(registry),
       coordinator_(coordinator),
       authz_(authz),
       metrics_(metrics),
       decisions_(decisions),
       knowledge_(knowledge),
-      verifier_(verifier) {}
+      verifier_(verifier),
+      audit_(audit) {}
 
 PlannerService::~PlannerService() {
   absl::MutexLock lock(&verify_mu_);
@@ -176,6 +181,77 @@ grpc::ServerUnaryReactor* PlannerService::Verify(
     --verifying_;
   }).detach();
   return reactor;
+}
+
+grpc::ServerUnaryReactor* PlannerService::ListCurves(
+    grpc::CallbackServerContext* context,
+    const monta::v1::ListCurvesRequest* request,
+    monta::v1::ListCurvesReply* reply) {
+  if (grpc::Status s = authz_->RequireAuthenticated(*context); !s.ok())
+    return FinishUnary(context, s);
+  if (request->node_name().empty()) {
+    return FinishUnary(context,
+                       grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                    "node_name: expected a node name"));
+  }
+  absl::StatusOr<monta::v1::ListCurvesReply> listed =
+      registry_->ListCurves(request->node_name());
+  if (!listed.ok()) return FinishUnary(context, ToGrpc(listed.status()));
+  *reply = *std::move(listed);
+  return FinishUnary(context, grpc::Status::OK);
+}
+
+namespace {
+
+// "2 curve(s) of task bench-1-2 (alltoall on node-a,node-b, ...)": what an
+// audit entry says was dropped and put back.
+std::string ForgetDetail(const monta::v1::ForgetCurvesReply& reply) {
+  const auto describe = [](const monta::v1::BandwidthCurve& c) {
+    return absl::StrCat(
+        bandwidth::CollectiveProtoName(c.collective()),
+        c.strategy_kind() == monta::v1::STRATEGY_KIND_UNSPECIFIED
+            ? ""
+            : absl::StrCat(" ", CurveStrategyName(c.strategy_kind())),
+        " on ", absl::StrJoin(c.nodes(), ","), " of task ", c.task_id(),
+        " (sequence ", c.sequence(), ")");
+  };
+  std::vector<std::string> dropped;
+  for (const auto& c : reply.forgotten()) dropped.push_back(describe(c));
+  std::vector<std::string> restored;
+  for (const auto& c : reply.restored()) restored.push_back(describe(c));
+  return absl::StrCat("dropped ", reply.forgotten_size(), " curve(s)",
+                      dropped.empty() ? "" : ": ", absl::StrJoin(dropped, "; "),
+                      "; restored ", reply.restored_size(),
+                      restored.empty() ? "" : ": ",
+                      absl::StrJoin(restored, "; "));
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* PlannerService::ForgetCurves(
+    grpc::CallbackServerContext* context,
+    const monta::v1::ForgetCurvesRequest* request,
+    monta::v1::ForgetCurvesReply* reply) {
+  if (grpc::Status s = authz_->RequireOperator(*context); !s.ok())
+    return FinishUnary(context, s);
+  const registry::ForgetSelector what{request->task_id(), request->node_name()};
+  absl::StatusOr<monta::v1::ForgetCurvesReply> forgotten =
+      registry_->Forget(what);
+  if (!forgotten.ok()) return FinishUnary(context, ToGrpc(forgotten.status()));
+  store::AuditEntry entry;
+  entry.identity = authz_->Accountable(*context);
+  entry.action = "forget_curves";
+  entry.target = what.task_id.empty() ? absl::StrCat("node ", what.node_name)
+                                      : absl::StrCat("task ", what.task_id);
+  entry.detail = ForgetDetail(*forgotten);
+  std::cerr << "monta-planner: audit: "
+            << absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(),
+                                absl::UTCTimeZone())
+            << " " << entry.identity << " forgot the curves of " << entry.target
+            << ": " << entry.detail << std::endl;
+  if (audit_ != nullptr) audit_->RecordAudit(entry);
+  *reply = *std::move(forgotten);
+  return FinishUnary(context, grpc::Status::OK);
 }
 
 }  // namespace monta::api

@@ -14,6 +14,7 @@
 #include "server/planning/calibration.h"
 #include "server/planning/strategy_planner.h"
 #include "server/registry/registry.h"
+#include "server/store/audit_log.h"
 #include "server/store/decision_log.h"
 #include "server/verify/verifier.h"
 
@@ -24,13 +25,15 @@ class PlannerService final : public monta::v1::Planner::CallbackService {
   // Pointers are not owned and must outlive the service; `metrics` and
   // `decisions` may be null. `authz` decides who may call what (authz.h).
   // `knowledge` and `verifier` may be null (no calibration; Verify is then
-  // UNIMPLEMENTED).
+  // UNIMPLEMENTED). `audit` (may be null: the log line only) records what
+  // operators change (ForgetCurves).
   PlannerService(registry::Registry* registry,
                  coordination::Coordinator* coordinator,
                  const Authorizer* authz, metrics::PlannerMetrics* metrics,
                  store::DecisionLog* decisions = nullptr,
                  const planning::PlanKnowledge* knowledge = nullptr,
-                 verify::Verifier* verifier = nullptr);
+                 verify::Verifier* verifier = nullptr,
+                 store::AuditLog* audit = nullptr);
 
   // Waits for the Verify calls still running.
   ~PlannerService() override;
@@ -57,6 +60,14 @@ class PlannerService final : public monta::v1::Planner::CallbackService {
   grpc::ServerUnaryReactor* Verify(grpc::CallbackServerContext* context,
                                    const monta::v1::VerifyRequest* request,
                                    monta::v1::VerifyReply* reply) override;
+  grpc::ServerUnaryReactor* ListCurves(
+      grpc::CallbackServerContext* context,
+      const monta::v1::ListCurvesRequest* request,
+      monta::v1::ListCurvesReply* reply) override;
+  grpc::ServerUnaryReactor* ForgetCurves(
+      grpc::CallbackServerContext* context,
+      const monta::v1::ForgetCurvesRequest* request,
+      monta::v1::ForgetCurvesReply* reply) override;
 
  private:
   registry::Registry* const registry_;
@@ -66,6 +77,7 @@ class PlannerService final : public monta::v1::Planner::CallbackService {
   store::DecisionLog* const decisions_;
   const planning::PlanKnowledge* const knowledge_;
   verify::Verifier* const verifier_;
+  store::AuditLog* const audit_;
   // Verify calls running on their own threads.
   absl::Mutex verify_mu_;
   int verifying_ ABSL_GUARDED_BY(verify_mu_) = 0;

@@ -298,7 +298,8 @@ void PlannerMetrics::CreateSeries() {
   for (const char* result : {"ok", "invalid", "failed"}) {
     verify_runs_.Add({{"result", result}});
   }
-  for (const char* operation : {"node", "curve", "decision", "verification"}) {
+  for (const char* operation :
+       {"node", "curve", "decision", "verification", "audit"}) {
     store_errors_.Add({{"operation", operation}});
   }
   for (auto reason : {monta::v1::EXCLUSION_REASON_NODES_DISAGREE,

@@ -76,6 +76,14 @@ CREATE TABLE IF NOT EXISTS store_meta (
   key TEXT PRIMARY KEY,
   value TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS audit_log (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  at_unix_seconds REAL NOT NULL,
+  identity TEXT NOT NULL,          -- "operator alice", from the certificate
+  action TEXT NOT NULL,            -- "forget_curves"
+  target TEXT NOT NULL,            -- "task bench-...", "node node-b"
+  detail TEXT NOT NULL             -- what it changed
+);
 )sql";
 
 // Open's write probe: an existing database with its schema would otherwise be
@@ -650,6 +658,42 @@ std::vector<monta::v1::BandwidthCurve> SqliteStore::CurvesForgotten(
       left.push_back(*std::move(curve));
   }
   return left;
+}
+
+void SqliteStore::RecordAudit(const AuditEntry& entry) {
+  absl::MutexLock lock(&mu_);
+  Statement stmt(db_,
+                 "INSERT INTO audit_log (at_unix_seconds, identity, action, "
+                 "target, detail) VALUES (?1, ?2, ?3, ?4, ?5)");
+  if (stmt.get() == nullptr) {
+    WriteDone("audit", SqliteError(db_, "preparing audit insert"));
+    return;
+  }
+  sqlite3_bind_double(stmt.get(), 1, NowSeconds());
+  stmt.BindText(2, entry.identity);
+  stmt.BindText(3, entry.action);
+  stmt.BindText(4, entry.target);
+  stmt.BindText(5, entry.detail);
+  WriteDone("audit", sqlite3_step(stmt.get()) == SQLITE_DONE
+                         ? absl::OkStatus()
+                         : SqliteError(db_, "writing the audit log"));
+}
+
+absl::StatusOr<std::vector<AuditEntry>> SqliteStore::AuditEntries() {
+  absl::MutexLock lock(&mu_);
+  Statement rows(db_,
+                 "SELECT identity, action, target, detail FROM audit_log "
+                 "ORDER BY id");
+  if (rows.get() == nullptr) return SqliteError(db_, "reading the audit log");
+  std::vector<AuditEntry> out;
+  const auto text = [&](int column) {
+    const unsigned char* t = sqlite3_column_text(rows.get(), column);
+    return t != nullptr ? std::string(reinterpret_cast<const char*>(t)) : "";
+  };
+  while (sqlite3_step(rows.get()) == SQLITE_ROW) {
+    out.push_back(AuditEntry{text(0), text(1), text(2), text(3)});
+  }
+  return out;
 }
 
 absl::StatusOr<int64_t> SqliteStore::PruneDecisions(absl::Time older_than,

@@ -1,8 +1,9 @@
 // Durable planner state in an embedded SQLite file (WAL): the nodes the
 // registry knows, the history of every measured curve (with the planner's
-// sequence: the order evidence is judged by), decisions and verifications. A
-// restarted planner reloads nodes and curves, so agents resume with their
-// heartbeats and measurements keep their evidence.
+// sequence: the order evidence is judged by), decisions, verifications and
+// the audit log of what operators changed. A restarted planner reloads nodes
+// and curves, so agents resume with their heartbeats and measurements keep
+// their evidence.
 #ifndef MONTA_SERVER_STORE_SQLITE_STORE_H_
 #define MONTA_SERVER_STORE_SQLITE_STORE_H_
 
@@ -17,13 +18,16 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/registry/registry.h"
+#include "server/store/audit_log.h"
 #include "server/store/decision_log.h"
 
 struct sqlite3;
 
 namespace monta::store {
 
-class SqliteStore : public registry::RegistryObserver, public DecisionLog {
+class SqliteStore : public registry::RegistryObserver,
+                    public DecisionLog,
+                    public AuditLog {
  public:
   // Opens (creating if needed) the database at `path` and its schema, and
   // refuses one the planner could not keep: each error is one line naming
@@ -74,6 +78,11 @@ class SqliteStore : public registry::RegistryObserver, public DecisionLog {
   std::vector<monta::v1::BandwidthCurve> CurvesForgotten(
       const registry::ForgetSelector& what,
       const std::vector<std::string>& measurements) override;
+
+  // AuditLog: appends to the audit_log table.
+  void RecordAudit(const AuditEntry& entry) override;
+  // The audit log, oldest first (tests, inspection).
+  absl::StatusOr<std::vector<AuditEntry>> AuditEntries();
 
   // DecisionLog: appends the decision (request and reply kept whole).
   void RecordDecision(const monta::v1::StrategyRequest& request,

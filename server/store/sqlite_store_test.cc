@@ -406,8 +406,8 @@ TEST(SqliteStoreTest, AnOldDatabaseIsMigratedAndItsFutureRowLosesItsDate) {
 }
 
 // Forget drops the rows (history included) and puts back the newest curve of
-// the same measurement that is left.
-TEST(SqliteStoreTest, ForgottenCurvesLeaveTheDatabase) {
+// the same measurement that is left; the audit log keeps who did it.
+TEST(SqliteStoreTest, ForgottenCurvesLeaveTheDatabaseAndTheAuditLogSaysWho) {
   const std::string path = TempPath("forget.db");
   {
     auto store = SqliteStore::Open(path);
@@ -425,6 +425,8 @@ TEST(SqliteStoreTest, ForgottenCurvesLeaveTheDatabase) {
     EXPECT_EQ(reply->restored(0).sequence(), 1u);
     EXPECT_EQ(registry.Get("a", Instant::Now())->curves(0).task_id(), "honest");
     EXPECT_EQ(*(*store)->CurveCount(), 1);
+    (*store)->RecordAudit({"operator alice", "forget_curves", "task forged",
+                           "dropped 1 curve(s)"});
     EXPECT_EQ((*store)->write_errors(), 0);
   }
   auto store = SqliteStore::Open(path);
@@ -432,6 +434,11 @@ TEST(SqliteStoreTest, ForgottenCurvesLeaveTheDatabase) {
   registry::Registry registry{registry::RegistryOptions{}};
   ASSERT_TRUE((*store)->LoadInto(registry).ok());
   EXPECT_EQ(registry.Get("b", Instant::Now())->curves(0).task_id(), "honest");
+  auto audit = (*store)->AuditEntries();
+  ASSERT_TRUE(audit.ok()) << audit.status();
+  ASSERT_EQ(audit->size(), 1u);
+  EXPECT_EQ((*audit)[0].identity, "operator alice");
+  EXPECT_EQ((*audit)[0].target, "task forged");
 }
 
 }  // namespace
