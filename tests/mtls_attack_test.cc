@@ -4,6 +4,10 @@
 // UNAUTHENTICATED or PERMISSION_DENIED, the victim node's state and the plan
 // do not change, and the legitimate node can still do what the attacker
 // could not (so a refusal is the authorization's doing, not a broken setup).
+#include <signal.h>
+#include <sqlite3.h>
+
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,12 +18,16 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+#include "prometheus/text_serializer.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/monta/v1/agent.grpc.pb.h"
 #include "proto/monta/v1/planner.grpc.pb.h"
 #include "server/admission/test_certs.h"
 #include "server/bench/test_reports.h"
 #include "server/planner_server.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/paper_job.h"
 #include "tests/testing/process.h"
 
@@ -47,6 +55,7 @@ class MtlsAttackTest : public ::testing::Test {
              {"node-a", "URI:spiffe://monta/node/node-a"},
              {"node-b", "URI:spiffe://monta/node/node-b"},
              {"node-c", "URI:spiffe://monta/node/node-c"},
+             {"node-d", "URI:spiffe://monta/node/node-d"},
              {"operator", "URI:spiffe://monta/operator/alice"},
              {"reader", "DNS:dashboard.example.org"},
              {"two-identities",
@@ -138,6 +147,10 @@ class MtlsAttackTest : public ::testing::Test {
 
   // The cpu-dev job (examples/cpu-dev.yaml) planned on node-a and node-b.
   static monta::v1::StrategyReply PlanOnAB() {
+    return PlanOn({"node-a", "node-b"});
+  }
+  static monta::v1::StrategyReply PlanOn(
+      const std::vector<std::string>& nodes) {
     monta::v1::StrategyRequest request = testing::PaperJobRequest();
     monta::v1::MoeJob& job = *request.mutable_job();
     job.set_world_size(4);
@@ -146,12 +159,24 @@ class MtlsAttackTest : public ::testing::Test {
     job.set_expert_parallel_size(2);
     request.mutable_placement()->clear_profile();
     request.mutable_placement()->set_nodes(0);
-    request.mutable_placement()->add_node_names("node-a");
-    request.mutable_placement()->add_node_names("node-b");
+    for (const std::string& node : nodes) {
+      request.mutable_placement()->add_node_names(node);
+    }
     request.mutable_placement()->set_gpus_per_node(2);
     monta::v1::StrategyReply reply;
     const grpc::Status s =
         Planner("reader")->GetStrategy(Context().get(), request, &reply);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    reply.clear_decision_seconds();  // how long it took is no part of a plan
+    return reply;
+  }
+
+  static monta::v1::ListCurvesReply Curves(const std::string& node) {
+    monta::v1::ListCurvesRequest request;
+    request.set_node_name(node);
+    monta::v1::ListCurvesReply reply;
+    const grpc::Status s =
+        Planner("reader")->ListCurves(Context().get(), request, &reply);
     EXPECT_TRUE(s.ok()) << s.error_message();
     return reply;
   }
@@ -459,6 +484,113 @@ TEST_F(MtlsAttackTest, ForgedResultsAreRefusedAndThePlanStays) {
   EXPECT_EQ(Node("node-b").curves_size(), 0);
 }
 
+// Issue 17: node-b puts 157 reports into one pending task (the first a real
+// one, then more of them, and one of 64 curves x 1,024 points): the planner
+// takes each node's first report and refuses the rest, holds no more than one
+// report per node, and nothing once the task ended.
+TEST_F(MtlsAttackTest, AReportFloodIsRefusedAfterEachNodesFirst) {
+  const std::string task = Schedule({"node-a", "node-b"});
+  ASSERT_FALSE(task.empty());
+  const size_t held_before = server_->coordinator().held_report_bytes();
+  monta::v1::ReportBenchmarkRequest huge = TimesReport(task, "node-b", 1e-3);
+  for (int i = 0; i < 63; ++i) *huge.add_series() = huge.series(0);
+  for (auto& series : *huge.mutable_series()) {
+    while (series.sizes_size() < 1024) *series.add_sizes() = series.sizes(0);
+  }
+  const grpc::Status refused = Report("node-b", huge);
+  EXPECT_EQ(refused.error_code(), StatusCode::INVALID_ARGUMENT)
+      << refused.error_message();
+  for (const std::string node : {"node-b", "node-a"}) {
+    int ok = 0;
+    int already = 0;
+    for (int i = 0; i < 157; ++i) {
+      const grpc::Status s = Report(node, TimesReport(task, node, 1e-3));
+      if (s.ok()) ++ok;
+      if (s.error_code() == StatusCode::ALREADY_EXISTS) ++already;
+    }
+    EXPECT_EQ(ok, 1) << node;
+    EXPECT_EQ(already, 156) << node;
+    if (node == "node-b") {
+      // One small report held (the sweep's 5 sizes x 2 ranks).
+      EXPECT_GT(server_->coordinator().held_report_bytes(), held_before);
+      EXPECT_LT(server_->coordinator().held_report_bytes(),
+                held_before + (64 << 10));
+    }
+  }
+  // node-a's report ended the task: its reports are freed.
+  EXPECT_EQ(server_->coordinator().held_report_bytes(), held_before);
+  EXPECT_EQ(server_->coordinator().Status(task)->state(),
+            monta::v1::TASK_STATE_SUCCEEDED);
+}
+
+// Issue 17: a node of a task an operator scheduled claims 10x the times the
+// other node measured in the same collectives. The curve is excluded, with
+// the reason in the task's status, the node's evidence, the plan's notes and
+// monta_curves_excluded_total; the honest curve stays the evidence, and no
+// plan for nodes outside the pair changes.
+TEST_F(MtlsAttackTest, ANodeClaimingTenTimesTheOthersIsExcluded) {
+  ASSERT_TRUE(Register("node-d", Registration("node-d", "d-1")).ok());
+  std::map<std::string, std::string> honest;
+  for (const std::string other : {"node-b", "node-d"}) {
+    const std::string task = Schedule({"node-a", other});
+    ASSERT_TRUE(Report("node-a", TimesReport(task, "node-a", 1e-3)).ok());
+    ASSERT_TRUE(Report(other, TimesReport(task, other, 1.2e-3)).ok());
+    ASSERT_EQ(server_->coordinator().Status(task)->state(),
+              monta::v1::TASK_STATE_SUCCEEDED);
+    honest[other] = task;
+  }
+  const monta::v1::StrategyReply ad_before = PlanOn({"node-a", "node-d"});
+  const monta::v1::StrategyReply ab_before = PlanOnAB();
+
+  const std::string task = Schedule({"node-a", "node-b"});
+  ASSERT_TRUE(Report("node-a", TimesReport(task, "node-a", 1e-3)).ok());
+  ASSERT_TRUE(Report("node-b", TimesReport(task, "node-b", 1e-2)).ok());
+  const auto status = server_->coordinator().Status(task);
+  EXPECT_EQ(status->state(), monta::v1::TASK_STATE_FAILED);
+  ASSERT_EQ(status->excluded_size(), 1);
+  EXPECT_EQ(status->excluded(0).reason(),
+            monta::v1::EXCLUSION_REASON_NODES_DISAGREE);
+  const monta::v1::ListCurvesReply b = Curves("node-b");
+  ASSERT_GE(b.excluded_size(), 1);
+  EXPECT_EQ(b.excluded(0).curve().task_id(), task);
+  EXPECT_NE(b.excluded(0).detail().find("node node-b's"), std::string::npos)
+      << b.excluded(0).detail();
+  EXPECT_NE(b.excluded(0).detail().find("10.0x node node-a's"),
+            std::string::npos)
+      << b.excluded(0).detail();
+  for (const auto& curve : b.curves()) EXPECT_NE(curve.task_id(), task);
+
+  // Outside the pair nothing moved, to the byte (but the curves' ages).
+  const auto ageless = [](monta::v1::StrategyReply reply) {
+    for (auto& curve : *reply.mutable_evidence()->mutable_curves()) {
+      curve.clear_age_seconds();
+    }
+    return reply.SerializeAsString();
+  };
+  EXPECT_EQ(ageless(PlanOn({"node-a", "node-d"})), ageless(ad_before));
+  // The pair keeps its honest evidence and says what it left out.
+  const monta::v1::StrategyReply ab_after = PlanOnAB();
+  EXPECT_EQ(PlanSummary(ab_after), PlanSummary(ab_before));
+  bool noted = false;
+  for (const auto& curve : ab_after.evidence().curves()) {
+    if (curve.used_as() == monta::v1::CURVE_ROLE_ALLTOALL_INTER) {
+      EXPECT_EQ(curve.task_id(), honest["node-b"]);
+    }
+  }
+  for (const std::string& note : ab_after.evidence().notes()) {
+    if (absl::StrContains(note, absl::StrCat("task ", task)) &&
+        absl::StrContains(note, "excluded (nodes_disagree")) {
+      noted = true;
+    }
+  }
+  EXPECT_TRUE(noted) << ab_after.evidence().DebugString();
+  const std::string metrics =
+      prometheus::TextSerializer().Serialize(server_->metrics().Collect());
+  EXPECT_TRUE(absl::StrContains(
+      metrics, "monta_curves_excluded_total{reason=\"nodes_disagree\"} 1"))
+      << metrics;
+}
+
 // Evidence can be listed by anyone with a certificate and dropped only by an
 // operator.
 TEST_F(MtlsAttackTest, OnlyOperatorsForgetEvidence) {
@@ -512,6 +644,252 @@ TEST_F(MtlsAttackTest, InstanceIdIsNeverHandedOut) {
   EXPECT_FALSE(stale.ok());
   EXPECT_FALSE(absl::StrContains(stale.error_message(), kSecretInstance))
       << stale.error_message();
+}
+
+// Issue 17's forged curve, replayed with the real binaries over mutual TLS: a
+// planner with --db and the agents of node-a and node-b (tests/testing/
+// cluster.h). In a two-node benchmark an operator scheduled, node-b's
+// certificate reports 10 s per operation dated 100 years ahead before node-b's
+// own agent does. The planner excludes the curve (node-a's agent measured
+// milliseconds), the plan for examples/cpu-dev.yaml does not move, node-b's
+// real report is refused, an honest re-measurement is the evidence afterwards,
+// also after a planner restart on the same --db; an operator's forget of it
+// brings the first one back, audited.
+class RealClusterAttackTest : public ::testing::Test {
+ protected:
+  void StartPlanner(int port = 0) {
+    ASSERT_TRUE(cluster_
+                    .StartPlanner({"--db=" + cluster_.dir() + "/planner.db",
+                                   "--bench_on_register=false"},
+                                  port)
+                    .ok());
+  }
+
+  // A channel with the cluster's certificate `name` (node-cert-node-b,
+  // operator).
+  std::shared_ptr<grpc::Channel> As(const std::string& name) {
+    GrpcSecurityOptions security;
+    security.ca_file = cluster_.dir() + "/ca.crt";
+    security.cert_file = absl::StrCat(cluster_.dir(), "/", name, ".crt");
+    security.key_file = absl::StrCat(cluster_.dir(), "/", name, ".key");
+    auto credentials = MakeChannelCredentials(security);
+    EXPECT_TRUE(credentials.ok()) << credentials.status();
+    return grpc::CreateChannel(cluster_.planner_address(), *credentials);
+  }
+
+  nlohmann::json Json(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"--output=json"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    testing::CommandResult r = cluster_.Montactl(argv);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out, nullptr, false);
+  }
+
+  // montactl plan --job examples/cpu-dev.yaml --node_names node-a,node-b.
+  nlohmann::json Plan() {
+    return Json({"plan", "--job=" + testing::Runfile("examples/cpu-dev.yaml"),
+                 "--node_names=node-a,node-b"});
+  }
+  static std::string InterTask(const nlohmann::json& plan) {
+    for (const auto& c : plan["evidence"]["curves"]) {
+      if (c["used_as"] == "CURVE_ROLE_ALLTOALL_INTER") return c["task_id"];
+    }
+    return "";
+  }
+  static std::string Choice(const nlohmann::json& plan) {
+    return absl::StrCat(plan["chosen"]["kind"].get<std::string>(),
+                        " K=", plan["chosen"].value("chunks_effective", 0));
+  }
+  static double SecondsPerLayer(const nlohmann::json& plan) {
+    return plan["chosen"].value("total_seconds_per_layer", 0.0);
+  }
+
+  // An honest benchmark of the pair through montactl; its task id.
+  std::string Bench() {
+    nlohmann::json bench =
+        Json({"bench", "--nodes=node-a,node-b", "--ranks_per_node=2",
+              "--bench_timeout_seconds=120"});
+    EXPECT_EQ(bench["status"]["state"], "TASK_STATE_SUCCEEDED")
+        << bench.dump(1);
+    return bench["status"].value("task_id", "");
+  }
+
+  std::string Metrics() {
+    httplib::Client client("127.0.0.1", cluster_.metrics_port());
+    auto scraped = client.Get("/metrics");
+    return scraped ? scraped->body : "";
+  }
+
+  // The operator schedules the pair; node-b's certificate reports first: 10 s
+  // per operation, dated 100 years ahead. The task's id ("" on failure).
+  std::string ScheduleAndForge() {
+    monta::v1::RunBenchmarkRequest run;
+    run.add_nodes("node-a");
+    run.add_nodes("node-b");
+    run.set_ranks_per_node(2);
+    run.set_timeout_seconds(120);
+    monta::v1::RunBenchmarkReply scheduled;
+    grpc::ClientContext run_context;
+    const grpc::Status ran = monta::v1::Planner::NewStub(As("operator"))
+                                 ->RunBenchmark(&run_context, run, &scheduled);
+    EXPECT_TRUE(ran.ok()) << ran.error_message();
+    // What node-b's agent was handed (the planner's defaults).
+    monta::v1::BenchmarkTask spec;
+    spec.set_task_id(scheduled.status().task_id());
+    spec.add_nodes("node-a");
+    spec.add_nodes("node-b");
+    spec.set_ranks_per_node(2);
+    spec.add_collectives(monta::v1::COLLECTIVE_ALLTOALL);
+    spec.set_min_bytes(64 << 10);
+    spec.set_max_bytes(16 << 20);
+    spec.set_step_factor(4);
+    monta::v1::ReportBenchmarkRequest forged =
+        coordination::ReportForTesting(spec, "node-b", 10);
+    forged.mutable_measured_at()->set_seconds(
+        absl::ToUnixSeconds(absl::Now() + absl::Hours(24 * 365 * 100)));
+    monta::v1::ReportBenchmarkReply reported;
+    grpc::ClientContext report_context;
+    const grpc::Status taken =
+        monta::v1::AgentGateway::NewStub(As("node-cert-node-b"))
+            ->ReportBenchmark(&report_context, forged, &reported);
+    EXPECT_TRUE(taken.ok()) << taken.error_message();
+    return ran.ok() && taken.ok() ? spec.task_id() : "";
+  }
+
+  // node-a's exclusion of `task`'s curve, once the task ended (null if never).
+  nlohmann::json WaitExcluded(const std::string& task) {
+    nlohmann::json excluded;
+    testing::WaitFor(
+        [&] {
+          const nlohmann::json curves = Json({"curves", "node-a"});
+          for (const auto& e : curves.value("excluded", nlohmann::json())) {
+            if (e["curve"]["task_id"] == task) excluded = e;
+          }
+          return !excluded.is_null();
+        },
+        absl::Seconds(120));
+    if (excluded.is_null()) {
+      ADD_FAILURE() << "task " << task << " excluded nothing; planner log:\n"
+                    << testing::ReadFile(cluster_.planner().log_path())
+                    << "\nnode-a's agent:\n"
+                    << testing::ReadFile(cluster_.agent("node-a").log_path())
+                    << "\nnode-b's agent:\n"
+                    << testing::ReadFile(cluster_.agent("node-b").log_path());
+      excluded = nlohmann::json::object();
+    }
+    return excluded;
+  }
+
+  // The operator drops `task`'s evidence: `older` (kept in --db) is the
+  // evidence again, and the audit log (a log line, the audit_log table) names
+  // the operator.
+  void ExpectForgetIsAudited(const std::string& task,
+                             const std::string& older) {
+    const nlohmann::json forgot = Json({"forget", "--task=" + task});
+    ASSERT_EQ(forgot["forgotten"].size(), 1u) << forgot.dump(1);
+    ASSERT_EQ(forgot["restored"].size(), 1u) << forgot.dump(1);
+    EXPECT_EQ(forgot["restored"][0]["task_id"], older);
+    EXPECT_EQ(InterTask(Plan()), older);
+    EXPECT_TRUE(absl::StrContains(
+        testing::ReadFile(cluster_.planner().log_path()),
+        absl::StrCat("operator test forgot the curves of task ", task)));
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open_v2((cluster_.dir() + "/planner.db").c_str(), &db,
+                              SQLITE_OPEN_READONLY, nullptr),
+              SQLITE_OK);
+    sqlite3_stmt* row = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db,
+                                 "SELECT identity, action, target FROM "
+                                 "audit_log ORDER BY id DESC LIMIT 1",
+                                 -1, &row, nullptr),
+              SQLITE_OK);
+    ASSERT_EQ(sqlite3_step(row), SQLITE_ROW);
+    const auto text = [&](int column) {
+      return std::string(
+          reinterpret_cast<const char*>(sqlite3_column_text(row, column)));
+    };
+    EXPECT_EQ(text(0), "operator test");
+    EXPECT_EQ(text(1), "forget_curves");
+    EXPECT_EQ(text(2), "task " + task);
+    sqlite3_finalize(row);
+    sqlite3_close(db);
+  }
+
+  static bool NotesExclusion(const nlohmann::json& plan,
+                             const std::string& task) {
+    for (const auto& note : plan["evidence"]["notes"]) {
+      const std::string text = note.get<std::string>();
+      if (absl::StrContains(text, absl::StrCat("task ", task, " on ")) &&
+          absl::StrContains(text, "excluded")) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  testing::LocalCluster cluster_;
+};
+
+TEST_F(RealClusterAttackTest, AForgedFutureCurveNeitherLandsNorPinsThePlan) {
+  StartPlanner();
+  ASSERT_TRUE(cluster_.StartAgent("node-a").ok());
+  ASSERT_TRUE(cluster_.StartAgent("node-b").ok());
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        return cluster_.AllAlive({"node-a", "node-b"});
+      },
+      absl::Seconds(30)));
+  const std::string honest = Bench();
+  const nlohmann::json before = Plan();
+  ASSERT_EQ(InterTask(before), honest) << before.dump(1);
+
+  const std::string forged_task = ScheduleAndForge();
+  ASSERT_FALSE(forged_task.empty());
+  // node-a's agent reports what it measured: the curve is excluded.
+  const nlohmann::json excluded = WaitExcluded(forged_task);
+  EXPECT_EQ(excluded["reason"], "EXCLUSION_REASON_NODES_DISAGREE")
+      << excluded.dump(1);
+  EXPECT_TRUE(absl::StrContains(excluded.value("detail", ""),
+                                "node node-b's median rank time 10 s"))
+      << excluded.dump(1);
+  // node-b's own agent, reporting later, is told it already did.
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        return absl::StrContains(
+            testing::ReadFile(cluster_.agent("node-b").log_path()),
+            "already reported");
+      },
+      absl::Seconds(120)));
+  const nlohmann::json after = Plan();
+  EXPECT_EQ(InterTask(after), honest);
+  EXPECT_EQ(Choice(after), Choice(before));
+  EXPECT_EQ(SecondsPerLayer(after), SecondsPerLayer(before));
+  EXPECT_TRUE(NotesExclusion(after, forged_task)) << after["evidence"].dump(1);
+  const std::string metrics = Metrics();
+  EXPECT_TRUE(absl::StrContains(
+      metrics, "monta_curves_excluded_total{reason=\"nodes_disagree\"} 1"))
+      << metrics;
+  EXPECT_TRUE(absl::StrContains(
+      metrics, "monta_planner_held_bytes{kind=\"task_reports\"} 0"))
+      << metrics;
+
+  // An honest re-measurement is the evidence, before and after a restart.
+  const std::string remeasured = Bench();
+  const nlohmann::json fresh = Plan();
+  EXPECT_EQ(InterTask(fresh), remeasured);
+  // Within what a loaded test machine's noise allows (the lead's quiet-host
+  // numbers: perf/trust_bench.sh); the forged curve would have meant 10 s per
+  // operation.
+  EXPECT_LT(SecondsPerLayer(fresh), 5 * SecondsPerLayer(before));
+  const int port = cluster_.grpc_port();
+  cluster_.planner().Signal(SIGTERM);
+  ASSERT_TRUE(cluster_.planner().Wait(absl::Seconds(15)).ok());
+  StartPlanner(port);
+  const nlohmann::json restarted = Plan();
+  EXPECT_EQ(InterTask(restarted), remeasured) << restarted.dump(1);
+  EXPECT_EQ(Choice(restarted), Choice(fresh));
+  EXPECT_EQ(SecondsPerLayer(restarted), SecondsPerLayer(fresh));
+  ExpectForgetIsAudited(remeasured, honest);
 }
 
 }  // namespace
