@@ -11,6 +11,7 @@ check=0
 declare -A message=(
   [strategy_request_fuzz]=monta.v1.StrategyRequest:proto/monta/v1/strategy.proto
   [register_fuzz]=monta.v1.RegisterRequest:proto/monta/v1/agent.proto
+  [report_benchmark_fuzz]=monta.v1.ReportBenchmarkRequest:proto/monta/v1/agent.proto
 )
 status=0
 for target in "${!message[@]}"; do
