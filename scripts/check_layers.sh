@@ -118,25 +118,27 @@ check //proto/... allow '^//(proto|third_party)[:/]' \
   "proto/ is the contract and may depend only on third_party/"
 check //fuzz/... allow '^//(fuzz|server|agent|common|proto|third_party)[:/]|^@local_cuda//' \
   "fuzz/ holds the fuzz targets of the planner's and the agent's input edges and may depend only on server/, agent/, common/, proto/ and third_party/ (never on client/, perf/ or tests/)"
-# Inside the planner: api -> planning -> model, with registry and store below; no arrow
+# Inside the planner: api -> planning -> model, with fabric, registry and store below; no arrow
 # back up. Each allowed set is closed under the arrows it allows (a room may reach what
 # the rooms it uses reach), so a step out of it is an arrow the map does not have.
 SERVER_BASE='common|proto|third_party'
 check //server/registry/... allow "^//(server/registry|${SERVER_BASE})[:/]" \
   "server/registry (cluster state) sits below every other planner room: it may depend only on common/, proto/ and third_party/"
+check //server/fabric/... allow "^//(server/fabric|server/registry|${SERVER_BASE})[:/]" \
+  "server/fabric (where nodes sit: the fabric map, node labels, the tree) may depend only on server/registry, common/, proto/ and third_party/"
 check //server/store/... allow "^//(server/store|server/registry|${SERVER_BASE})[:/]" \
   "server/store may depend only on server/registry (below it), common/, proto/ and third_party/"
 check //server/bench/... allow "^//(server/bench|server/registry|${SERVER_BASE})[:/]" \
   "server/bench (benchmark coordination) may depend only on server/registry, common/, proto/ and third_party/"
-check //server/metrics/... allow "^//(server/metrics|server/model|server/registry|${SERVER_BASE})[:/]" \
-  "server/metrics may depend only on server/model, server/registry, common/, proto/ and third_party/"
-check //server/planning/... allow "^//(server/planning|server/model|server/registry|server/metrics|server/store|${SERVER_BASE})[:/]" \
-  "server/planning may depend only on the rooms below it (server/model, server/registry, server/metrics, server/store), never on server/api, server/admission, server/verify or server/bench"
-check //server/verify/... allow "^//(server/verify|server/planning|server/bench|server/model|server/registry|server/metrics|server/store|${SERVER_BASE})[:/]" \
+check //server/metrics/... allow "^//(server/metrics|server/model|server/fabric|server/registry|${SERVER_BASE})[:/]" \
+  "server/metrics may depend only on server/model, server/fabric, server/registry, common/, proto/ and third_party/"
+check //server/planning/... allow "^//(server/planning|server/model|server/fabric|server/registry|server/metrics|server/store|${SERVER_BASE})[:/]" \
+  "server/planning may depend only on the rooms below it (server/model, server/fabric, server/registry, server/metrics, server/store), never on server/api, server/admission, server/verify or server/bench"
+check //server/verify/... allow "^//(server/verify|server/planning|server/bench|server/model|server/fabric|server/registry|server/metrics|server/store|${SERVER_BASE})[:/]" \
   "server/verify may depend only on server/planning, server/bench and the rooms below them, never on server/api or server/admission"
-check //server/admission/... allow "^//(server/admission|server/planning|server/model|server/registry|server/metrics|server/store|${SERVER_BASE})[:/]" \
+check //server/admission/... allow "^//(server/admission|server/planning|server/model|server/fabric|server/registry|server/metrics|server/store|${SERVER_BASE})[:/]" \
   "server/admission may depend only on server/planning and the rooms below it, never on server/api"
-check //server/api/... allow "^//(server/api|server/planning|server/verify|server/bench|server/model|server/registry|server/metrics|server/store|${SERVER_BASE})[:/]" \
+check //server/api/... allow "^//(server/api|server/planning|server/verify|server/bench|server/model|server/fabric|server/registry|server/metrics|server/store|${SERVER_BASE})[:/]" \
   "server/api (the gRPC handlers) may depend on the planner's rooms below it, never on the process (//server:...) or server/admission"
 check //server/etcd/... allow '^//(server/etcd|common|third_party)[:/]|^@etcd_protos//' \
   "server/etcd (the client to etcd) may depend only on common/, third_party/ and etcd's generated stubs (@etcd_protos), never on proto/ or another planner room"
@@ -149,7 +151,7 @@ check_via "//server/... - //server/etcd/..." '^@etcd_protos//' '^//server/etcd[:
 # one other room that links gRPC is server/etcd, a client of etcd's services: a room
 # below server/api that uses it (server/election) links gRPC only through it. A new room
 # on server/etcd joins this list deliberately.
-check_via "//server/model/... + //server/planning/... + //server/registry/... + //server/store/... + //server/bench/... + //server/metrics/... + //server/admission/... + //server/verify/... + //server/election/..." \
+check_via "//server/model/... + //server/planning/... + //server/fabric/... + //server/registry/... + //server/store/... + //server/bench/... + //server/metrics/... + //server/admission/... + //server/verify/... + //server/election/..." \
   '_grpc_proto$|^//third_party:grpc$' '^//server/etcd[:/]' \
   "nothing below server/api may depend on gRPC service headers (*_grpc_proto) or //third_party:grpc except through server/etcd; use the message targets (*_proto)"
 
