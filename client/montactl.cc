@@ -2,8 +2,8 @@
 //
 //   montactl [--planner ADDR] [--output table|json] COMMAND [ARGS]
 //
-// Commands: health, nodes, node NAME, topology NODE, profiles, plan, bench,
-// verify, curves NODE, forget.
+// Commands: health, nodes, node NAME, topology NODE, topology --fabric,
+// profiles, plan, bench, verify, curves NODE, forget.
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "client/fabric_render.h"
 #include "client/plan_render.h"
 #include "client/table.h"
 #include "client/topology_render.h"
@@ -38,6 +39,9 @@ ABSL_FLAG(std::string, planner, "127.0.0.1:7400", "planner gRPC address");
 ABSL_FLAG(std::string, output, "table", "output format: table or json");
 ABSL_FLAG(double, timeout_seconds, 10, "RPC deadline");
 ABSL_FLAG(bool, all, false, "nodes: include gone (deregistered) nodes");
+ABSL_FLAG(bool, fabric, false,
+          "topology: the fabric tree (blocks, racks, nodes, each uplink's "
+          "declared and measured rate) instead of one node");
 ABSL_FLAG(std::string, job, "", "plan: job file (YAML or JSON; see examples/)");
 ABSL_FLAG(std::string, profile, "",
           "plan: hardware profile of the placement (see `profiles`)");
@@ -213,7 +217,26 @@ int Node(const Context& ctx, const std::vector<std::string>& args) {
   return PrintJson(reply);
 }
 
+// montactl topology --fabric: the whole tree.
+int FabricTree(const Context& ctx) {
+  auto stub = monta::v1::Planner::NewStub(ctx.channel);
+  monta::v1::FabricReply reply;
+  auto context = RpcContext();
+  grpc::Status status = stub->GetFabric(context.get(), {}, &reply);
+  if (!status.ok()) return Fail("get fabric", status);
+  if (ctx.json) return PrintJson(reply);
+  std::cout << monta::client::FabricText(reply);
+  return 0;
+}
+
 int Topology(const Context& ctx, const std::vector<std::string>& args) {
+  if (absl::GetFlag(FLAGS_fabric)) {
+    if (!args.empty()) {
+      std::cerr << "montactl: usage: montactl topology --fabric (no node)\n";
+      return 2;
+    }
+    return FabricTree(ctx);
+  }
   monta::v1::NodeInfo node;
   if (int rc = FetchNamedNode(ctx, args, "topology NODE", &node); rc != 0) {
     return rc;
@@ -223,7 +246,8 @@ int Topology(const Context& ctx, const std::vector<std::string>& args) {
   std::cout << "Node " << node.name() << " ("
             << monta::NodeStateName(node.state()) << ")";
   if (!t.profile_name().empty()) std::cout << ", profile " << t.profile_name();
-  std::cout << "\n\n";
+  std::cout << "\nFabric: " << monta::client::FabricPositionText(node.fabric())
+            << "\n\n";
   if (t.gpus().empty() && t.nics().empty()) {
     std::cout << "No GPUs and no RDMA NICs discovered.\n";
   } else {
@@ -553,7 +577,10 @@ int main(int argc, char** argv) {
       "  nodes [--all]     registered nodes\n"
       "  node NAME         one node in full (topology, events, curves)\n"
       "  topology NODE     GPU/NIC matrix as `nvidia-smi topo -m`, NIC table, "
-      "events\n"
+      "events,\n"
+      "                    where the node sits in the fabric\n"
+      "  topology --fabric the fabric tree: blocks, racks, nodes, uplink "
+      "rates\n"
       "  profiles [NAME]   hardware profiles and their sourced constants\n"
       "  plan --job FILE (--profile NAME --nodes N | --node_names a,b,...)\n"
       "                    ranked AllToAll strategies for a job, with "
@@ -598,7 +625,12 @@ int main(int argc, char** argv) {
     std::cerr << "montactl: " << credentials.status().message() << "\n";
     return 2;
   }
-  ctx.channel = grpc::CreateChannel(absl::GetFlag(FLAGS_planner), *credentials);
+  // A large cluster's fabric tree or node list is more than gRPC's default
+  // 4 MiB a reply.
+  grpc::ChannelArguments channel_args;
+  channel_args.SetMaxReceiveMessageSize(256 << 20);
+  ctx.channel = grpc::CreateCustomChannel(absl::GetFlag(FLAGS_planner),
+                                          *credentials, channel_args);
   const std::string command = args[0];
   args.erase(args.begin());
   using Handler = int (*)(const Context&, const std::vector<std::string>&);

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/flags.h"
 #include "common/grpc_security_flags.h"
@@ -13,6 +14,7 @@
 #include "common/http/http_server.h"
 #include "common/port_file.h"
 #include "common/signals.h"
+#include "server/fabric/node_labels.h"
 #include "server/planner_server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7400",
@@ -131,6 +133,36 @@ ABSL_FLAG(std::string, deny_list_file, "",
           "comments; re-read every --tls_refresh_seconds (a bad file then "
           "keeps the previous list; at start it stops the planner). Needs "
           "mutual TLS; empty = none");
+ABSL_FLAG(std::string, fabric_map_file, "",
+          "the operator's fabric map, YAML or JSON: node -> rack -> block, "
+          "with optional declared uplink capacity (bits/s) or "
+          "oversubscription per rack and block (deploy/README.md); the "
+          "authority on where nodes sit. Re-read every "
+          "--fabric_refresh_seconds when it changed (a bad file then keeps "
+          "the previous map; at start it stops the planner). Empty = none");
+ABSL_FLAG(std::string, fabric_node_labels_file, "",
+          "a `kubectl get nodes -o json` NodeList (kept fresh by the "
+          "read-only sidecar of deploy/): places the nodes the fabric map "
+          "does not name by their Kubernetes labels (--fabric_*_label_keys). "
+          "Re-read as --fabric_map_file; missing at start = not written yet. "
+          "Empty = none");
+ABSL_FLAG(double, fabric_refresh_seconds, 10,
+          "how often the fabric files are checked for changes (stat, then "
+          "read when changed)");
+ABSL_FLAG(std::string, fabric_rack_label_keys,
+          absl::StrJoin(monta::fabric::DefaultLabelKeys().rack, ","),
+          "node label keys naming a node's rack (leaf switch), most preferred "
+          "first; read from --fabric_node_labels_file, and from what agents "
+          "report of themselves (only a hint)");
+ABSL_FLAG(std::string, fabric_block_label_keys,
+          absl::StrJoin(monta::fabric::DefaultLabelKeys().block, ","),
+          "node label keys naming a node's block (spine group), most "
+          "preferred first");
+ABSL_FLAG(int, fabric_max_nodes, 100000,
+          "most nodes the fabric map or the node labels file may name");
+ABSL_FLAG(int64_t, fabric_node_labels_max_bytes, int64_t{128} << 20,
+          "largest --fabric_node_labels_file read (a NodeList carries each "
+          "node's whole object)");
 ABSL_FLAG(std::string, port_file, "",
           "write the bound ports as JSON "
           "{\"grpc\":N,\"metrics\":M,\"webhook\":W,\"health\":H} to this "
@@ -203,6 +235,35 @@ absl::Status AgreementFromFlags(monta::PlannerOptions* options) {
   return absl::OkStatus();
 }
 
+// Where nodes sit: the fabric files, their refresh and bounds, the label keys.
+absl::Status FabricFromFlags(monta::PlannerOptions* options) {
+  monta::fabric::FabricOptions& f = options->fabric;
+  f.map_file = absl::GetFlag(FLAGS_fabric_map_file);
+  f.node_labels_file = absl::GetFlag(FLAGS_fabric_node_labels_file);
+  absl::StatusOr<std::vector<std::string>> rack = monta::fabric::ParseLabelKeys(
+      "--fabric_rack_label_keys", absl::GetFlag(FLAGS_fabric_rack_label_keys));
+  if (!rack.ok()) return rack.status();
+  absl::StatusOr<std::vector<std::string>> block =
+      monta::fabric::ParseLabelKeys(
+          "--fabric_block_label_keys",
+          absl::GetFlag(FLAGS_fabric_block_label_keys));
+  if (!block.ok()) return block.status();
+  f.label_keys.rack = *std::move(rack);
+  f.label_keys.block = *std::move(block);
+  const double refresh = absl::GetFlag(FLAGS_fabric_refresh_seconds);
+  f.limits.max_nodes = absl::GetFlag(FLAGS_fabric_max_nodes);
+  const int64_t labels_bytes =
+      absl::GetFlag(FLAGS_fabric_node_labels_max_bytes);
+  if (!(refresh >= 0.1) || f.limits.max_nodes < 1 || labels_bytes < 1) {
+    return absl::InvalidArgumentError(
+        "--fabric_refresh_seconds must be >= 0.1, --fabric_max_nodes and "
+        "--fabric_node_labels_max_bytes >= 1");
+  }
+  f.limits.max_node_labels_bytes = static_cast<size_t>(labels_bytes);
+  options->fabric_refresh = absl::Seconds(refresh);
+  return absl::OkStatus();
+}
+
 // How long nodes, events and decisions are kept, and ListNodes' page size.
 absl::Status RetentionFromFlags(monta::PlannerOptions* options) {
   const double gone_after = absl::GetFlag(FLAGS_gone_after_seconds);
@@ -258,6 +319,7 @@ absl::StatusOr<monta::PlannerOptions> OptionsFromFlags() {
   }
   if (absl::Status s = BenchBoundsFromFlags(&options); !s.ok()) return s;
   if (absl::Status s = AgreementFromFlags(&options); !s.ok()) return s;
+  if (absl::Status s = FabricFromFlags(&options); !s.ok()) return s;
   options.grpc_max_threads = absl::GetFlag(FLAGS_grpc_max_threads);
   options.grpc_memory_bytes = absl::GetFlag(FLAGS_grpc_memory_bytes);
   if (options.grpc_max_threads < 4 || options.grpc_memory_bytes < (1 << 20)) {

@@ -28,6 +28,7 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(
   std::unique_ptr<PlannerServer> s(new PlannerServer(std::move(options)));
   if (absl::Status started = s->StartMetrics(); !started.ok()) return started;
   if (absl::Status opened = s->OpenRegistry(); !opened.ok()) return opened;
+  if (absl::Status opened = s->OpenFabric(); !opened.ok()) return opened;
   s->StartCoordinator();
   if (absl::Status loaded = s->LoadDenyList(); !loaded.ok()) return loaded;
   if (absl::Status started = s->StartGrpc(); !started.ok()) return started;
@@ -172,6 +173,61 @@ void PlannerServer::RefreshDenyList() {
   gateway_->EndDeniedWatches();
 }
 
+absl::Status PlannerServer::OpenFabric() {
+  absl::StatusOr<std::unique_ptr<fabric::Fabric>> opened =
+      fabric::Fabric::Open(options_.fabric, absl::Now());
+  if (!opened.ok()) return opened.status();
+  fabric_ = *std::move(opened);
+  for (const auto& source : fabric_->Sources()) {
+    const bool ok = source.error().empty();
+    std::cerr << "monta-planner: "
+              << (source.source() == monta::v1::FABRIC_SOURCE_MAP
+                      ? "--fabric_map_file "
+                      : "--fabric_node_labels_file ")
+              << source.path() << ": "
+              << (ok ? absl::StrCat(source.nodes(), " nodes in ",
+                                    source.racks(), " racks")
+                     : absl::StrCat("not read yet (", source.error(), ")"))
+              << std::endl;
+  }
+  fabric_collector_ = std::make_shared<metrics::FabricCollector>(
+      registry_.get(), fabric_.get());
+  if (metrics_endpoint_ != nullptr) {
+    metrics_endpoint_->RegisterCollectable(fabric_collector_);
+  }
+  return absl::OkStatus();
+}
+
+void PlannerServer::RefreshFabric(Instant now) {
+  for (const fabric::Fabric::Reload& reload : fabric_->Refresh(now.wall)) {
+    if (!reload.status.ok()) {
+      std::cerr << "monta-planner: " << reload.status.message()
+                << "; keeping the content read before" << std::endl;
+    } else if (reload.changed) {
+      std::cerr << "monta-planner: " << reload.flag
+                << " changed: " << reload.nodes << " nodes placed" << std::endl;
+    }
+  }
+  std::set<std::string> disagreeing;
+  for (const auto& node : registry_->List(now, /*include_gone=*/false)) {
+    const monta::v1::FabricPosition p = fabric_->PositionOf(node);
+    if (!p.hint_disagrees()) continue;
+    disagreeing.insert(node.name());
+    if (hint_disagreements_.count(node.name()) == 0) {
+      std::cerr << "monta-planner: node " << node.name() << ": " << p.note()
+                << std::endl;
+    }
+  }
+  for (const std::string& node : hint_disagreements_) {
+    if (disagreeing.count(node) == 0) {
+      std::cerr << "monta-planner: node " << node
+                << ": its agent's labels agree with its position again"
+                << std::endl;
+    }
+  }
+  hint_disagreements_ = std::move(disagreeing);
+}
+
 absl::Status PlannerServer::StartGrpc() {
   api::AgentGatewayService::RegisteredCallback on_registered = nullptr;
   if (options_.bench_on_register) {
@@ -199,7 +255,8 @@ absl::Status PlannerServer::StartGrpc() {
       planner_metrics_.get(), store_.get());
   planner_ = std::make_unique<api::PlannerService>(
       registry_.get(), coordinator_.get(), authz_.get(), planner_metrics_.get(),
-      store_.get(), knowledge_.get(), verifier_.get(), store_.get());
+      store_.get(), knowledge_.get(), verifier_.get(), store_.get(),
+      fabric_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -299,12 +356,14 @@ void PlannerServer::ScheduleBenchmark(
 void PlannerServer::Maintain() {
   // Once a second: fail benchmark tasks past their deadline, and the tasks of
   // nodes whose lease expired (their agent died mid-run); remove nodes gone
-  // for good; now and then, prune the decision history.
+  // for good; now and then, re-read the fabric sources and prune the decision
+  // history.
   MonoTime last_periodic = std::chrono::steady_clock::now();
   MonoTime last_prune = MonoTime::min();
   MonoTime last_deny_list = std::chrono::steady_clock::now();
   const absl::Duration deny_list_refresh =
       absl::Seconds(std::max(1, options_.grpc_security.refresh_seconds));
+  MonoTime last_fabric = MonoTime::min();
   while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) {
     const Instant now = Instant::Now();
     coordinator_->ExpireOverdue(now);
@@ -321,6 +380,11 @@ void PlannerServer::Maintain() {
     if (MonoSince(last_deny_list, now.mono) >= deny_list_refresh) {
       last_deny_list = now.mono;
       RefreshDenyList();
+    }
+    if (last_fabric == MonoTime::min() ||
+        MonoSince(last_fabric, now.mono) >= options_.fabric_refresh) {
+      last_fabric = now.mono;
+      RefreshFabric(now);
     }
     RemoveGoneNodes(now);
     if (last_prune == MonoTime::min() ||

@@ -6,6 +6,7 @@
 #define MONTA_SERVER_PLANNER_SERVER_H_
 
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -24,6 +25,7 @@
 #include "server/api/deny_list.h"
 #include "server/api/planner_service.h"
 #include "server/bench/coordinator.h"
+#include "server/fabric/fabric.h"
 #include "server/metrics/planner_metrics.h"
 #include "server/planning/calibration.h"
 #include "server/registry/registry.h"
@@ -69,6 +71,12 @@ struct PlannerOptions {
   // one rack or leaf with rack-ordered names pair up) an inter-node sweep. Zero
   // disables.
   absl::Duration bench_interval = absl::ZeroDuration();
+  // Where nodes sit in the network fabric (server/fabric/fabric.h): the
+  // operator's fabric map and the nodes' Kubernetes labels, files re-read
+  // every fabric_refresh when they changed. A file that does not parse at
+  // start stops Start with one line; later the previous content stays.
+  fabric::FabricOptions fabric;
+  absl::Duration fabric_refresh = absl::Seconds(10);
   // SQLite file for nodes and curve history; empty keeps state in memory only.
   std::string db_path;
   // A corrupt db_path (not a database, quick_check fails, a row does not
@@ -115,6 +123,7 @@ class PlannerServer {
   registry::Registry& registry() { return *registry_; }
   coordination::Coordinator& coordinator() { return *coordinator_; }
   prometheus::Registry& metrics() { return *metrics_; }
+  const fabric::Fabric& fabric() const { return *fabric_; }
   metrics::PlannerMetrics& planner_metrics() { return *planner_metrics_; }
 
   // Stops accepting calls, ends streams, waits up to `grace` for calls in
@@ -134,6 +143,8 @@ class PlannerServer {
   void StartCoordinator();
   // Reads options_.deny_list_file (none when empty).
   absl::Status LoadDenyList();
+  // Reads the fabric sources (options_.fabric) and exports their metrics.
+  absl::Status OpenFabric();
   absl::Status StartGrpc();
   absl::Status StartWebhook();
   // Health of the monta.v1.Planner service follows the store's writes:
@@ -148,6 +159,10 @@ class PlannerServer {
   // Re-reads the deny list (a bad file keeps the previous one, logged and
   // counted) and ends the WatchTasks streams it now denies.
   void RefreshDenyList();
+  // Re-reads the fabric sources that changed (each read logged and counted;
+  // a bad file keeps the previous content) and logs the nodes whose agents
+  // newly disagree with their position, or no longer do.
+  void RefreshFabric(Instant now);
   // Schedules a benchmark nobody waits for (on registration, periodic): a
   // failure is logged and counted under `site`.
   void ScheduleBenchmark(const monta::v1::RunBenchmarkRequest& request,
@@ -166,6 +181,11 @@ class PlannerServer {
   std::unique_ptr<store::SqliteStore> store_;
   std::shared_ptr<metrics::ClusterCollector> cluster_collector_;
   std::shared_ptr<metrics::HeldBytesCollector> held_bytes_;
+  std::unique_ptr<fabric::Fabric> fabric_;
+  std::shared_ptr<metrics::FabricCollector> fabric_collector_;
+  // Nodes whose agents disagree with their position, as last logged (the
+  // maintenance thread's only).
+  std::set<std::string> hint_disagreements_;
   std::unique_ptr<coordination::Coordinator> coordinator_;
   std::unique_ptr<planning::PlanKnowledge> knowledge_;
   std::unique_ptr<verify::Verifier> verifier_;

@@ -233,6 +233,33 @@ TEST(StartupFailureTest, PortFileDirectoryMissing) {
                 {"--port_file", missing, "No such file or directory"});
 }
 
+// A fabric map (or node labels file) that is missing or does not parse stops
+// the planner with one line naming the flag, the file and, for a map, the
+// line and field that are wrong.
+TEST(StartupFailureTest, BadFabricFiles) {
+  const std::string map = TempDir() + "/fabric-map.yaml";
+  std::ofstream(map) << "version: 1\nracks:\n- name: r0\n  nodes: [a, b]\n"
+                        "- name: r1\n  nodes: [b]\n";
+  ExpectRefused("server/monta-planner",
+                PlannerFlags({"--fabric_map_file=" + map}),
+                {"--fabric_map_file " + map,
+                 "line 6: node b is listed twice "
+                 "(also line 4)"});
+  ExpectRefused("server/monta-planner",
+                PlannerFlags({"--fabric_map_file=" + map + ".missing"}),
+                {"--fabric_map_file " + map + ".missing",
+                 "cannot be read (No such file or directory)"});
+  const std::string labels = TempDir() + "/nodes.json";
+  std::ofstream(labels) << "{\"kind\": \"NodeList\", \"items\": 3}";
+  ExpectRefused("server/monta-planner",
+                PlannerFlags({"--fabric_node_labels_file=" + labels}),
+                {"--fabric_node_labels_file " + labels,
+                 "items: expected a list of nodes"});
+  ExpectRefused("server/monta-planner",
+                PlannerFlags({"--fabric_block_label_keys=zone a"}),
+                {"--fabric_block_label_keys", "\"zone a\""});
+}
+
 TEST(StartupFailureTest, DatabaseDirectoryMissing) {
   const std::string dir = TempDir() + "/no-such-dir";
   ExpectRefused("server/monta-planner",

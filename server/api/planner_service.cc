@@ -19,7 +19,8 @@ PlannerService::PlannerService(
     registry::Registry* registry, coordination::Coordinator* coordinator,
     const Authorizer* authz, metrics::PlannerMetrics* metrics,
     store::DecisionLog* decisions, const planning::PlanKnowledge* knowledge,
-    verify::Verifier* verifier, store::AuditLog* audit)
+    verify::Verifier* verifier, store::AuditLog* audit,
+    const fabric::Fabric* fabric)
     : registry_(registry),
       coordinator_(coordinator),
       authz_(authz),
@@ -27,7 +28,8 @@ PlannerService::PlannerService(
       decisions_(decisions),
       knowledge_(knowledge),
       verifier_(verifier),
-      audit_(audit) {}
+      audit_(audit),
+      fabric_(fabric) {}
 
 PlannerService::~PlannerService() {
   absl::MutexLock lock(&verify_mu_);
@@ -59,7 +61,10 @@ grpc::ServerUnaryReactor* PlannerService::ListNodes(
   if (!page.ok()) return FinishUnary(context, ToGrpc(page.status()));
   // The instance id only tells an agent's restarts apart; replies never carry
   // it (it once served as the node's credential).
-  for (auto& node : *page->mutable_nodes()) node.clear_instance_id();
+  for (auto& node : *page->mutable_nodes()) {
+    node.clear_instance_id();
+    if (fabric_ != nullptr) *node.mutable_fabric() = fabric_->PositionOf(node);
+  }
   *reply = *std::move(page);
   return FinishUnary(context, grpc::Status::OK);
 }
@@ -77,6 +82,7 @@ grpc::ServerUnaryReactor* PlannerService::GetNode(
       registry_->Get(request->name(), Instant::Now());
   if (!node.ok()) return FinishUnary(context, ToGrpc(node.status()));
   node->clear_instance_id();  // see ListNodes
+  if (fabric_ != nullptr) *node->mutable_fabric() = fabric_->PositionOf(*node);
   *reply = *std::move(node);
   return FinishUnary(context, grpc::Status::OK);
 }
@@ -143,6 +149,19 @@ grpc::ServerUnaryReactor* PlannerService::RunBenchmark(
       coordinator, task_id, max_wait,
       [reply_status] { return reply_status(false); },
       [reply_status] { return *reply_status(true); });
+}
+
+grpc::ServerUnaryReactor* PlannerService::GetFabric(
+    grpc::CallbackServerContext* context,
+    const monta::v1::GetFabricRequest* request, monta::v1::FabricReply* reply) {
+  if (grpc::Status s = authz_->RequireAuthenticated(*context); !s.ok())
+    return FinishUnary(context, s);
+  if (fabric_ == nullptr) {
+    return FinishUnary(context, grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                             "this planner has no fabric"));
+  }
+  *reply = fabric_->Tree(registry_->List(Instant::Now(), false));
+  return FinishUnary(context, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* PlannerService::Verify(

@@ -10,6 +10,7 @@
 #include "proto/monta/v1/planner.grpc.pb.h"
 #include "server/api/authz.h"
 #include "server/bench/coordinator.h"
+#include "server/fabric/fabric.h"
 #include "server/metrics/planner_metrics.h"
 #include "server/planning/calibration.h"
 #include "server/planning/strategy_planner.h"
@@ -26,14 +27,16 @@ class PlannerService final : public monta::v1::Planner::CallbackService {
   // `decisions` may be null. `authz` decides who may call what (authz.h).
   // `knowledge` and `verifier` may be null (no calibration; Verify is then
   // UNIMPLEMENTED). `audit` (may be null: the log line only) records what
-  // operators change (ForgetCurves).
+  // operators change (ForgetCurves). `fabric` may be null (GetFabric is then
+  // UNIMPLEMENTED and NodeInfo.fabric stays unset).
   PlannerService(registry::Registry* registry,
                  coordination::Coordinator* coordinator,
                  const Authorizer* authz, metrics::PlannerMetrics* metrics,
                  store::DecisionLog* decisions = nullptr,
                  const planning::PlanKnowledge* knowledge = nullptr,
                  verify::Verifier* verifier = nullptr,
-                 store::AuditLog* audit = nullptr);
+                 store::AuditLog* audit = nullptr,
+                 const fabric::Fabric* fabric = nullptr);
 
   // Waits for the Verify calls still running.
   ~PlannerService() override;
@@ -68,6 +71,10 @@ class PlannerService final : public monta::v1::Planner::CallbackService {
       grpc::CallbackServerContext* context,
       const monta::v1::ForgetCurvesRequest* request,
       monta::v1::ForgetCurvesReply* reply) override;
+  grpc::ServerUnaryReactor* GetFabric(
+      grpc::CallbackServerContext* context,
+      const monta::v1::GetFabricRequest* request,
+      monta::v1::FabricReply* reply) override;
 
  private:
   registry::Registry* const registry_;
@@ -78,6 +85,7 @@ class PlannerService final : public monta::v1::Planner::CallbackService {
   const planning::PlanKnowledge* const knowledge_;
   verify::Verifier* const verifier_;
   store::AuditLog* const audit_;
+  const fabric::Fabric* const fabric_;
   // Verify calls running on their own threads.
   absl::Mutex verify_mu_;
   int verifying_ ABSL_GUARDED_BY(verify_mu_) = 0;

@@ -1,5 +1,7 @@
 // GetStrategy, ListProfiles and node lookups through a real in-process gRPC
 // server, as a training launcher would call them.
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 
 #include "grpcpp/create_channel.h"
@@ -318,6 +320,90 @@ TEST_F(PlannerServiceTest, ListProfilesGivesSourcedConstants) {
                            "h200-hgx", "cpu-gloo"}) {
     EXPECT_EQ(names.count(want), 1u) << want;
   }
+}
+
+// GetFabric and NodeInfo.fabric on a planner started with a fabric map: the
+// map places the nodes, an agent's labels are a hint that never moves one,
+// and registered nodes outside the map are listed as such.
+TEST(PlannerServiceFabricTest, TheMapPlacesNodesTheirAgentsOnlyHint) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string map = std::string(tmp != nullptr ? tmp : "/tmp") +
+                          "/planner-service-fabric.yaml";
+  std::ofstream(map) << "version: 1\n"
+                        "racks:\n"
+                        "- name: r0\n"
+                        "  uplink_bits_per_second: 100mbit\n"
+                        "  nodes: [node-a]\n"
+                        "- name: r1\n"
+                        "  nodes: [node-b, node-c]\n";
+  PlannerOptions options;
+  options.grpc_address = "127.0.0.1:0";
+  options.grpc_security.insecure = true;
+  options.metrics_address = "";
+  options.fabric.map_file = map;
+  auto server = PlannerServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->grpc_port()),
+                          grpc::InsecureChannelCredentials());
+  auto planner = monta::v1::Planner::NewStub(channel);
+  auto gateway = monta::v1::AgentGateway::NewStub(channel);
+  // node-a's agent says it sits in r1; node-x is in no map.
+  for (const auto& [name, claim] :
+       {std::pair<std::string, std::string>{"node-a", "r1"},
+        {"node-x", "r0"}}) {
+    monta::v1::RegisterRequest reg;
+    reg.set_node_name(name);
+    reg.set_instance_id("i");
+    (*reg.mutable_topology()
+          ->mutable_labels())["network.topology.nvidia.com/leaf"] = claim;
+    monta::v1::RegisterReply reg_reply;
+    grpc::ClientContext context;
+    ASSERT_TRUE(gateway->Register(&context, reg, &reg_reply).ok());
+  }
+
+  monta::v1::NodeInfo a;
+  {
+    grpc::ClientContext context;
+    monta::v1::GetNodeRequest request;
+    request.set_name("node-a");
+    ASSERT_TRUE(planner->GetNode(&context, request, &a).ok());
+  }
+  EXPECT_EQ(a.fabric().rack(), "r0");
+  EXPECT_EQ(a.fabric().source(), monta::v1::FABRIC_SOURCE_MAP);
+  EXPECT_EQ(a.fabric().hint_rack(), "r1");
+  EXPECT_TRUE(a.fabric().hint_disagrees());
+
+  monta::v1::FabricReply tree;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(planner->GetFabric(&context, {}, &tree).ok());
+  }
+  ASSERT_EQ(tree.blocks_size(), 1);
+  ASSERT_EQ(tree.blocks(0).racks_size(), 2);
+  const auto& r0 = tree.blocks(0).racks(0);
+  EXPECT_EQ(r0.name(), "r0");
+  EXPECT_DOUBLE_EQ(r0.uplink().declared_bytes_per_second(), 12.5e6);
+  ASSERT_EQ(r0.nodes_size(), 1);
+  EXPECT_EQ(r0.nodes(0).name(), "node-a");
+  EXPECT_EQ(r0.nodes(0).state(), monta::v1::NODE_STATE_ALIVE);
+  const auto& r1 = tree.blocks(0).racks(1);
+  ASSERT_EQ(r1.nodes_size(), 2);  // node-a's claim added nothing here
+  EXPECT_EQ(r1.nodes(0).state(), monta::v1::NODE_STATE_UNSPECIFIED);
+  ASSERT_EQ(tree.unplaced_size(), 1);
+  EXPECT_EQ(tree.unplaced(0).name(), "node-x");
+  EXPECT_EQ(tree.unplaced(0).position().hint_rack(), "r0");
+  ASSERT_EQ(tree.sources_size(), 1);
+  EXPECT_EQ(tree.sources(0).path(), map);
+  EXPECT_EQ(tree.sources(0).nodes(), 3);
+
+  monta::v1::ListNodesReply nodes;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(planner->ListNodes(&context, {}, &nodes).ok());
+  }
+  ASSERT_EQ(nodes.nodes_size(), 2);
+  EXPECT_EQ(nodes.nodes(1).fabric().source(), monta::v1::FABRIC_SOURCE_NONE);
 }
 
 }  // namespace

@@ -235,6 +235,7 @@ std::optional<Fabric::Reload> Fabric::Apply(SourceFile& file,
   absl::MutexLock lock(&mu_);
   SourceState& state = StateOf(source);
   state.error = std::string(out.status.message());
+  ++(out.status.ok() ? state.loads_ok : state.loads_error);
   out.nodes = state.nodes;
   return out;
 }
@@ -400,6 +401,20 @@ std::vector<monta::v1::FabricSourceStatus> Fabric::Sources() const {
     s.set_nodes(state.nodes);
     s.set_racks(state.racks);
     out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<Fabric::LoadCount> Fabric::LoadCounts() const {
+  std::vector<LoadCount> out;
+  absl::MutexLock lock(&mu_);
+  if (!options_.map_file.empty()) {
+    out.push_back(
+        {map_state_.source, map_state_.loads_ok, map_state_.loads_error});
+  }
+  if (!options_.node_labels_file.empty()) {
+    out.push_back({labels_state_.source, labels_state_.loads_ok,
+                   labels_state_.loads_error});
   }
   return out;
 }

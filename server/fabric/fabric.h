@@ -19,6 +19,7 @@
 #ifndef MONTA_SERVER_FABRIC_FABRIC_H_
 #define MONTA_SERVER_FABRIC_FABRIC_H_
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -93,6 +94,15 @@ class Fabric {
   // The configured sources and what is in use from each.
   std::vector<monta::v1::FabricSourceStatus> Sources() const;
 
+  // Reads of each configured source's file since Open (at Open and each time
+  // it changed), by result: ok, or error (the previous content stayed).
+  struct LoadCount {
+    monta::v1::FabricSource source = monta::v1::FABRIC_SOURCE_UNSPECIFIED;
+    int64_t ok = 0;
+    int64_t error = 0;
+  };
+  std::vector<LoadCount> LoadCounts() const;
+
  private:
   // What one source holds.
   struct SourceState {
@@ -103,6 +113,8 @@ class Fabric {
     size_t content_hash = 0;
     int nodes = 0;
     int racks = 0;
+    int64_t loads_ok = 0;
+    int64_t loads_error = 0;
   };
   // The content in use, replaced whole on a change.
   struct View {

@@ -205,6 +205,60 @@ std::vector<MetricFamily> ClusterCollector::Collect() const {
   return {state, lease, busbw, efficiency, age};
 }
 
+FabricCollector::FabricCollector(const registry::Registry* registry,
+                                 const fabric::Fabric* fabric)
+    : registry_(registry), fabric_(fabric) {}
+
+std::vector<MetricFamily> FabricCollector::Collect() const {
+  MetricFamily nodes =
+      Family("monta_fabric_nodes",
+             "Registered nodes by who placed them in the fabric (map, "
+             "node_labels; none: outside it, priced by pair measurements)");
+  MetricFamily disagreements = Family(
+      "monta_fabric_hint_disagreement",
+      "1 for each node whose agent's own labels claim another rack or block "
+      "than the fabric map or node labels place it in (never used)");
+  MetricFamily valid =
+      Family("monta_fabric_source_valid",
+             "1 while the fabric source's file in place is the one in use, 0 "
+             "while it is unreadable or does not parse (the previous content "
+             "stays in use)");
+  MetricFamily loads =
+      Family("monta_fabric_source_loads_total",
+             "Reads of a fabric source's file (at start and each time it "
+             "changed; map: --fabric_map_file, node_labels: "
+             "--fabric_node_labels_file) by result (error: the previous "
+             "content stays in use)");
+  loads.type = MetricType::Counter;
+  std::map<std::string, int> by_source = {
+      {"map", 0}, {"node_labels", 0}, {"none", 0}};
+  for (const auto& node : registry_->List(Instant::Now(), false)) {
+    const monta::v1::FabricPosition p = fabric_->PositionOf(node);
+    ++by_source[ShortName(p.source())];
+    if (p.hint_disagrees()) {
+      disagreements.metric.push_back(Gauge({{"node", node.name()}}, 1));
+    }
+  }
+  for (const auto& [source, count] : by_source) {
+    nodes.metric.push_back(Gauge({{"source", source}}, count));
+  }
+  for (const auto& status : fabric_->Sources()) {
+    valid.metric.push_back(Gauge({{"source", ShortName(status.source())}},
+                                 status.error().empty() ? 1 : 0));
+  }
+  for (const auto& count : fabric_->LoadCounts()) {
+    for (const auto& [result, value] :
+         {std::pair<const char*, int64_t>{"ok", count.ok},
+          {"error", count.error}}) {
+      ClientMetric m;
+      m.label = {{"source", ShortName(count.source)}, {"result", result}};
+      m.counter.value = static_cast<double>(value);
+      loads.metric.push_back(std::move(m));
+    }
+  }
+  return {nodes, disagreements, valid, loads};
+}
+
 std::string StrategyLabel(monta::v1::StrategyKind kind) {
   if (kind == monta::v1::STRATEGY_KIND_UNSPECIFIED) return "none";
   return ShortName(kind);

@@ -26,6 +26,7 @@
 #include "proto/monta/v1/benchmark.pb.h"
 #include "proto/monta/v1/planner.pb.h"
 #include "proto/monta/v1/strategy.pb.h"
+#include "server/fabric/fabric.h"
 #include "server/registry/registry.h"
 
 namespace monta::metrics {
@@ -75,6 +76,29 @@ class HeldBytesCollector : public prometheus::Collectable {
  private:
   mutable absl::Mutex mu_;
   std::vector<std::pair<std::string, Source>> sources_ ABSL_GUARDED_BY(mu_);
+};
+
+// Exposes where the registered nodes sit, and the fabric sources' reads, at
+// scrape time (server/fabric/fabric.h):
+//   monta_fabric_nodes{source}: registered nodes (not gone) the fabric map,
+//     the node labels or nothing ("none") places;
+//   monta_fabric_hint_disagreement{node}: 1 for each registered node whose
+//     agent's labels claim another rack or block than it was placed in;
+//   monta_fabric_source_valid{source}: 1 while the configured file in place
+//     is the one in use, 0 while it does not parse (the previous content
+//     stays in use) or cannot be read;
+//   monta_fabric_source_loads_total{source,result}: reads of a source's file
+//     (at start and each time it changed), ok or error.
+class FabricCollector : public prometheus::Collectable {
+ public:
+  // Neither is owned; both must outlive the collector.
+  FabricCollector(const registry::Registry* registry,
+                  const fabric::Fabric* fabric);
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  const registry::Registry* registry_;
+  const fabric::Fabric* fabric_;
 };
 
 // Event metrics the planner records as it works.

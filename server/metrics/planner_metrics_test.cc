@@ -1,5 +1,8 @@
 #include "server/metrics/planner_metrics.h"
 
+#include <cstdlib>
+#include <fstream>
+
 #include "gtest/gtest.h"
 #include "prometheus/text_serializer.h"
 
@@ -145,6 +148,62 @@ TEST(PlannerMetricsTest, StoreErrorsStartAtZeroPerOperation) {
         "monta_store_errors_total{operation=\"curve\"} 1",
         "monta_store_errors_total{operation=\"decision\"} 0"}) {
     EXPECT_NE(text.find(series), std::string::npos) << series << "\n" << text;
+  }
+}
+
+TEST(PlannerMetricsTest, FabricCollectorCountsPlacementsAndDisagreements) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string map =
+      std::string(tmp != nullptr ? tmp : "/tmp") + "/metrics-fabric.yaml";
+  std::ofstream(map) << "version: 1\nracks:\n- name: r0\n  nodes: [a, b]\n";
+  fabric::FabricOptions options;
+  options.map_file = map;
+  auto fabric = fabric::Fabric::Open(options, absl::Now());
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  registry::Registry registry{registry::RegistryOptions{}};
+  for (const auto& [name, claim] :
+       {std::pair<std::string, std::string>{"a", "r0"},
+        {"b", "r7"},
+        {"c", ""}}) {
+    monta::v1::RegisterRequest r;
+    r.set_node_name(name);
+    r.set_instance_id("i");
+    if (!claim.empty()) {
+      (*r.mutable_topology()
+            ->mutable_labels())["network.topology.nvidia.com/leaf"] = claim;
+    }
+    ASSERT_TRUE(registry.Register(r, Instant::Now()).ok());
+  }
+  FabricCollector collector(&registry, fabric->get());
+  const std::string text =
+      prometheus::TextSerializer().Serialize(collector.Collect());
+  for (const char* series : {"monta_fabric_nodes{source=\"map\"} 2",
+                             "monta_fabric_nodes{source=\"none\"} 1",
+                             "monta_fabric_nodes{source=\"node_labels\"} 0",
+                             "monta_fabric_hint_disagreement{node=\"b\"} 1",
+                             "monta_fabric_source_valid{source=\"map\"} 1"}) {
+    EXPECT_NE(text.find(series), std::string::npos) << series << "\n" << text;
+  }
+  EXPECT_EQ(text.find("monta_fabric_hint_disagreement{node=\"a\"}"),
+            std::string::npos)
+      << text;
+
+  for (const char* series :
+       {"monta_fabric_source_loads_total{source=\"map\",result=\"ok\"} 1",
+        "monta_fabric_source_loads_total{source=\"map\",result=\"error\"} "
+        "0"}) {
+    EXPECT_NE(text.find(series), std::string::npos) << series << "\n" << text;
+  }
+  // A map that stops parsing: counted, and no longer valid.
+  // (Another size than before: the check is stat, then content.)
+  std::ofstream(map) << "version: 1\nracks:\n- name: r0\n  nodes: [a, a, a]\n";
+  (*fabric)->Refresh(absl::Now());
+  const std::string after =
+      prometheus::TextSerializer().Serialize(collector.Collect());
+  for (const char* series :
+       {"monta_fabric_source_loads_total{source=\"map\",result=\"error\"} 1",
+        "monta_fabric_source_valid{source=\"map\"} 0"}) {
+    EXPECT_NE(after.find(series), std::string::npos) << series << "\n" << after;
   }
 }
 
