@@ -1,0 +1,211 @@
+// The emulated fabric (scripts/emulated-cluster.sh --racks) end to end, as
+// root: 2 racks x 2 nodes x 2 ranks, each rack a bridge, the two joined by one
+// spine link shaped at 100 Mbit/s each way, node links at 400 Mbit/s. The
+// planner reads the fabric map the script wrote and reports the tree
+// (montactl topology --fabric); the shaping is real: an AllToAll between two
+// nodes of different racks is bounded by the spine link, one between two
+// nodes of a rack is not; `down` leaves no namespace and no process behind.
+//
+// Where this machine cannot make namespaces (not root, or a container without
+// veth/bridge/tbf) the test skips (GTEST_SKIP) with the script's reason.
+//
+// Every step is bounded (up 70 s, each bench 70 s, down 30 s); it takes about
+// 40 s where it runs.
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/process.h"
+
+namespace monta::testing {
+namespace {
+
+constexpr double kNodeBytesPerSecond = 400e6 / 8;
+constexpr double kUplinkBytesPerSecond = 100e6 / 8;
+
+class EmulatedFabricTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    script_ = Runfile("scripts/emulated-cluster.sh");
+    // Unique per run: parallel runs (and the flat cluster test) never meet.
+    name_ = absl::StrCat("mf", getpid(), "-",
+                         absl::ToUnixMicros(absl::Now()) % 1000000);
+    run_dir_ = TempDir() + "/fabric";
+    bin_dir_ = TempDir() + "/bin";
+    std::filesystem::create_directories(bin_dir_);
+    for (const char* bin :
+         {"server/monta-planner", "agent/monta-agent", "client/montactl"}) {
+      const std::filesystem::path from = Runfile(bin);
+      std::filesystem::create_symlink(
+          from, bin_dir_ + "/" + from.filename().string());
+    }
+  }
+
+  // Always runs, also after a failed assertion: nothing may outlive the test.
+  void TearDown() override {
+    const CommandResult down = Script({"down"}, absl::Seconds(30));
+    EXPECT_EQ(down.exit_code, 0) << down.out << down.err;
+    const CommandResult left = monta::testing::Run({"ip", "netns", "list"});
+    EXPECT_FALSE(absl::StrContains(left.out, name_ + "-")) << left.out;
+    // The cluster's processes run the binaries copied into run_dir_.
+    const CommandResult running =
+        monta::testing::Run({"pgrep", "-f", run_dir_ + "/monta-"});
+    EXPECT_NE(running.exit_code, 0) << "still running: " << running.out;
+  }
+
+  CommandResult Script(std::vector<std::string> args, absl::Duration timeout) {
+    std::vector<std::string> argv = {script_};
+    argv.insert(argv.end(), args.begin(), args.begin() + 1);
+    argv.push_back("--name=" + name_);
+    argv.push_back("--run_dir=" + run_dir_);
+    argv.insert(argv.end(), args.begin() + 1, args.end());
+    return monta::testing::Run(argv, timeout);
+  }
+
+  // montactl ARGS in the hub namespace.
+  CommandResult Ctl(const std::vector<std::string>& args,
+                    absl::Duration timeout = absl::Seconds(20)) {
+    std::vector<std::string> argv = {"ctl", "--"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    CommandResult r = Script(argv, timeout);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err << Logs();
+    return r;
+  }
+
+  nlohmann::json CtlJson(const std::vector<std::string>& args,
+                         absl::Duration timeout = absl::Seconds(20)) {
+    std::vector<std::string> json_args = {"--output=json"};
+    json_args.insert(json_args.end(), args.begin(), args.end());
+    return nlohmann::json::parse(Ctl(json_args, timeout).out, nullptr,
+                                 /*allow_exceptions=*/false);
+  }
+
+  std::string Logs() const {
+    std::string out;
+    for (const char* log :
+         {"planner.log", "agent-r0-n0.log", "agent-r1-n0.log"}) {
+      absl::StrAppend(&out, "\n--- ", log, "\n",
+                      ReadFile(run_dir_ + "/" + log));
+    }
+    return out;
+  }
+
+  // The AllToAll algbw of the largest size an inter-node benchmark of
+  // `nodes` measured (bytes per second); every point data-checked.
+  double LargestAlgbw(const std::string& nodes);
+
+  // The tree the planner reports matches the map the script wrote.
+  void ExpectTwoRacksOfTwo();
+
+  std::string script_, name_, run_dir_, bin_dir_;
+};
+
+double EmulatedFabricTest::LargestAlgbw(const std::string& nodes) {
+  nlohmann::json bench =
+      CtlJson({"bench", "--nodes=" + nodes, "--bench_timeout_seconds=60"},
+              absl::Seconds(70));
+  EXPECT_EQ(bench["status"]["state"], "TASK_STATE_SUCCEEDED")
+      << bench.dump(1) << Logs();
+  const std::string task_id = bench["status"].value("task_id", "");
+  const std::string first = nodes.substr(0, nodes.find(','));
+  nlohmann::json node = CtlJson({"node", first});
+  for (const auto& curve : node.value("curves", nlohmann::json::array())) {
+    // The plain collective, not one of the strategy schedules.
+    const std::string strategy =
+        curve.value("strategy_kind", "STRATEGY_KIND_UNSPECIFIED");
+    if (curve["task_id"] != task_id ||
+        curve["collective"] != "COLLECTIVE_ALLTOALL" ||
+        strategy != "STRATEGY_KIND_UNSPECIFIED") {
+      continue;
+    }
+    EXPECT_EQ(curve["scope"], "SCOPE_INTER_NODE");
+    EXPECT_GE(curve["points"].size(), 3u) << curve.dump(1);
+    for (const auto& p : curve["points"]) {
+      EXPECT_EQ(p.value("wrong_bytes", "0"), "0") << p.dump();
+    }
+    return curve["points"].back()["algbw_bytes_per_second"].get<double>();
+  }
+  ADD_FAILURE() << "no AllToAll curve of task " << task_id << " on " << first
+                << ": " << node.dump(1);
+  return 0;
+}
+
+void EmulatedFabricTest::ExpectTwoRacksOfTwo() {
+  nlohmann::json tree = CtlJson({"topology", "--fabric"});
+  ASSERT_EQ(tree["blocks"].size(), 1u) << tree.dump(1);
+  const nlohmann::json& racks = tree["blocks"][0]["racks"];
+  ASSERT_EQ(racks.size(), 2u) << tree.dump(1);
+  for (int r = 0; r < 2; ++r) {
+    const nlohmann::json& rack = racks[r];
+    EXPECT_EQ(rack["name"], absl::StrCat("r", r));
+    EXPECT_EQ(rack["source"], "FABRIC_SOURCE_MAP");
+    EXPECT_DOUBLE_EQ(rack["uplink"]["declared_bytes_per_second"].get<double>(),
+                     kUplinkBytesPerSecond);
+    ASSERT_EQ(rack["nodes"].size(), 2u) << rack.dump(1);
+    for (int i = 0; i < 2; ++i) {
+      const nlohmann::json& node = rack["nodes"][i];
+      EXPECT_EQ(node["name"], absl::StrCat("r", r, "-n", i));
+      EXPECT_EQ(node["state"], "NODE_STATE_ALIVE");
+      EXPECT_EQ(node["position"]["rack"], absl::StrCat("r", r));
+      EXPECT_EQ(node["position"]["source"], "FABRIC_SOURCE_MAP");
+    }
+  }
+  EXPECT_EQ(tree.value("unplaced", nlohmann::json::array()).size(), 0u);
+  const std::string text = Ctl({"topology", "--fabric"}).out;
+  for (const char* want : {"rack r0", "rack r1", "  r1-n1", "100 Mb/s"}) {
+    EXPECT_TRUE(absl::StrContains(text, want)) << want << "\n" << text;
+  }
+  // Every node on its rack's subnet address.
+  nlohmann::json nodes = CtlJson({"nodes"});
+  ASSERT_EQ(nodes["nodes"].size(), 4u) << nodes.dump(1);
+  for (const auto& node : nodes["nodes"]) {
+    const std::string name = node["name"];
+    EXPECT_EQ(node["bench_address"], absl::StrCat("10.213.", name[1] - '0' + 1,
+                                                  ".", name[4] - '0' + 1));
+  }
+}
+
+TEST_F(EmulatedFabricTest, TwoRacksShowInTheTreeAndTheSpineBoundsTraffic) {
+  const CommandResult up =
+      Script({"up", "--racks=2", "--nodes=2", "--ranks_per_node=2",
+              "--rate=400mbit", "--uplink_rate=100mbit", "--self_bench=false",
+              "--bin_dir=" + bin_dir_, "--timeout=60"},
+             absl::Seconds(70));
+  if (up.exit_code == 3) {
+    const std::string reason =
+        std::vector<std::string>(
+            absl::StrSplit(up.err, '\n', absl::SkipEmpty()))
+            .back();
+    GTEST_SKIP() << reason;
+  }
+  ASSERT_EQ(up.exit_code, 0) << up.out << up.err << Logs();
+  ASSERT_NO_FATAL_FAILURE(ExpectTwoRacksOfTwo());
+
+  // Across racks a node's traffic leaves through the 100 Mbit/s spine link:
+  // the AllToAll is bounded by it (10% for tbf's burst), as it is by the
+  // node link in the flat cluster (emulated_cluster_test).
+  const double across = LargestAlgbw("r0-n0,r1-n0");
+  EXPECT_GT(across, 0);
+  EXPECT_LE(across, 1.1 * kUplinkBytesPerSecond);
+  // Inside a rack only the 400 Mbit/s node links bound it: well above what
+  // the spine link could carry.
+  const double within = LargestAlgbw("r1-n0,r1-n1");
+  EXPECT_GE(within, 1.5 * kUplinkBytesPerSecond);
+  EXPECT_LE(within, 1.1 * kNodeBytesPerSecond);
+  std::cout << "algbw at the largest size: across racks " << across / 1e6
+            << " MB/s (spine link " << kUplinkBytesPerSecond / 1e6
+            << " MB/s), within a rack " << within / 1e6 << " MB/s (node link "
+            << kNodeBytesPerSecond / 1e6 << " MB/s)\n";
+}
+
+}  // namespace
+}  // namespace monta::testing
