@@ -168,14 +168,59 @@ for (const [kind, path, policy] of [["MutatingWebhookConfiguration", "/mutate", 
 }
 
 // --- RBAC: least privilege ----------------------------------------------------------------
-// Neither the planner nor the agent has a Kubernetes client: no role, no binding, no token.
+// Neither the planner nor the agent has a Kubernetes client. One read-only permission
+// exists: the planner pod's node-labels sidecar may get and list nodes, with a token
+// projected into that container alone.
 const roles = objs.filter((o) => o.kind === "Role" || o.kind === "ClusterRole");
-check(roles.length === 0, `no Role or ClusterRole (found ${roles.map((r) => r.metadata.name).join(", ")})`);
+check(roles.length === 1 && roles[0].kind === "ClusterRole" && roles[0].metadata.name === "monta-node-reader",
+  `one ClusterRole, monta-node-reader (found ${roles.map((r) => r.metadata.name).join(", ")})`);
+check(JSON.stringify((roles[0] || {}).rules) ===
+  JSON.stringify([{ apiGroups: [""], resources: ["nodes"], verbs: ["get", "list"] }]),
+"monta-node-reader: get and list nodes, nothing else");
 const bindings = objs.filter((o) => o.kind === "RoleBinding" || o.kind === "ClusterRoleBinding");
-check(bindings.length === 0, "no RoleBinding or ClusterRoleBinding");
+check(bindings.length === 1 && bindings[0].kind === "ClusterRoleBinding" &&
+  JSON.stringify(bindings[0].roleRef) ===
+  JSON.stringify({ apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "monta-node-reader" }) &&
+  JSON.stringify(bindings[0].subjects) ===
+  JSON.stringify([{ kind: "ServiceAccount", name: "monta-planner", namespace: NS }]),
+"one binding: monta-node-reader to the monta-planner ServiceAccount");
 const plannerSa = one("ServiceAccount", "monta-planner");
 check(plannerSa.automountServiceAccountToken === false && pspec.automountServiceAccountToken === false,
-  "planner: no API token mounted");
+  "planner pod: no API token mounted automatically");
+const tokenVolumes = (pspec.volumes || []).filter((v) => v.projected &&
+  (v.projected.sources || []).some((src) => src.serviceAccountToken)).map((v) => v.name);
+const mountsToken = (c) => (c.volumeMounts || []).some((m) => tokenVolumes.includes(m.name) ||
+  m.mountPath.startsWith("/var/run/secrets/kubernetes.io"));
+check(!mountsToken(pc), "planner container: no API token");
+const nl = container(planner, "node-labels");
+check(nl.name === "node-labels" && mountsToken(nl), "planner pod: the node-labels sidecar holds the only token");
+check(((nl.volumeMounts || []).find((m) => tokenVolumes.includes(m.name)) || {}).readOnly === true,
+  "node-labels: token mounted read-only");
+check(nl.securityContext && nl.securityContext.readOnlyRootFilesystem === true &&
+  nl.securityContext.allowPrivilegeEscalation === false &&
+  JSON.stringify(nl.securityContext.capabilities) === JSON.stringify({ drop: ["ALL"] }),
+"node-labels: read-only root fs, no privilege escalation, drops ALL capabilities");
+check(nl.resources && nl.resources.limits && nl.resources.limits.memory, "node-labels: memory limit");
+for (const o of objs.filter((x) => x.kind === "Deployment" || x.kind === "DaemonSet")) {
+  if (o === planner) continue;
+  check(!(podSpec(o).volumes || []).some((v) => v.projected &&
+    (v.projected.sources || []).some((src) => src.serviceAccountToken)), `${o.kind} ${o.metadata.name}: no API token`);
+}
+
+// --- where nodes sit: the fabric map and the node labels file --------------------------
+const mountOf = (c, volumeName) => (c.volumeMounts || []).find((m) => m.name === volumeName);
+const mapVol = (pspec.volumes || []).find((v) => v.configMap && v.configMap.name === "monta-fabric-map");
+one("ConfigMap", "monta-fabric-map");
+const mapMount = mapVol && mountOf(pc, mapVol.name);
+check(mapMount && mapMount.readOnly === true && flag("fabric_map_file") &&
+  flag("fabric_map_file").startsWith(mapMount.mountPath + "/"),
+"planner: --fabric_map_file in the monta-fabric-map ConfigMap, mounted read-only");
+const labelsFile = flag("fabric_node_labels_file") || "";
+const labelsMount = (pc.volumeMounts || []).find((m) => labelsFile.startsWith(m.mountPath + "/"));
+check(labelsMount && labelsMount.readOnly === true, "planner: --fabric_node_labels_file on a volume mounted read-only");
+const sidecarMount = labelsMount && mountOf(nl, labelsMount.name);
+check(sidecarMount && sidecarMount.mountPath === labelsMount.mountPath && sidecarMount.readOnly !== true,
+  "node-labels: writes the planner's --fabric_node_labels_file volume at the same path");
 for (const o of objs) {
   if (o.kind === "ClusterRole" || o.kind === "Role") {
     for (const r of o.rules || []) {
