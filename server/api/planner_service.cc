@@ -47,6 +47,13 @@ grpc::ServerUnaryReactor* PlannerService::GetStrategy(
       *request, registry_, metrics_, decisions_, knowledge_);
   if (!decided.ok()) return FinishUnary(context, ToGrpc(decided.status()));
   *reply = *std::move(decided);
+  // Where the job's nodes sit and who placed them (not priced yet).
+  if (fabric_ != nullptr && request->placement().node_names_size() > 0) {
+    std::optional<std::string> note =
+        fabric_->EvidenceNote({request->placement().node_names().begin(),
+                               request->placement().node_names().end()});
+    if (note) reply->mutable_evidence()->add_notes(*std::move(note));
+  }
   return FinishUnary(context, grpc::Status::OK);
 }
 

@@ -1,5 +1,6 @@
 // GetStrategy, ListProfiles and node lookups through a real in-process gRPC
 // server, as a training launcher would call them.
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -404,6 +405,31 @@ TEST(PlannerServiceFabricTest, TheMapPlacesNodesTheirAgentsOnlyHint) {
   }
   ASSERT_EQ(nodes.nodes_size(), 2);
   EXPECT_EQ(nodes.nodes(1).fabric().source(), monta::v1::FABRIC_SOURCE_NONE);
+
+  // A plan's evidence says where its nodes sit, and by whom.
+  monta::v1::StrategyRequest r = testing::PaperJobRequest();
+  r.mutable_job()->set_world_size(4);
+  r.mutable_job()->set_tensor_parallel_size(2);
+  r.mutable_job()->set_data_parallel_size(2);
+  r.mutable_job()->set_expert_parallel_size(2);
+  r.mutable_placement()->clear_profile();
+  r.mutable_placement()->set_nodes(0);
+  r.mutable_placement()->add_node_names("node-a");
+  r.mutable_placement()->add_node_names("node-x");
+  r.mutable_placement()->set_gpus_per_node(2);
+  monta::v1::StrategyReply plan;
+  {
+    grpc::ClientContext context;
+    grpc::Status status = planner->GetStrategy(&context, r, &plan);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  EXPECT_NE(
+      std::find(plan.evidence().notes().begin(), plan.evidence().notes().end(),
+                "fabric: rack r0 (fabric map): node-a; outside the "
+                "fabric: node-x. Racks are not priced yet: the plan rests "
+                "on node and pair measurements, as without a fabric"),
+      plan.evidence().notes().end())
+      << plan.evidence().DebugString();
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace monta::fabric {
@@ -403,6 +404,46 @@ std::vector<monta::v1::FabricSourceStatus> Fabric::Sources() const {
     out.push_back(std::move(s));
   }
   return out;
+}
+
+std::optional<std::string> Fabric::EvidenceNote(
+    const std::vector<std::string>& nodes) const {
+  if (!has_sources() || nodes.empty()) return std::nullopt;
+  const View view = Current();
+  // Racks in the order the job's nodes first name them; outside last.
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;
+  std::vector<std::string> outside;
+  for (const std::string& node : nodes) {
+    const FabricPosition p = PositionIn(view, node, {});
+    if (p.source() == monta::v1::FABRIC_SOURCE_NONE) {
+      outside.push_back(node);
+      continue;
+    }
+    const std::string where =
+        absl::StrCat("rack ", p.rack(), " (",
+                     p.source() == monta::v1::FABRIC_SOURCE_MAP ? "fabric map"
+                                                                : "node labels",
+                     ")");
+    auto it =
+        std::find_if(groups.begin(), groups.end(),
+                     [&where](const auto& g) { return g.first == where; });
+    if (it == groups.end()) {
+      groups.push_back({where, {}});
+      it = groups.end() - 1;
+    }
+    it->second.push_back(node);
+  }
+  std::vector<std::string> parts;
+  for (const auto& [where, members] : groups) {
+    parts.push_back(absl::StrCat(where, ": ", absl::StrJoin(members, ", ")));
+  }
+  if (!outside.empty()) {
+    parts.push_back(
+        absl::StrCat("outside the fabric: ", absl::StrJoin(outside, ", ")));
+  }
+  return absl::StrCat("fabric: ", absl::StrJoin(parts, "; "),
+                      ". Racks are not priced yet: the plan rests on node "
+                      "and pair measurements, as without a fabric");
 }
 
 std::vector<Fabric::LoadCount> Fabric::LoadCounts() const {

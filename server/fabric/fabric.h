@@ -91,6 +91,14 @@ class Fabric {
   monta::v1::FabricReply Tree(
       const std::vector<monta::v1::NodeInfo>& registered) const;
 
+  // For a plan's evidence: where the job's nodes sit and who placed them,
+  // e.g. "fabric: rack r0 (fabric map): a, b; rack leaf-5 (node labels): c;
+  // outside the fabric: x. Racks are not priced yet: the plan rests on node
+  // and pair measurements, as without a fabric". nullopt without sources or
+  // nodes.
+  std::optional<std::string> EvidenceNote(
+      const std::vector<std::string>& nodes) const;
+
   // The configured sources and what is in use from each.
   std::vector<monta::v1::FabricSourceStatus> Sources() const;
 

@@ -330,5 +330,22 @@ TEST_F(FabricTest, WithoutSourcesEveryNodeKeepsPairMeasurements) {
   EXPECT_TRUE(tree.sources().empty());
 }
 
+TEST_F(FabricTest, APlansEvidenceSaysWhoPlacedEachNode) {
+  Write(map_path_, kMap);
+  Write(labels_path_, NodeList({{"n6", "leaf-9"}}));
+  auto fabric = Open(/*labels=*/true);
+  ASSERT_NE(fabric, nullptr);
+  EXPECT_EQ(fabric->EvidenceNote({"n2", "n6", "x9", "n0", "n1"}),
+            "fabric: rack r1 (fabric map): n2; rack leaf-9 (node labels): n6; "
+            "rack r0 (fabric map): n0, n1; outside the fabric: x9. Racks are "
+            "not priced yet: the plan rests on node and pair measurements, as "
+            "without a fabric");
+  EXPECT_EQ(fabric->EvidenceNote({}), std::nullopt);
+  absl::StatusOr<std::unique_ptr<Fabric>> none =
+      Fabric::Open(FabricOptions(), kStart);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ((*none)->EvidenceNote({"a"}), std::nullopt);
+}
+
 }  // namespace
 }  // namespace monta::fabric
