@@ -13,13 +13,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/echo.h"
 #include "server/registry/registry.h"
 #include "yaml-cpp/yaml.h"
 
 namespace monta::fabric {
 namespace {
 
-constexpr size_t kMaxQuotedBytes = 64;
 constexpr double kMaxBitsPerSecond = 1e15;
 constexpr double kMaxOversubscription = 1000;
 
@@ -53,7 +53,7 @@ absl::Status CheckKeys(const YAML::Node& node, absl::string_view field,
     const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
     if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
       return Bad(kv.first, field,
-                 absl::StrCat("unknown key ", QuoteValue(key), " (expected ",
+                 absl::StrCat("unknown key ", EchoInput(key), " (expected ",
                               absl::StrJoin(allowed, ", "), ")"));
     }
     if (!seen.insert(key).second) {
@@ -160,7 +160,7 @@ class Walker {
       if (!text.ok()) return text.status();
       if (out_.FindBlock(*text) == nullptr) {
         return Bad(block, absl::StrCat(field, ".block"),
-                   absl::StrCat(QuoteValue(*text),
+                   absl::StrCat(EchoInput(*text),
                                 " is not a block of `blocks` (declare it "
                                 "there, with its uplink if known)"));
       }
@@ -195,7 +195,7 @@ class Walker {
         return Bad(seq[j], entry,
                    absl::StrCat("expected a node name (1..253 of [a-z0-9.-], "
                                 "alphanumeric at both ends), got ",
-                                QuoteValue(*node)));
+                                EchoInput(*node)));
       }
       rack.nodes.push_back(*std::move(node));
       node_lines_[rack.nodes.back()].push_back(Line(seq[j]));
@@ -239,7 +239,7 @@ class Walker {
         return Bad(ratio, sub,
                    absl::StrCat("expected a ratio in 1..", kMaxOversubscription,
                                 " (4 = 4:1, 1 = non-blocking), got ",
-                                QuoteValue(*text)));
+                                EchoInput(*text)));
       }
       link.oversubscription_ratio = value;
       link.line = Line(node);
@@ -258,7 +258,7 @@ class Walker {
       if (levels[i].name == levels[i - 1].name) {
         return absl::InvalidArgumentError(absl::StrCat(
             "line ", levels[i].line, ": ", field, ": ",
-            QuoteValue(levels[i].name), " is declared twice (also line ",
+            EchoInput(levels[i].name), " is declared twice (also line ",
             levels[i - 1].line, ")"));
       }
     }
@@ -309,14 +309,6 @@ const MapBlock* FabricMap::FindBlock(absl::string_view name) const {
   return it != blocks.end() && it->name == name ? &*it : nullptr;
 }
 
-std::string QuoteValue(absl::string_view value) {
-  if (value.size() <= kMaxQuotedBytes) {
-    return absl::StrCat("\"", absl::CHexEscape(value), "\"");
-  }
-  return absl::StrCat("\"", absl::CHexEscape(value.substr(0, kMaxQuotedBytes)),
-                      "...\" (", value.size(), " bytes)");
-}
-
 absl::Status ValidateLevelName(absl::string_view name) {
   const bool chars_ok = std::all_of(name.begin(), name.end(), [](char c) {
     return IsAlnum(c) || c == '-' || c == '_' || c == '.';
@@ -327,7 +319,7 @@ absl::Status ValidateLevelName(absl::string_view name) {
         "expected a name of 1..", kMaxLevelNameBytes,
         " characters of [A-Za-z0-9._-], alphanumeric at both ends (a "
         "Kubernetes label value), got ",
-        QuoteValue(name)));
+        EchoInput(name)));
   }
   return absl::OkStatus();
 }
@@ -353,7 +345,7 @@ absl::StatusOr<double> ParseBitsPerSecond(absl::string_view text) {
     return absl::InvalidArgumentError(absl::StrCat(
         "expected bits per second in (0, 1e15], a number or one with a unit "
         "(kbit, mbit, gbit, tbit), got ",
-        QuoteValue(text)));
+        EchoInput(text)));
   }
   return value * unit;
 }
@@ -373,7 +365,7 @@ absl::StatusOr<FabricMap> ParseFabricMap(absl::string_view text,
     // Parse errors (and yaml-cpp's nesting guard) carry where they are.
     return absl::InvalidArgumentError(
         absl::StrCat("line ", e.mark.line + 1,
-                     ": invalid YAML or JSON: ", e.msg.substr(0, 200)));
+                     ": invalid YAML or JSON: ", CutMessage(e.msg)));
   }
 }
 

@@ -105,10 +105,6 @@ absl::Status ValidateLevelName(absl::string_view name);
 // case) in bits per second; > 0 and at most 1e15 (1 Pbit/s).
 absl::StatusOr<double> ParseBitsPerSecond(absl::string_view text);
 
-// How an error repeats a value from a file: quoted, escaped, at most 64 bytes
-// and its length when longer.
-std::string QuoteValue(absl::string_view value);
-
 }  // namespace monta::fabric
 
 #endif  // MONTA_SERVER_FABRIC_FABRIC_MAP_H_

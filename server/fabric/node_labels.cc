@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/echo.h"
 #include "nlohmann/json.hpp"
 #include "server/registry/registry.h"
 
@@ -53,7 +54,7 @@ absl::StatusOr<std::map<std::string, std::string>> Labels(const json& metadata,
     if (!value.is_string()) {
       return BadItem(
           item, ".metadata.labels",
-          absl::StrCat("expected string values, ", QuoteValue(key), " is not"));
+          absl::StrCat("expected string values, ", EchoInput(key), " is not"));
     }
     labels[key] = value.get<std::string>();
   }
@@ -92,7 +93,7 @@ absl::StatusOr<std::vector<std::string>> ParseLabelKeys(
           flag,
           ": expected label keys [prefix/]name (prefix a DNS subdomain, "
           "name 1..63 of [A-Za-z0-9._-]), got ",
-          QuoteValue(key)));
+          EchoInput(key)));
     }
     keys.emplace_back(key);
   }
