@@ -10,10 +10,9 @@
 //
 // Every step is bounded (up 100 s, bench 110 s, down 30 s) so the test ends,
 // and tears the cluster down, well inside Bazel's 300 s for a medium test.
-#include <unistd.h>
 
-#include <cstdio>
-#include <filesystem>
+#include "tests/testing/emulated_cluster.h"
+
 #include <fstream>
 #include <set>
 #include <string>
@@ -21,8 +20,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/process.h"
@@ -37,65 +34,25 @@ constexpr double kRateBytesPerSecond = 400e6 / 8;
 
 class EmulatedClusterTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    script_ = Runfile("scripts/emulated-cluster.sh");
-    // Unique per run: parallel runs (and other suites' clusters) never meet.
-    name_ = absl::StrCat("mt", getpid(), "-",
-                         absl::ToUnixMicros(absl::Now()) % 1000000);
-    run_dir_ = TempDir() + "/emul";
-    bin_dir_ = TempDir() + "/bin";
-    std::filesystem::create_directories(bin_dir_);
-    for (const char* bin :
-         {"server/monta-planner", "agent/monta-agent", "client/montactl"}) {
-      const std::filesystem::path from = Runfile(bin);
-      std::filesystem::create_symlink(
-          from, bin_dir_ + "/" + from.filename().string());
-    }
-  }
-
   // Always runs, also after a failed assertion: nothing may outlive the test.
-  void TearDown() override {
-    const CommandResult down = Script({"down"}, absl::Seconds(30));
-    EXPECT_EQ(down.exit_code, 0) << down.out << down.err;
-    const CommandResult left = monta::testing::Run({"ip", "netns", "list"});
-    EXPECT_FALSE(absl::StrContains(left.out, name_ + "-")) << left.out;
-  }
-
-  CommandResult Script(std::vector<std::string> args, absl::Duration timeout) {
-    std::vector<std::string> argv = {script_};
-    argv.insert(argv.end(), args.begin(), args.begin() + 1);
-    argv.push_back("--name=" + name_);
-    argv.push_back("--run_dir=" + run_dir_);
-    argv.insert(argv.end(), args.begin() + 1, args.end());
-    return monta::testing::Run(argv, timeout);
-  }
+  void TearDown() override { cluster_.ExpectDown(); }
 
   // montactl --output=json ARGS in the hub namespace, parsed.
   nlohmann::json Ctl(const std::vector<std::string>& args,
                      absl::Duration timeout = absl::Seconds(20)) {
-    std::vector<std::string> argv = {"ctl", "--", "--output=json"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    const CommandResult r = Script(argv, timeout);
-    EXPECT_EQ(r.exit_code, 0) << r.out << r.err << Logs();
-    return nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+    return cluster_.CtlJson(args, kLogs, timeout);
   }
 
-  std::string Logs() const {
-    std::string out;
-    for (const char* log :
-         {"planner.log", "agent-node-0.log", "agent-node-1.log"}) {
-      absl::StrAppend(&out, "\n--- ", log, "\n",
-                      ReadFile(run_dir_ + "/" + log));
-    }
-    return out;
-  }
+  std::string Logs() const { return cluster_.Logs(kLogs); }
 
   // montactl verify of a small job (2 MiB dispatch per rank, TP 2 in a node,
   // EP 2 across the link): every candidate data-checked and timed, the run
   // stored and exported, and a later plan of the job answered from it.
   void VerifySmallDispatch();
 
-  std::string script_, name_, run_dir_, bin_dir_;
+  const std::vector<std::string> kLogs = {"planner.log", "agent-node-0.log",
+                                          "agent-node-1.log"};
+  EmulatedCluster cluster_{"mt", "emul"};
 };
 
 constexpr char kSmallJob[] = R"(job:
@@ -155,8 +112,8 @@ void EmulatedClusterTest::VerifySmallDispatch() {
   EXPECT_EQ(plan["evidence"]["calibration"]["task_id"], v["task"]["task_id"]);
 
   // Exported for dashboards (the planner's /metrics inside the hub).
-  const CommandResult metrics = Script(
-      {"exec", "hub", "--", "curl", "-sS", "http://10.213.0.1:7401/metrics"},
+  const CommandResult metrics = cluster_.Script(
+      "exec", {"hub", "--", "curl", "-sS", "http://10.213.0.1:7401/metrics"},
       absl::Seconds(10));
   EXPECT_TRUE(absl::StrContains(metrics.out, "monta_plan_regret_ratio"))
       << metrics.out << metrics.err;
@@ -169,18 +126,13 @@ void EmulatedClusterTest::VerifySmallDispatch() {
 }
 
 TEST_F(EmulatedClusterTest, TwoNodesBenchmarkAcrossTheShapedLink) {
-  const CommandResult up = Script(
-      {"up", absl::StrCat("--nodes=", kNodes),
-       absl::StrCat("--ranks_per_node=", kRanksPerNode),
-       absl::StrCat("--rate=", kRate), "--bin_dir=" + bin_dir_, "--timeout=80"},
-      absl::Seconds(100));
-  if (up.exit_code == 3) {
-    const std::string reason =
-        std::vector<std::string>(
-            absl::StrSplit(up.err, '\n', absl::SkipEmpty()))
-            .back();
-    GTEST_SKIP() << reason;
-  }
+  std::string skip;
+  const CommandResult up =
+      cluster_.Up({absl::StrCat("--nodes=", kNodes),
+                   absl::StrCat("--ranks_per_node=", kRanksPerNode),
+                   absl::StrCat("--rate=", kRate), "--timeout=80"},
+                  absl::Seconds(100), &skip);
+  if (!skip.empty()) GTEST_SKIP() << skip;
   ASSERT_EQ(up.exit_code, 0) << up.out << up.err << Logs();
 
   // Both agents registered from their own namespaces and addresses.

@@ -11,19 +11,16 @@
 //
 // Every step is bounded (up 70 s, each bench 70 s, down 30 s); it takes about
 // 40 s where it runs.
-#include <unistd.h>
 
-#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/emulated_cluster.h"
 #include "tests/testing/process.h"
 
 namespace monta::testing {
@@ -34,70 +31,18 @@ constexpr double kUplinkBytesPerSecond = 100e6 / 8;
 
 class EmulatedFabricTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    script_ = Runfile("scripts/emulated-cluster.sh");
-    // Unique per run: parallel runs (and the flat cluster test) never meet.
-    name_ = absl::StrCat("mf", getpid(), "-",
-                         absl::ToUnixMicros(absl::Now()) % 1000000);
-    run_dir_ = TempDir() + "/fabric";
-    bin_dir_ = TempDir() + "/bin";
-    std::filesystem::create_directories(bin_dir_);
-    for (const char* bin :
-         {"server/monta-planner", "agent/monta-agent", "client/montactl"}) {
-      const std::filesystem::path from = Runfile(bin);
-      std::filesystem::create_symlink(
-          from, bin_dir_ + "/" + from.filename().string());
-    }
-  }
-
   // Always runs, also after a failed assertion: nothing may outlive the test.
-  void TearDown() override {
-    const CommandResult down = Script({"down"}, absl::Seconds(30));
-    EXPECT_EQ(down.exit_code, 0) << down.out << down.err;
-    const CommandResult left = monta::testing::Run({"ip", "netns", "list"});
-    EXPECT_FALSE(absl::StrContains(left.out, name_ + "-")) << left.out;
-    // The cluster's processes run the binaries copied into run_dir_.
-    const CommandResult running =
-        monta::testing::Run({"pgrep", "-f", run_dir_ + "/monta-"});
-    EXPECT_NE(running.exit_code, 0) << "still running: " << running.out;
-  }
+  void TearDown() override { cluster_.ExpectDown(); }
 
-  CommandResult Script(std::vector<std::string> args, absl::Duration timeout) {
-    std::vector<std::string> argv = {script_};
-    argv.insert(argv.end(), args.begin(), args.begin() + 1);
-    argv.push_back("--name=" + name_);
-    argv.push_back("--run_dir=" + run_dir_);
-    argv.insert(argv.end(), args.begin() + 1, args.end());
-    return monta::testing::Run(argv, timeout);
-  }
-
-  // montactl ARGS in the hub namespace.
   CommandResult Ctl(const std::vector<std::string>& args,
                     absl::Duration timeout = absl::Seconds(20)) {
-    std::vector<std::string> argv = {"ctl", "--"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    CommandResult r = Script(argv, timeout);
-    EXPECT_EQ(r.exit_code, 0) << r.out << r.err << Logs();
-    return r;
+    return cluster_.Ctl(args, kLogs, timeout);
   }
-
   nlohmann::json CtlJson(const std::vector<std::string>& args,
                          absl::Duration timeout = absl::Seconds(20)) {
-    std::vector<std::string> json_args = {"--output=json"};
-    json_args.insert(json_args.end(), args.begin(), args.end());
-    return nlohmann::json::parse(Ctl(json_args, timeout).out, nullptr,
-                                 /*allow_exceptions=*/false);
+    return cluster_.CtlJson(args, kLogs, timeout);
   }
-
-  std::string Logs() const {
-    std::string out;
-    for (const char* log :
-         {"planner.log", "agent-r0-n0.log", "agent-r1-n0.log"}) {
-      absl::StrAppend(&out, "\n--- ", log, "\n",
-                      ReadFile(run_dir_ + "/" + log));
-    }
-    return out;
-  }
+  std::string Logs() const { return cluster_.Logs(kLogs); }
 
   // The AllToAll algbw of the largest size an inter-node benchmark of
   // `nodes` measured (bytes per second); every point data-checked.
@@ -106,7 +51,9 @@ class EmulatedFabricTest : public ::testing::Test {
   // The tree the planner reports matches the map the script wrote.
   void ExpectTwoRacksOfTwo();
 
-  std::string script_, name_, run_dir_, bin_dir_;
+  const std::vector<std::string> kLogs = {"planner.log", "agent-r0-n0.log",
+                                          "agent-r1-n0.log"};
+  EmulatedCluster cluster_{"mf", "fabric"};
 };
 
 double EmulatedFabricTest::LargestAlgbw(const std::string& nodes) {
@@ -175,18 +122,12 @@ void EmulatedFabricTest::ExpectTwoRacksOfTwo() {
 }
 
 TEST_F(EmulatedFabricTest, TwoRacksShowInTheTreeAndTheSpineBoundsTraffic) {
-  const CommandResult up =
-      Script({"up", "--racks=2", "--nodes=2", "--ranks_per_node=2",
-              "--rate=400mbit", "--uplink_rate=100mbit", "--self_bench=false",
-              "--bin_dir=" + bin_dir_, "--timeout=60"},
-             absl::Seconds(70));
-  if (up.exit_code == 3) {
-    const std::string reason =
-        std::vector<std::string>(
-            absl::StrSplit(up.err, '\n', absl::SkipEmpty()))
-            .back();
-    GTEST_SKIP() << reason;
-  }
+  std::string skip;
+  const CommandResult up = cluster_.Up(
+      {"--racks=2", "--nodes=2", "--ranks_per_node=2", "--rate=400mbit",
+       "--uplink_rate=100mbit", "--self_bench=false", "--timeout=60"},
+      absl::Seconds(70), &skip);
+  if (!skip.empty()) GTEST_SKIP() << skip;
   ASSERT_EQ(up.exit_code, 0) << up.out << up.err << Logs();
   ASSERT_NO_FATAL_FAILURE(ExpectTwoRacksOfTwo());
 

@@ -13,9 +13,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/cluster.h"
+#include "tests/testing/grpc_clients.h"
 
 namespace monta::testing {
 namespace {
@@ -76,11 +76,7 @@ class FabricMapTest : public ::testing::Test {
   void StartCluster();
   void ExpectClaimsFlaggedNotFollowed();
 
-  std::string Metrics() {
-    httplib::Client client("127.0.0.1", cluster_.metrics_port());
-    auto res = client.Get("/metrics");
-    return res ? res->body : "";
-  }
+  std::string Metrics() { return PlannerMetrics(cluster_); }
 
   LocalCluster cluster_;
   std::string map_, labels_;

@@ -19,6 +19,23 @@ namespace {
 // 8, TP=8, 8K sequence, 70B-class experts.
 monta::v1::StrategyRequest PaperRequest() { return testing::PaperJobRequest(); }
 
+// The paper's layer on two CPU nodes with 2 ranks each (a Gloo development
+// cluster): TP 2 inside a node, EP 2 across the two.
+monta::v1::StrategyRequest TwoNodeRequest(const std::string& a,
+                                          const std::string& b) {
+  monta::v1::StrategyRequest r = PaperRequest();
+  r.mutable_job()->set_world_size(4);
+  r.mutable_job()->set_tensor_parallel_size(2);
+  r.mutable_job()->set_data_parallel_size(2);
+  r.mutable_job()->set_expert_parallel_size(2);
+  r.mutable_placement()->clear_profile();
+  r.mutable_placement()->set_nodes(0);
+  r.mutable_placement()->add_node_names(a);
+  r.mutable_placement()->add_node_names(b);
+  r.mutable_placement()->set_gpus_per_node(2);
+  return r;
+}
+
 class PlannerServiceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -190,19 +207,8 @@ TEST_F(PlannerServiceTest, RegisteredNodesWithoutCurvesFallBackToTheirProfile) {
     grpc::ClientContext context;
     ASSERT_TRUE(gateway_->Register(&context, reg, &reg_reply).ok());
   }
-  // Two CPU nodes with 2 ranks each (Gloo development cluster).
-  monta::v1::StrategyRequest r = PaperRequest();
-  r.mutable_job()->set_world_size(4);
-  r.mutable_job()->set_tensor_parallel_size(2);
-  r.mutable_job()->set_data_parallel_size(2);
-  r.mutable_job()->set_expert_parallel_size(2);
-  r.mutable_placement()->clear_profile();
-  r.mutable_placement()->set_nodes(0);
-  r.mutable_placement()->add_node_names("cpu-a");
-  r.mutable_placement()->add_node_names("cpu-b");
-  r.mutable_placement()->set_gpus_per_node(2);
   monta::v1::StrategyReply reply;
-  grpc::Status status = Plan(r, &reply);
+  grpc::Status status = Plan(TwoNodeRequest("cpu-a", "cpu-b"), &reply);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(reply.evidence().origin(), monta::v1::EVIDENCE_SOURCE_PROFILE);
   EXPECT_EQ(reply.evidence().profile(), "cpu-gloo");
@@ -325,50 +331,60 @@ TEST_F(PlannerServiceTest, ListProfilesGivesSourcedConstants) {
 
 // GetFabric and NodeInfo.fabric on a planner started with a fabric map: the
 // map places the nodes, an agent's labels are a hint that never moves one,
-// and registered nodes outside the map are listed as such.
-TEST(PlannerServiceFabricTest, TheMapPlacesNodesTheirAgentsOnlyHint) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string map = std::string(tmp != nullptr ? tmp : "/tmp") +
-                          "/planner-service-fabric.yaml";
-  std::ofstream(map) << "version: 1\n"
-                        "racks:\n"
-                        "- name: r0\n"
-                        "  uplink_bits_per_second: 100mbit\n"
-                        "  nodes: [node-a]\n"
-                        "- name: r1\n"
-                        "  nodes: [node-b, node-c]\n";
-  PlannerOptions options;
-  options.grpc_address = "127.0.0.1:0";
-  options.grpc_security.insecure = true;
-  options.metrics_address = "";
-  options.fabric.map_file = map;
-  auto server = PlannerServer::Start(options);
-  ASSERT_TRUE(server.ok()) << server.status();
-  auto channel =
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->grpc_port()),
-                          grpc::InsecureChannelCredentials());
-  auto planner = monta::v1::Planner::NewStub(channel);
-  auto gateway = monta::v1::AgentGateway::NewStub(channel);
-  // node-a's agent says it sits in r1; node-x is in no map.
-  for (const auto& [name, claim] :
-       {std::pair<std::string, std::string>{"node-a", "r1"},
-        {"node-x", "r0"}}) {
-    monta::v1::RegisterRequest reg;
-    reg.set_node_name(name);
-    reg.set_instance_id("i");
-    (*reg.mutable_topology()
-          ->mutable_labels())["network.topology.nvidia.com/leaf"] = claim;
-    monta::v1::RegisterReply reg_reply;
-    grpc::ClientContext context;
-    ASSERT_TRUE(gateway->Register(&context, reg, &reg_reply).ok());
+// and registered nodes outside the map are listed as such. node-a's agent
+// says it sits in r1; node-x is in no map.
+class PlannerServiceFabricTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    map_ = std::string(tmp != nullptr ? tmp : "/tmp") +
+           "/planner-service-fabric.yaml";
+    std::ofstream(map_) << "version: 1\n"
+                           "racks:\n"
+                           "- name: r0\n"
+                           "  uplink_bits_per_second: 100mbit\n"
+                           "  nodes: [node-a]\n"
+                           "- name: r1\n"
+                           "  nodes: [node-b, node-c]\n";
+    PlannerOptions options;
+    options.grpc_address = "127.0.0.1:0";
+    options.grpc_security.insecure = true;
+    options.metrics_address = "";
+    options.fabric.map_file = map_;
+    auto server = PlannerServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    auto channel =
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->grpc_port()),
+                            grpc::InsecureChannelCredentials());
+    planner_ = monta::v1::Planner::NewStub(channel);
+    auto gateway = monta::v1::AgentGateway::NewStub(channel);
+    for (const auto& [name, claim] :
+         {std::pair<std::string, std::string>{"node-a", "r1"},
+          {"node-x", "r0"}}) {
+      monta::v1::RegisterRequest reg;
+      reg.set_node_name(name);
+      reg.set_instance_id("i");
+      (*reg.mutable_topology()
+            ->mutable_labels())["network.topology.nvidia.com/leaf"] = claim;
+      monta::v1::RegisterReply reg_reply;
+      grpc::ClientContext context;
+      ASSERT_TRUE(gateway->Register(&context, reg, &reg_reply).ok());
+    }
   }
 
+  std::string map_;
+  std::unique_ptr<PlannerServer> server_;
+  std::unique_ptr<monta::v1::Planner::Stub> planner_;
+};
+
+TEST_F(PlannerServiceFabricTest, NodesAndTreeFollowTheMapNotTheAgents) {
   monta::v1::NodeInfo a;
   {
     grpc::ClientContext context;
     monta::v1::GetNodeRequest request;
     request.set_name("node-a");
-    ASSERT_TRUE(planner->GetNode(&context, request, &a).ok());
+    ASSERT_TRUE(planner_->GetNode(&context, request, &a).ok());
   }
   EXPECT_EQ(a.fabric().rack(), "r0");
   EXPECT_EQ(a.fabric().source(), monta::v1::FABRIC_SOURCE_MAP);
@@ -378,7 +394,7 @@ TEST(PlannerServiceFabricTest, TheMapPlacesNodesTheirAgentsOnlyHint) {
   monta::v1::FabricReply tree;
   {
     grpc::ClientContext context;
-    ASSERT_TRUE(planner->GetFabric(&context, {}, &tree).ok());
+    ASSERT_TRUE(planner_->GetFabric(&context, {}, &tree).ok());
   }
   ASSERT_EQ(tree.blocks_size(), 1);
   ASSERT_EQ(tree.blocks(0).racks_size(), 2);
@@ -395,34 +411,24 @@ TEST(PlannerServiceFabricTest, TheMapPlacesNodesTheirAgentsOnlyHint) {
   EXPECT_EQ(tree.unplaced(0).name(), "node-x");
   EXPECT_EQ(tree.unplaced(0).position().hint_rack(), "r0");
   ASSERT_EQ(tree.sources_size(), 1);
-  EXPECT_EQ(tree.sources(0).path(), map);
+  EXPECT_EQ(tree.sources(0).path(), map_);
   EXPECT_EQ(tree.sources(0).nodes(), 3);
 
   monta::v1::ListNodesReply nodes;
   {
     grpc::ClientContext context;
-    ASSERT_TRUE(planner->ListNodes(&context, {}, &nodes).ok());
+    ASSERT_TRUE(planner_->ListNodes(&context, {}, &nodes).ok());
   }
   ASSERT_EQ(nodes.nodes_size(), 2);
   EXPECT_EQ(nodes.nodes(1).fabric().source(), monta::v1::FABRIC_SOURCE_NONE);
+}
 
-  // A plan's evidence says where its nodes sit, and by whom.
-  monta::v1::StrategyRequest r = testing::PaperJobRequest();
-  r.mutable_job()->set_world_size(4);
-  r.mutable_job()->set_tensor_parallel_size(2);
-  r.mutable_job()->set_data_parallel_size(2);
-  r.mutable_job()->set_expert_parallel_size(2);
-  r.mutable_placement()->clear_profile();
-  r.mutable_placement()->set_nodes(0);
-  r.mutable_placement()->add_node_names("node-a");
-  r.mutable_placement()->add_node_names("node-x");
-  r.mutable_placement()->set_gpus_per_node(2);
+TEST_F(PlannerServiceFabricTest, APlansEvidenceSaysWhereItsNodesSit) {
   monta::v1::StrategyReply plan;
-  {
-    grpc::ClientContext context;
-    grpc::Status status = planner->GetStrategy(&context, r, &plan);
-    ASSERT_TRUE(status.ok()) << status.error_message();
-  }
+  grpc::ClientContext context;
+  grpc::Status status = planner_->GetStrategy(
+      &context, TwoNodeRequest("node-a", "node-x"), &plan);
+  ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_NE(
       std::find(plan.evidence().notes().begin(), plan.evidence().notes().end(),
                 "fabric: rack r0 (fabric map): node-a; outside the "
