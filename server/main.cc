@@ -148,7 +148,8 @@ ABSL_FLAG(std::string, fabric_node_labels_file, "",
           "Empty = none");
 ABSL_FLAG(double, fabric_refresh_seconds, 10,
           "how often the fabric files are checked for changes (stat, then "
-          "read when changed)");
+          "read when changed); >= 1, the planner's background loop runs once "
+          "a second");
 ABSL_FLAG(std::string, fabric_rack_label_keys,
           absl::StrJoin(monta::fabric::DefaultLabelKeys().rack, ","),
           "node label keys naming a node's rack (leaf switch), most preferred "
@@ -254,10 +255,10 @@ absl::Status FabricFromFlags(monta::PlannerOptions* options) {
   f.limits.max_nodes = absl::GetFlag(FLAGS_fabric_max_nodes);
   const int64_t labels_bytes =
       absl::GetFlag(FLAGS_fabric_node_labels_max_bytes);
-  if (!(refresh >= 0.1) || f.limits.max_nodes < 1 || labels_bytes < 1) {
+  if (!(refresh >= 1) || f.limits.max_nodes < 1 || labels_bytes < 1) {
     return absl::InvalidArgumentError(
-        "--fabric_refresh_seconds must be >= 0.1, --fabric_max_nodes and "
-        "--fabric_node_labels_max_bytes >= 1");
+        "--fabric_refresh_seconds, --fabric_max_nodes and "
+        "--fabric_node_labels_max_bytes must be >= 1");
   }
   f.limits.max_node_labels_bytes = static_cast<size_t>(labels_bytes);
   options->fabric_refresh = absl::Seconds(refresh);

@@ -90,7 +90,7 @@ void FabricMapTest::StartCluster() {
                   .StartPlanner({"--bench_on_register=false",
                                  "--fabric_map_file=" + map_,
                                  "--fabric_node_labels_file=" + labels_,
-                                 "--fabric_refresh_seconds=0.5"})
+                                 "--fabric_refresh_seconds=1"})
                   .ok());
   ASSERT_TRUE(
       cluster_.StartAgent("node-a", {absl::StrCat("--labels=", kLeaf, "=r1")})
