@@ -99,6 +99,9 @@ ABSL_FLAG(double, node_agreement_factor, 4,
           "a benchmark curve is excluded (not planned with) when at some "
           "size one node's median rank time is more than this many times "
           "another node's (docs/ARCHITECTURE.md says why 4)");
+ABSL_FLAG(double, node_agreement_slack_seconds, 0.005,
+          "... and more than this many seconds above it (a shared host's "
+          "scheduling; docs/ARCHITECTURE.md says why 5 ms)");
 ABSL_FLAG(int, max_pending_tasks_per_node, 16,
           "unfinished (pending or running) benchmark tasks per node; more are "
           "refused with RESOURCE_EXHAUSTED");
@@ -233,6 +236,12 @@ absl::Status AgreementFromFlags(monta::PlannerOptions* options) {
         "--node_agreement_factor: expected 1..1000");
   }
   options->coordinator.node_agreement_factor = factor;
+  const double slack = absl::GetFlag(FLAGS_node_agreement_slack_seconds);
+  if (!(slack >= 0 && slack <= 1)) {
+    return absl::InvalidArgumentError(
+        "--node_agreement_slack_seconds: expected 0..1");
+  }
+  options->coordinator.node_agreement_slack_seconds = slack;
   return absl::OkStatus();
 }
 

@@ -604,6 +604,7 @@ CurveChecks Coordinator::ChecksFor(const monta::v1::BenchmarkTask& spec,
                                    Instant now) const {
   CurveChecks checks;
   checks.agreement_factor = options_.node_agreement_factor;
+  checks.agreement_slack_seconds = options_.node_agreement_slack_seconds;
   for (const std::string& node : spec.nodes()) {
     absl::StatusOr<monta::v1::NodeInfo> info = registry_->Get(node, now);
     if (!info.ok()) continue;

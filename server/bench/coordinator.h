@@ -69,6 +69,8 @@ struct CoordinatorOptions {
   // A curve is excluded when one node's median rank time at some size is more
   // than this many times another node's (docs/ARCHITECTURE.md).
   double node_agreement_factor = 4;
+  // ... and by more than this many seconds.
+  double node_agreement_slack_seconds = 0.005;
 };
 
 // Called once per finished task (metrics, logs), under the coordinator's lock:

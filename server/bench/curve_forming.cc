@@ -219,13 +219,15 @@ void Judge(const v1::BenchmarkTask& task, const v1::BandwidthCurve& curve,
   }
   const auto& [fastest, fastest_node] = at.node_medians.front();
   const auto& [slowest, slowest_node] = at.node_medians.back();
-  if (slowest > fastest * checks.agreement_factor) {
+  if (slowest > fastest * checks.agreement_factor &&
+      slowest - fastest > checks.agreement_slack_seconds) {
     verdict->reason = v1::EXCLUSION_REASON_NODES_DISAGREE;
     verdict->detail = absl::StrFormat(
         "at %d bytes node %s's median rank time %s is %.1fx node %s's %s; "
-        "nodes must agree within %gx",
+        "nodes must agree within %gx or %s",
         bytes, slowest_node, Seconds(slowest), slowest / fastest, fastest_node,
-        Seconds(fastest), checks.agreement_factor);
+        Seconds(fastest), checks.agreement_factor,
+        Seconds(checks.agreement_slack_seconds));
     return;
   }
   if (line_rate_per_rank <= 0 || curve.collective() == v1::COLLECTIVE_COPY) {

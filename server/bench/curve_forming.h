@@ -62,6 +62,10 @@ struct CurveChecks {
   // more than this many times another node's (docs/ARCHITECTURE.md says why
   // this number).
   double agreement_factor = 4;
+  // ... and when the slower node's time also exceeds the faster's by more
+  // than this: below it, a difference is the host's scheduling (a rank
+  // descheduled for a few ms on a shared host), not a claim worth refusing.
+  double agreement_slack_seconds = 0.005;
   // A curve is excluded when it moves more bytes across nodes per rank and
   // second than the slowest node's NICs allow per rank, times this (timer
   // granularity; a line rate is never beaten).
@@ -81,8 +85,8 @@ struct FormedCurves {
 // common/bandwidth (a dispatch's busbw over its EP group). measured_at is the
 // first node's claim (display only), received_at is `now`, sequence is left
 // to the registry. A curve with wrong bytes, whose nodes disagree beyond
-// checks.agreement_factor, or that beats the line rate it crosses is
-// excluded, with the reason.
+// checks.agreement_factor (and checks.agreement_slack_seconds), or that beats
+// the line rate it crosses is excluded, with the reason.
 FormedCurves FormCurves(
     const monta::v1::BenchmarkTask& task,
     const std::map<std::string, monta::v1::ReportBenchmarkRequest>& reports,

@@ -163,6 +163,29 @@ TEST(CurveFormingTest, NodesThatDisagreeAreExcludedNamingTheSlowOne) {
             1u);
 }
 
+TEST(CurveFormingTest, ADifferenceWithinTheSlackIsScheduling) {
+  const v1::BenchmarkTask task = PairTask();
+  // 0.8 ms against 3.5 ms is 4.4x, but 2.7 ms apart: a rank descheduled on a
+  // shared host (perf/trust_bench.sh saw it on loopback), kept.
+  EXPECT_EQ(FormCurves(task, Both(task, 0.8e-3, 3.5e-3), CurveChecks{}, kNow)
+                .kept.size(),
+            1u);
+  // Without the slack the same reports are excluded...
+  CurveChecks strict;
+  strict.agreement_slack_seconds = 0;
+  const FormedCurves formed =
+      FormCurves(task, Both(task, 0.8e-3, 3.5e-3), strict, kNow);
+  ASSERT_EQ(formed.excluded.size(), 1u);
+  EXPECT_EQ(formed.excluded[0].reason(), v1::EXCLUSION_REASON_NODES_DISAGREE);
+  EXPECT_NE(formed.excluded[0].detail().find("within 4x or 0 s"),
+            std::string::npos)
+      << formed.excluded[0].detail();
+  // ... and 10x beyond it is excluded with it: 0.8 ms against 8 ms.
+  EXPECT_EQ(FormCurves(task, Both(task, 0.8e-3, 8e-3), CurveChecks{}, kNow)
+                .excluded.size(),
+            1u);
+}
+
 TEST(CurveFormingTest, ACurveFasterThanTheNicsIsExcluded) {
   const v1::BenchmarkTask task = PairTask();
   CurveChecks checks;
