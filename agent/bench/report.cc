@@ -22,6 +22,19 @@ absl::StatusOr<monta::v1::SeriesTimes> SeriesFromRanks(
       size.add_rank_seconds(points[i].time_us * 1e-6);
       size.add_rank_wrong_bytes(points[i].wrong);
     }
+    // A verify workload's iterations, rank after rank, when every rank has
+    // the same number of them (a collective sweep keeps none).
+    const size_t n = first[i].iteration_us.size();
+    bool same = n > 0;
+    for (const std::vector<SweepPoint>& points : per_rank) {
+      same = same && points[i].iteration_us.size() == n;
+    }
+    if (!same) continue;
+    for (const std::vector<SweepPoint>& points : per_rank) {
+      for (double us : points[i].iteration_us) {
+        size.add_rank_iteration_seconds(us * 1e-6);
+      }
+    }
   }
   return series;
 }

@@ -14,7 +14,9 @@ namespace monta::bench {
 
 // One series from the node's ranks: `per_rank[i]` holds local rank i's own
 // points (SweepOptions::agree_across_ranks off), every rank the same sizes in
-// the same order. The caller sets the series' collective or dispatch_index.
+// the same order; their timed iterations go along, rank after rank, when
+// every rank has as many. The caller sets the series' collective or
+// dispatch_index.
 // INTERNAL when the ranks measured different sizes.
 absl::StatusOr<monta::v1::SeriesTimes> SeriesFromRanks(
     const std::vector<std::vector<SweepPoint>>& per_rank);

@@ -51,22 +51,47 @@ struct DispatchShape {
   uint64_t row_bytes = 1;  // bytes of one capacity row for one destination
 };
 
+// Which op of a MoE layer a schedule runs (docs/MODEL.md §4; the steps of
+// python/monta/alltoall.py, which the bytes here match).
+enum class Step {
+  // [E, C] -> [E, C]: the strategy above, what every op of a layer runs when
+  // experts are tensor-parallel (or nothing is duplicated): its own adjoint.
+  kExchange,
+  // [E, C] -> [E, n], n = ceil(C/t): experts not tensor-parallel, the
+  // dispatch forward and the combine's gradient. This TP rank's n rows
+  // (rows [tp_rank*n, (tp_rank+1)*n) of C padded to n*t with zero rows), then
+  // the AllToAll of them: hierarchical's two steps for kHierarchical, one
+  // unchunked AllToAll for the others (flat is DeepSpeed's drop path there).
+  kDrop,
+  // [E, n] -> [E, C]: the combine forward and the dispatch's gradient: the
+  // AllToAll of this TP rank's n rows, then the TP AllGather and the reorder
+  // copy into [src][C] (tp_dedup's schedule, in K pipelined chunks for
+  // kTpDedupPipelined; hierarchical's AllToAll, then the gather).
+  kGather,
+};
+const char* StepName(Step step);
+
 class DispatchSchedule {
  public:
   // Allocates buffers in the communicators' memory and writes the input.
-  // `chunks` matters only for kTpDedupPipelined (kTpDedup is K = 1).
-  // kHierarchical needs groups.nodes > 1 to differ from flat, but runs anyway.
+  // `chunks` matters only for kTpDedupPipelined (kTpDedup is K = 1), and in
+  // kDrop not at all. kHierarchical needs groups.nodes > 1 to differ from
+  // flat, but runs anyway.
   static absl::StatusOr<std::unique_ptr<DispatchSchedule>> Create(
-      MoeGroups& groups, Strategy strategy, int chunks, DispatchShape shape);
+      MoeGroups& groups, Strategy strategy, int chunks, DispatchShape shape,
+      Step step = Step::kExchange);
 
   // One iteration of the schedule; returns when all its operations finished.
   absl::Status Run();
   // Overwrites the output so the next Run must write every byte of it.
   absl::Status PoisonOutput();
-  // Compares the output with the reference AllToAll's output.
+  // Compares the output with the reference: one plain AllToAll of the whole
+  // [E, C] (kExchange, kGather); its rows of this TP rank, padding rows zero
+  // (kDrop).
   absl::StatusOr<uint64_t> CountWrongBytes();
 
   Strategy strategy() const { return strategy_; }
+  Step step() const { return step_; }
   // Pipeline chunks actually run (1 unless pipelined): the chunk rule of
   // common/schedule, which the model prices.
   int effective_chunks() const { return static_cast<int>(chunks_.size()); }
@@ -76,16 +101,37 @@ class DispatchSchedule {
   int ep_size() const { return groups_.ep->size(); }
 
  private:
-  DispatchSchedule(MoeGroups& groups, Strategy strategy, DispatchShape shape);
+  // How the op moves its rows: one AllToAll, tp_dedup's gathered chunks, or
+  // hierarchical's two steps (then a gather in kGather).
+  enum class Plan { kAllToAll, kGathered, kHierarchical };
+
+  DispatchSchedule(MoeGroups& groups, Strategy strategy, DispatchShape shape,
+                   Step step);
   absl::Status Setup(int chunks);
-  absl::Status RunFlat();
-  absl::Status RunTpDedup();
+  absl::Status SetupGathered(int chunks);
+  absl::Status SetupHierarchical();
+  // The capacity row input row `r` of the AllToAll carries to every
+  // destination, or -1 for a padding row (zeros).
+  int64_t SourceRow(uint64_t r) const;
+  absl::Status RunAllToAll();
+  absl::Status RunGathered();
   absl::Status RunHierarchical();
+  // The AllGather over TP of one chunk of AllToAll output `a2a` ([src][len
+  // rows], rows [first, first+len) of each TP rank's share) and the copies
+  // that place its rows in the output.
+  void GatherChunk(const uint8_t* a2a, uint64_t first, uint64_t len,
+                   const comm::WorkPtr& after,
+                   std::vector<comm::WorkPtr>* works);
   absl::StatusOr<comm::Buffer*> Alloc(uint64_t bytes);
 
   MoeGroups& groups_;
   const Strategy strategy_;
   const DispatchShape shape_;
+  const Step step_;
+  Plan plan_ = Plan::kAllToAll;
+  // Rows the AllToAll carries per destination: C, or n = ceil(C/t) when this
+  // TP rank's share is sent (kDrop, kGather, and tp_dedup's kExchange).
+  uint64_t a2a_rows_ = 0;
   // tp_dedup: capacity rows each TP rank keeps (schedule::RowsPerTpRank; the
   // last TP rank's slice is padded when t does not divide rows) and its
   // chunks (schedule::ChunkRows); one chunk for the other strategies.
@@ -96,6 +142,8 @@ class DispatchSchedule {
   comm::Buffer* output_ = nullptr;
   comm::Buffer* stage1_ = nullptr;  // tp_dedup: AllToAll out; hier: intra out
   comm::Buffer* stage2_ = nullptr;  // tp_dedup: AllGather out; hier: reordered
+  comm::Buffer* stage3_ = nullptr;  // hier kGather: inter-node AllToAll out
+  comm::Buffer* stage4_ = nullptr;  // hier kGather: AllGather out
 };
 
 }  // namespace monta::bench

@@ -16,9 +16,10 @@ using ::monta::bandwidth::Collective;
 
 namespace {
 
-// Times `run` over warm-up and timed iterations; returns the median in us.
-absl::StatusOr<double> MedianTimeUs(const SweepOptions& options,
-                                    const std::function<absl::Status()>& run) {
+// Times `run` over warm-up and timed iterations; returns each timed
+// iteration in us, in order.
+absl::StatusOr<std::vector<double>> IterationsUs(
+    const SweepOptions& options, const std::function<absl::Status()>& run) {
   for (int i = 0; i < options.warmup_iterations; ++i) {
     absl::Status s = run();
     if (!s.ok()) return s;
@@ -30,7 +31,15 @@ absl::StatusOr<double> MedianTimeUs(const SweepOptions& options,
     if (!s.ok()) return s;
     samples.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
   }
-  return bandwidth::Median(std::move(samples));
+  return samples;
+}
+
+// The median of IterationsUs.
+absl::StatusOr<double> MedianTimeUs(const SweepOptions& options,
+                                    const std::function<absl::Status()>& run) {
+  absl::StatusOr<std::vector<double>> samples = IterationsUs(options, run);
+  if (!samples.ok()) return samples.status();
+  return bandwidth::Median(*std::move(samples));
 }
 
 // This rank's (time, wrong bytes), or with options.agree_across_ranks the
@@ -99,6 +108,32 @@ absl::StatusOr<std::pair<double, uint64_t>> AgreeAcrossRanks(
   return agreed;
 }
 
+namespace {
+
+// A job-shaped measurement: `check` (poisons, runs once, counts wrong bytes),
+// then the timed iterations of `run`, agreed as options say; bytes = D,
+// busbw over the EP group.
+absl::StatusOr<SweepPoint> MeasureJobShaped(
+    MoeGroups& groups, const SweepOptions& options, uint64_t bytes,
+    int chunks_effective,
+    const std::function<absl::StatusOr<uint64_t>()>& check,
+    const std::function<absl::Status()>& run) {
+  absl::StatusOr<uint64_t> wrong = check();
+  if (!wrong.ok()) return wrong.status();
+  absl::StatusOr<std::vector<double>> samples = IterationsUs(options, run);
+  if (!samples.ok()) return samples.status();
+  absl::StatusOr<std::pair<double, uint64_t>> agreed =
+      MaybeAgree(*groups.world, options, bandwidth::Median(*samples), *wrong);
+  if (!agreed.ok()) return agreed.status();
+  SweepPoint p = MakePoint(Collective::kAllToAll, bytes, groups.ep->size(),
+                           agreed->first, agreed->second);
+  p.chunks_effective = chunks_effective;
+  p.iteration_us = *std::move(samples);
+  return p;
+}
+
+}  // namespace
+
 absl::StatusOr<SweepPoint> MeasureDispatch(MoeGroups& groups, Strategy strategy,
                                            int chunks, DispatchShape shape,
                                            const SweepOptions& options) {
@@ -108,22 +143,28 @@ absl::StatusOr<SweepPoint> MeasureDispatch(MoeGroups& groups, Strategy strategy,
   DispatchSchedule& sched = **schedule;
   // Check first, on a poisoned output, so a schedule that leaves bytes
   // unwritten cannot pass on an earlier iteration's result.
-  absl::Status s = sched.PoisonOutput();
-  if (!s.ok()) return s;
-  s = sched.Run();
-  if (!s.ok()) return s;
-  absl::StatusOr<uint64_t> wrong = sched.CountWrongBytes();
-  if (!wrong.ok()) return wrong.status();
-  absl::StatusOr<double> time_us =
-      MedianTimeUs(options, [&] { return sched.Run(); });
-  if (!time_us.ok()) return time_us.status();
-  absl::StatusOr<std::pair<double, uint64_t>> agreed =
-      MaybeAgree(*groups.world, options, *time_us, *wrong);
-  if (!agreed.ok()) return agreed.status();
-  SweepPoint p = MakePoint(Collective::kAllToAll, sched.bytes_per_rank(),
-                           groups.ep->size(), agreed->first, agreed->second);
-  p.chunks_effective = sched.effective_chunks();
-  return p;
+  auto check = [&]() -> absl::StatusOr<uint64_t> {
+    absl::Status s = sched.PoisonOutput();
+    if (s.ok()) s = sched.Run();
+    if (!s.ok()) return s;
+    return sched.CountWrongBytes();
+  };
+  return MeasureJobShaped(groups, options, sched.bytes_per_rank(),
+                          sched.effective_chunks(), check,
+                          [&] { return sched.Run(); });
+}
+
+absl::StatusOr<SweepPoint> MeasureLayer(MoeGroups& groups, Strategy strategy,
+                                        int chunks, DispatchShape shape,
+                                        ExpertLayout layout,
+                                        const SweepOptions& options) {
+  absl::StatusOr<std::unique_ptr<LayerSchedule>> layer =
+      LayerSchedule::Create(groups, strategy, chunks, shape, layout);
+  if (!layer.ok()) return layer.status();
+  LayerSchedule& l = **layer;
+  return MeasureJobShaped(
+      groups, options, l.bytes_per_rank(), l.effective_chunks(),
+      [&] { return l.CountWrongBytes(); }, [&] { return l.Run(); });
 }
 
 absl::StatusOr<std::vector<SweepPoint>> SweepStrategy(

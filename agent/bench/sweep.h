@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "agent/bench/layer.h"
 #include "agent/bench/moe_groups.h"
 #include "agent/bench/schedule.h"
 #include "agent/comm/communicator.h"
@@ -45,6 +46,10 @@ struct SweepPoint {
   double busbw_gbps = 0;
   uint64_t wrong = 0;
   int chunks_effective = 1;
+  // MeasureDispatch and MeasureLayer: this rank's timed iterations in order
+  // (time_us is their median, or the slowest rank's with
+  // agree_across_ranks); empty for the collective sweeps.
+  std::vector<double> iteration_us;
 };
 
 // The dispatch shape for D = `bytes` per rank over `ep_size` destinations:
@@ -60,6 +65,15 @@ DispatchShape ShapeForBytes(uint64_t bytes, int ep_size, uint64_t row_bytes);
 absl::StatusOr<SweepPoint> MeasureDispatch(MoeGroups& groups, Strategy strategy,
                                            int chunks, DispatchShape shape,
                                            const SweepOptions& options);
+
+// What one MoE layer communicates (agent/bench/layer.h) with `shape` under
+// `strategy` in `layout`: the four ops data-checked on poisoned outputs, then
+// the median of options.iterations timed layers (each the four ops back to
+// back) after the warm-up, as MeasureDispatch. bytes = D.
+absl::StatusOr<SweepPoint> MeasureLayer(MoeGroups& groups, Strategy strategy,
+                                        int chunks, DispatchShape shape,
+                                        ExpertLayout layout,
+                                        const SweepOptions& options);
 
 // Collective over groups.world: MeasureDispatch at every size of the sweep.
 absl::StatusOr<std::vector<SweepPoint>> SweepStrategy(

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "agent/bench/layer.h"
 #include "agent/bench/moe_groups.h"
 #include "agent/bench/report.h"
 #include "agent/bench/schedule.h"
@@ -118,9 +119,40 @@ absl::StatusOr<bench::Strategy> DispatchStrategy(
   }
 }
 
-// Every job-shaped dispatch of the task (montactl verify), each timed and
-// data-checked; `series` gains this rank's one point per dispatch (its own
-// time and wrong bytes: the planner judges them).
+// What a LAYER workload runs in its expert layout.
+absl::StatusOr<bench::ExpertLayout> LayerLayout(
+    const monta::v1::DispatchWorkload& w) {
+  switch (w.expert_layout()) {
+    case monta::v1::EXPERT_LAYOUT_TENSOR_PARALLEL:
+      return bench::ExpertLayout::kTensorParallel;
+    case monta::v1::EXPERT_LAYOUT_NOT_TENSOR_PARALLEL:
+      return bench::ExpertLayout::kNotTensorParallel;
+    default:
+      return absl::InvalidArgumentError(
+          "dispatches.expert_layout: a layer workload needs TENSOR_PARALLEL or "
+          "NOT_TENSOR_PARALLEL");
+  }
+}
+
+// One workload on its groups: the layer's four ops (LAYER) or one dispatch op
+// (OP, or a planner that predates the scope).
+absl::StatusOr<bench::SweepPoint> MeasureWorkload(
+    bench::MoeGroups& groups, const monta::v1::DispatchWorkload& w,
+    bench::Strategy strategy, const bench::SweepOptions& options) {
+  const bench::DispatchShape shape{w.rows(), w.row_bytes()};
+  const int chunks = std::max(1, w.chunks());
+  if (w.scope() == monta::v1::VERIFY_SCOPE_LAYER) {
+    absl::StatusOr<bench::ExpertLayout> layout = LayerLayout(w);
+    if (!layout.ok()) return layout.status();
+    return bench::MeasureLayer(groups, strategy, chunks, shape, *layout,
+                               options);
+  }
+  return bench::MeasureDispatch(groups, strategy, chunks, shape, options);
+}
+
+// Every job-shaped workload of the task (montactl verify), each timed and
+// data-checked; `series` gains this rank's one point per workload (its own
+// time, iterations and wrong bytes: the planner judges them).
 absl::Status RunDispatches(
     const monta::v1::BenchmarkTask& task, comm::Communicator& world,
     absl::Time deadline, std::vector<std::vector<bench::SweepPoint>>* series) {
@@ -139,9 +171,8 @@ absl::Status RunDispatches(
       if (!g.ok()) return g.status();
       it = groups_by_tp.emplace(w.tensor_parallel_size(), *std::move(g)).first;
     }
-    absl::StatusOr<bench::SweepPoint> p = bench::MeasureDispatch(
-        it->second, *strategy, std::max(1, w.chunks()),
-        bench::DispatchShape{w.rows(), w.row_bytes()}, options);
+    absl::StatusOr<bench::SweepPoint> p =
+        MeasureWorkload(it->second, w, *strategy, options);
     if (!p.ok()) return p.status();
     series->push_back({*p});
   }
