@@ -64,6 +64,13 @@ ABSL_FLAG(std::string, svg, "",
           "verify: also write time against K per strategy to this SVG file");
 ABSL_FLAG(bool, skip_calibration, false,
           "verify: do not fit the model's calibration from this run");
+ABSL_FLAG(std::string, scope, "layer",
+          "verify: what each candidate runs: layer (one MoE layer's dispatch "
+          "and combine, forward and backward, in the job's expert layout, "
+          "against total_seconds_per_layer) or op (one dispatch op)");
+ABSL_FLAG(bool, calibrate_on_loopback, false,
+          "verify: calibrate even when the nodes' benchmark traffic never "
+          "crosses a link (loopback, or agents sharing one host)");
 ABSL_FLAG(double, verify_timeout_seconds, 600, "verify: run deadline");
 ABSL_FLAG(std::string, task, "", "forget: drop every curve of this task");
 ABSL_FLAG(std::string, node, "",
@@ -383,8 +390,18 @@ int Verify(const Context& ctx, const std::vector<std::string>& args) {
     }
     request.add_chunks(chunks);
   }
+  const std::string scope = absl::GetFlag(FLAGS_scope);
+  if (scope == "layer") {
+    request.set_scope(monta::v1::VERIFY_SCOPE_LAYER);
+  } else if (scope == "op") {
+    request.set_scope(monta::v1::VERIFY_SCOPE_OP);
+  } else {
+    std::cerr << "montactl: --scope: expected layer or op\n";
+    return 2;
+  }
   request.set_iterations(absl::GetFlag(FLAGS_iterations));
   request.set_skip_calibration(absl::GetFlag(FLAGS_skip_calibration));
+  request.set_calibrate_on_loopback(absl::GetFlag(FLAGS_calibrate_on_loopback));
   const double timeout = absl::GetFlag(FLAGS_verify_timeout_seconds);
   request.set_timeout_seconds(timeout);
   auto stub = monta::v1::Planner::NewStub(ctx.channel);
@@ -566,42 +583,44 @@ int Forget(const Context& ctx, const std::vector<std::string>& args) {
 
 }  // namespace
 
+// What `montactl --help` says above the flags.
+constexpr char kUsage[] =
+    "Monta's command-line client.\n\n"
+    "Usage: montactl [--planner ADDR] (--tls_ca_file F --tls_cert_file F "
+    "--tls_key_file F | --insecure) [--output table|json] COMMAND [ARGS]\n"
+    "commands:\n"
+    "  health            planner health (gRPC health checking)\n"
+    "  nodes [--all]     registered nodes\n"
+    "  node NAME         one node in full (topology, events, curves)\n"
+    "  topology NODE     GPU/NIC matrix as `nvidia-smi topo -m`, NIC table, "
+    "events,\n"
+    "                    where the node sits in the fabric\n"
+    "  topology --fabric the fabric tree: blocks, racks, nodes, uplink "
+    "rates\n"
+    "  profiles [NAME]   hardware profiles and their sourced constants\n"
+    "  plan --job FILE (--profile NAME --nodes N | --node_names a,b,...)\n"
+    "                    ranked AllToAll strategies for a job, with "
+    "evidence\n"
+    "  bench --nodes a,b measure nodes (one node: intra-node; several: "
+    "inter-node)\n"
+    "  verify --job FILE --node_names a,b,... [--scope layer|op] [--chunks "
+    "K,..]\n"
+    "                    run a MoE layer (or op) under every strategy and K "
+    "there,\n"
+    "                    and score the plan (predicted vs measured, spread, "
+    "regret)\n"
+    "  curves NODE       the evidence on a node: its curves, newest first "
+    "(by the planner's\n"
+    "                    sequence), and the curves it excluded, with why\n"
+    "  forget (--task ID | --node NAME)\n"
+    "                    drop evidence (operators; written to the audit "
+    "log)\n"
+    "Example:\n"
+    "  montactl --planner=127.0.0.1:7400 --insecure plan "
+    "--job=examples/monta-paper-2x70b.yaml --profile=a800-hgx --nodes=2";
+
 int main(int argc, char** argv) {
-  std::vector<char*> rest = monta::ParseFlags(
-      argc, argv,
-      "Monta's command-line client.\n\n"
-      "Usage: montactl [--planner ADDR] (--tls_ca_file F --tls_cert_file F "
-      "--tls_key_file F | --insecure) [--output table|json] COMMAND [ARGS]\n"
-      "commands:\n"
-      "  health            planner health (gRPC health checking)\n"
-      "  nodes [--all]     registered nodes\n"
-      "  node NAME         one node in full (topology, events, curves)\n"
-      "  topology NODE     GPU/NIC matrix as `nvidia-smi topo -m`, NIC table, "
-      "events,\n"
-      "                    where the node sits in the fabric\n"
-      "  topology --fabric the fabric tree: blocks, racks, nodes, uplink "
-      "rates\n"
-      "  profiles [NAME]   hardware profiles and their sourced constants\n"
-      "  plan --job FILE (--profile NAME --nodes N | --node_names a,b,...)\n"
-      "                    ranked AllToAll strategies for a job, with "
-      "evidence\n"
-      "  bench --nodes a,b measure nodes (one node: intra-node; several: "
-      "inter-node)\n"
-      "  verify --job FILE --node_names a,b,... [--chunks 1,2,4] [--svg F]\n"
-      "                    plan, run the job's dispatch under every strategy "
-      "and K there,\n"
-      "                    and score the plan (predicted vs measured, "
-      "regret)\n"
-      "  curves NODE       the evidence on a node: its curves, newest first "
-      "(by the planner's\n"
-      "                    sequence), and the curves it excluded, with why\n"
-      "  forget (--task ID | --node NAME)\n"
-      "                    drop evidence (operators; written to the audit "
-      "log)\n"
-      "Example:\n"
-      "  montactl --planner=127.0.0.1:7400 --insecure plan "
-      "--job=examples/monta-paper-2x70b.yaml --profile=a800-hgx --nodes=2",
-      __FILE__);
+  std::vector<char*> rest = monta::ParseFlags(argc, argv, kUsage, __FILE__);
   std::vector<std::string> args(rest.begin() + 1, rest.end());
   Context ctx;
   const std::string output = absl::GetFlag(FLAGS_output);

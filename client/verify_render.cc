@@ -175,29 +175,68 @@ std::string Legend(const std::vector<v1::StrategyKind>& kinds) {
 
 }  // namespace
 
-std::string VerifyTable(const v1::VerifyReply& reply) {
-  Table table({"", "STRATEGY", "K", "K_EFF", "PREDICTED", "MEASURED", "ERROR",
-               "CALIBRATED", "DISPATCH", "WRONG"});
-  for (const auto& c : reply.candidates()) {
-    table.AddRow({c.chosen() ? (c.best() ? "*+" : "*") : (c.best() ? "+" : ""),
-                  ShortName(c.kind()), absl::StrCat(c.chunks_requested()),
-                  absl::StrCat(c.chunks_effective()), Ms(c.predicted_seconds()),
-                  Ms(c.measured_seconds()), Percent(c.error_ratio()),
-                  c.calibrated_seconds() > 0 ? Ms(c.calibrated_seconds()) : "-",
-                  HumanBytes(c.dispatch_bytes()),
-                  absl::StrCat(c.wrong_bytes())});
+namespace {
+
+// What each candidate ran, for the header and the plot's title.
+std::string ScopeText(const v1::VerifyReply& reply) {
+  if (reply.scope() == v1::VERIFY_SCOPE_OP) {
+    return "one dispatch op per candidate";
   }
-  std::string out = absl::StrCat(
-      "verify task ", reply.task().task_id(), " on ",
-      absl::StrJoin(reply.nodes(), ","), " (", reply.ranks_per_node(),
-      " ranks per node): one dispatch AllToAll per candidate\n\n",
-      table.Render(), "\n(* chosen by the plan, + fastest measured)\n");
-  absl::StrAppendFormat(&out,
-                        "regret of the plan: %.1f%%; |error| median %.1f%%, "
-                        "max %.1f%%\n",
-                        reply.regret_ratio() * 100,
-                        reply.median_error_ratio() * 100,
-                        reply.max_error_ratio() * 100);
+  return absl::StrCat(
+      "one MoE layer per candidate (dispatch and combine, forward and "
+      "backward, experts ",
+      reply.plan().expert_layout() == v1::EXPERT_LAYOUT_NOT_TENSOR_PARALLEL
+          ? "not tensor-parallel"
+          : "tensor-parallel",
+      ")");
+}
+
+std::string Spread(const v1::VerifiedCandidate& c) {
+  if (!(c.p90_seconds() > 0)) return "-";
+  return absl::StrFormat("%.2f..%.2f ms %.0f%%%s", c.p10_seconds() * 1e3,
+                         c.p90_seconds() * 1e3, c.spread_ratio() * 100,
+                         c.noisy() ? " noisy" : "");
+}
+
+const char* OutcomeText(v1::CalibrationOutcome outcome) {
+  switch (outcome) {
+    case v1::CALIBRATION_OUTCOME_FITTED:
+      return "fitted";
+    case v1::CALIBRATION_OUTCOME_SHRUNK:
+      return "fitted part of the way";
+    case v1::CALIBRATION_OUTCOME_REFUSED:
+      return "refused";
+    case v1::CALIBRATION_OUTCOME_SKIPPED:
+      return "skipped";
+    case v1::CALIBRATION_OUTCOME_LOOPBACK:
+      return "not calibrated: no link crossed";
+    case v1::CALIBRATION_OUTCOME_TOO_NOISY:
+      return "not calibrated: too noisy";
+    default:
+      return "unknown";
+  }
+}
+
+// Regret, errors, and what the run did to the calibration.
+std::string Summary(const v1::VerifyReply& reply) {
+  std::string out = absl::StrFormat(
+      "regret of the plan: %.1f%%%s; |error| median %.1f%%, max %.1f%%\n",
+      reply.regret_ratio() * 100,
+      reply.regret_ratio() > 0 && reply.regret_within_noise()
+          ? " (inside the noise: the two candidates' p10..p90 overlap)"
+          : "",
+      reply.median_error_ratio() * 100, reply.max_error_ratio() * 100);
+  if (reply.loopback_only()) {
+    absl::StrAppend(&out,
+                    "these nodes do not cross a link: their benchmark "
+                    "traffic stays on one host\n");
+  }
+  if (reply.calibration_outcome() != v1::CALIBRATION_OUTCOME_UNSPECIFIED) {
+    absl::StrAppend(
+        &out, "calibration: ", OutcomeText(reply.calibration_outcome()),
+        reply.calibration_note().empty() ? "" : " (", reply.calibration_note(),
+        reply.calibration_note().empty() ? "" : ")", "\n");
+  }
   if (reply.has_calibration()) {
     const auto& c = reply.calibration();
     absl::StrAppendFormat(
@@ -212,6 +251,27 @@ std::string VerifyTable(const v1::VerifyReply& reply) {
   return out;
 }
 
+}  // namespace
+
+std::string VerifyTable(const v1::VerifyReply& reply) {
+  Table table({"", "STRATEGY", "K", "K_EFF", "PREDICTED", "MEASURED", "ERROR",
+               "P10..P90 SPREAD", "CALIBRATED", "DISPATCH", "WRONG"});
+  for (const auto& c : reply.candidates()) {
+    table.AddRow({c.chosen() ? (c.best() ? "*+" : "*") : (c.best() ? "+" : ""),
+                  ShortName(c.kind()), absl::StrCat(c.chunks_requested()),
+                  absl::StrCat(c.chunks_effective()), Ms(c.predicted_seconds()),
+                  Ms(c.measured_seconds()), Percent(c.error_ratio()), Spread(c),
+                  c.calibrated_seconds() > 0 ? Ms(c.calibrated_seconds()) : "-",
+                  HumanBytes(c.dispatch_bytes()),
+                  absl::StrCat(c.wrong_bytes())});
+  }
+  return absl::StrCat(
+      "verify task ", reply.task().task_id(), " on ",
+      absl::StrJoin(reply.nodes(), ","), " (", reply.ranks_per_node(),
+      " ranks per node): ", ScopeText(reply), "\n\n", table.Render(),
+      "\n(* chosen by the plan, + fastest measured)\n", Summary(reply));
+}
+
 std::string VerifySvg(const v1::VerifyReply& reply) {
   const Frame f = MakeFrame(reply);
   std::map<int, std::vector<const v1::VerifiedCandidate*>> by_kind;
@@ -220,9 +280,11 @@ std::string VerifySvg(const v1::VerifyReply& reply) {
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
       "height=\"%.0f\" font-family=\"sans-serif\">\n"
       "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-      "<text x=\"%.1f\" y=\"24\" font-size=\"15\">One dispatch AllToAll on "
+      "<text x=\"%.1f\" y=\"24\" font-size=\"15\">%s on "
       "%s: time against K (regret %.1f%%)</text>\n",
       Frame::kWidth, Frame::kHeight, Frame::kLeft,
+      reply.scope() == v1::VERIFY_SCOPE_OP ? "One dispatch op"
+                                           : "One MoE layer",
       absl::StrJoin(reply.nodes(), ","), reply.regret_ratio() * 100);
   out += Axes(f);
   std::vector<v1::StrategyKind> kinds;

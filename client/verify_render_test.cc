@@ -47,6 +47,35 @@ TEST(VerifyRenderTest, TableHasEveryCandidateAndTheScores) {
   EXPECT_EQ(t.find("calibration"), std::string::npos);
 }
 
+TEST(VerifyRenderTest, TableShowsScopeSpreadNoiseAndLoopback) {
+  v1::VerifyReply r = Reply();
+  r.set_scope(v1::VERIFY_SCOPE_LAYER);
+  r.mutable_plan()->set_expert_layout(v1::EXPERT_LAYOUT_NOT_TENSOR_PARALLEL);
+  v1::VerifiedCandidate& chosen = *r.mutable_candidates(3);
+  chosen.set_p10_seconds(0.070);
+  chosen.set_p90_seconds(0.090);
+  chosen.set_spread_ratio(0.25);
+  chosen.set_noisy(true);
+  r.set_regret_within_noise(true);
+  r.set_loopback_only(true);
+  r.set_calibration_outcome(v1::CALIBRATION_OUTCOME_LOOPBACK);
+  r.set_calibration_note("nodes a (127.0.0.1), b (127.0.0.1)");
+  const std::string t = VerifyTable(r);
+  for (const char* want :
+       {"one MoE layer per candidate (dispatch and combine, forward and "
+        "backward, experts not tensor-parallel)",
+        "70.00..90.00 ms 25% noisy",
+        "regret of the plan: 6.7% (inside the noise",
+        "these nodes do not cross a link",
+        "calibration: not calibrated: no link crossed (nodes a (127.0.0.1)"}) {
+    EXPECT_NE(t.find(want), std::string::npos) << want << "\n" << t;
+  }
+  r.set_scope(v1::VERIFY_SCOPE_OP);
+  EXPECT_NE(VerifyTable(r).find("one dispatch op per candidate"),
+            std::string::npos);
+  EXPECT_NE(VerifySvg(r).find("One dispatch op on"), std::string::npos);
+}
+
 TEST(VerifyRenderTest, SvgHasALinePerStrategyAndAPointPerRun) {
   const std::string svg = VerifySvg(Reply());
   ASSERT_EQ(svg.rfind("<svg", 0), 0u);

@@ -102,6 +102,10 @@ ABSL_FLAG(double, node_agreement_factor, 4,
 ABSL_FLAG(double, node_agreement_slack_seconds, 0.005,
           "... and more than this many seconds above it (a shared host's "
           "scheduling; docs/ARCHITECTURE.md says why 5 ms)");
+ABSL_FLAG(double, verify_max_spread_ratio, 0.25,
+          "montactl verify: a candidate whose timed iterations spread more "
+          "than this share of their median (p90 - p10, slowest rank per "
+          "iteration) is noisy: shown, not used to calibrate; 0.01..10");
 ABSL_FLAG(int, max_pending_tasks_per_node, 16,
           "unfinished (pending or running) benchmark tasks per node; more are "
           "refused with RESOURCE_EXHAUSTED");
@@ -228,7 +232,8 @@ absl::Status BenchBoundsFromFlags(monta::PlannerOptions* options) {
   return absl::OkStatus();
 }
 
-// When the nodes of a benchmark disagree too much for its curve to count.
+// When the nodes of a benchmark disagree too much for its curve to count,
+// and when a verify run's candidate is too noisy to calibrate on.
 absl::Status AgreementFromFlags(monta::PlannerOptions* options) {
   const double factor = absl::GetFlag(FLAGS_node_agreement_factor);
   if (!(factor >= 1 && factor <= 1000)) {
@@ -242,6 +247,12 @@ absl::Status AgreementFromFlags(monta::PlannerOptions* options) {
         "--node_agreement_slack_seconds: expected 0..1");
   }
   options->coordinator.node_agreement_slack_seconds = slack;
+  const double spread = absl::GetFlag(FLAGS_verify_max_spread_ratio);
+  if (!(spread >= 0.01 && spread <= 10)) {
+    return absl::InvalidArgumentError(
+        "--verify_max_spread_ratio: expected 0.01..10");
+  }
+  options->verifier.max_spread_ratio = spread;
   return absl::OkStatus();
 }
 

@@ -252,7 +252,7 @@ absl::Status PlannerServer::StartGrpc() {
   knowledge_ = std::make_unique<planning::PlanKnowledge>();
   verifier_ = std::make_unique<verify::Verifier>(
       registry_.get(), coordinator_.get(), knowledge_.get(),
-      planner_metrics_.get(), store_.get());
+      planner_metrics_.get(), store_.get(), options_.verifier);
   planner_ = std::make_unique<api::PlannerService>(
       registry_.get(), coordinator_.get(), authz_.get(), planner_metrics_.get(),
       store_.get(), knowledge_.get(), verifier_.get(), store_.get(),

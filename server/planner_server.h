@@ -64,6 +64,8 @@ struct PlannerOptions {
   int64_t grpc_memory_bytes = int64_t{256} << 20;
   registry::RegistryOptions registry;
   coordination::CoordinatorOptions coordinator;
+  // montactl verify's defaults and thresholds (--verify_max_spread_ratio).
+  verify::VerifierOptions verifier;
   // Schedule an intra-node sweep when a node registers without measured curves.
   bool bench_on_register = false;
   // Re-measure periodically: every interval, each alive idle node gets an

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "agent/bench/layer.h"
 #include "agent/bench/moe_groups.h"
 #include "agent/comm/gloo_communicator.h"
 #include "agent/comm/rendezvous_store.h"
@@ -64,14 +65,15 @@ const std::vector<Case>& AllCases() {
 // sizes, a single row.
 const DispatchShape kShapes[] = {{16, 64}, {7, 13}, {6, 8}, {1, 5}, {33, 3}};
 
-void CheckEverything(MoeGroups& groups) {
+void CheckEverything(MoeGroups& groups, Step step = Step::kExchange) {
   for (const Case& c : AllCases()) {
     for (const DispatchShape& shape : kShapes) {
-      SCOPED_TRACE(absl::StrCat(
-          StrategyName(c.strategy), " K=", c.chunks, " rows=", shape.rows,
-          " row_bytes=", shape.row_bytes, " t=", groups.tp->size()));
+      SCOPED_TRACE(absl::StrCat(StrategyName(c.strategy), " ", StepName(step),
+                                " K=", c.chunks, " rows=", shape.rows,
+                                " row_bytes=", shape.row_bytes,
+                                " t=", groups.tp->size()));
       auto schedule =
-          DispatchSchedule::Create(groups, c.strategy, c.chunks, shape);
+          DispatchSchedule::Create(groups, c.strategy, c.chunks, shape, step);
       ASSERT_TRUE(schedule.ok()) << schedule.status();
       for (int iteration = 0; iteration < 2; ++iteration) {
         ASSERT_TRUE((*schedule)->PoisonOutput().ok());
@@ -86,11 +88,11 @@ void CheckEverything(MoeGroups& groups) {
 }
 
 TEST(ScheduleTest, EveryStrategyMatchesReferenceWithoutTp) {
-  RunRanks("t1", {1, 0}, CheckEverything);
+  RunRanks("t1", {1, 0}, [](MoeGroups& g) { CheckEverything(g); });
 }
 
 TEST(ScheduleTest, EveryStrategyMatchesReferenceWithTp2) {
-  RunRanks("t2", {2, 0}, CheckEverything);
+  RunRanks("t2", {2, 0}, [](MoeGroups& g) { CheckEverything(g); });
 }
 
 TEST(ScheduleTest, EveryStrategyMatchesReferenceOnTwoEmulatedNodes) {
@@ -108,6 +110,74 @@ TEST(ScheduleTest, EveryStrategyMatchesReferenceWithTp2OnTwoNodes) {
     EXPECT_EQ(groups.ep_per_node, 1);
     EXPECT_EQ(groups.nodes, 2);
     CheckEverything(groups);
+  });
+}
+
+// The ops of a layer whose experts are not tensor-parallel: the drop (this
+// TP rank's rows, padding zero) and the gather (every row back), under every
+// strategy, uneven shapes included, in one node and over two.
+TEST(ScheduleTest, DropAndGatherStepsMatchTheirReferences) {
+  for (const MoeLayout& layout :
+       {MoeLayout{2, 0}, MoeLayout{2, 2}, MoeLayout{1, 2}}) {
+    RunRanks(absl::StrCat("steps", layout.tp_size, "_", layout.ranks_per_node),
+             layout, [](MoeGroups& groups) {
+               CheckEverything(groups, Step::kDrop);
+               CheckEverything(groups, Step::kGather);
+             });
+  }
+}
+
+// A layer's four ops, as the layout dictates, every byte checked; and a drop
+// that leaves its output unwritten is caught.
+TEST(ScheduleTest, ALayerRunsItsLayoutsOps) {
+  RunRanks("layer", {2, 2}, [](MoeGroups& groups) {
+    for (Strategy strategy :
+         {Strategy::kFlat, Strategy::kTpDedup, Strategy::kTpDedupPipelined,
+          Strategy::kHierarchical}) {
+      for (ExpertLayout layout :
+           {ExpertLayout::kTensorParallel, ExpertLayout::kNotTensorParallel}) {
+        SCOPED_TRACE(absl::StrCat(StrategyName(strategy), " layout ",
+                                  static_cast<int>(layout)));
+        auto layer =
+            LayerSchedule::Create(groups, strategy, 3, {7, 13}, layout);
+        ASSERT_TRUE(layer.ok()) << layer.status();
+        std::vector<std::string> steps;
+        for (DispatchSchedule* op : (*layer)->ops()) {
+          steps.push_back(StepName(op->step()));
+        }
+        const std::vector<std::string> want =
+            layout == ExpertLayout::kTensorParallel
+                ? std::vector<std::string>(4, "exchange")
+                : std::vector<std::string>{"drop", "gather", "drop", "gather"};
+        EXPECT_EQ(steps, want);
+        absl::StatusOr<uint64_t> wrong = (*layer)->CountWrongBytes();
+        ASSERT_TRUE(wrong.ok()) << wrong.status();
+        EXPECT_EQ(*wrong, 0u);
+        ASSERT_TRUE((*layer)->Run().ok());
+        EXPECT_EQ((*layer)->bytes_per_rank(), 2u * 7 * 13);  // D = e C row
+        EXPECT_EQ(
+            (*layer)->effective_chunks(),
+            strategy == Strategy::kTpDedupPipelined
+                ? schedule::EffectiveChunks(schedule::RowsPerTpRank(7, 2), 3)
+                : 1);
+      }
+    }
+    auto drop = DispatchSchedule::Create(groups, Strategy::kFlat, 1, {4, 8},
+                                         Step::kDrop);
+    ASSERT_TRUE(drop.ok());
+    ASSERT_TRUE((*drop)->PoisonOutput().ok());
+    absl::StatusOr<uint64_t> wrong = (*drop)->CountWrongBytes();
+    ASSERT_TRUE(wrong.ok());
+    EXPECT_GT(*wrong, 24u);  // 2 sources x 2 rows x 8 bytes, poisoned
+  });
+  // Without duplicates (t = 1) whole experts run the exchange.
+  RunRanks("layer_t1", {1, 0}, [](MoeGroups& groups) {
+    auto layer = LayerSchedule::Create(groups, Strategy::kFlat, 1, {4, 8},
+                                       ExpertLayout::kNotTensorParallel);
+    ASSERT_TRUE(layer.ok());
+    for (DispatchSchedule* op : (*layer)->ops()) {
+      EXPECT_EQ(op->step(), Step::kExchange);
+    }
   });
 }
 

@@ -164,10 +164,53 @@ TEST(SweepTest, OwnPointsMakeTheNodesSeries) {
       EXPECT_EQ(size.rank_wrong_bytes(r), 0u);
     }
   }
+  // A collective sweep keeps no iterations.
+  EXPECT_EQ(series->sizes(0).rank_iteration_seconds_size(), 0);
   // Ranks that measured different sizes make no series.
   per_rank[1].pop_back();
   EXPECT_EQ(SeriesFromRanks(per_rank).status().code(),
             absl::StatusCode::kInternal);
+}
+
+// A layer workload (what verify's layer scope runs): data-checked, its
+// timed iterations kept in order, and the report carries them rank after
+// rank.
+TEST(SweepTest, ALayerReportsEveryTimedIteration) {
+  absl::Mutex mu;
+  std::vector<std::vector<SweepPoint>> per_rank(kRanks);
+  RunRanks("layer", [&](comm::Communicator& world) {
+    absl::StatusOr<MoeGroups> groups =
+        MakeMoeGroups(world, {2, 0}, absl::Now() + absl::Seconds(20));
+    ASSERT_TRUE(groups.ok()) << groups.status();
+    SweepOptions o = SmallSweep();
+    o.agree_across_ranks = false;
+    absl::StatusOr<SweepPoint> p =
+        MeasureLayer(*groups, Strategy::kTpDedupPipelined, 2, {6, 32},
+                     ExpertLayout::kNotTensorParallel, o);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->wrong, 0u);
+    EXPECT_EQ(p->bytes, 2u * 6 * 32);
+    EXPECT_EQ(p->chunks_effective, 2);
+    ASSERT_EQ(p->iteration_us.size(), 3u);
+    for (double us : p->iteration_us) EXPECT_GT(us, 0);
+    absl::MutexLock lock(&mu);
+    per_rank[world.rank()] = {*p};
+  });
+  absl::StatusOr<monta::v1::SeriesTimes> series = SeriesFromRanks(per_rank);
+  ASSERT_TRUE(series.ok()) << series.status();
+  const monta::v1::SizeTimes& size = series->sizes(0);
+  ASSERT_EQ(size.rank_iteration_seconds_size(), kRanks * 3);
+  for (int r = 0; r < kRanks; ++r) {
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_DOUBLE_EQ(size.rank_iteration_seconds(r * 3 + i),
+                       per_rank[r][0].iteration_us[i] * 1e-6);
+    }
+  }
+  // A rank without its iterations: none are reported.
+  per_rank[2][0].iteration_us.pop_back();
+  series = SeriesFromRanks(per_rank);
+  ASSERT_TRUE(series.ok());
+  EXPECT_EQ(series->sizes(0).rank_iteration_seconds_size(), 0);
 }
 
 }  // namespace

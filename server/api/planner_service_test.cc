@@ -309,6 +309,18 @@ TEST_F(PlannerServiceTest, RepeatedFieldsAreBounded) {
   EXPECT_NE(verify_refused.error_message().find("chunks: at most 16 values"),
             std::string::npos)
       << verify_refused.error_message();
+
+  // A scope this planner does not know is named, not run as something else.
+  verify.clear_chunks();
+  verify.set_scope(static_cast<monta::v1::VerifyScope>(7));
+  grpc::ClientContext scope_context;
+  const grpc::Status scope_refused =
+      planner_->Verify(&scope_context, verify, &verify_reply);
+  EXPECT_EQ(scope_refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(scope_refused.error_message().find(
+                "scope: expected LAYER, OP or unspecified (LAYER), got 7"),
+            std::string::npos)
+      << scope_refused.error_message();
 }
 
 TEST_F(PlannerServiceTest, ListProfilesGivesSourcedConstants) {

@@ -70,6 +70,29 @@ absl::Status CheckReporter(const v1::BenchmarkTask& task,
 
 namespace {
 
+// A verify task's iterations: none (an agent that predates them), or
+// ranks x iterations times, each as rank_seconds; never in a sweep.
+absl::Status CheckIterations(const v1::SizeTimes& size,
+                             const std::string& field, int ranks,
+                             int iterations) {
+  const int n = size.rank_iteration_seconds_size();
+  if (n == 0) return absl::OkStatus();
+  if (iterations < 1 || n != ranks * iterations) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".rank_iteration_seconds: expected none or ", ranks, " x ",
+        std::max(0, iterations), " (ranks x the task's iterations), got ", n));
+  }
+  for (int i = 0; i < n; ++i) {
+    const double s = size.rank_iteration_seconds(i);
+    if (!std::isfinite(s) || s <= 0 || s > kMaxRankSeconds) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".rank_iteration_seconds[", i, "]: expected a time in (0, ",
+          kMaxRankSeconds, "] s, got ", absl::StrFormat("%g", s)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckSize(const v1::SizeTimes& size, const std::string& field,
                        uint64_t expected_bytes, int ranks) {
   if (size.message_bytes() != expected_bytes) {
@@ -121,9 +144,14 @@ absl::Status CheckSeries(const v1::BenchmarkTask& task,
                      " sizes (the task's sweep), got ", series.sizes_size()));
   }
   for (int k = 0; k < series.sizes_size(); ++k) {
+    const std::string at = absl::StrCat(field, ".sizes[", k, "]");
+    if (absl::Status s = CheckSize(series.sizes(k), at, sizes[k], ranks);
+        !s.ok()) {
+      return s;
+    }
     if (absl::Status s =
-            CheckSize(series.sizes(k), absl::StrCat(field, ".sizes[", k, "]"),
-                      sizes[k], ranks);
+            CheckIterations(series.sizes(k), at, ranks,
+                            task.dispatches_size() > 0 ? task.iterations() : 0);
         !s.ok()) {
       return s;
     }
@@ -161,6 +189,9 @@ std::string Seconds(double s) { return absl::StrFormat("%.3g s", s); }
 struct SizeAcrossNodes {
   double slowest_rank_seconds = 0;
   uint64_t wrong_bytes = 0;
+  // Per timed iteration, the slowest rank's time over all nodes; empty
+  // unless every node reported its ranks' iterations.
+  std::vector<double> iteration_seconds;
   std::vector<std::pair<double, std::string>> node_medians;  // sorted
 };
 
@@ -169,8 +200,19 @@ SizeAcrossNodes Agree(
     const std::map<std::string, v1::ReportBenchmarkRequest>& reports, int i,
     int k) {
   SizeAcrossNodes out;
+  const int n = task.iterations();
+  bool every_iteration = task.dispatches_size() > 0 && n > 0;
   for (const std::string& node : task.nodes()) {
     const v1::SizeTimes& size = reports.at(node).series(i).sizes(k);
+    // Validated: ranks x n, rank-major.
+    every_iteration = every_iteration && size.rank_iteration_seconds_size() > 0;
+    if (every_iteration) {
+      out.iteration_seconds.resize(static_cast<size_t>(n), 0);
+      for (int j = 0; j < size.rank_iteration_seconds_size(); ++j) {
+        double& slowest = out.iteration_seconds[static_cast<size_t>(j % n)];
+        slowest = std::max(slowest, size.rank_iteration_seconds(j));
+      }
+    }
     std::vector<double> times(size.rank_seconds().begin(),
                               size.rank_seconds().end());
     for (double t : times)
@@ -179,6 +221,7 @@ SizeAcrossNodes Agree(
     out.node_medians.emplace_back(bandwidth::Median(std::move(times)), node);
   }
   std::sort(out.node_medians.begin(), out.node_medians.end());
+  if (!every_iteration) out.iteration_seconds.clear();
   return out;
 }
 
@@ -283,6 +326,7 @@ std::pair<v1::BandwidthCurve, Verdict> FormSeries(
         collective, bus_ranks, static_cast<double>(bytes),
         at.slowest_rank_seconds));
     p.set_wrong_bytes(at.wrong_bytes);
+    for (double s : at.iteration_seconds) p.add_iteration_seconds(s);
     Judge(task, curve, at, bytes, checks, line_rate, &verdict);
   }
   curve.set_node_spread_ratio(spread);

@@ -41,9 +41,10 @@ absl::Status CheckReporter(const monta::v1::BenchmarkTask& task,
 // Checks an OK report against its task: ranks exactly the node's, one series
 // per collective of the task in order (or per dispatch, dispatch_index 0, 1,
 // ...), each with exactly the sizes the task asks for, one finite time in
-// (0, 3600] s and one wrong-byte count per rank. INVALID_ARGUMENT naming the
-// field and what was expected (never echoing more than a number of the
-// input).
+// (0, 3600] s and one wrong-byte count per rank, and in a verify task either
+// no iterations or ranks x the task's iterations, each such a time.
+// INVALID_ARGUMENT naming the field and what was expected (never echoing more
+// than a number of the input).
 absl::Status ValidateReport(const monta::v1::BenchmarkTask& task,
                             const monta::v1::ReportBenchmarkRequest& report);
 
@@ -81,7 +82,8 @@ struct FormedCurves {
 
 // The task's curves from every node's validated OK report (`reports` by node
 // name, one per node of the task), one per series. Each point: the slowest
-// rank's time over all nodes, every rank's wrong bytes summed, bandwidths by
+// rank's time over all nodes (in a verify task also per timed iteration, when
+// every node reported them), every rank's wrong bytes summed, bandwidths by
 // common/bandwidth (a dispatch's busbw over its EP group). measured_at is the
 // first node's claim (display only), received_at is `now`, sequence is left
 // to the registry. A curve with wrong bytes, whose nodes disagree beyond

@@ -275,5 +275,65 @@ TEST(CurveFormingTest, AVerifyTaskGetsOnePointPerDispatch) {
                    pipelined.points(0).algbw_bytes_per_second() / 2);
 }
 
+// Every node's ranks' iterations (rank-major): the point carries the slowest
+// rank per iteration; a count that is not ranks x iterations is refused.
+TEST(CurveFormingTest, AVerifyPointCarriesTheSlowestRankPerIteration) {
+  v1::BenchmarkTask task = PairTask();
+  task.clear_collectives();
+  task.set_iterations(3);
+  v1::DispatchWorkload& w = *task.add_dispatches();
+  w.set_strategy_kind(v1::STRATEGY_KIND_FLAT);
+  w.set_chunks(1);
+  w.set_rows(4);
+  w.set_row_bytes(64);
+  w.set_tensor_parallel_size(1);
+  auto reports = Both(task, 1e-3, 1e-3);
+  // node-a: rank 0 slow on iteration 0, rank 1 on iteration 2; node-b slow
+  // on iteration 1.
+  const std::map<std::string, std::vector<double>> iterations = {
+      {"node-a", {5e-3, 1e-3, 1e-3, 1e-3, 1e-3, 7e-3}},
+      {"node-b", {1e-3, 6e-3, 1e-3, 1e-3, 2e-3, 1e-3}}};
+  for (const auto& [node, times] : iterations) {
+    v1::SizeTimes& size = *reports[node].mutable_series(0)->mutable_sizes(0);
+    for (double t : times) size.add_rank_iteration_seconds(t);
+    ASSERT_TRUE(ValidateReport(task, reports[node]).ok());
+  }
+  const FormedCurves formed = FormCurves(task, reports, CurveChecks{}, kNow);
+  ASSERT_EQ(formed.kept.size(), 1u);
+  const v1::CurvePoint& p = formed.kept[0].points(0);
+  ASSERT_EQ(p.iteration_seconds_size(), 3);
+  EXPECT_DOUBLE_EQ(p.iteration_seconds(0), 5e-3);
+  EXPECT_DOUBLE_EQ(p.iteration_seconds(1), 6e-3);
+  EXPECT_DOUBLE_EQ(p.iteration_seconds(2), 7e-3);
+
+  // One node without iterations: the point has none.
+  auto without = reports;
+  without["node-b"]
+      .mutable_series(0)
+      ->mutable_sizes(0)
+      ->clear_rank_iteration_seconds();
+  EXPECT_EQ(FormCurves(task, without, CurveChecks{}, kNow)
+                .kept[0]
+                .points(0)
+                .iteration_seconds_size(),
+            0);
+
+  v1::ReportBenchmarkRequest short_report = reports["node-a"];
+  short_report.mutable_series(0)->mutable_sizes(0)->add_rank_iteration_seconds(
+      1e-3);
+  EXPECT_NE(ValidateReport(task, short_report)
+                .message()
+                .find("series[0].sizes[0].rank_iteration_seconds: expected "
+                      "none or 2 x 3"),
+            std::string::npos);
+  v1::ReportBenchmarkRequest negative = reports["node-a"];
+  negative.mutable_series(0)->mutable_sizes(0)->set_rank_iteration_seconds(4,
+                                                                           -1);
+  EXPECT_NE(ValidateReport(task, negative)
+                .message()
+                .find("rank_iteration_seconds[4]: expected a time"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace monta::coordination

@@ -309,19 +309,20 @@ PlannerMetrics::PlannerMetrics(prometheus::Registry& registry)
       verify_runs_(prometheus::BuildCounter()
                        .Name("monta_verify_runs_total")
                        .Help("montactl verify runs by result (ok, invalid, "
-                             "failed)")
+                             "failed) and scope (layer, op)")
                        .Register(registry)),
       prediction_error_(
           prometheus::BuildGauge()
               .Name("monta_prediction_error_ratio")
-              .Help("Median |predicted / measured - 1| of one dispatch, per "
-                    "strategy, in the latest verify run")
+              .Help("Median |predicted / measured - 1| per strategy in the "
+                    "latest verify run of each scope (layer: one MoE "
+                    "layer's four ops; op: one dispatch op)")
               .Register(registry)),
       plan_regret_(prometheus::BuildGauge()
                        .Name("monta_plan_regret_ratio")
                        .Help("Measured time of the chosen candidate over the "
                              "fastest measured one, minus 1, in the latest "
-                             "verify run")
+                             "verify run of each scope")
                        .Register(registry)),
       denied_calls_(prometheus::BuildCounter()
                         .Name("monta_denied_calls_total")
@@ -350,7 +351,9 @@ void PlannerMetrics::CreateSeries() {
     deny_list_loads_.Add({{"result", result}});
   }
   for (const char* result : {"ok", "invalid", "failed"}) {
-    verify_runs_.Add({{"result", result}});
+    for (const char* scope : {"layer", "op"}) {
+      verify_runs_.Add({{"result", result}, {"scope", scope}});
+    }
   }
   for (const char* operation :
        {"node", "curve", "decision", "verification", "audit"}) {
@@ -425,21 +428,25 @@ void PlannerMetrics::RecordDiscardedError(const std::string& site) {
 }
 
 void PlannerMetrics::RecordVerify(const absl::Status& status,
+                                  monta::v1::VerifyScope scope,
                                   const monta::v1::VerifyReply* reply) {
   const char* result = status.ok() ? "ok"
                        : status.code() == absl::StatusCode::kInvalidArgument
                            ? "invalid"
                            : "failed";
-  verify_runs_.Add({{"result", result}}).Increment();
+  const char* scope_label =
+      scope == monta::v1::VERIFY_SCOPE_OP ? "op" : "layer";
+  verify_runs_.Add({{"result", result}, {"scope", scope_label}}).Increment();
   if (reply == nullptr) return;
   std::map<std::string, std::vector<double>> errors;
   for (const monta::v1::VerifiedCandidate& c : reply->candidates()) {
     errors[StrategyLabel(c.kind())].push_back(std::abs(c.error_ratio()));
   }
   for (const auto& [strategy, e] : errors) {
-    prediction_error_.Add({{"strategy", strategy}}).Set(bandwidth::Median(e));
+    prediction_error_.Add({{"strategy", strategy}, {"scope", scope_label}})
+        .Set(bandwidth::Median(e));
   }
-  plan_regret_.Add({}).Set(reply->regret_ratio());
+  plan_regret_.Add({{"scope", scope_label}}).Set(reply->regret_ratio());
 }
 
 void PlannerMetrics::RecordDeniedCall(const std::string& entry) {

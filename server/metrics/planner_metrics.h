@@ -131,10 +131,11 @@ class PlannerMetrics {
   // monta_deny_list_loads_total{result}: a read of --deny_list_file; when
   // `ok`, monta_deny_list_entries becomes `entries`.
   void RecordDenyListLoad(bool ok, size_t entries);
-  // One verify run: monta_verify_runs_total{result}; with its reply,
-  // monta_prediction_error_ratio{strategy} (median |error| of the strategy's
-  // candidates) and monta_plan_regret_ratio.
-  void RecordVerify(const absl::Status& status,
+  // One verify run: monta_verify_runs_total{result,scope}; with its reply,
+  // monta_prediction_error_ratio{strategy,scope} (median |error| of the
+  // strategy's candidates) and monta_plan_regret_ratio{scope}; scope "layer"
+  // or "op".
+  void RecordVerify(const absl::Status& status, monta::v1::VerifyScope scope,
                     const monta::v1::VerifyReply* reply);
 
  private:

@@ -207,5 +207,33 @@ TEST(PlannerMetricsTest, FabricCollectorCountsPlacementsAndDisagreements) {
   }
 }
 
+TEST(PlannerMetricsTest, VerifyRunsCarryTheirScope) {
+  prometheus::Registry registry;
+  PlannerMetrics metrics(registry);
+  monta::v1::VerifyReply layer;
+  layer.set_regret_ratio(0.03);
+  for (double e : {0.1, -0.3, 0.2}) {
+    monta::v1::VerifiedCandidate* c = layer.add_candidates();
+    c->set_kind(monta::v1::STRATEGY_KIND_FLAT);
+    c->set_error_ratio(e);
+  }
+  metrics.RecordVerify(absl::OkStatus(), monta::v1::VERIFY_SCOPE_LAYER, &layer);
+  metrics.RecordVerify(absl::AbortedError("x"), monta::v1::VERIFY_SCOPE_OP,
+                       nullptr);
+  const std::string text =
+      prometheus::TextSerializer().Serialize(registry.Collect());
+  for (const char* series :
+       {"monta_verify_runs_total{result=\"ok\",scope=\"layer\"} 1",
+        "monta_verify_runs_total{result=\"failed\",scope=\"op\"} 1",
+        "monta_verify_runs_total{result=\"ok\",scope=\"op\"} 0",
+        "monta_prediction_error_ratio{scope=\"layer\",strategy=\"flat\"} "
+        "0.2",
+        "monta_plan_regret_ratio{scope=\"layer\"} 0.03"}) {
+    EXPECT_NE(text.find(series), std::string::npos) << series << "\n" << text;
+  }
+  EXPECT_EQ(text.find("monta_plan_regret_ratio{scope=\"op\"}"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace monta::metrics

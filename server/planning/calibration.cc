@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/bandwidth/bandwidth.h"
 #include "common/strategy/strategy_proto.h"
@@ -22,16 +23,30 @@ namespace v1 = ::monta::v1;
 // observations of one job) and what it measured.
 struct Point {
   const PreparedPlan* plan;
+  MeasuredScope scope;
   strategy::StrategyKind kind;
   int chunks;
   double measured_seconds;
-  // Chunks that pay the per-chunk overhead (K_eff of the dedup ops, else 0).
+  // Times the per-chunk overhead enters the prediction (K of each dedup op,
+  // 1 of a dropped AllToAll, summed over what `scope` runs), read off the
+  // model: the prediction is linear in the overhead.
   double overhead_chunks;
 };
 
-bool PaysPerChunk(strategy::StrategyKind kind) {
-  return kind == strategy::StrategyKind::kTpDedup ||
-         kind == strategy::StrategyKind::kTpDedupPipelined;
+// How many times the model charges the per-chunk overhead for `scope` of
+// `kind` at `chunks`; nullopt when it cannot predict it.
+std::optional<double> OverheadChunks(const PreparedPlan& plan,
+                                     MeasuredScope scope,
+                                     strategy::StrategyKind kind, int chunks) {
+  constexpr double kProbeSeconds = 1e-3;
+  model::ModelCalibration probe;
+  probe.per_chunk_overhead_seconds = kProbeSeconds;
+  std::optional<double> with =
+      PredictMeasuredSeconds(plan, scope, kind, chunks, probe, 1);
+  std::optional<double> without =
+      PredictMeasuredSeconds(plan, scope, kind, chunks, {}, 1);
+  if (!with || !without) return std::nullopt;
+  return std::round((*with - *without) / kProbeSeconds);
 }
 
 // Predictions of every point with `calibration` and gamma; empty when one
@@ -42,8 +57,8 @@ std::vector<double> Predict(const std::vector<Point>& points,
   std::vector<double> out;
   out.reserve(points.size());
   for (const Point& p : points) {
-    std::optional<double> s =
-        PredictDispatchSeconds(*p.plan, p.kind, p.chunks, calibration, gamma);
+    std::optional<double> s = PredictMeasuredSeconds(
+        *p.plan, p.scope, p.kind, p.chunks, calibration, gamma);
     if (!s) return {};
     out.push_back(*s);
   }
@@ -106,9 +121,11 @@ std::vector<Point> PreparePoints(const std::vector<Observation>& observations,
       it = plans->emplace(key, *std::move(plan)).first;
     }
     const int k = std::max(1, o.chunks);
-    if (!PredictDispatchSeconds(it->second, o.kind, k, {}, 1)) continue;
-    points.push_back(Point{&it->second, o.kind, k, o.measured_seconds,
-                           PaysPerChunk(o.kind) ? static_cast<double>(k) : 0});
+    std::optional<double> overhead =
+        OverheadChunks(it->second, o.scope, o.kind, k);
+    if (!overhead) continue;
+    points.push_back(
+        Point{&it->second, o.scope, o.kind, k, o.measured_seconds, *overhead});
   }
   return points;
 }
@@ -182,6 +199,82 @@ absl::StatusOr<CalibrationFit> FitCalibration(
   fit.error_after_ratio = bandwidth::Median(RelativeErrors(
       points, Predict(points, fit.model, fit.contention_factor)));
   return fit;
+}
+
+namespace {
+
+// `from` moved `step` of the way to `to`: scales geometrically, the overhead
+// and gamma linearly.
+PlanCalibration Blend(const PlanCalibration& from, const PlanCalibration& to,
+                      double step) {
+  auto geometric = [step](double a, double b) {
+    return std::exp((1 - step) * std::log(a) + step * std::log(b));
+  };
+  auto linear = [step](double a, double b) { return a + step * (b - a); };
+  PlanCalibration out = to;
+  out.model.network_scale =
+      geometric(from.model.network_scale, to.model.network_scale);
+  out.model.local_scale =
+      geometric(from.model.local_scale, to.model.local_scale);
+  out.model.latency_scale =
+      geometric(from.model.latency_scale, to.model.latency_scale);
+  out.model.per_chunk_overhead_seconds =
+      linear(from.model.per_chunk_overhead_seconds,
+             to.model.per_chunk_overhead_seconds);
+  out.contention_factor = linear(from.contention_factor, to.contention_factor);
+  return out;
+}
+
+// |error| of every point under `c`; empty when one cannot be predicted.
+std::vector<double> AbsErrors(const std::vector<Point>& points,
+                              const PlanCalibration& c) {
+  const std::vector<double> p = Predict(points, c.model, c.contention_factor);
+  return p.empty() ? p : RelativeErrors(points, p);
+}
+
+}  // namespace
+
+GuardedFit GuardFit(const std::vector<Observation>& run,
+                    const PlanCalibration* previous, const CalibrationFit& fit,
+                    const NodeLookup* lookup, double max_growth_ratio) {
+  std::map<std::string, PreparedPlan> plans;
+  const std::vector<Point> points = PreparePoints(run, lookup, &plans);
+  const PlanCalibration none;
+  const PlanCalibration& from = previous != nullptr ? *previous : none;
+  PlanCalibration to;
+  to.model = fit.model;
+  to.contention_factor = fit.contention_factor;
+  GuardedFit out;
+  const std::vector<double> before = AbsErrors(points, from);
+  if (before.empty() && !points.empty()) return out;
+  for (double step : {1.0, 0.75, 0.5, 0.25}) {
+    const PlanCalibration c = Blend(from, to, step);
+    const std::vector<double> after = AbsErrors(points, c);
+    if (after.size() != before.size()) continue;
+    double growth = 0;
+    size_t worst = 0;
+    for (size_t i = 0; i < after.size(); ++i) {
+      if (after[i] - before[i] > growth) {
+        growth = after[i] - before[i];
+        worst = i;
+      }
+    }
+    if (step == 1.0 && growth > 0) {
+      const Point& p = points[worst];
+      out.worst = absl::StrFormat(
+          "%s K=%d: |error| %.1f%% -> %.1f%% with the whole fit",
+          strategy::StrategyName(p.kind), p.chunks, before[worst] * 100,
+          after[worst] * 100);
+    }
+    if (growth <= max_growth_ratio) {
+      out.outcome = step == 1.0 ? GuardedFit::Outcome::kFitted
+                                : GuardedFit::Outcome::kShrunk;
+      out.calibration = c;
+      out.step = step;
+      return out;
+    }
+  }
+  return out;
 }
 
 std::string NodeSetKey(const v1::StrategyRequest& request) {
@@ -339,13 +432,19 @@ void ApplyVerified(const PlanKnowledge::Verified& verified, absl::Time now,
                              : 1;
     c.set_chunks_requested(m.chunks_requested());
     c.set_chunks_effective(m.chunks_effective());
-    // Verify ran the tensor-parallel layout's dispatch op: for that layout
-    // forward is two of it; whole experts run other ops forward (an
-    // AllToAll without its gather), scaled like the backward.
-    c.set_forward_seconds_per_layer(
-        reply->expert_layout() == v1::EXPERT_LAYOUT_NOT_TENSOR_PARALLEL
-            ? c.forward_seconds_per_layer() * ratio
-            : 2 * m.measured_seconds());
+    if (verified.reply.scope() == v1::VERIFY_SCOPE_LAYER) {
+      // Verify ran the layer itself (in the layout priced): forward and
+      // backward keep the model's split of the measured total.
+      c.set_forward_seconds_per_layer(c.forward_seconds_per_layer() * ratio);
+    } else {
+      // The tensor-parallel layout's dispatch op: for that layout forward
+      // is two of it; whole experts run other ops forward (an AllToAll
+      // without its gather), scaled like the backward.
+      c.set_forward_seconds_per_layer(
+          reply->expert_layout() == v1::EXPERT_LAYOUT_NOT_TENSOR_PARALLEL
+              ? c.forward_seconds_per_layer() * ratio
+              : 2 * m.measured_seconds());
+    }
     c.set_backward_seconds_per_layer(c.backward_seconds_per_layer() * ratio);
     const double total =
         c.forward_seconds_per_layer() + c.backward_seconds_per_layer();

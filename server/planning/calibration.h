@@ -22,13 +22,15 @@
 
 namespace monta::planning {
 
-// One measured dispatch: the job on its nodes (the request's placement names
-// them), the strategy and K it ran, and the median time of one dispatch op.
+// One measured candidate: the job on its nodes (the request's placement
+// names them), the strategy and K it ran, and the median time of what `scope`
+// measured (one dispatch op, or one MoE layer in the job's layout).
 struct Observation {
   monta::v1::StrategyRequest request;
   strategy::StrategyKind kind = strategy::StrategyKind::kFlat;
   int chunks = 1;
   double measured_seconds = 0;
+  MeasuredScope scope = MeasuredScope::kDispatchOp;
 };
 
 struct CalibrationFit {
@@ -48,6 +50,26 @@ struct CalibrationFit {
 // model can predict).
 absl::StatusOr<CalibrationFit> FitCalibration(
     const std::vector<Observation>& observations, const NodeLookup* lookup);
+
+// Where a fit may take the node set's calibration (docs/MODEL.md §11): no
+// observation of the run being fitted may see its |predicted / measured - 1|
+// grow by more than `max_growth_ratio` from `previous` (nullptr: none). The
+// fit is tried whole, then 3/4, 1/2 and 1/4 of the way from the previous
+// calibration (scales geometric, overhead and gamma linear).
+struct GuardedFit {
+  enum class Outcome { kFitted, kShrunk, kRefused };
+  Outcome outcome = Outcome::kRefused;
+  // What to store (fitted or shrunk); unset when refused.
+  std::optional<PlanCalibration> calibration;
+  // The share of the way taken (1 fitted, 0 refused).
+  double step = 0;
+  // For people: the observation whose |error| the whole fit grew most, and
+  // by how much; empty when none grew.
+  std::string worst;
+};
+GuardedFit GuardFit(const std::vector<Observation>& run,
+                    const PlanCalibration* previous, const CalibrationFit& fit,
+                    const NodeLookup* lookup, double max_growth_ratio = 0.05);
 
 // Canonical key of a node set (sorted names) and of a job on its nodes (the
 // request without the job's name).

@@ -27,8 +27,10 @@ struct Run {
 
 // "Measurements" made by the model itself under a known calibration: a fit
 // must find it again.
-std::vector<Observation> Synthetic(const model::ModelCalibration& truth,
-                                   double gamma) {
+std::vector<Observation> Synthetic(
+    const model::ModelCalibration& truth, double gamma,
+    MeasuredScope scope = MeasuredScope::kDispatchOp,
+    std::optional<bool> experts_tensor_parallel = std::nullopt) {
   std::vector<Observation> out;
   const std::vector<Run> runs = {{StrategyKind::kFlat, 1},
                                  {StrategyKind::kTpDedup, 1},
@@ -37,14 +39,18 @@ std::vector<Observation> Synthetic(const model::ModelCalibration& truth,
                                  {StrategyKind::kTpDedupPipelined, 8},
                                  {StrategyKind::kTpDedupPipelined, 16}};
   for (int64_t seq : {4096, 16384}) {
-    const v1::StrategyRequest request = PaperAt(seq);
+    v1::StrategyRequest request = PaperAt(seq);
+    if (experts_tensor_parallel) {
+      request.mutable_job()->set_experts_tensor_parallel(
+          *experts_tensor_parallel);
+    }
     absl::StatusOr<PreparedPlan> plan = PreparePlan(request, nullptr);
     EXPECT_TRUE(plan.ok()) << plan.status();
     for (const Run& run : runs) {
-      std::optional<double> s =
-          PredictDispatchSeconds(*plan, run.kind, run.chunks, truth, gamma);
+      std::optional<double> s = PredictMeasuredSeconds(
+          *plan, scope, run.kind, run.chunks, truth, gamma);
       EXPECT_TRUE(s.has_value());
-      out.push_back(Observation{request, run.kind, run.chunks, *s});
+      out.push_back(Observation{request, run.kind, run.chunks, *s, scope});
     }
   }
   return out;
@@ -66,6 +72,81 @@ TEST(CalibrationTest, FitFindsTheCalibrationThatMadeTheMeasurements) {
   EXPECT_NEAR(fit->model.per_chunk_overhead_seconds, 200e-6, 1e-9);
   EXPECT_GT(fit->error_before_ratio, 0.15);
   EXPECT_LT(fit->error_after_ratio, 1e-6);
+}
+
+// Layer runs (the four ops, forward and backward) in both layouts: the
+// same calibration is found, the per-chunk overhead counted as often as the
+// layer's ops pay it (each dedup op K times, each dropped AllToAll once).
+TEST(CalibrationTest, FitFindsTheCalibrationOnLayerRunsInBothLayouts) {
+  model::ModelCalibration truth;
+  truth.network_scale = std::pow(2.0, 3 / 8.0);
+  truth.local_scale = std::pow(2.0, -2 / 8.0);
+  truth.per_chunk_overhead_seconds = 100e-6;
+  for (bool tp : {true, false}) {
+    std::vector<Observation> runs =
+        Synthetic(truth, 1.3, MeasuredScope::kLayer, tp);
+    absl::StatusOr<CalibrationFit> fit = FitCalibration(runs, nullptr);
+    ASSERT_TRUE(fit.ok()) << fit.status();
+    EXPECT_NEAR(fit->model.network_scale, truth.network_scale, 1e-9) << tp;
+    EXPECT_NEAR(fit->model.local_scale, truth.local_scale, 1e-9) << tp;
+    EXPECT_NEAR(fit->model.per_chunk_overhead_seconds, 100e-6, 1e-9) << tp;
+    EXPECT_NEAR(fit->contention_factor, 1.3, 1e-9) << tp;
+    EXPECT_LT(fit->error_after_ratio, 1e-6) << tp;
+  }
+  // A layer measurement read as one op would be four times too slow: the
+  // scope is what the model predicts.
+  const std::vector<Observation> layer =
+      Synthetic({}, 1, MeasuredScope::kLayer, true);
+  absl::StatusOr<PreparedPlan> plan = PreparePlan(layer[0].request, nullptr);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_NEAR(*PredictMeasuredSeconds(*plan, MeasuredScope::kDispatchOp,
+                                      StrategyKind::kFlat, 1, {}, 1) *
+                  4,
+              layer[0].measured_seconds, 1e-12);
+}
+
+// A fit that would make some candidate of the run worse by more than 5
+// points is taken only part of the way, or not at all.
+TEST(CalibrationTest, AFitMayNotGrowAnyErrorByMoreThanFivePoints) {
+  // The run measured exactly what the uncalibrated model predicts.
+  const std::vector<Observation> run = Synthetic({}, 1);
+  CalibrationFit exact;
+  GuardedFit same = GuardFit(run, nullptr, exact, nullptr);
+  EXPECT_EQ(same.outcome, GuardedFit::Outcome::kFitted);
+  EXPECT_DOUBLE_EQ(same.step, 1);
+  ASSERT_TRUE(same.calibration.has_value());
+  EXPECT_TRUE(same.worst.empty());
+
+  CalibrationFit far;
+  far.model.network_scale = 4;
+  GuardedFit refused = GuardFit(run, nullptr, far, nullptr);
+  EXPECT_EQ(refused.outcome, GuardedFit::Outcome::kRefused);
+  EXPECT_FALSE(refused.calibration.has_value());
+  EXPECT_NE(refused.worst.find("|error| 0.0% -> "), std::string::npos)
+      << refused.worst;
+
+  CalibrationFit near;
+  near.model.network_scale = 1.2;
+  GuardedFit shrunk = GuardFit(run, nullptr, near, nullptr);
+  EXPECT_EQ(shrunk.outcome, GuardedFit::Outcome::kShrunk) << shrunk.worst;
+  EXPECT_LT(shrunk.step, 1);
+  EXPECT_GT(shrunk.step, 0);
+  ASSERT_TRUE(shrunk.calibration.has_value());
+  EXPECT_GT(shrunk.calibration->model.network_scale, 1);
+  EXPECT_LT(shrunk.calibration->model.network_scale, 1.2);
+
+  // From a previous calibration the run agrees with, moving away is refused
+  // the same way; staying is fitted.
+  PlanCalibration previous;
+  previous.model.network_scale = 1.5;
+  const std::vector<Observation> at_previous = Synthetic(previous.model, 1);
+  CalibrationFit back;  // identity: every network-bound error grows
+  EXPECT_EQ(GuardFit(at_previous, &previous, back, nullptr).outcome,
+            GuardedFit::Outcome::kRefused);
+  CalibrationFit stay;
+  stay.model = previous.model;
+  EXPECT_EQ(GuardFit(at_previous, &previous, stay, nullptr).outcome,
+            GuardedFit::Outcome::kFitted);
 }
 
 // Runs whose ops cost a quarter of the curves' latency (back-to-back chunks

@@ -741,24 +741,29 @@ absl::StatusOr<PreparedPlan> PreparePlan(const v1::StrategyRequest& request,
   return std::move(b->plan);
 }
 
-std::optional<double> PredictDispatchSeconds(
-    const PreparedPlan& plan, strategy::StrategyKind kind, int chunks,
-    const model::ModelCalibration& calibration, double contention_factor) {
+std::optional<double> PredictMeasuredSeconds(
+    const PreparedPlan& plan, MeasuredScope scope, strategy::StrategyKind kind,
+    int chunks, const model::ModelCalibration& calibration,
+    double contention_factor) {
   model::ClusterView view = plan.view;
   view.calibration = calibration;
   model::SearchOptions options = plan.options;
   options.allowed = {kind};
   options.fixed_chunks = std::max(1, chunks);
   options.contention_factor = std::max(1.0, contention_factor);
-  // The agents' schedules run the tensor-parallel layout's dispatch op
-  // (agent/bench/schedule.h: flat sends the whole D, the dedup strategies
-  // gather), whatever the job's layout: predict that op.
   model::MoeJobShape job = plan.job;
-  job.expert_layout = model::ExpertLayout::kTensorParallel;
+  if (scope == MeasuredScope::kDispatchOp) {
+    // The op scope runs the tensor-parallel layout's dispatch op
+    // (agent/bench/schedule.h, Step::kExchange: flat sends the whole D, the
+    // dedup strategies gather), whatever the job's layout: predict that op.
+    job.expert_layout = model::ExpertLayout::kTensorParallel;
+  }
   absl::StatusOr<model::Decision> d =
       model::Decide(job, plan.shape, view, options);
   if (!d.ok() || d->chosen < 0) return std::nullopt;
-  return d->candidates[d->chosen].ops.dispatch_forward_seconds;
+  const model::Candidate& c = d->candidates[d->chosen];
+  return scope == MeasuredScope::kLayer ? c.total_seconds_per_layer
+                                        : c.ops.dispatch_forward_seconds;
 }
 
 std::vector<v1::HardwareProfile> ListProfiles() {

@@ -78,13 +78,21 @@ struct PreparedPlan {
 absl::StatusOr<PreparedPlan> PreparePlan(
     const monta::v1::StrategyRequest& request, const NodeLookup* lookup);
 
-// One dispatch AllToAll of the job under `kind` with exactly `chunks`
-// (half the candidate's forward time per layer, docs/MODEL.md §4), with
-// `calibration` and `contention_factor` applied; nullopt when the strategy
+// What a verify run measures of a candidate (monta.v1.VerifyScope): one
+// dispatch op of the tensor-parallel layout (what the agents ran before the
+// layer scope), or one MoE layer, forward and backward, in the job's layout.
+enum class MeasuredScope { kDispatchOp, kLayer };
+
+// The model's time for what `scope` measures under `kind` with exactly
+// `chunks`, with `calibration` and `contention_factor` applied: kDispatchOp
+// the candidate's ops.dispatch_forward_seconds priced in the tensor-parallel
+// layout; kLayer its total_seconds_per_layer in the job's layout (the
+// planner's default when the job does not say). nullopt when the strategy
 // cannot run for the job.
-std::optional<double> PredictDispatchSeconds(
-    const PreparedPlan& plan, strategy::StrategyKind kind, int chunks,
-    const model::ModelCalibration& calibration, double contention_factor);
+std::optional<double> PredictMeasuredSeconds(
+    const PreparedPlan& plan, MeasuredScope scope, strategy::StrategyKind kind,
+    int chunks, const model::ModelCalibration& calibration,
+    double contention_factor);
 
 // The built-in hardware profiles, each constant with its source.
 std::vector<monta::v1::HardwareProfile> ListProfiles();

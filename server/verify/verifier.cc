@@ -7,7 +7,10 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/bandwidth/bandwidth.h"
 #include "common/proto_names.h"
@@ -45,6 +48,11 @@ absl::Status ValidateRequest(const v1::VerifyRequest& request) {
         absl::StrCat("iterations/warmup_iterations: must be in 0..100, got ",
                      request.iterations(), "/", request.warmup_iterations()));
   }
+  if (!v1::VerifyScope_IsValid(request.scope())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scope: expected LAYER, OP or unspecified (LAYER), got ",
+                     static_cast<int>(request.scope())));
+  }
   if (!(request.timeout_seconds() >= 0 && request.timeout_seconds() <= 3600)) {
     return absl::InvalidArgumentError(
         absl::StrCat("timeout_seconds: must be in 0..3600, got ",
@@ -75,18 +83,33 @@ struct JobShape {
   planning::PreparedPlan prepared;
   model::Traffic traffic;
   std::optional<planning::PlanCalibration> calibration;
+  // What each candidate runs, and the layout the plan priced (the job's,
+  // or the planner's default: StrategyReply.expert_layout).
+  planning::MeasuredScope scope = planning::MeasuredScope::kLayer;
+  v1::ExpertLayout layout = v1::EXPERT_LAYOUT_TENSOR_PARALLEL;
 };
 
+// A layer in the whole-experts layout drops duplicates in every strategy
+// (agent/bench/layer.h): each TP rank sends ceil(C/t) rows.
+bool DropsEverywhere(const JobShape& job) {
+  return job.scope == planning::MeasuredScope::kLayer &&
+         job.layout == v1::EXPERT_LAYOUT_NOT_TENSOR_PARALLEL &&
+         job.traffic.tensor_parallel_size > 1;
+}
+
 // The workload of `kind` with `chunks`: the job's rows (padded up to a
-// multiple of t for the dedup strategies, as the planner offers) of the
-// job's row size, and the model's prediction for it.
+// multiple of t for the dedup strategies, as the planner offers, and for
+// every strategy of a whole-experts layer, which drops everywhere) of the
+// job's row size, and the model's prediction for what the scope runs.
 std::optional<Run> MakeRun(const JobShape& job, v1::StrategyKind kind,
                            int chunks) {
   const model::Traffic& tr = job.traffic;
   const int t = std::max(1, tr.tensor_parallel_size);
   const int e = std::max(1, tr.ep_group_size);
   const int64_t rows = std::max<int64_t>(1, tr.split_rows);
-  const int64_t run_rows = Dedup(kind) ? schedule::PaddedRows(rows, t) : rows;
+  const int64_t run_rows = Dedup(kind) || DropsEverywhere(job)
+                               ? schedule::PaddedRows(rows, t)
+                               : rows;
   const uint64_t row_bytes = static_cast<uint64_t>(std::max<int64_t>(
       1, std::llround(tr.dispatch_bytes / (static_cast<double>(e) * rows))));
   const strategy::StrategyKind model_kind =
@@ -94,8 +117,9 @@ std::optional<Run> MakeRun(const JobShape& job, v1::StrategyKind kind,
   const planning::PlanCalibration none;
   const planning::PlanCalibration& c =
       job.calibration ? *job.calibration : none;
-  std::optional<double> predicted = planning::PredictDispatchSeconds(
-      job.prepared, model_kind, chunks, c.model, c.contention_factor);
+  std::optional<double> predicted =
+      planning::PredictMeasuredSeconds(job.prepared, job.scope, model_kind,
+                                       chunks, c.model, c.contention_factor);
   if (!predicted) return std::nullopt;
   Run run;
   run.workload.set_strategy_kind(kind);
@@ -103,6 +127,12 @@ std::optional<Run> MakeRun(const JobShape& job, v1::StrategyKind kind,
   run.workload.set_rows(static_cast<uint64_t>(run_rows));
   run.workload.set_row_bytes(row_bytes);
   run.workload.set_tensor_parallel_size(t);
+  if (job.scope == planning::MeasuredScope::kLayer) {
+    run.workload.set_scope(v1::VERIFY_SCOPE_LAYER);
+    run.workload.set_expert_layout(job.layout);
+  } else {
+    run.workload.set_scope(v1::VERIFY_SCOPE_OP);
+  }
   run.row.set_kind(kind);
   run.row.set_chunks_requested(chunks);
   run.row.set_chunks_effective(
@@ -111,7 +141,8 @@ std::optional<Run> MakeRun(const JobShape& job, v1::StrategyKind kind,
           : 1);
   run.row.set_predicted_seconds(*predicted);
   run.row.set_uncalibrated_seconds(
-      planning::PredictDispatchSeconds(job.prepared, model_kind, chunks, {}, 1)
+      planning::PredictMeasuredSeconds(job.prepared, job.scope, model_kind,
+                                       chunks, {}, 1)
           .value_or(0));
   run.row.set_dispatch_bytes(static_cast<uint64_t>(e) * run_rows * row_bytes);
   return run;
@@ -147,9 +178,36 @@ std::vector<Run> PlanRuns(const JobShape& job, const v1::StrategyReply& plan,
 // Fills measured times from the task's curves (one per run, in run order).
 // A run whose curve the planner excluded (nodes disagree, wrong bytes) has no
 // measurement: the verification fails, naming why.
+// The q-quantile (0..1) of sorted `v`, interpolated linearly.
+double Quantile(const std::vector<double>& v, double q) {
+  const double at = q * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(at));
+  const size_t hi = std::min(v.size() - 1, lo + 1);
+  return v[lo] + (at - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
+
+// p10, p90 and spread of the slowest rank's time per iteration; noisy when
+// the spread is above `max_spread_ratio` or the agents sent no iterations.
+void FillSpread(const v1::CurvePoint& point, double max_spread_ratio,
+                v1::VerifiedCandidate* row) {
+  std::vector<double> v(point.iteration_seconds().begin(),
+                        point.iteration_seconds().end());
+  if (v.empty()) {
+    row->set_noisy(true);
+    return;
+  }
+  std::sort(v.begin(), v.end());
+  const double median = bandwidth::Median(v);
+  row->set_p10_seconds(Quantile(v, 0.1));
+  row->set_p90_seconds(Quantile(v, 0.9));
+  row->set_spread_ratio(
+      median > 0 ? (row->p90_seconds() - row->p10_seconds()) / median : 0);
+  row->set_noisy(!(row->spread_ratio() <= max_spread_ratio));
+}
+
 absl::Status FillMeasured(const v1::BenchmarkTaskStatus& status,
                           const std::vector<v1::BandwidthCurve>& curves,
-                          std::vector<Run>* runs) {
+                          double max_spread_ratio, std::vector<Run>* runs) {
   if (status.excluded_size() > 0) {
     return absl::AbortedError(absl::StrCat(
         "verify task ", status.task_id(), ": ", status.excluded_size(),
@@ -173,6 +231,7 @@ absl::Status FillMeasured(const v1::BenchmarkTaskStatus& status,
     row.set_measured_seconds(curve.points(0).time_seconds());
     row.set_wrong_bytes(curve.points(0).wrong_bytes());
     row.set_error_ratio(row.predicted_seconds() / row.measured_seconds() - 1);
+    FillSpread(curve.points(0), max_spread_ratio, &row);
   }
   return absl::OkStatus();
 }
@@ -194,6 +253,12 @@ void Score(std::vector<Run>& runs, v1::VerifyReply* reply) {
   if (best != nullptr && chosen != nullptr) {
     reply->set_regret_ratio(
         chosen->row.measured_seconds() / best->row.measured_seconds() - 1);
+    // Both spreads known and their p10..p90 ranges overlap.
+    const v1::VerifiedCandidate& a = chosen->row;
+    const v1::VerifiedCandidate& b = best->row;
+    reply->set_regret_within_noise(a.p90_seconds() > 0 && b.p90_seconds() > 0 &&
+                                   a.p10_seconds() <= b.p90_seconds() &&
+                                   b.p10_seconds() <= a.p90_seconds());
   }
   reply->set_median_error_ratio(bandwidth::Median(errors));
   reply->set_max_error_ratio(
@@ -253,51 +318,166 @@ absl::Status Execute(coordination::Coordinator& coordinator,
         "verify task ", status->task_id(), " did not finish in time"));
   }
   absl::MutexLock lock(&results->mu);
-  return FillMeasured(*status, results->curves, runs);
+  return FillMeasured(*status, results->curves, options.max_spread_ratio, runs);
 }
 
-// Fits the node set's calibration on this run and the earlier ones kept for
-// it, stores it, and fills the reply's calibration and calibrated times.
-void Calibrate(const v1::VerifyRequest& request, const std::vector<Run>& runs,
-               const planning::NodeLookup& lookup, const JobShape& job,
-               absl::Time now, planning::PlanKnowledge* knowledge,
-               v1::VerifyReply* reply) {
-  std::vector<planning::Observation> run;
-  for (const Run& r : runs) {
+// The reply's measured candidates as observations for a fit (`quiet_only`:
+// only those whose spread is small).
+std::vector<planning::Observation> Observations(
+    const v1::VerifyRequest& request, const JobShape& job,
+    const v1::VerifyReply& reply, bool quiet_only) {
+  std::vector<planning::Observation> out;
+  for (const v1::VerifiedCandidate& row : reply.candidates()) {
+    if (row.wrong_bytes() != 0 || !(row.measured_seconds() > 0)) continue;
+    if (quiet_only && row.noisy()) continue;
     planning::Observation o;
     o.request = request.request();
-    o.kind = strategy::StrategyFromProto(r.row.kind())
+    o.kind = strategy::StrategyFromProto(row.kind())
                  .value_or(strategy::StrategyKind::kFlat);
-    o.chunks = r.row.chunks_requested();
-    o.measured_seconds = r.row.measured_seconds();
-    run.push_back(std::move(o));
+    o.chunks = row.chunks_requested();
+    o.measured_seconds = row.measured_seconds();
+    o.scope = job.scope;
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+// The calibration to store, with its evidence (the fit's errors over every
+// observation it was fitted on).
+planning::PlanCalibration WithEvidence(planning::PlanCalibration c,
+                                       const planning::CalibrationFit& fit,
+                                       const std::string& task_id) {
+  v1::Calibration& ev = c.evidence;
+  ev.set_per_chunk_overhead_seconds(c.model.per_chunk_overhead_seconds);
+  ev.set_contention_factor(c.contention_factor);
+  ev.set_network_scale_ratio(c.model.network_scale);
+  ev.set_local_scale_ratio(c.model.local_scale);
+  ev.set_latency_scale_ratio(c.model.latency_scale);
+  ev.set_task_id(task_id);
+  ev.set_error_before_ratio(fit.error_before_ratio);
+  ev.set_error_after_ratio(fit.error_after_ratio);
+  return c;
+}
+
+// Whether this run may teach the model at all; sets the outcome when not.
+bool MayCalibrate(const v1::VerifyRequest& request, v1::VerifyReply* reply) {
+  if (request.skip_calibration()) {
+    reply->set_calibration_outcome(v1::CALIBRATION_OUTCOME_SKIPPED);
+    reply->set_calibration_note(
+        "skip_calibration: the nodes' calibration stays as it was");
+    return false;
+  }
+  if (reply->loopback_only() && !request.calibrate_on_loopback()) {
+    reply->set_calibration_outcome(v1::CALIBRATION_OUTCOME_LOOPBACK);
+    reply->set_calibration_note(absl::StrCat(
+        reply->calibration_note(),
+        ": the benchmark traffic never crosses a link, so this run is "
+        "measured but neither calibrates nor answers later plans "
+        "(calibrate_on_loopback overrides)"));
+    return false;
+  }
+  return true;
+}
+
+// Fits the node set's calibration on this run's quiet candidates and the
+// earlier runs kept for it, guarded so that no candidate's |error| grows by
+// more than the options allow, stores it, and fills the reply's
+// calibration, outcome and calibrated times.
+void Calibrate(const v1::VerifyRequest& request,
+               const planning::NodeLookup& lookup, const JobShape& job,
+               const VerifierOptions& options, absl::Time now,
+               planning::PlanKnowledge* knowledge, v1::VerifyReply* reply) {
+  if (!MayCalibrate(request, reply)) return;
+  std::vector<planning::Observation> quiet =
+      Observations(request, job, *reply, /*quiet_only=*/true);
+  if (quiet.empty()) {
+    reply->set_calibration_outcome(v1::CALIBRATION_OUTCOME_TOO_NOISY);
+    reply->set_calibration_note(absl::StrFormat(
+        "no candidate ran with a spread of at most %.0f%% (p90 - p10 over "
+        "the median): the nodes' calibration stays as it was",
+        options.max_spread_ratio * 100));
+    return;
   }
   absl::StatusOr<planning::CalibrationFit> fit =
-      planning::FitCalibration(knowledge->AddRun(std::move(run)), &lookup);
-  if (!fit.ok()) return;
-  planning::PlanCalibration c;
-  c.model = fit->model;
-  c.contention_factor = fit->contention_factor;
-  v1::Calibration& ev = c.evidence;
-  ev.set_per_chunk_overhead_seconds(fit->model.per_chunk_overhead_seconds);
-  ev.set_contention_factor(fit->contention_factor);
-  ev.set_network_scale_ratio(fit->model.network_scale);
-  ev.set_local_scale_ratio(fit->model.local_scale);
-  ev.set_latency_scale_ratio(fit->model.latency_scale);
-  ev.set_task_id(reply->task().task_id());
-  ev.set_error_before_ratio(fit->error_before_ratio);
-  ev.set_error_after_ratio(fit->error_after_ratio);
-  *reply->mutable_calibration() = ev;
+      planning::FitCalibration(knowledge->AddRun(std::move(quiet)), &lookup);
+  if (!fit.ok()) {
+    reply->set_calibration_outcome(v1::CALIBRATION_OUTCOME_REFUSED);
+    reply->set_calibration_note(std::string(fit.status().message()));
+    return;
+  }
+  const planning::GuardedFit guarded = planning::GuardFit(
+      Observations(request, job, *reply, /*quiet_only=*/false),
+      job.calibration ? &*job.calibration : nullptr, *fit, &lookup,
+      options.max_calibration_error_growth_ratio);
+  const std::string limit = absl::StrFormat(
+      "%.0f points", options.max_calibration_error_growth_ratio * 100);
+  if (!guarded.calibration) {
+    reply->set_calibration_outcome(v1::CALIBRATION_OUTCOME_REFUSED);
+    reply->set_calibration_note(absl::StrCat(
+        "every step towards the fit grows some candidate's |error| by more "
+        "than ",
+        limit, " (", guarded.worst, "): the previous calibration stays"));
+    return;
+  }
+  const planning::PlanCalibration c =
+      WithEvidence(*guarded.calibration, *fit, reply->task().task_id());
+  if (guarded.outcome == planning::GuardedFit::Outcome::kShrunk) {
+    reply->set_calibration_outcome(v1::CALIBRATION_OUTCOME_SHRUNK);
+    reply->set_calibration_note(absl::StrFormat(
+        "applied %.0f%% of the way from the previous calibration: the whole "
+        "fit grows a candidate's |error| by more than %s (%s)",
+        guarded.step * 100, limit, guarded.worst));
+  } else {
+    reply->set_calibration_outcome(v1::CALIBRATION_OUTCOME_FITTED);
+  }
+  *reply->mutable_calibration() = c.evidence;
   for (v1::VerifiedCandidate& row : *reply->mutable_candidates()) {
-    std::optional<double> p = planning::PredictDispatchSeconds(
-        job.prepared,
+    std::optional<double> p = planning::PredictMeasuredSeconds(
+        job.prepared, job.scope,
         strategy::StrategyFromProto(row.kind())
             .value_or(strategy::StrategyKind::kFlat),
         row.chunks_requested(), c.model, c.contention_factor);
     if (p) row.set_calibrated_seconds(*p);
   }
-  knowledge->SetCalibration(planning::NodeSetKey(request.request()),
-                            std::move(c), now);
+  knowledge->SetCalibration(planning::NodeSetKey(request.request()), c, now);
+}
+
+// The host of a benchmark address ("10.0.0.1", "10.0.0.1:5000", "[::1]:5").
+std::string HostOf(absl::string_view address) {
+  if (absl::StartsWith(address, "[")) {
+    const size_t close = address.find(']');
+    return std::string(address.substr(
+        1, close == absl::string_view::npos ? close : close - 1));
+  }
+  if (std::count(address.begin(), address.end(), ':') == 1) {
+    return std::string(address.substr(0, address.find(':')));
+  }
+  return std::string(address);
+}
+
+// Whether the nodes' benchmark traffic never crosses a link: two or more
+// nodes whose bench addresses are all loopback ones or all one host (agents
+// sharing a host). One node has no traffic between nodes to judge. Fills
+// the reply's loopback_only and, when so, the start of its note.
+void JudgeLinks(const registry::Registry& registry, Instant now,
+                v1::VerifyReply* reply) {
+  if (reply->nodes_size() < 2) return;
+  std::set<std::string> hosts;
+  bool all_loopback = true;
+  std::vector<std::string> named;
+  for (const std::string& node : reply->nodes()) {
+    absl::StatusOr<v1::NodeInfo> info = registry.Get(node, now);
+    const std::string address = info.ok() ? info->bench_address() : "";
+    if (address.empty()) return;  // unknown: not judged
+    hosts.insert(HostOf(address));
+    all_loopback = all_loopback && registry::IsLoopbackAddress(address);
+    named.push_back(absl::StrCat(node, " (", address, ")"));
+  }
+  if (!all_loopback && hosts.size() > 1) return;
+  reply->set_loopback_only(true);
+  reply->set_calibration_note(absl::StrCat(
+      "nodes ", absl::StrJoin(named, ", "),
+      all_loopback ? " benchmark over loopback" : " share one host"));
 }
 
 // The job's model inputs on its nodes, with the node set's calibration.
@@ -335,6 +515,9 @@ Verifier::Verifier(registry::Registry* registry,
 absl::StatusOr<v1::VerifyReply> Verifier::Verify(
     const v1::VerifyRequest& request, absl::Duration max_wait) {
   if (absl::Status s = ValidateRequest(request); !s.ok()) return s;
+  const v1::VerifyScope scope = request.scope() == v1::VERIFY_SCOPE_OP
+                                    ? v1::VERIFY_SCOPE_OP
+                                    : v1::VERIFY_SCOPE_LAYER;
   // Node states on the monotonic clock; curve and calibration ages (stored
   // records) on the wall clock.
   const Instant now = Instant::Now();
@@ -348,11 +531,17 @@ absl::StatusOr<v1::VerifyReply> Verifier::Verify(
         " bytes per rank; verify runs at most ", options_.max_dispatch_bytes));
   }
   v1::VerifyReply reply;
+  reply.set_scope(scope);
+  reply.set_max_calibration_spread_ratio(options_.max_spread_ratio);
   absl::StatusOr<v1::StrategyReply> plan =
       planning::PlanStrategy(request.request(), &lookup, now.wall,
                              job->calibration ? &*job->calibration : nullptr);
   if (!plan.ok()) return plan.status();
   *reply.mutable_plan() = *plan;
+  job->scope = scope == v1::VERIFY_SCOPE_OP
+                   ? planning::MeasuredScope::kDispatchOp
+                   : planning::MeasuredScope::kLayer;
+  job->layout = plan->expert_layout();
   std::vector<int> sweep(request.chunks().begin(), request.chunks().end());
   if (sweep.empty()) sweep = options_.default_chunks;
   std::vector<Run> runs = PlanRuns(*job, *plan, sweep);
@@ -363,16 +552,19 @@ absl::StatusOr<v1::VerifyReply> Verifier::Verify(
   absl::Status ran =
       Execute(*coordinator_, options_, request, *job, max_wait, &runs, &reply);
   if (!ran.ok()) {
-    if (metrics_ != nullptr) metrics_->RecordVerify(ran, nullptr);
+    if (metrics_ != nullptr) metrics_->RecordVerify(ran, scope, nullptr);
     return ran;
   }
   Score(runs, &reply);
   for (const Run& r : runs) *reply.add_candidates() = r.row;
-  if (!request.skip_calibration()) {
-    Calibrate(request, runs, lookup, *job, absl::Now(), knowledge_, &reply);
+  JudgeLinks(*registry_, now, &reply);
+  Calibrate(request, lookup, *job, options_, absl::Now(), knowledge_, &reply);
+  // A run that may not calibrate on loopback does not answer later plans
+  // either: its times are the host's, not the network's.
+  if (!reply.loopback_only() || request.calibrate_on_loopback()) {
+    knowledge_->SetVerified(request.request(), reply, absl::Now());
   }
-  knowledge_->SetVerified(request.request(), reply, absl::Now());
-  if (metrics_ != nullptr) metrics_->RecordVerify(ran, &reply);
+  if (metrics_ != nullptr) metrics_->RecordVerify(ran, scope, &reply);
   if (log_ != nullptr) log_->RecordVerification(request, reply);
   return reply;
 }

@@ -1,10 +1,14 @@
 // montactl verify's engine (docs/ARCHITECTURE.md, "life of a verify"): plans a
-// job on named nodes, runs the job's own dispatch there under every feasible
-// strategy and a K sweep (one benchmark task of job-shaped dispatches), and
-// scores the plan against the measurements: error of every prediction, regret
-// of the choice. The run calibrates the model for those nodes and is
-// remembered as verified evidence for later decisions
-// (planning::PlanKnowledge).
+// job on named nodes, runs what one MoE layer of it communicates (forward and
+// backward in the job's expert layout; or, scope OP, one dispatch op) there
+// under every feasible strategy and a K sweep (one benchmark task of
+// job-shaped workloads), and scores the plan against the measurements: error
+// of every prediction, each candidate's spread over its iterations, regret of
+// the choice and whether it is inside the noise. The run calibrates the model
+// for those nodes on its quiet candidates, guarded so no candidate's error
+// grows by more than 5 points, and is remembered as verified evidence for
+// later decisions (planning::PlanKnowledge); nodes whose benchmark traffic
+// never crosses a link (loopback, one shared host) are measured only.
 #ifndef MONTA_SERVER_VERIFY_VERIFIER_H_
 #define MONTA_SERVER_VERIFY_VERIFIER_H_
 
@@ -32,6 +36,13 @@ struct VerifierOptions {
   // Largest dispatch a verify may run, per rank (the buffers are allocated
   // on every rank, several times over).
   uint64_t max_dispatch_bytes = uint64_t{1} << 30;
+  // A candidate whose p90 - p10 over its timed iterations (the slowest rank
+  // per iteration) exceeds this share of its median is noisy: shown, not
+  // fitted (--verify_max_spread_ratio).
+  double max_spread_ratio = 0.25;
+  // A calibration may not grow any candidate's |error| by more than this
+  // (docs/MODEL.md §11).
+  double max_calibration_error_growth_ratio = 0.05;
 };
 
 class Verifier {

@@ -4,8 +4,9 @@
 //     names (as the planner and agent export them; histograms with _bucket/_sum/_count) or
 //     Prometheus built-ins such as `up`;
 //   - every template variable used ($x, ${x}, [[x]]) is defined (or is a Grafana built-in);
-//   - the required variables (DS_PROMETHEUS datasource, node, scope) exist and every panel
-//     and target uses the ${DS_PROMETHEUS} datasource.
+//   - the required variables (DS_PROMETHEUS datasource, node, scope, verify_scope) exist and
+//     every panel and target uses the ${DS_PROMETHEUS} datasource;
+//   - every expression over the verify metrics keeps their scope (layer, op) apart.
 // Writes the expressions, with variables replaced by sample values, as recording rules into
 // OUT_RULES so that the caller can have `promtool check rules` parse them.
 // usage: node check_dashboard.js DASHBOARD.json OUT_RULES.yaml
@@ -131,6 +132,14 @@ for (const [what, metric] of [["busbw", "monta_collective_busbw_bytes_per_second
   if (!used.has(metric)) fail(`no panel shows ${what} (${metric})`);
 }
 if (!panels.some((p) => p.type === "heatmap" || p.type === "state-timeline")) fail("no heat map / state timeline across nodes");
+// A verify run's numbers mean different things per scope (one MoE layer or one dispatch op): every
+// expression over them keeps the scope apart, by a matcher or a grouping on it.
+for (const [where, expr] of exprs) {
+  if (!/monta_(prediction_error_ratio|plan_regret_ratio|verify_runs_total)/.test(expr)) continue;
+  if (where.startsWith("variable")) continue;
+  if (!/scope/.test(expr)) fail(`${where}: verify metrics without their scope label in ${expr}`);
+}
+if (!vars.some((v) => v.name === "verify_scope")) fail("variable verify_scope: the verify panels' scope");
 
 // Expressions as recording rules, for `promtool check rules` to parse.
 const sample = (e) => e.replace(/\$__rate_interval|\$__interval|\$__range/g, "5m").replace(/\$\{?(\w+)\}?/g, ".*");

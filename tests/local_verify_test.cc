@@ -1,0 +1,145 @@
+// montactl verify on the README's local cluster: the real planner and two
+// agents on one host's loopback (scripts/local-cluster.sh). Their benchmark
+// traffic never crosses a link, so verify measures and says so, but neither
+// calibrates nor answers later plans from it (docs/MODEL.md §11), unless
+// --calibrate_on_loopback.
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/testing/cluster.h"
+
+namespace monta::testing {
+namespace {
+
+// A reply as JSON, or null with the failure in `why`.
+nlohmann::json Json(const CommandResult& r, std::string* why) {
+  if (r.exit_code != 0) {
+    *why = r.out + r.err;
+    return nullptr;
+  }
+  nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  if (j.is_discarded()) *why = r.out;
+  return j.is_discarded() ? nlohmann::json(nullptr) : j;
+}
+
+// What a later plan decides, without how long deciding took.
+nlohmann::json Decision(nlohmann::json plan) {
+  plan.erase("decision_seconds");
+  return plan;
+}
+
+class LocalVerifyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(cluster_
+                    .StartPlanner({"--bench_on_register=false",
+                                   "--bench_interval_seconds=0"})
+                    .ok());
+    for (const char* node : {"node-a", "node-b"}) {
+      ASSERT_TRUE(cluster_.StartAgent(node).ok());
+    }
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return cluster_.AllAlive({"node-a", "node-b"});
+        },
+        absl::Seconds(20)));
+  }
+
+  nlohmann::json Plan() {
+    std::string why;
+    nlohmann::json j =
+        Json(cluster_.Montactl({"--output=json", "plan", "--job=" + job_,
+                                "--node_names=node-a,node-b"}),
+             &why);
+    EXPECT_FALSE(j.is_null()) << why;
+    return j;
+  }
+
+  nlohmann::json Verify(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"--output=json",
+                                     "verify",
+                                     "--job=" + job_,
+                                     "--node_names=node-a,node-b",
+                                     "--chunks=1,2",
+                                     "--iterations=3",
+                                     "--verify_timeout_seconds=120"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::string why;
+    nlohmann::json j = Json(cluster_.Montactl(args), &why);
+    EXPECT_FALSE(j.is_null()) << why;
+    return j;
+  }
+
+  LocalCluster cluster_;
+  const std::string job_ = Runfile("examples/cpu-dev.yaml");
+};
+
+TEST_F(LocalVerifyTest, LoopbackNodesAreMeasuredButTeachNothing) {
+  const nlohmann::json before = Plan();
+  ASSERT_FALSE(before.is_null());
+  for (int run = 0; run < 3; ++run) {
+    const nlohmann::json v = Verify();
+    ASSERT_FALSE(v.is_null());
+    ASSERT_EQ(v["task"]["state"], "TASK_STATE_SUCCEEDED") << v.dump(1);
+    EXPECT_EQ(v["scope"], "VERIFY_SCOPE_LAYER") << v.dump(1);
+    EXPECT_TRUE(v.value("loopback_only", false)) << v.dump(1);
+    EXPECT_EQ(v["calibration_outcome"], "CALIBRATION_OUTCOME_LOOPBACK");
+    EXPECT_NE(v["calibration_note"].get<std::string>().find(
+                  "node-a (127.0.0.1), node-b (127.0.0.1) benchmark over "
+                  "loopback"),
+              std::string::npos)
+        << v.dump(1);
+    EXPECT_FALSE(v.contains("calibration")) << v.dump(1);
+    ASSERT_GE(v["candidates"].size(), 3u) << v.dump(1);
+    for (const auto& c : v["candidates"]) {
+      // Measured and data-checked all the same, with the spread of its
+      // iterations.
+      EXPECT_EQ(c.value("wrong_bytes", "0"), "0") << c.dump(1);
+      EXPECT_GT(c["measured_seconds"].get<double>(), 0) << c.dump(1);
+      EXPECT_GT(c["p90_seconds"].get<double>(), 0) << c.dump(1);
+      EXPECT_GE(c["p90_seconds"].get<double>(), c["p10_seconds"].get<double>())
+          << c.dump(1);
+      // montactl prints zeros too: no calibration, no calibrated time.
+      EXPECT_EQ(c.value("calibrated_seconds", 0.0), 0.0) << c.dump(1);
+    }
+  }
+  // Three runs later, the plan for these nodes is the one before them.
+  const nlohmann::json after = Plan();
+  EXPECT_EQ(Decision(after), Decision(before)) << "before:\n"
+                                               << before.dump(1) << "\nafter:\n"
+                                               << after.dump(1);
+  EXPECT_FALSE(after["evidence"].contains("calibration"));
+  EXPECT_NE(after["evidence"]["origin"], "EVIDENCE_SOURCE_VERIFIED");
+
+  // The table says it too.
+  const CommandResult table = cluster_.Montactl(
+      {"verify", "--job=" + job_, "--node_names=node-a,node-b", "--chunks=1",
+       "--iterations=2", "--scope=op"});
+  ASSERT_EQ(table.exit_code, 0) << table.out << table.err;
+  EXPECT_NE(table.out.find("one dispatch op per candidate"), std::string::npos)
+      << table.out;
+  EXPECT_NE(table.out.find("these nodes do not cross a link"),
+            std::string::npos)
+      << table.out;
+
+  // The operator may insist: the run then answers later plans.
+  const nlohmann::json insisted = Verify({"--calibrate_on_loopback"});
+  ASSERT_FALSE(insisted.is_null());
+  EXPECT_TRUE(insisted.value("loopback_only", false));
+  EXPECT_NE(insisted["calibration_outcome"], "CALIBRATION_OUTCOME_LOOPBACK")
+      << insisted.dump(1);
+  EXPECT_EQ(Plan()["evidence"]["origin"], "EVIDENCE_SOURCE_VERIFIED");
+}
+
+TEST_F(LocalVerifyTest, ABadScopeIsRefusedByTheClient) {
+  const CommandResult r =
+      cluster_.Montactl({"verify", "--job=" + job_,
+                         "--node_names=node-a,node-b", "--scope=step"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--scope: expected layer or op"), std::string::npos)
+      << r.err;
+}
+
+}  // namespace
+}  // namespace monta::testing
