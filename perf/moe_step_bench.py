@@ -21,7 +21,11 @@ cluster; it is not meant to be started by hand. Two roles:
 What rank 0 prints per size: the plan, the median step time of each (a step takes as long
 as its slowest rank) and their ratio, the measured dispatch op against the planner's
 prediction for it, the error as `montactl verify` reports it (predicted / measured - 1:
-negative = the op ran slower than predicted), and one JSON line. The forward of a layer is
+negative = the op ran slower than predicted), one MoE layer's communication in isolation
+(dispatch and combine forward, then autograd's backward of both, through python/monta with
+identity experts; the slowest rank's median over --layer_rounds) against the planner's
+total_seconds_per_layer (forward + backward) for the plan, flat and the other candidates,
+and one JSON line. The forward of a layer is
 dispatch + combine (docs/MODEL.md section 4): with tensor-parallel experts the two are the
 same op, so the dispatch op alone is compared with a candidate's
 forward_seconds_per_layer / 2; with experts not tensor-parallel they differ (drop ->
@@ -142,8 +146,9 @@ def record_uncalibrated(args):
 
 
 def verify(stub, planner_pb2, mib, args):
-    """The Verify RPC (montactl verify) for the same layer at `mib`: the agents run every
-    strategy and a K sweep of this dispatch on the nodes, and the planner fits its
+    """The Verify RPC (montactl verify) for the same layer at `mib`: the agents run one MoE
+    layer's communication (the default scope) under every strategy and a K sweep on the
+    nodes, and the planner fits its
     calibration for these nodes, which the GetStrategy answers below then use. The sizes
     scored here are other sizes (--calibrate_mib), so a prediction is never its own
     measurement."""
@@ -170,7 +175,9 @@ def verify(stub, planner_pb2, mib, args):
         f"network scale {cal.network_scale_ratio:.2f}, local scale {cal.local_scale_ratio:.2f}, "
         f"latency scale {cal.latency_scale_ratio:.2f}, "
         f"error {cal.error_before_ratio:.0%} -> "
-        f"{cal.error_after_ratio:.0%}")
+        f"{cal.error_after_ratio:.0%} ({rpc.enum_name(reply, 'scope')}, "
+        f"{rpc.enum_name(reply, 'calibration_outcome')}"
+        f"{': ' + reply.calibration_note if reply.calibration_note else ''})")
     for c in reply.candidates:
         log(f"#   {rpc.enum_name(c, 'kind')[len('STRATEGY_KIND_'):].lower():>18} "
             f"K={c.chunks_effective:<3} predicted {c.predicted_seconds * 1e3:7.1f} ms, measured "
@@ -366,10 +373,47 @@ def bench_size(answer, groups, args):
                        for k, p in op_plans(planned, answer["uncalibrated"],
                                             answer["k_sweep"]).items()},
                       args.op_iters, args.warmup)
-    return steps, ops, d.numel() * d.element_size()
+    grad = torch.randn(d.shape, generator=g)
+
+    def layer_comm(plan):
+        # One MoE layer's communication alone: dispatch and combine forward, then autograd
+        # runs the combine's gradient and the dispatch's, as the layout dictates (identity
+        # experts in between: no compute).
+        def run():
+            x = d.detach().requires_grad_(True)
+            monta.combine(monta.dispatch(x, plan, groups), plan, groups,
+                          capacity=d.shape[1]).backward(grad)
+        return run
+
+    layers = interleaved({k: layer_comm(p) for k, p in op_plans(planned).items()},
+                         args.layer_rounds, args.warmup)
+    return steps, ops, layers, d.numel() * d.element_size()
 
 
-def summarize(answer, steps, ops, dispatch_bytes, args):
+def layer_rows(planned, layers):
+    """Per plan timed by layer_comm: the slowest rank's median over the rounds, the
+    planner's total_seconds_per_layer for it (forward + backward) and predicted / measured
+    - 1."""
+    import monta
+    out = {"layer_comm_s": {}, "layer_comm_samples_s": layers, "predicted_layer_s": {},
+           "layer_error_ratio": {}}
+    for name, samples in layers.items():
+        measured = statistics.median(samples)
+        out["layer_comm_s"][name] = measured
+        cand = planned if name == "planned" else (
+            planned.candidate(name) if name in monta.STRATEGIES else None)
+        if cand is None or not cand.predicted_forward_seconds_per_layer:
+            continue
+        predicted = (cand.predicted_forward_seconds_per_layer +
+                     cand.predicted_backward_seconds_per_layer)
+        out["predicted_layer_s"][name] = predicted
+        out["layer_error_ratio"][name] = predicted / measured - 1
+    err = out["layer_error_ratio"].get("planned")
+    out["bar_layer_within_15pct"] = err is not None and abs(err) <= 0.15
+    return out
+
+
+def summarize(answer, steps, ops, layers, dispatch_bytes, args):
     planned = answer["plan"]
     in_step = steps.pop("alltoall_in_step")
     med = {k: statistics.median(v) for k, v in steps.items()}
@@ -413,6 +457,7 @@ def summarize(answer, steps, ops, dispatch_bytes, args):
         row["dispatch_op_error_ratio"][name] = predicted / op[name] - 1
     if answer["uncalibrated"]:
         row["uncalibrated"] = uncalibrated_errors(answer, op, args.expert_layout)
+    row.update(layer_rows(planned, layers))
     row["bar_step_speedup_1_3x"] = row["step_speedup"] >= 1.3
     err = row["dispatch_op_error_ratio"].get("planned")
     row["bar_prediction_within_20pct"] = err is not None and abs(err) <= 0.20
@@ -489,6 +534,23 @@ def print_row(row, answer):
         what = "dispatch AllToAll" if row["expert_layout"] == "tensor_parallel" else \
             "dispatch+combine"
         log(f"{what} {name + k:>12}: measured {measured * 1e3:.0f} ms, {text}{bar}")
+    print_layer_rows(row, p)
+
+
+def print_layer_rows(row, p):
+    rounds = len(row["layer_comm_samples_s"].get("planned", []))
+    log(f"one layer's communication in isolation (dispatch + combine, forward + backward, "
+        f"slowest rank, median of {rounds} rounds) against total_seconds_per_layer:")
+    for name, measured in row["layer_comm_s"].items():
+        pred = row["predicted_layer_s"].get(name)
+        text = (f"predicted {pred * 1e3:.0f} ms, error {row['layer_error_ratio'][name]:+.0%}"
+                if pred else "no prediction")
+        bar = ""
+        if name == "planned":
+            bar = f"  [bar within 15%: {'PASS' if row['bar_layer_within_15pct'] else 'FAIL'}]"
+        k = f" K={p.candidate(name).num_chunks}" if name not in ("planned", "flat") and \
+            name in monta_strategies() and p.candidate(name) else ""
+        log(f"  layer {name + k:>12}: measured {measured * 1e3:.0f} ms, {text}{bar}")
 
 
 def report(rows, args, load_start):
@@ -501,6 +563,7 @@ def report(rows, args, load_start):
         "hidden": args.hidden, "experts": args.experts, "top_k": args.top_k,
         "capacity_factor": args.capacity_factor, "ffn": args.ffn,
         "dispatcher": args.dispatcher, "steps": args.steps, "op_iters": args.op_iters,
+        "layer_rounds": args.layer_rounds,
         "warmup": args.warmup, "load_average_start": load_start,
         "load_average_end": loadavg(), "cpus": os.cpu_count(), "sizes": rows}))
 
@@ -528,9 +591,9 @@ def rank_main(args):
         sys.exit(box[0])
     rows = []
     for answer in box[0]:
-        steps, ops, dispatch_bytes = bench_size(answer, groups, args)
+        steps, ops, layers, dispatch_bytes = bench_size(answer, groups, args)
         if rank == 0:
-            row = summarize(answer, steps, ops, dispatch_bytes, args)
+            row = summarize(answer, steps, ops, layers, dispatch_bytes, args)
             print_row(row, answer)
             rows.append(row)
     if rank == 0:
@@ -563,6 +626,8 @@ def main():
                         help="how the layer builds the [E, C, M] buffer (examples/moe_layer.py)")
     parser.add_argument("--steps", type=int, default=5, help="timed rounds per strategy")
     parser.add_argument("--op_iters", type=int, default=5, help="timed dispatch ops per strategy")
+    parser.add_argument("--layer_rounds", type=int, default=7,
+                        help="timed rounds of one layer's communication alone per strategy")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--timeout_s", type=float, default=600)
     parser.add_argument("--bench_max_bytes", type=int, default=64 << 20)

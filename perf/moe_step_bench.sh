@@ -8,18 +8,22 @@
 # Gloo ranks, each inside its node's namespace (TCP store on node-0's address, Gloo on
 # eth0: ranks of one node meet on its local stack, the others across the shaped link),
 # and runs perf/moe_step_bench.py: per dispatch size, the plan from GetStrategy, step
-# time planned vs flat, and the dispatch AllToAll measured vs predicted, then one line
-# `MOE_STEP_BENCH_JSON {...}`. A cluster it brought up is torn down on any exit.
+# time planned vs flat, the dispatch AllToAll measured vs predicted, and one MoE layer's
+# communication in isolation (dispatch and combine, forward and backward, through
+# python/monta; the slowest rank, median of --layer_rounds) beside the planner's
+# total_seconds_per_layer, then one line `MOE_STEP_BENCH_JSON {...}`. A cluster it
+# brought up is torn down on any exit.
 #
 #   perf/moe_step_bench.sh [--rate=400mbit] [--mib=16,64] [--cluster=NAME]
 #                          [--measure=true] [--bin_dir=DIR] [--timeout_s=900]
-#                          [-- DRIVER_FLAGS...]      e.g. -- --steps=5 --op_iters=7
+#                          [-- DRIVER_FLAGS...]      e.g. -- --steps=5 --layer_rounds=7
 #
 # --cluster=NAME: an emulated cluster of 2 nodes x 2 ranks that is up (e.g. one on which
 #   `montactl verify` ran); left up afterwards. --measure=false skips the RunBenchmark
 #   and Verify tasks (the planner answers from the curves and calibration it has). --bin_dir: prebuilt monta-planner,
 #   monta-agent, montactl (default: bazel build -c opt here). DRIVER_FLAGS: see
-#   `python3 perf/moe_step_bench.py --help` with monta installed (--steps, --op_iters, --warmup,
+#   `python3 perf/moe_step_bench.py --help` with monta installed (--steps, --op_iters,
+#   --layer_rounds, --warmup,
 #   --hidden, --capacity_factor, --ffn, ...). Exit status: 0 when every rank finished
 #   (the bars are printed, not enforced: numbers on a shared host are noisy).
 set -euo pipefail

@@ -1,32 +1,49 @@
 #!/usr/bin/env bash
-# The verification issue's benchmark: montactl verify on emulated two-tier clusters
-# (scripts/emulated-cluster.sh, as root), scored by perf/verify_summary.py.
+# Issue 18's verify benchmark: layer-scope `montactl verify` (each candidate runs one MoE
+# layer's dispatch and combine, forward and backward, in the job's expert layout) on
+# emulated clusters (scripts/emulated-cluster.sh, as root), scored by
+# perf/verify_summary.py.
 #
-# For each configuration: bring the cluster up, measure the inter-node AllToAll curve
-# (montactl bench), calibrate the model on CALIBRATE sizes (verify, calibration on), then
-# score the SCORE sizes with `verify --skip_calibration`, so every scored prediction
-# comes from a calibration fitted on other sizes. Jobs are examples/cpu-dev.yaml (TP 2,
+# For each configuration (NODESxRATE, 2 ranks per node) and each expert layout (tp:
+# experts_tensor_parallel true; not_tp: false): bring the cluster up, measure the inter-node
+# AllToAll curve (montactl bench), calibrate the model on the CALIBRATE sizes (verify,
+# calibration on), then score the SCORE sizes with `verify --skip_calibration`, so every
+# scored prediction comes from a calibration fitted on other sizes; the same replies carry
+# each candidate's uncalibrated prediction, scored too. Jobs are examples/cpu-dev.yaml (TP 2,
 # E 8, top-2, M 1024, bf16) with the sequence length that gives the dispatch size:
 # D = 4096 bytes x sequence length per rank (1024 -> 4 MiB, 4096 -> 16 MiB, 16384 -> 64 MiB).
 #
-#   perf/verify_bench.sh [--out=DIR] [--configs="2x400mbit 2x1gbit 4x400mbit"]
-#                        [--bin_dir=DIR]
+#   perf/verify_bench.sh [--out=DIR] [--configs="2x400mbit 2x1gbit"] [--layouts="tp not_tp"]
+#                        [--calibrate_mib="8 32"] [--score_mib="4 16 64"] [--iterations=N]
+#                        [--scope=layer|op] [--bin_dir=DIR]
+#   perf/verify_bench.sh --smallest     # one config, both layouts, 8 -> 4 MiB, 3 iterations
 #
-# Writes DIR/<nodes>x<rate>-<role>-<MiB>mib.json (the VerifyReply) and prints the
-# summary with the issue's bars. Exit status: 0 every bar met, 1 a bar missed, 2 usage,
-# 3 no namespaces here.
+# Writes DIR/<config>-<layout>-<role>-<MiB>mib.json (the VerifyReply) and prints the summary
+# with the issue's bars. Exit status: 0 every bar met, 1 a bar missed, 2 usage, 3 no
+# namespaces here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-OUT="" CONFIGS="2x400mbit 2x1gbit 4x400mbit" BIN_DIR=""
+OUT="" CONFIGS="2x400mbit 2x1gbit" LAYOUTS="tp not_tp" BIN_DIR=""
+CALIBRATE_MIB="8 32" SCORE_MIB="4 16 64" ITERATIONS=0 SCOPE=layer
 while (($#)); do
   case "$1" in
     --out=*) OUT="${1#*=}" ;;
     --configs=*) CONFIGS="${1#*=}" ;;
+    --layouts=*) LAYOUTS="${1#*=}" ;;
+    --calibrate_mib=*) CALIBRATE_MIB="${1#*=}" ;;
+    --score_mib=*) SCORE_MIB="${1#*=}" ;;
+    --iterations=*) ITERATIONS="${1#*=}" ;;
+    --scope=*) SCOPE="${1#*=}" ;;
+    --smallest) CONFIGS="2x1gbit" CALIBRATE_MIB="8" SCORE_MIB="4" ITERATIONS=3 ;;
     --bin_dir=* | --bin-dir=*) BIN_DIR="${1#*=}" ;;
     *) echo "verify_bench: unknown option $1" >&2; exit 2 ;;
   esac
   shift
+done
+for layout in $LAYOUTS; do
+  [[ "$layout" == tp || "$layout" == not_tp ]] ||
+    { echo "verify_bench: --layouts: tp or not_tp, got $layout" >&2; exit 2; }
 done
 OUT="${OUT:-$(mktemp -d /tmp/monta-verify-bench.XXXXXX)}"
 mkdir -p "$OUT"
@@ -45,47 +62,52 @@ CLUSTER=(./scripts/emulated-cluster.sh)
 cleanup() { "${CLUSTER[@]}" down --name="$NAME" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
-# job NODES SEQUENCE_LENGTH -> a job file: TP 2 inside a node, EP = NODES across them.
+# job NODES MIB LAYOUT -> a job file: TP 2 inside a node, EP = NODES across them, D = MIB.
 job() {
-  local nodes=$1 seq=$2 f="$OUT/job-${1}n-${2}.yaml"
+  local nodes=$1 seq=$(($2 * 256)) layout=$3
+  local f="$OUT/job-${nodes}n-$2mib-$layout.yaml"
+  local tp=true
+  [[ "$layout" == not_tp ]] && tp=false
   sed -e "s/sequence_length: 2048/sequence_length: $seq/" \
-    -e "s/name: cpu-dev/name: verify-${nodes}n-$seq/" \
+    -e "s/name: cpu-dev/name: verify-${nodes}n-$2mib-$layout/" \
     -e "s/world_size: 4/world_size: $((2 * nodes))/" \
     -e "s/expert_parallel_size: 2/expert_parallel_size: $nodes/" \
-    -e "s/data_parallel_size: 2/data_parallel_size: $nodes/" examples/cpu-dev.yaml >"$f"
+    -e "s/data_parallel_size: 2/data_parallel_size: $nodes/" \
+    -e "s/experts_tensor_parallel: true/experts_tensor_parallel: $tp/" \
+    examples/cpu-dev.yaml >"$f"
   echo "$f"
 }
 
-# verify CONFIG ROLE NODES SEQ [FLAGS...]
+# verify CONFIG LAYOUT ROLE NODES MIB [FLAGS...]
 verify() {
-  local config=$1 role=$2 nodes=$3 seq=$4
-  shift 4
+  local config=$1 layout=$2 role=$3 nodes=$4 mib=$5
+  shift 5
   local names
   names=$(seq -s, -f "node-%g" 0 $((nodes - 1)))
-  local mib=$((seq * 4096 / 1048576))
-  local f="$OUT/$config-$role-${mib}mib.json"
-  echo "# $config: verify $role at $mib MiB per rank" >&2
-  "${CLUSTER[@]}" ctl --name="$NAME" -- --output=json verify --job "$(job "$nodes" "$seq")" \
-    --node_names "$names" --svg "$OUT/$config-$role-${mib}mib.svg" "$@" >"$f"
+  local base="$OUT/$config-$layout-$role-${mib}mib"
+  echo "# $config $layout: verify ($SCOPE) $role at $mib MiB per rank" >&2
+  "${CLUSTER[@]}" ctl --name="$NAME" -- --output=json verify --job "$(job "$nodes" "$mib" "$layout")" \
+    --node_names "$names" --scope="$SCOPE" --iterations="$ITERATIONS" --svg "$base.svg" \
+    --verify_timeout_seconds=1200 "$@" >"$base.json" || echo "# verify failed" >&2
 }
 
 for config in $CONFIGS; do
   nodes="${config%%x*}" rate="${config#*x}"
+  set +e
   "${CLUSTER[@]}" up --name="$NAME" --nodes="$nodes" --ranks_per_node=2 --rate="$rate" \
     --bin_dir="$BIN_DIR" >/dev/null
+  up=$?
+  set -e
+  ((up == 0)) || exit "$up"
   names=$(seq -s, -f "node-%g" 0 $((nodes - 1)))
   "${CLUSTER[@]}" ctl --name="$NAME" -- bench --nodes "$names" \
     --bench_timeout_seconds=300 >"$OUT/$config-bench.txt"
-  if ((nodes == 2)); then
-    verify "$config" calibrate 2 2048   # 8 MiB
-    verify "$config" calibrate 2 8192   # 32 MiB
-    for seq in 1024 4096 16384; do      # 4, 16, 64 MiB
-      verify "$config" score 2 "$seq" --skip_calibration
+  for layout in $LAYOUTS; do
+    for mib in $CALIBRATE_MIB; do verify "$config" "$layout" calibrate "$nodes" "$mib"; done
+    for mib in $SCORE_MIB; do
+      verify "$config" "$layout" score "$nodes" "$mib" --skip_calibration
     done
-  else
-    verify "$config" calibrate "$nodes" 2048
-    verify "$config" score "$nodes" 4096 --skip_calibration
-  fi
+  done
   "${CLUSTER[@]}" down --name="$NAME" >/dev/null
 done
 /usr/bin/python3 perf/verify_summary.py "$OUT"

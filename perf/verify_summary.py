@@ -1,12 +1,20 @@
 #!/usr/bin/env python3
-"""Scores perf/verify_bench.sh's VerifyReply JSON files against the issue's bars.
+"""Scores perf/verify_bench.sh's VerifyReply JSON files against issue 18's bars.
 
   perf/verify_summary.py DIR
 
-Per configuration and size: best measured pipelined vs flat and vs tp_dedup, the
-plan's regret, and the prediction errors of the scored (skip_calibration) runs.
-Exit status 1 when a bar is missed.
+Per configuration, expert layout and size: the scope run, best measured per strategy, the
+plan's regret (and whether it is inside the two candidates' noise), and the |error| of every
+candidate's prediction: calibrated on other sizes (the scored runs ran with
+--skip_calibration after the calibrating ones) and uncalibrated (the same runs'
+uncalibrated_seconds; the uncalibrated plan's regret is that of the candidate with the
+smallest uncalibrated prediction). Then per configuration and layout, over its scored sizes:
+median and max |error| and the largest regret, both ways.
+
+Bars (issue 18): calibrated median |error| <= 10%, max <= 25%, regret <= 5%; uncalibrated the
+same with median <= 20%. Exit status 1 when a bar is missed.
 """
+import collections
 import glob
 import json
 import os
@@ -14,8 +22,8 @@ import re
 import statistics
 import sys
 
-PIPE, DEDUP, FLAT = ("STRATEGY_KIND_TP_DEDUP_PIPELINED", "STRATEGY_KIND_TP_DEDUP",
-                     "STRATEGY_KIND_FLAT")
+KINDS = ("FLAT", "TP_DEDUP", "TP_DEDUP_PIPELINED", "HIERARCHICAL")
+NAME = re.compile(r"(\w+)-(tp|not_tp)-(calibrate|score)-(\d+)mib\.json")
 
 
 def load(path):
@@ -23,72 +31,96 @@ def load(path):
         try:
             reply = json.load(f)
         except json.JSONDecodeError:
-            return None, []
+            return None
+    for c in reply.get("candidates", []):
+        for k in ("measured_seconds", "predicted_seconds", "uncalibrated_seconds",
+                  "error_ratio", "spread_ratio"):
+            c[k] = float(c.get(k, 0))
+        c["kind"] = c.get("kind", "").replace("STRATEGY_KIND_", "")
+    return reply
+
+
+def scores(reply):
+    """(calibrated errors, uncalibrated errors, regret, uncalibrated regret)."""
+    cands = [c for c in reply.get("candidates", []) if c["measured_seconds"] > 0]
+    errs = [abs(c["error_ratio"]) for c in cands]
+    unc = [abs(c["uncalibrated_seconds"] / c["measured_seconds"] - 1)
+           for c in cands if c["uncalibrated_seconds"] > 0]
+    fastest = min(c["measured_seconds"] for c in cands)
+    pick = min((c for c in cands if c["uncalibrated_seconds"] > 0),
+               key=lambda c: c["uncalibrated_seconds"], default=None)
+    unc_regret = pick["measured_seconds"] / fastest - 1 if pick else 0.0
+    return errs, unc, float(reply.get("regret_ratio", 0)), unc_regret
+
+
+def row(config, layout, role, mib, reply):
     cands = reply.get("candidates", [])
-    for c in cands:
-        c.setdefault("error_ratio", 0.0)
-        c["measured_seconds"] = float(c.get("measured_seconds", 0))
-    return reply, cands
-
-
-def best(cands, kind):
-    times = [c["measured_seconds"] for c in cands if c.get("kind") == kind]
-    return min(times) if times else None
+    best = {k: min((c["measured_seconds"] for c in cands if c["kind"] == k), default=0)
+            for k in KINDS}
+    chosen = next((c for c in cands if c.get("chosen")), {})
+    errs, unc, regret, unc_regret = scores(reply)
+    spread = max((c["spread_ratio"] for c in cands), default=0)
+    noise = " (noise)" if regret > 0 and reply.get("regret_within_noise") else ""
+    print(f"{config:10s} {layout:7s} {role:9s} {mib:3d} "
+          + " ".join(f"{1e3 * best[k]:9.1f}" for k in KINDS)
+          + f"  {chosen.get('kind', '?').lower():18s}({chosen.get('chunks_requested', 1):>2})"
+          f" {100 * regret:6.1f}%{noise:8s} {100 * statistics.median(errs):6.1f}%"
+          f" {100 * max(errs):6.1f}%  {100 * statistics.median(unc) if unc else 0:6.1f}%"
+          f" {100 * max(unc) if unc else 0:6.1f}% {100 * unc_regret:6.1f}%"
+          f" {100 * spread:6.0f}%  {reply.get('calibration_outcome', '-').replace('CALIBRATION_OUTCOME_', '').lower()}")
+    return errs, unc, regret, unc_regret
 
 
 def main(out_dir):
     failures = []
-    errors = []
-    uncalibrated = []
-    print("config        run        size    flat ms  dedup ms  best-pipe ms (K)  "
-          "pipe/flat  pipe/dedup  chosen (K)             regret  med|err|  max|err|")
-    for path in sorted(glob.glob(os.path.join(out_dir, "*mib.json")),
-                       key=lambda p: (p.split("-")[0], int(re.search(r"(\d+)mib", p).group(1)))):
-        m = re.match(r"(\w+)-(calibrate|score)-(\d+)mib\.json", os.path.basename(path))
+    groups = collections.defaultdict(lambda: ([], [], [], []))
+    print("config     layout  run       MiB   flat ms  dedup ms   pipe ms   hier ms  "
+          "chosen (K)              regret           cal med  cal max  unc med  unc max "
+          "unc regret spread calibration")
+    def order(path):
+        m = NAME.match(os.path.basename(path))
+        return (m.group(1), m.group(2), m.group(3), int(m.group(4))) if m else ("",) * 3 + (0,)
+
+    paths = sorted(glob.glob(os.path.join(out_dir, "*mib.json")), key=order)
+    scope = None
+    for path in paths:
+        m = NAME.match(os.path.basename(path))
         if not m:
             continue
-        config, role, mib = m.group(1), m.group(2), int(m.group(3))
-        reply, cands = load(path)
-        if reply is None:
-            print(f"{config:13s} {role:10s} {mib:3d} MiB  (no reply: the verify run failed)")
-            failures.append(f"{config} {role} {mib} MiB: no reply")
+        config, layout, role, mib = m.group(1), m.group(2), m.group(3), int(m.group(4))
+        reply = load(path)
+        if reply is None or not any(c["measured_seconds"] > 0
+                                    for c in reply.get("candidates", [])):
+            print(f"{config:10s} {layout:7s} {role:9s} {mib:3d}  (no reply: the verify run failed)")
+            failures.append(f"{config} {layout} {role} {mib} MiB: no reply")
             continue
-        flat, dedup, pipe = best(cands, FLAT), best(cands, DEDUP), best(cands, PIPE)
-        pipe_k = next((c.get("chunks_requested") for c in cands
-                       if c.get("kind") == PIPE and c["measured_seconds"] == pipe), None)
-        chosen = next((c for c in cands if c.get("chosen")), {})
-        regret = float(reply.get("regret_ratio", 0))
-        errs = [abs(float(c["error_ratio"])) for c in cands]
-        vs_flat = flat / pipe if flat and pipe else 0
-        vs_dedup = dedup / pipe if dedup and pipe else 0
-        print(f"{config:13s} {role:10s} {mib:3d} MiB {1e3 * (flat or 0):9.1f} "
-              f"{1e3 * (dedup or 0):9.1f} {1e3 * (pipe or 0):10.1f} ({pipe_k})"
-              f"{vs_flat:10.2f}x {vs_dedup:10.2f}x  "
-              f"{chosen.get('kind', '?').replace('STRATEGY_KIND_', '').lower():18s}"
-              f"({chosen.get('chunks_requested', 1)}) {100 * regret:7.1f}% "
-              f"{100 * statistics.median(errs):8.1f}% {100 * max(errs):8.1f}%")
-        if role != "score":
-            continue
-        errors += errs if mib >= 4 else []
-        uncalibrated += [abs(float(c.get("uncalibrated_seconds", 0)) / c["measured_seconds"] - 1)
-                         for c in cands if float(c.get("uncalibrated_seconds", 0)) > 0]
-        if regret > 0.10:
-            failures.append(f"{config} {mib} MiB: regret {100 * regret:.1f}% > 10%")
-        if config.startswith("2x") and mib in (16, 64) and vs_flat < 1.8:
-            failures.append(f"{config} {mib} MiB: pipelined/flat {vs_flat:.2f}x < 1.8x")
-        if config.startswith("2x") and mib == 64 and vs_dedup < 1.1:
-            failures.append(f"{config} {mib} MiB: pipelined/tp_dedup {vs_dedup:.2f}x < 1.1x")
-    if errors:
-        med, worst = statistics.median(errors), max(errors)
-        print(f"\nscored predictions (calibrated on other sizes): {len(errors)} candidates, "
-              f"median |error| {100 * med:.1f}% (bar 15%), max {100 * worst:.1f}% (bar 35%)")
-        if uncalibrated:
-            print(f"the same candidates predicted without calibration: median |error| "
-                  f"{100 * statistics.median(uncalibrated):.1f}%, max {100 * max(uncalibrated):.1f}%")
-        if med > 0.15:
-            failures.append(f"median |error| {100 * med:.1f}% > 15%")
-        if worst > 0.35:
-            failures.append(f"max |error| {100 * worst:.1f}% > 35%")
+        scope = reply.get("scope", scope)
+        errs, unc, regret, unc_regret = row(config, layout, role, mib, reply)
+        if role == "score":
+            g = groups[(config, layout)]
+            g[0].extend(errs)
+            g[1].extend(unc)
+            g[2].append(regret)
+            g[3].append(unc_regret)
+    print(f"\nscored runs ({scope or 'no scope'}), per configuration and layout "
+          "(calibrated on other sizes | uncalibrated):")
+    for (config, layout), (errs, unc, regrets, unc_regrets) in sorted(groups.items()):
+        cal = (statistics.median(errs), max(errs), max(regrets))
+        raw = (statistics.median(unc) if unc else 0, max(unc) if unc else 0, max(unc_regrets))
+        print(f"  {config:10s} {layout:7s} median |error| {100 * cal[0]:5.1f}%  max "
+              f"{100 * cal[1]:5.1f}%  regret <= {100 * cal[2]:4.1f}%   |   median "
+              f"{100 * raw[0]:5.1f}%  max {100 * raw[1]:5.1f}%  regret <= {100 * raw[2]:4.1f}%")
+        for label, (med, worst, regret), med_bar in (("calibrated", cal, 0.10),
+                                                     ("uncalibrated", raw, 0.20)):
+            if med > med_bar:
+                failures.append(f"{config} {layout} {label}: median |error| "
+                                f"{100 * med:.1f}% > {100 * med_bar:.0f}%")
+            if worst > 0.25:
+                failures.append(f"{config} {layout} {label}: max |error| {100 * worst:.1f}% > 25%")
+            if regret > 0.05:
+                failures.append(f"{config} {layout} {label}: regret {100 * regret:.1f}% > 5%")
+    if not groups:
+        failures.append("no scored run")
     for f in failures:
         print("MISSED:", f)
     print("all bars met" if not failures else f"{len(failures)} bar(s) missed")
