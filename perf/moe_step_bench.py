@@ -520,37 +520,30 @@ def print_row(row, answer):
         log(f"before calibration the planner chose {u['strategy']} K={u['K']}; its predictions "
             "then: " + ", ".join(f"{k} {v * 1e3:.0f} ms ({u['dispatch_op_error_ratio'][k]:+.0%})"
                                  for k, v in u["predicted_dispatch_op_s"].items()))
-    for name in row["dispatch_op_s"]:
-        measured = row["dispatch_op_s"][name]
-        pred = row["predicted_dispatch_op_s"].get(name)
-        text = (f"predicted {pred * 1e3:.0f} ms, error "
-                f"{row['dispatch_op_error_ratio'][name]:+.0%}"
-                if pred else "no prediction")
-        bar = ""
-        if name == "planned":
-            bar = f"  [bar within 20%: {'PASS' if row['bar_prediction_within_20pct'] else 'FAIL'}]"
-        k = f" K={p.candidate(name).num_chunks}" if name not in ("planned", "flat") and \
-            name in monta_strategies() and p.candidate(name) else ""
-        what = "dispatch AllToAll" if row["expert_layout"] == "tensor_parallel" else \
-            "dispatch+combine"
-        log(f"{what} {name + k:>12}: measured {measured * 1e3:.0f} ms, {text}{bar}")
-    print_layer_rows(row, p)
-
-
-def print_layer_rows(row, p):
+    what = "dispatch AllToAll" if row["expert_layout"] == "tensor_parallel" else \
+        "dispatch+combine"
+    compared(what, p, row["dispatch_op_s"], row["predicted_dispatch_op_s"],
+             row["dispatch_op_error_ratio"], 20, row["bar_prediction_within_20pct"])
     rounds = len(row["layer_comm_samples_s"].get("planned", []))
     log(f"one layer's communication in isolation (dispatch + combine, forward + backward, "
         f"slowest rank, median of {rounds} rounds) against total_seconds_per_layer:")
-    for name, measured in row["layer_comm_s"].items():
-        pred = row["predicted_layer_s"].get(name)
-        text = (f"predicted {pred * 1e3:.0f} ms, error {row['layer_error_ratio'][name]:+.0%}"
+    compared("  layer", p, row["layer_comm_s"], row["predicted_layer_s"],
+             row["layer_error_ratio"], 15, row["bar_layer_within_15pct"])
+
+
+def compared(what, p, measured, predicted, errors, bar_pct, bar_met):
+    """One line per timed plan: measured, the planner's prediction and the error; the
+    planned one with its bar."""
+    for name, seconds in measured.items():
+        pred = predicted.get(name)
+        text = (f"predicted {pred * 1e3:.0f} ms, error {errors[name]:+.0%}"
                 if pred else "no prediction")
         bar = ""
         if name == "planned":
-            bar = f"  [bar within 15%: {'PASS' if row['bar_layer_within_15pct'] else 'FAIL'}]"
+            bar = f"  [bar within {bar_pct}%: {'PASS' if bar_met else 'FAIL'}]"
         k = f" K={p.candidate(name).num_chunks}" if name not in ("planned", "flat") and \
             name in monta_strategies() and p.candidate(name) else ""
-        log(f"  layer {name + k:>12}: measured {measured * 1e3:.0f} ms, {text}{bar}")
+        log(f"{what} {name + k:>12}: measured {seconds * 1e3:.0f} ms, {text}{bar}")
 
 
 def report(rows, args, load_start):
