@@ -65,6 +65,52 @@ std::string CandidatesTable(const monta::v1::StrategyReply& reply) {
   return table.Render() + infeasible;
 }
 
+// "rack uplink r1 at 10 MiB/s (measured, task t-7)".
+std::string LinkText(const monta::v1::FabricLevelLoad& link) {
+  const char* level = "node link";
+  if (link.level() == monta::v1::FABRIC_LEVEL_RACK_UPLINK) {
+    level = "rack uplink";
+  } else if (link.level() == monta::v1::FABRIC_LEVEL_SPINE) {
+    level = "spine (block uplink)";
+  }
+  std::string source = "not measured";
+  if (!link.task_id().empty()) {
+    source = absl::StrCat("measured, task ", link.task_id());
+  } else if (link.declared()) {
+    source = "declared";
+  } else if (link.level() == monta::v1::FABRIC_LEVEL_NODE_LINK) {
+    source = "profile";
+  }
+  return absl::StrCat(level, " ", link.name(), " at ",
+                      HumanBytes(link.bytes_per_second()), "/s (", source, ")");
+}
+
+std::string FabricText(const monta::v1::StrategyReply& reply) {
+  if (!reply.has_rank_order()) return "";
+  const auto& a = reply.rank_order();
+  std::string out;
+  if (reply.chosen().has_fabric_bound()) {
+    absl::StrAppend(&out, "Network bounded by: ",
+                    LinkText(reply.chosen().fabric_bound()), "\n");
+  }
+  absl::StrAppend(
+      &out, "Rank order: ", absl::StrJoin(a.nodes(), ","), " (",
+      a.ranks_per_node(), " ranks per node; rank r on node r / ",
+      a.ranks_per_node(), ")\n",
+      absl::StrFormat("  flat dispatch AllToAll: %s with the given order (%s), "
+                      "%s with the advised one (%s)\n",
+                      HumanSeconds(a.given_dispatch_seconds()),
+                      LinkText(a.given_bound()),
+                      HumanSeconds(a.advised_dispatch_seconds()),
+                      LinkText(a.advised_bound())),
+      absl::StrFormat("  best per layer: %s given, %s advised (%s)\n",
+                      HumanSeconds(a.given_seconds_per_layer()),
+                      HumanSeconds(a.advised_seconds_per_layer()),
+                      ShortName(a.advised_kind())),
+      "  ", a.note(), "\n");
+  return out;
+}
+
 }  // namespace
 
 std::string EvidenceText(const monta::v1::Evidence& evidence) {
@@ -96,6 +142,18 @@ std::string EvidenceText(const monta::v1::Evidence& evidence) {
             c.contention_factor(), c.task_id(), ShortDuration(c.age_seconds()),
             c.error_before_ratio() * 100, c.error_after_ratio() * 100));
   }
+  for (const auto& uplink : evidence.fabric().uplinks()) {
+    absl::StrAppend(
+        &out, "  fabric: ", LinkText(uplink),
+        absl::StrFormat(": %.2f bytes per byte a rank sends, %s per dispatch\n",
+                        uplink.bytes_per_rank_byte(),
+                        HumanSeconds(uplink.dispatch_seconds())));
+  }
+  if (!evidence.fabric().outside().empty()) {
+    absl::StrAppend(&out, "  fabric: outside: ",
+                    absl::StrJoin(evidence.fabric().outside(), ","),
+                    " (uplinks not priced)\n");
+  }
   for (const auto& note : evidence.notes()) {
     absl::StrAppend(&out, "  note: ", note, "\n");
   }
@@ -123,7 +181,8 @@ std::string PlanText(const monta::v1::StrategyReply& reply) {
                     absl::StrFormat(", predicted step time -%.1f%%",
                                     100 * chosen.predicted_step_gain_ratio()));
   }
-  absl::StrAppend(&out, "\n", EvidenceText(reply.evidence()));
+  absl::StrAppend(&out, "\n", FabricText(reply),
+                  EvidenceText(reply.evidence()));
   return out;
 }
 

@@ -57,5 +57,54 @@ TEST(PlanText, NamesTheLayoutAndTheCollectivesPerLayer) {
             std::string::npos);
 }
 
+TEST(PlanText, SaysWhichLinkBoundsAndTheRankOrderToStartWith) {
+  monta::v1::StrategyReply r = Reply();
+  monta::v1::FabricLevelLoad uplink;
+  uplink.set_level(monta::v1::FABRIC_LEVEL_RACK_UPLINK);
+  uplink.set_name("r1");
+  uplink.set_bytes_per_second(10 << 20);
+  uplink.set_task_id("level-r1");
+  uplink.set_bytes_per_rank_byte(2);
+  uplink.set_dispatch_seconds(3.2);
+  *r.mutable_chosen()->mutable_fabric_bound() = uplink;
+  *r.mutable_evidence()->mutable_fabric()->add_uplinks() = uplink;
+  monta::v1::RankOrderAdvice* a = r.mutable_rank_order();
+  for (const char* n : {"a0", "a1", "b0", "b1"}) a->add_nodes(n);
+  a->set_ranks_per_node(2);
+  a->set_given_dispatch_seconds(3.2);
+  a->set_advised_dispatch_seconds(0.4);
+  *a->mutable_given_bound() = uplink;
+  a->mutable_advised_bound()->set_level(monta::v1::FABRIC_LEVEL_NODE_LINK);
+  a->mutable_advised_bound()->set_name("a0,a1");
+  a->mutable_advised_bound()->set_declared(true);
+  a->mutable_advised_bound()->set_bytes_per_second(50 << 20);
+  a->set_given_seconds_per_layer(12.8);
+  a->set_advised_seconds_per_layer(1.6);
+  a->set_advised_kind(monta::v1::STRATEGY_KIND_FLAT);
+  a->set_note("nodes grouped by rack");
+  const std::string text = PlanText(r);
+  EXPECT_NE(text.find("Network bounded by: rack uplink r1 at 10 MiB/s "
+                      "(measured, task level-r1)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("Rank order: a0,a1,b0,b1 (2 ranks per node"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("3.200 s with the given order (rack uplink r1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("400.000 ms with the advised one (node link a0,a1 at "
+                      "50 MiB/s (declared))"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  fabric: rack uplink r1 at 10 MiB/s (measured, task "
+                      "level-r1): 2.00 bytes per byte a rank sends, 3.200 s "
+                      "per dispatch"),
+            std::string::npos)
+      << text;
+  // Without a fabric nothing of it shows.
+  EXPECT_EQ(PlanText(Reply()).find("Rank order"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace monta::client

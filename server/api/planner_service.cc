@@ -43,11 +43,18 @@ grpc::ServerUnaryReactor* PlannerService::GetStrategy(
     monta::v1::StrategyReply* reply) {
   if (grpc::Status s = authz_->RequireAuthenticated(*context); !s.ok())
     return FinishUnary(context, s);
-  absl::StatusOr<monta::v1::StrategyReply> decided = planning::DecideStrategy(
-      *request, registry_, metrics_, decisions_, knowledge_);
+  // On named nodes the fabric tree prices the uplinks and advises a rank
+  // order (docs/MODEL.md §12).
+  std::optional<monta::v1::FabricReply> tree;
+  if (fabric_ != nullptr && request->placement().node_names_size() > 0) {
+    tree = fabric_->Tree(registry_->List(Instant::Now(), false));
+  }
+  absl::StatusOr<monta::v1::StrategyReply> decided =
+      planning::DecideStrategy(*request, registry_, metrics_, decisions_,
+                               knowledge_, tree ? &*tree : nullptr);
   if (!decided.ok()) return FinishUnary(context, ToGrpc(decided.status()));
   *reply = *std::move(decided);
-  // Where the job's nodes sit and who placed them (not priced yet).
+  // Where the job's nodes sit and who placed them.
   if (fabric_ != nullptr && request->placement().node_names_size() > 0) {
     std::optional<std::string> note =
         fabric_->EvidenceNote({request->placement().node_names().begin(),

@@ -444,8 +444,9 @@ TEST_F(PlannerServiceFabricTest, APlansEvidenceSaysWhereItsNodesSit) {
   EXPECT_NE(
       std::find(plan.evidence().notes().begin(), plan.evidence().notes().end(),
                 "fabric: rack r0 (fabric map): node-a; outside the "
-                "fabric: node-x. Racks are not priced yet: the plan rests "
-                "on node and pair measurements, as without a fabric"),
+                "fabric: node-x. With nodes outside the fabric the uplinks "
+                "are not priced: the plan rests on node and pair "
+                "measurements, as without a fabric"),
       plan.evidence().notes().end())
       << plan.evidence().DebugString();
 }

@@ -441,9 +441,13 @@ std::optional<std::string> Fabric::EvidenceNote(
     parts.push_back(
         absl::StrCat("outside the fabric: ", absl::StrJoin(outside, ", ")));
   }
-  return absl::StrCat("fabric: ", absl::StrJoin(parts, "; "),
-                      ". Racks are not priced yet: the plan rests on node "
-                      "and pair measurements, as without a fabric");
+  return absl::StrCat(
+      "fabric: ", absl::StrJoin(parts, "; "),
+      outside.empty()
+          ? ". The uplinks are priced (docs/MODEL.md §12)"
+          : ". With nodes outside the fabric the uplinks are not priced: "
+            "the plan rests on node and pair measurements, as without a "
+            "fabric");
 }
 
 std::vector<Fabric::LoadCount> Fabric::LoadCounts() const {

@@ -93,9 +93,9 @@ class Fabric {
 
   // For a plan's evidence: where the job's nodes sit and who placed them,
   // e.g. "fabric: rack r0 (fabric map): a, b; rack leaf-5 (node labels): c;
-  // outside the fabric: x. Racks are not priced yet: the plan rests on node
-  // and pair measurements, as without a fabric". nullopt without sources or
-  // nodes.
+  // outside the fabric: x. With nodes outside the fabric the uplinks are not
+  // priced: ..." (or "The uplinks are priced (docs/MODEL.md §12)" when every
+  // node is placed). nullopt without sources or nodes.
   std::optional<std::string> EvidenceNote(
       const std::vector<std::string>& nodes) const;
 

@@ -337,9 +337,12 @@ TEST_F(FabricTest, APlansEvidenceSaysWhoPlacedEachNode) {
   ASSERT_NE(fabric, nullptr);
   EXPECT_EQ(fabric->EvidenceNote({"n2", "n6", "x9", "n0", "n1"}),
             "fabric: rack r1 (fabric map): n2; rack leaf-9 (node labels): n6; "
-            "rack r0 (fabric map): n0, n1; outside the fabric: x9. Racks are "
-            "not priced yet: the plan rests on node and pair measurements, as "
-            "without a fabric");
+            "rack r0 (fabric map): n0, n1; outside the fabric: x9. With nodes "
+            "outside the fabric the uplinks are not priced: the plan rests on "
+            "node and pair measurements, as without a fabric");
+  EXPECT_EQ(fabric->EvidenceNote({"n2", "n0"}),
+            "fabric: rack r1 (fabric map): n2; rack r0 (fabric map): n0. The "
+            "uplinks are priced (docs/MODEL.md §12)");
   EXPECT_EQ(fabric->EvidenceNote({}), std::nullopt);
   absl::StatusOr<std::unique_ptr<Fabric>> none =
       Fabric::Open(FabricOptions(), kStart);

@@ -52,6 +52,8 @@ void ExtrapolationFlags::Merge(const ExtrapolationFlags& o) {
 
 void ResourceBusy::Add(const ResourceBusy& o, double times) {
   network_seconds += o.network_seconds * times;
+  node_link_seconds += o.node_link_seconds * times;
+  uplink_seconds += o.uplink_seconds * times;
   nvlink_seconds += o.nvlink_seconds * times;
   copy_seconds += o.copy_seconds * times;
   launch_seconds += o.launch_seconds * times;
@@ -92,9 +94,18 @@ Stage CostModel::AllToAll(double bytes, int group, int members_on_node,
   const double intra_bytes = bytes * (members_on_node - 1) / group;
   bool inter_x = false;
   bool intra_x = false;
-  s.busy.network_seconds =
+  s.busy.node_link_seconds =
       cluster_.calibration.network_scale *
       LinkSeconds(cluster_.alltoall_inter, inter_bytes, bytes, group, &inter_x);
+  // The fabric's uplinks (docs/MODEL.md §12): an AllToAll over the EP group,
+  // or hierarchical's network phase over the same group's nodes, sends the
+  // same bytes across each rack as the flat one.
+  if (inter_bytes > 0) {
+    s.busy.uplink_seconds = cluster_.calibration.network_scale *
+                            cluster_.uplink_seconds_per_rank_byte * bytes;
+  }
+  s.busy.network_seconds =
+      std::max(s.busy.node_link_seconds, s.busy.uplink_seconds);
   s.busy.nvlink_seconds =
       cluster_.calibration.local_scale *
       LinkSeconds(cluster_.alltoall_intra, intra_bytes, bytes, group, &intra_x);

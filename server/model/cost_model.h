@@ -45,6 +45,12 @@ struct ClusterView {
   // it extrapolate the latency law, and the decision says so.
   schedule::LatencySourceRange alltoall_latency_source;
   ModelCalibration calibration;
+  // The fabric tree above the nodes (docs/MODEL.md §12): seconds the
+  // slowest uplink needs per byte each rank sends in one AllToAll over its
+  // EP group, every EP group at once (FabricPrice::seconds_per_rank_byte).
+  // An AllToAll that leaves the node takes at least that times its bytes.
+  // 0 = no fabric priced (node and pair curves alone, as before).
+  double uplink_seconds_per_rank_byte = 0;
 };
 
 // Which curves a prediction needed outside their measured range.
@@ -69,7 +75,12 @@ enum class PipelineResources { kCopySharesGpu, kCopySeparate };
 // Busy time per resource; used for the pipeline's steady state and to name
 // the bottleneck.
 struct ResourceBusy {
+  // The network: the slower of the node's own link (the inter-node curve)
+  // and the fabric's slowest uplink, per AllToAll (docs/MODEL.md §12); both
+  // parts are kept to say which level bounds the network.
   double network_seconds = 0;
+  double node_link_seconds = 0;
+  double uplink_seconds = 0;
   double nvlink_seconds = 0;
   double copy_seconds = 0;
   double launch_seconds = 0;  // fixed costs (alphas)

@@ -340,6 +340,8 @@ Candidate EvaluateFeasible(StrategyKind kind, const Traffic& tr, bool drops,
   c.step_seconds = refs.steps * c.total_seconds_per_layer;
   c.intra_node_bytes_per_rank = best.time.intra_node_bytes;
   c.inter_node_bytes_per_rank = best.time.inter_node_bytes;
+  c.node_link_seconds_per_layer = best.time.busy.node_link_seconds;
+  c.uplink_seconds_per_layer = best.time.busy.uplink_seconds;
   c.bottleneck = best.time.steady_state_bottleneck != nullptr
                      ? best.time.steady_state_bottleneck
                      : best.time.busy.Bottleneck();

@@ -55,6 +55,12 @@ struct Candidate {
   // The resource that bounds the candidate: for a pipeline (K > 1) the one
   // that sets its steady-state interval, else the largest summed busy time.
   std::string bottleneck;
+  // What the layer's AllToAlls keep the node's own link busy (the
+  // inter-node curve) and the fabric's slowest uplink (docs/MODEL.md §12);
+  // the network time is the larger of the two, per op. The uplink part is 0
+  // without a fabric.
+  double node_link_seconds_per_layer = 0;
+  double uplink_seconds_per_layer = 0;
   // tp_dedup / tp_dedup_pipelined when the split axis (C or k*S) is not a
   // multiple of t: the rows added to pad it up to one (0 = not padded) and
   // the bytes per rank per AllToAll they add to D. Times are costed with the

@@ -25,7 +25,8 @@ std::optional<NodeFacts> RegistryNodeLookup::Find(
 absl::StatusOr<monta::v1::StrategyReply> DecideStrategy(
     const monta::v1::StrategyRequest& request,
     const registry::Registry* registry, metrics::PlannerMetrics* metrics,
-    store::DecisionLog* decisions, const PlanKnowledge* knowledge) {
+    store::DecisionLog* decisions, const PlanKnowledge* knowledge,
+    const monta::v1::FabricReply* fabric) {
   const auto start = std::chrono::steady_clock::now();
   const Instant now = Instant::Now();
   RegistryNodeLookup lookup(registry, now);
@@ -34,8 +35,9 @@ absl::StatusOr<monta::v1::StrategyReply> DecideStrategy(
     calibration = knowledge->Calibration(NodeSetKey(request), now.wall);
   }
   // Curve and verification ages are about stored records: wall time.
-  absl::StatusOr<monta::v1::StrategyReply> reply = PlanStrategy(
-      request, &lookup, now.wall, calibration ? &*calibration : nullptr);
+  absl::StatusOr<monta::v1::StrategyReply> reply =
+      PlanStrategy(request, &lookup, now.wall,
+                   calibration ? &*calibration : nullptr, fabric);
   if (reply.ok() && knowledge != nullptr) {
     if (auto verified = knowledge->FreshVerified(request, now.wall)) {
       ApplyVerified(*verified, now.wall, &*reply);

@@ -35,12 +35,15 @@ class RegistryNodeLookup : public NodeLookup {
 // a successful decision (both optional); shared by GetStrategy and the webhook.
 // `knowledge` (nullable): a calibration fitted on the placement's nodes is
 // applied, and a fresh verify run of the same job on them answers with its
-// measured times (evidence VERIFIED).
+// measured times (evidence VERIFIED). `fabric` (nullable): the planner's
+// fabric tree, which prices the uplinks and advises a rank order for a
+// request on named nodes (PlanStrategy).
 absl::StatusOr<monta::v1::StrategyReply> DecideStrategy(
     const monta::v1::StrategyRequest& request,
     const registry::Registry* registry, metrics::PlannerMetrics* metrics,
     store::DecisionLog* decisions = nullptr,
-    const PlanKnowledge* knowledge = nullptr);
+    const PlanKnowledge* knowledge = nullptr,
+    const monta::v1::FabricReply* fabric = nullptr);
 
 }  // namespace monta::planning
 

@@ -18,6 +18,7 @@
 #include "server/model/profile_view.h"
 #include "server/model/strategy_search.h"
 #include "server/planning/curve_conversion.h"
+#include "server/planning/fabric_plan.h"
 #include "server/planning/request_validation.h"
 
 namespace monta::planning {
@@ -375,10 +376,60 @@ void NoteExclusion(Role role, const std::vector<std::string>& nodes,
                       : std::string("not planning with it")));
 }
 
+// The racks of the job's nodes when the fabric tree prices the uplinks
+// (docs/MODEL.md §12).
+using RackOf = std::map<std::string, std::string>;
+
+// With the tree priced, a curve measured across racks measured the uplink
+// between them (a pair alone on it), which the tree prices with the whole
+// job's load: the node links are priced from pairs inside a rack when there
+// are any.
+void LeaveCrossRackCurvesToTheTree(
+    const RackOf& rack_of,
+    std::map<std::vector<std::string>, const v1::BandwidthCurve*>& newest,
+    std::vector<std::string>* notes) {
+  auto one_rack = [&](const std::vector<std::string>& key) {
+    std::set<std::string> racks;
+    for (const std::string& n : key) {
+      auto it = rack_of.find(n);
+      if (it == rack_of.end()) return false;
+      racks.insert(it->second);
+    }
+    return racks.size() == 1;
+  };
+  std::vector<std::string> left;
+  bool any_inside = false;
+  for (const auto& [key, c] : newest) any_inside |= one_rack(key);
+  if (!any_inside) {
+    if (!newest.empty()) {
+      notes->push_back(
+          "alltoall_inter: every inter-node curve of these nodes crosses "
+          "racks: the node links are priced from them, which saw a rack "
+          "uplink too (pessimistic for EP groups inside a rack)");
+    }
+    return;
+  }
+  for (auto it = newest.begin(); it != newest.end();) {
+    if (one_rack(it->first)) {
+      ++it;
+      continue;
+    }
+    left.push_back(absl::StrCat("task ", it->second->task_id(), " on ",
+                                absl::StrJoin(it->first, ",")));
+    it = newest.erase(it);
+  }
+  if (!left.empty()) {
+    notes->push_back(absl::StrCat(
+        "alltoall_inter: ", absl::StrJoin(left, "; "),
+        " crossed racks: left to the fabric tree, which prices the uplink "
+        "(docs/MODEL.md §12); node links priced from pairs inside a rack"));
+  }
+}
+
 // Inter-node AllToAll: curves over a subset of the job's nodes, newest per
 // node set; the profile stands in for nodes no measurement covered.
-void AddInterNodeOptions(const Resolved& where, OptionSet* options,
-                         std::vector<std::string>* notes) {
+void AddInterNodeOptions(const Resolved& where, const RackOf* rack_of,
+                         OptionSet* options, std::vector<std::string>* notes) {
   const Role role = Role::kAllToAllInter;
   std::set<std::string> names;
   for (const NodeFacts& n : where.members) names.insert(n.name);
@@ -397,6 +448,8 @@ void AddInterNodeOptions(const Resolved& where, OptionSet* options,
       if (!inserted && Newer(c, *it->second)) it->second = &c;
     }
   }
+  if (rack_of != nullptr)
+    LeaveCrossRackCurvesToTheTree(*rack_of, newest, notes);
   std::set<std::string> covered;
   for (const auto& [key, c] : newest) {
     if (options->AddMeasured(*c)) covered.insert(key.begin(), key.end());
@@ -464,13 +517,13 @@ void AddPerNodeOptions(Role role, const Resolved& where, OptionSet* options,
 
 RoleChoice ChooseRole(Role role, const Resolved& where,
                       const std::vector<model::ClusterView>& profile_views,
-                      const model::Traffic& traffic,
+                      const model::Traffic& traffic, const RackOf* rack_of,
                       std::vector<std::string>* notes) {
   OptionSet options(role, where, profile_views, notes);
   if (where.members.empty()) {
     options.AddProfile(0);
   } else if (role == Role::kAllToAllInter) {
-    AddInterNodeOptions(where, &options, notes);
+    AddInterNodeOptions(where, rack_of, &options, notes);
   } else {
     AddPerNodeOptions(role, where, &options, notes);
   }
@@ -554,6 +607,7 @@ using RoleChoices = std::vector<std::pair<Role, RoleChoice>>;
 // the profile's), and the choices behind them for the evidence.
 absl::StatusOr<model::ClusterView> BuildView(const Resolved& where,
                                              const model::Traffic& traffic,
+                                             const RackOf* rack_of,
                                              RoleChoices* choices,
                                              std::vector<std::string>* notes) {
   // Profile views, one per resolved node (or the one profile).
@@ -580,7 +634,8 @@ absl::StatusOr<model::ClusterView> BuildView(const Resolved& where,
     }
   }
   for (Role role : kRoles) {
-    RoleChoice c = ChooseRole(role, where, profile_views, traffic, notes);
+    RoleChoice c =
+        ChooseRole(role, where, profile_views, traffic, rack_of, notes);
     ForRole(view, role) = c.bound.curve;
     choices->emplace_back(role, std::move(c));
   }
@@ -675,7 +730,8 @@ struct Built {
 };
 
 absl::StatusOr<Built> Build(const v1::StrategyRequest& request,
-                            const NodeLookup* lookup) {
+                            const NodeLookup* lookup,
+                            const RackOf* rack_of = nullptr) {
   absl::StatusOr<Resolved> where = CheckRequest(request, lookup);
   if (!where.ok()) return where.status();
   Built b;
@@ -687,11 +743,196 @@ absl::StatusOr<Built> Build(const v1::StrategyRequest& request,
   if (!traffic.ok())
     return absl::InvalidArgumentError(traffic.status().message());
   absl::StatusOr<model::ClusterView> view =
-      BuildView(b.where, *traffic, &b.choices, &b.notes);
+      BuildView(b.where, *traffic, rack_of, &b.choices, &b.notes);
   if (!view.ok()) return view.status();
   b.plan.view = *std::move(view);
   b.plan.options = ToSearchOptions(request.options());
   return b;
+}
+
+// The fabric tree priced for one plan (docs/MODEL.md §12).
+struct TreePricing {
+  JobFabricView job;
+  model::OrderAdvice advice;
+  model::RankLayout layout;
+  double node_link_bytes_per_second = 0;
+  bool priced = false;
+};
+
+// Where the job's nodes sit; the tree is priced only when every one of them
+// is placed.
+std::optional<TreePricing> PlaceInTree(const v1::StrategyRequest& request,
+                                       const v1::FabricReply* tree) {
+  if (tree == nullptr || request.placement().node_names_size() == 0) {
+    return std::nullopt;
+  }
+  std::optional<JobFabricView> job =
+      JobFabricFromTree(*tree, {request.placement().node_names().begin(),
+                                request.placement().node_names().end()});
+  if (!job) return std::nullopt;
+  TreePricing t;
+  t.job = *std::move(job);
+  return t;
+}
+
+// Counts the uplinks' bytes for the given order and the advised one and
+// puts the given order's slowest uplink into the view.
+void PriceTree(PreparedPlan& plan, const model::Traffic& traffic,
+               TreePricing& tree, std::vector<std::string>* notes) {
+  // Nodes outside the fabric: evidence.fabric.outside (and the planner's
+  // fabric note) say so; nothing is priced.
+  if (!tree.job.outside.empty()) return;
+  const int g = plan.shape.gpus_per_node;
+  const int e = std::max(1, traffic.ep_group_size);
+  const model::BandwidthCurve& inter = plan.view.alltoall_inter;
+  tree.node_link_bytes_per_second =
+      inter.LinkRateAt(traffic.dispatch_bytes * inter.nranks() / e)
+          .bytes_per_second *
+      g;
+  ResolveCapacities(tree.node_link_bytes_per_second, tree.job);
+  tree.layout = {g, std::max(1, traffic.tensor_parallel_size), e};
+  absl::StatusOr<model::OrderAdvice> advice =
+      model::AdviseOrder(tree.job.fabric, tree.layout);
+  if (!advice.ok()) {
+    notes->push_back(
+        absl::StrCat("fabric: not priced: ", advice.status().message()));
+    return;
+  }
+  tree.advice = *std::move(advice);
+  tree.priced = true;
+  plan.view.uplink_seconds_per_rank_byte =
+      tree.advice.given.seconds_per_rank_byte();
+  for (const model::UplinkLoad& u : tree.advice.given.uplinks) {
+    if (u.bytes_per_second > 0) continue;
+    notes->push_back(absl::StrCat(
+        "fabric: the uplink of ",
+        u.level == model::UplinkLevel::kRack ? "rack " : "block ",
+        u.level == model::UplinkLevel::kRack
+            ? tree.job.fabric.racks[u.index].name
+            : tree.job.fabric.blocks[u.index].name,
+        " carries the job's traffic but is neither measured nor declared: "
+        "not priced"));
+  }
+}
+
+// The node's own link as a priced level: its rate from the inter-node
+// curve that bounds the plan, and that curve's task.
+v1::FabricLevelLoad NodeLinkLoad(const TreePricing& tree,
+                                 const model::Traffic& traffic,
+                                 const RoleChoices& choices) {
+  v1::FabricLevelLoad out;
+  out.set_level(v1::FABRIC_LEVEL_NODE_LINK);
+  out.set_bytes_per_second(tree.node_link_bytes_per_second);
+  for (const auto& [role, choice] : choices) {
+    if (role != Role::kAllToAllInter || choice.bound.measured == nullptr) {
+      continue;
+    }
+    out.set_name(absl::StrJoin(choice.bound.measured->nodes(), ","));
+    out.set_task_id(choice.bound.measured->task_id());
+  }
+  if (out.name().empty()) out.set_name(absl::StrCat("profile"));
+  const double per_rank = traffic.inter_node_share;
+  out.set_bytes_per_rank_byte(per_rank * traffic.gpus_per_node);
+  if (tree.node_link_bytes_per_second > 0) {
+    out.set_dispatch_seconds(out.bytes_per_rank_byte() *
+                             traffic.dispatch_bytes /
+                             tree.node_link_bytes_per_second);
+  }
+  return out;
+}
+
+// Which level bounds a candidate's network time: the uplink when the tree's
+// slowest uplink took longer than the node's link over the layer.
+std::optional<v1::FabricLevelLoad> BoundOf(const TreePricing& tree,
+                                           const model::FabricPrice& price,
+                                           const model::Candidate& c,
+                                           const v1::FabricLevelLoad& node,
+                                           double dispatch_bytes) {
+  if (c.node_link_seconds_per_layer <= 0 && c.uplink_seconds_per_layer <= 0) {
+    return std::nullopt;
+  }
+  if (c.uplink_seconds_per_layer > c.node_link_seconds_per_layer &&
+      !price.uplinks.empty()) {
+    return UplinkProto(tree.job, price.uplinks.front(), dispatch_bytes);
+  }
+  return node;
+}
+
+// The best candidate and one flat dispatch under `price`.
+struct OrderTimes {
+  double seconds_per_layer = 0;
+  v1::StrategyKind kind = v1::STRATEGY_KIND_UNSPECIFIED;
+  double flat_dispatch_seconds = 0;
+  std::optional<v1::FabricLevelLoad> flat_bound;
+};
+
+OrderTimes TimesWith(const PreparedPlan& plan, const TreePricing& tree,
+                     const model::FabricPrice& price,
+                     const v1::FabricLevelLoad& node) {
+  OrderTimes out;
+  model::ClusterView view = plan.view;
+  view.uplink_seconds_per_rank_byte = price.seconds_per_rank_byte();
+  absl::StatusOr<model::Decision> best =
+      model::Decide(plan.job, plan.shape, view, plan.options);
+  if (best.ok() && best->chosen >= 0) {
+    const model::Candidate& c = best->candidates[best->chosen];
+    out.seconds_per_layer = c.total_seconds_per_layer;
+    out.kind = strategy::StrategyToProto(c.kind);
+  }
+  model::SearchOptions flat_only = plan.options;
+  flat_only.allowed = {model::StrategyKind::kFlat};
+  absl::StatusOr<model::Decision> flat =
+      model::Decide(plan.job, plan.shape, view, flat_only);
+  if (flat.ok() && flat->chosen >= 0) {
+    const model::Candidate& c = flat->candidates[flat->chosen];
+    out.flat_dispatch_seconds = c.ops.dispatch_forward_seconds;
+    out.flat_bound = BoundOf(tree, price, c, node,
+                             best.ok() ? best->traffic.dispatch_bytes : 0);
+  }
+  return out;
+}
+
+void FillFabric(const PreparedPlan& plan, const model::Decision& decision,
+                const RoleChoices& choices, const TreePricing& tree,
+                v1::StrategyReply* reply) {
+  v1::FabricEvidence* ev = reply->mutable_evidence()->mutable_fabric();
+  for (const std::string& n : tree.job.outside) ev->add_outside(n);
+  if (!tree.priced) return;
+  const model::Traffic& traffic = decision.traffic;
+  const double d = traffic.dispatch_bytes;
+  for (const model::UplinkLoad& u : tree.advice.given.uplinks) {
+    *ev->add_uplinks() = UplinkProto(tree.job, u, d);
+  }
+  const v1::FabricLevelLoad node = NodeLinkLoad(tree, traffic, choices);
+  for (size_t i = 0; i < decision.candidates.size(); ++i) {
+    const model::Candidate& c = decision.candidates[i];
+    if (!c.feasible) continue;
+    std::optional<v1::FabricLevelLoad> bound =
+        BoundOf(tree, tree.advice.given, c, node, d);
+    if (bound) *reply->mutable_candidates(i)->mutable_fabric_bound() = *bound;
+  }
+  if (decision.chosen >= 0) {
+    *reply->mutable_chosen() = reply->candidates(decision.chosen);
+  }
+  v1::RankOrderAdvice* advice = reply->mutable_rank_order();
+  for (int i : tree.advice.order) advice->add_nodes(tree.job.nodes[i]);
+  advice->set_ranks_per_node(plan.shape.gpus_per_node);
+  const OrderTimes given = TimesWith(plan, tree, tree.advice.given, node);
+  const OrderTimes advised =
+      tree.advice.changed ? TimesWith(plan, tree, tree.advice.advised, node)
+                          : given;
+  advice->set_given_seconds_per_layer(given.seconds_per_layer);
+  advice->set_advised_seconds_per_layer(advised.seconds_per_layer);
+  advice->set_advised_kind(advised.kind);
+  advice->set_given_dispatch_seconds(given.flat_dispatch_seconds);
+  advice->set_advised_dispatch_seconds(advised.flat_dispatch_seconds);
+  if (given.flat_bound) *advice->mutable_given_bound() = *given.flat_bound;
+  if (advised.flat_bound)
+    *advice->mutable_advised_bound() = *advised.flat_bound;
+  advice->set_note(
+      AdviceNote(tree.job, tree.advice,
+                 tree.layout.tensor_parallel * tree.layout.expert_parallel,
+                 tree.layout.ranks_per_node));
 }
 
 }  // namespace
@@ -701,8 +942,12 @@ absl::StatusOr<Built> Build(const v1::StrategyRequest& request,
 // `now` is read here, so a reply depends on its inputs alone.
 absl::StatusOr<v1::StrategyReply> PlanStrategy(
     const v1::StrategyRequest& request, const NodeLookup* lookup,
-    absl::Time now, const PlanCalibration* calibration) {
-  absl::StatusOr<Built> b = Build(request, lookup);
+    absl::Time now, const PlanCalibration* calibration,
+    const v1::FabricReply* fabric) {
+  std::optional<TreePricing> tree = PlaceInTree(request, fabric);
+  const bool all_placed = tree && tree->job.outside.empty();
+  absl::StatusOr<Built> b =
+      Build(request, lookup, all_placed ? &tree->job.rack_of : nullptr);
   if (!b.ok()) return b.status();
   PreparedPlan& plan = b->plan;
   if (calibration != nullptr) {
@@ -710,6 +955,11 @@ absl::StatusOr<v1::StrategyReply> PlanStrategy(
     if (request.options().contention_factor() == 0) {
       plan.options.contention_factor = calibration->contention_factor;
     }
+  }
+  if (tree) {
+    absl::StatusOr<model::Traffic> traffic =
+        model::ComputeTraffic(plan.job, plan.shape);
+    if (traffic.ok()) PriceTree(plan, *traffic, *tree, &b->notes);
   }
   absl::StatusOr<model::Decision> decision =
       model::Decide(plan.job, plan.shape, plan.view, plan.options);
@@ -731,6 +981,7 @@ absl::StatusOr<v1::StrategyReply> PlanStrategy(
   if (calibration != nullptr) {
     *reply.mutable_evidence()->mutable_calibration() = calibration->evidence;
   }
+  if (tree) FillFabric(plan, *decision, b->choices, *tree, &reply);
   return reply;
 }
 

@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "common/strategy/strategy.h"
 #include "proto/monta/v1/benchmark.pb.h"
+#include "proto/monta/v1/planner.pb.h"
 #include "proto/monta/v1/strategy.pb.h"
 #include "server/model/cost_model.h"
 #include "server/model/strategy_search.h"
@@ -63,9 +64,18 @@ struct PlanCalibration {
   double contention_factor = 1;
   monta::v1::Calibration evidence;  // age_seconds filled by the caller
 };
+//
+// `fabric` (nullable): the planner's fabric tree. When the request names its
+// nodes and the tree places every one of them, the uplinks are priced for
+// the given rank order (docs/MODEL.md §12): node links from inter-node curves
+// inside a rack where there are any, each uplink from its measurement or
+// declaration; every feasible candidate says which level bounds it
+// (fabric_bound), the evidence lists the uplinks crossed, and the reply
+// advises a rank order (rank_order).
 absl::StatusOr<monta::v1::StrategyReply> PlanStrategy(
     const monta::v1::StrategyRequest& request, const NodeLookup* lookup,
-    absl::Time now, const PlanCalibration* calibration = nullptr);
+    absl::Time now, const PlanCalibration* calibration = nullptr,
+    const monta::v1::FabricReply* fabric = nullptr);
 
 // The model's inputs for one request: what PlanStrategy decides on, for
 // callers that evaluate the model many times (calibration fits).

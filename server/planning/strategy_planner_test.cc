@@ -627,5 +627,147 @@ TEST(ListProfiles, EveryConstantCarriesItsSource) {
   }
 }
 
+// docs/MODEL.md §12 through the planner: 2 racks x 2 CPU nodes x 2 ranks,
+// EP groups of 2 nodes (e = 4), data parallel 2, 16 MiB per rank. Rack r0's
+// uplink is declared at 100 Mbit/s, r1's measured at 10 MB/s; the node
+// links come from pairs inside the racks (r0's, 25 MB/s per rank, is the
+// slower and bounds); a pair measured
+// across the racks saw the uplink and is left to the tree.
+class FabricPlanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* n : {"a0", "a1", "b0", "b1"}) {
+      NodeFacts f;
+      f.name = n;
+      lookup_.Add(f);
+    }
+    lookup_.at("a0").curves.push_back(Curve(v1::COLLECTIVE_ALLTOALL,
+                                            {"a0", "a1"}, 4, 1e-3, 25e6, 1024,
+                                            16 << 20, kNow, "pair-in"));
+    lookup_.at("b0").curves.push_back(Curve(v1::COLLECTIVE_ALLTOALL,
+                                            {"b0", "b1"}, 4, 1e-3, 30e6, 1024,
+                                            16 << 20, kNow, "pair-in-r1"));
+    lookup_.at("a0").curves.push_back(Curve(v1::COLLECTIVE_ALLTOALL,
+                                            {"a0", "b0"}, 4, 1e-3, 5e6, 1024,
+                                            16 << 20, kNow, "pair-across"));
+    v1::FabricBlock* block = tree_.add_blocks();
+    v1::FabricRack* r0 = block->add_racks();
+    r0->set_name("r0");
+    r0->mutable_uplink()->set_declared_bytes_per_second(12.5e6);
+    r0->mutable_uplink()->set_declared_at("line 3");
+    for (const char* n : {"a0", "a1"}) r0->add_nodes()->set_name(n);
+    v1::FabricRack* r1 = block->add_racks();
+    r1->set_name("r1");
+    r1->mutable_uplink()->set_declared_bytes_per_second(12.5e6);
+    r1->mutable_uplink()->mutable_measured()->set_bytes_per_second(10e6);
+    r1->mutable_uplink()->mutable_measured()->set_task_id("level-r1");
+    for (const char* n : {"b0", "b1"}) r1->add_nodes()->set_name(n);
+    v1::MoeJob* j = request_.mutable_job();
+    j->set_hidden_size(1024);
+    j->set_num_experts(4);
+    j->set_top_k(1);
+    j->set_capacity_factor(1);
+    j->set_micro_batch_size(1);
+    j->set_sequence_length(8192);
+    j->set_bytes_per_element(2);
+    j->set_moe_layers(1);
+    j->set_world_size(8);
+    j->set_tensor_parallel_size(1);
+    j->set_expert_parallel_size(4);
+    j->set_pipeline_parallel_size(1);
+    j->set_data_parallel_size(8);
+  }
+  void On(const std::vector<std::string>& nodes) {
+    request_.mutable_placement()->clear_node_names();
+    for (const std::string& n : nodes) {
+      request_.mutable_placement()->add_node_names(n);
+    }
+  }
+  FakeLookup lookup_;
+  v1::FabricReply tree_;
+  v1::StrategyRequest request_;
+};
+
+TEST_F(FabricPlanTest, InterleavedRacksAreBoundByTheSlowestUplink) {
+  On({"a0", "b0", "a1", "b1"});
+  auto reply = PlanStrategy(request_, &lookup_, kNow, nullptr, &tree_);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  const double d = 16 << 20;
+  ASSERT_EQ(reply->traffic().dispatch_bytes(), uint64_t{16} << 20);
+  const v1::FabricEvidence& f = reply->evidence().fabric();
+  ASSERT_EQ(f.uplinks_size(), 2) << f.DebugString();
+  // r1 (measured, 10 MB/s) is slower than r0 (declared, 12.5 MB/s); each
+  // carries 2 bytes per byte a rank sends (4 ranks, half of each across).
+  EXPECT_EQ(f.uplinks(0).name(), "r1");
+  EXPECT_EQ(f.uplinks(0).level(), v1::FABRIC_LEVEL_RACK_UPLINK);
+  EXPECT_EQ(f.uplinks(0).task_id(), "level-r1");
+  EXPECT_FALSE(f.uplinks(0).declared());
+  EXPECT_DOUBLE_EQ(f.uplinks(0).bytes_per_rank_byte(), 2);
+  EXPECT_DOUBLE_EQ(f.uplinks(0).dispatch_seconds(), 2 * d / 10e6);
+  EXPECT_EQ(f.uplinks(1).name(), "r0");
+  EXPECT_TRUE(f.uplinks(1).declared());
+  EXPECT_TRUE(f.uplinks(1).task_id().empty());
+  for (const v1::Candidate& c : reply->candidates()) {
+    if (!c.feasible()) continue;
+    EXPECT_EQ(c.fabric_bound().level(), v1::FABRIC_LEVEL_RACK_UPLINK)
+        << c.DebugString();
+    EXPECT_EQ(c.fabric_bound().name(), "r1");
+  }
+  // The pair across the racks measured the uplink: left to the tree.
+  bool noted = false;
+  for (const std::string& n : reply->evidence().notes()) {
+    noted |=
+        n.find("task pair-across on a0,b0 crossed racks") != std::string::npos;
+  }
+  EXPECT_TRUE(noted) << reply->evidence().DebugString();
+  // The advice: EP groups inside the racks.
+  const v1::RankOrderAdvice& a = reply->rank_order();
+  EXPECT_EQ(std::vector<std::string>(a.nodes().begin(), a.nodes().end()),
+            (std::vector<std::string>{"a0", "a1", "b0", "b1"}));
+  EXPECT_EQ(a.ranks_per_node(), 2);
+  EXPECT_EQ(a.given_bound().name(), "r1");
+  EXPECT_EQ(a.advised_bound().level(), v1::FABRIC_LEVEL_NODE_LINK);
+  EXPECT_EQ(a.advised_bound().task_id(), "pair-in");
+  // Flat: the uplink needs 2D / 10 MB/s; inside a rack half of D leaves each
+  // rank at 25 MB/s (plus the launch either way).
+  EXPECT_GE(a.given_dispatch_seconds(), 2 * d / 10e6);
+  EXPECT_GE(a.advised_dispatch_seconds(), d / 2 / 25e6);
+  EXPECT_LT(a.advised_dispatch_seconds(), d / 2 / 25e6 + 0.05);
+  EXPECT_LT(a.advised_seconds_per_layer(), a.given_seconds_per_layer() / 2);
+  EXPECT_NE(a.note().find("r0: a0, a1; r1: b0, b1"), std::string::npos)
+      << a.note();
+}
+
+TEST_F(FabricPlanTest, TheAdvisedOrderIsKeptAndNodesOutsideAreNotPriced) {
+  On({"a0", "a1", "b0", "b1"});
+  auto reply = PlanStrategy(request_, &lookup_, kNow, nullptr, &tree_);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->evidence().fabric().uplinks_size(), 0);
+  EXPECT_EQ(reply->chosen().fabric_bound().level(), v1::FABRIC_LEVEL_NODE_LINK);
+  const v1::RankOrderAdvice& a = reply->rank_order();
+  EXPECT_EQ(std::vector<std::string>(a.nodes().begin(), a.nodes().end()),
+            (std::vector<std::string>{"a0", "a1", "b0", "b1"}));
+  EXPECT_DOUBLE_EQ(a.given_dispatch_seconds(), a.advised_dispatch_seconds());
+  EXPECT_NE(a.note().find("the given order is as fast"), std::string::npos);
+
+  NodeFacts x;
+  x.name = "x";
+  lookup_.Add(x);
+  On({"a0", "b0", "a1", "x"});
+  auto outside = PlanStrategy(request_, &lookup_, kNow, nullptr, &tree_);
+  ASSERT_TRUE(outside.ok()) << outside.status();
+  ASSERT_EQ(outside->evidence().fabric().outside_size(), 1);
+  EXPECT_EQ(outside->evidence().fabric().outside(0), "x");
+  EXPECT_EQ(outside->evidence().fabric().uplinks_size(), 0);
+  EXPECT_FALSE(outside->has_rank_order());
+  EXPECT_FALSE(outside->chosen().has_fabric_bound());
+  // Without a tree nothing changes.
+  auto plain = PlanStrategy(request_, &lookup_, kNow);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->evidence().has_fabric());
+  EXPECT_DOUBLE_EQ(plain->chosen().total_seconds_per_layer(),
+                   outside->chosen().total_seconds_per_layer());
+}
+
 }  // namespace
 }  // namespace monta::planning
