@@ -4,7 +4,9 @@
 // planner reads the fabric map the script wrote and reports the tree
 // (montactl topology --fabric); the shaping is real: an AllToAll between two
 // nodes of different racks is bounded by the spine link, one between two
-// nodes of a rack is not; `down` leaves no namespace and no process behind.
+// nodes of a rack is not; a plan on the nodes with the racks interleaved is
+// bounded by the spine link and advises the rank order that keeps its EP
+// groups inside the racks; `down` leaves no namespace and no process behind.
 //
 // Where this machine cannot make namespaces (not root, or a container without
 // veth/bridge/tbf) the test skips (GTEST_SKIP) with the script's reason.
@@ -12,6 +14,7 @@
 // Every step is bounded (up 70 s, each bench 70 s, down 30 s); it takes about
 // 40 s where it runs.
 
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -146,6 +149,32 @@ TEST_F(EmulatedFabricTest, TwoRacksShowInTheTreeAndTheSpineBoundsTraffic) {
             << " MB/s (spine link " << kUplinkBytesPerSecond / 1e6
             << " MB/s), within a rack " << within / 1e6 << " MB/s (node link "
             << kNodeBytesPerSecond / 1e6 << " MB/s)\n";
+
+  // The plan on the nodes with the racks interleaved (docs/MODEL.md §12):
+  // every EP group of 2 nodes crosses the spine link, which bounds it (the
+  // map's declaration: no level is measured yet); the advice keeps the EP
+  // groups inside the racks, where the node links bound them.
+  const std::string job =
+      std::filesystem::absolute("examples/fabric-ep4.yaml").string();
+  nlohmann::json plan =
+      CtlJson({"plan", "--job=" + job, "--node_names=r0-n0,r1-n0,r0-n1,r1-n1"});
+  const nlohmann::json& bound = plan["chosen"]["fabric_bound"];
+  EXPECT_EQ(bound["level"], "FABRIC_LEVEL_RACK_UPLINK") << plan.dump(1);
+  EXPECT_TRUE(bound.value("declared", false)) << bound.dump(1);
+  EXPECT_DOUBLE_EQ(bound["bytes_per_second"].get<double>(),
+                   kUplinkBytesPerSecond);
+  const nlohmann::json& advice = plan["rank_order"];
+  EXPECT_EQ(advice["nodes"],
+            nlohmann::json({"r0-n0", "r0-n1", "r1-n0", "r1-n1"}))
+      << advice.dump(1);
+  EXPECT_EQ(advice["advised_bound"]["level"], "FABRIC_LEVEL_NODE_LINK");
+  EXPECT_GT(advice["given_dispatch_seconds"].get<double>(),
+            2 * advice["advised_dispatch_seconds"].get<double>())
+      << advice.dump(1);
+  const std::string text =
+      Ctl({"plan", "--job=" + job, "--node_names=r0-n0,r1-n0,r0-n1,r1-n1"}).out;
+  EXPECT_TRUE(absl::StrContains(text, "Rank order: r0-n0,r0-n1,r1-n0,r1-n1"))
+      << text;
 }
 
 }  // namespace
