@@ -16,18 +16,19 @@ Plan.request are generated when the package is built).
 from monta.alltoall import (AllToAllWork, combine, dispatch, experts_overlapped,
                             moe_all_to_all)
 from monta.errors import CommError, PlanError
-from monta.groups import MoeGroups, ProcessGroup, register_group
+from monta.groups import MoeGroups, ProcessGroup, node_names, plan_on_nodes, register_group
 from monta.mappings import all_to_all, drop_tokens, gather_tokens
 from monta.plan import (CHUNKED, DEFAULT_EXPERT_LAYOUT, EXPERT_LAYOUTS, EXPERT_OVERLAP, FLAT,
                         HIERARCHICAL, NOT_TENSOR_PARALLEL, STRATEGIES, TENSOR_PARALLEL, TP_DEDUP,
-                        TP_DEDUP_PIPELINED, Plan, effective_chunks, normalize_expert_layout,
+                        TP_DEDUP_PIPELINED, Plan, advised_node_order, effective_chunks, normalize_expert_layout,
                         normalize_strategy)
 
 __all__ = [
     "AllToAllWork", "CHUNKED", "CommError", "DEFAULT_EXPERT_LAYOUT", "EXPERT_LAYOUTS",
     "EXPERT_OVERLAP", "FLAT", "HIERARCHICAL", "MoeGroups", "NOT_TENSOR_PARALLEL", "Plan",
     "PlanError", "ProcessGroup", "STRATEGIES", "TENSOR_PARALLEL", "TP_DEDUP",
-    "TP_DEDUP_PIPELINED", "all_to_all", "combine", "dispatch", "drop_tokens",
+    "TP_DEDUP_PIPELINED", "advised_node_order", "all_to_all", "combine", "dispatch", "drop_tokens",
     "effective_chunks", "experts_overlapped", "gather_tokens", "moe_all_to_all",
-    "normalize_expert_layout", "normalize_strategy", "register_group",
+    "node_names", "normalize_expert_layout", "normalize_strategy", "plan_on_nodes",
+    "register_group",
 ]

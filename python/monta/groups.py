@@ -108,8 +108,16 @@ class MoeGroups:
     def build(tensor_parallel_size: int, expert_parallel_size: int,
               gpus_per_node: Optional[int] = None,
               timeout: Optional[datetime.timedelta] = None,
-              expert_layout: Optional[str] = None) -> "MoeGroups":
+              expert_layout: Optional[str] = None,
+              node_order: Optional[Sequence[int]] = None) -> "MoeGroups":
         """Creates every group; all ranks must call it (torch.distributed.new_group).
+
+        node_order: the rank order to lay the groups out in, as the planner advised it
+        (Plan.node_order(): node_order[i] is the launcher's node rank of the node that takes
+        the i-th node slot of the layout). The groups are built on those slots: TP, EP and
+        data-parallel ranks as without it, on the nodes in that order (e.g. EP groups inside
+        a rack, data parallel across racks; docs/MODEL.md section 12). None: the launcher's
+        order.
 
         timeout: how long a collective on these groups waits for a silent peer; default the
         default process group's (init_process_group's timeout), not torch's 30 minutes.
@@ -131,6 +139,7 @@ class MoeGroups:
         if g < 1 or world % g:
             raise PlanError(f"gpus_per_node {g} does not divide the world size {world}")
         timeout = world_timeout() if timeout is None else timeout
+        slot_to_rank = _slot_to_rank(node_order, world, g)
         mine = {}
 
         def new(kind: str, ranks: List[int]):
@@ -140,12 +149,16 @@ class MoeGroups:
                 _GLOBAL_RANKS[group] = tuple(ranks)
                 mine[kind] = (group, len(ranks), ranks.index(rank))
 
+        def ranks_of(slots: List[int]) -> List[int]:
+            # Whole nodes move to whole nodes: sorted, the ranks keep the layout's shape.
+            return sorted(slot_to_rank[s] for s in slots)
+
         for i in range(world // t):
-            new("tp", list(range(i * t, (i + 1) * t)))
+            new("tp", ranks_of(list(range(i * t, (i + 1) * t))))
         ep_groups = []
         for j in range(t):
             dp = list(range(j, world, t))
-            ep_groups += [dp[k:k + e] for k in range(0, data, e)]
+            ep_groups += [ranks_of(dp[k:k + e]) for k in range(0, data, e)]
         for members in ep_groups:
             new("ep", members)
         unfit = _hierarchical_unfit(ep_groups, g)
@@ -177,6 +190,21 @@ class MoeGroups:
                             f"{self.hierarchical_unfit or 'no intra/inter-node groups given'}")
 
 
+def _slot_to_rank(node_order: Optional[Sequence[int]], world: int,
+                  gpus_per_node: int) -> List[int]:
+    """The global rank that takes each slot of the layout: slot s is on node slot s // G."""
+    nodes = world // gpus_per_node
+    if node_order is None:
+        return list(range(world))
+    order = list(node_order)
+    if sorted(order) != list(range(nodes)) or \
+            any(isinstance(n, bool) or not isinstance(n, int) for n in order):
+        raise PlanError(f"MoeGroups.build(node_order={order[:16]}): expected each node rank "
+                        f"0..{nodes - 1} once (world {world} / gpus_per_node {gpus_per_node})")
+    return [order[s // gpus_per_node] * gpus_per_node + s % gpus_per_node
+            for s in range(world)]
+
+
 def _by_node(members: List[int], gpus_per_node: int) -> List[List[int]]:
     nodes = {}
     for r in members:
@@ -192,3 +220,43 @@ def _hierarchical_unfit(ep_groups: List[List[int]], gpus_per_node: int) -> str:
                     f"(gpus_per_node {gpus_per_node}); hierarchical needs the same count on "
                     "every node")
     return ""
+
+
+def node_names(gpus_per_node: int, name: Optional[str] = None) -> List[str]:
+    """Every node's name in the launcher's node order (node n holds ranks [n*G, (n+1)*G));
+    all ranks must call it (an all_gather_object on the default group). name: this rank's
+    node, by default MONTA_NODE_NAME, else the host name; the ranks of one node must agree."""
+    import socket  # noqa: local: only this helper needs it
+    mine = name or os.environ.get("MONTA_NODE_NAME") or socket.gethostname()
+    world = dist.get_world_size()
+    names: List[Optional[str]] = [None] * world
+    dist.all_gather_object(names, mine)
+    out = []
+    for n in range(world // gpus_per_node):
+        node = set(names[n * gpus_per_node:(n + 1) * gpus_per_node])
+        if len(node) != 1:
+            raise PlanError(f"node_names: the ranks of node {n} name different nodes "
+                            f"{sorted(node)[:4]} (gpus_per_node {gpus_per_node})")
+        out.append(node.pop())
+    return out
+
+
+def plan_on_nodes(planner_address: str, job, gpus_per_node: int,
+                  timeout_s: float = 10.0) -> Plan:
+    """The planner's plan for `job` on the nodes this job runs on, named in the launcher's
+    order (node_names): with a fabric the plan carries the advised rank order
+    (Plan.node_order() for MoeGroups.build). All ranks must call it; rank 0 asks the
+    planner (GetStrategy) and every rank gets its answer. PlanError on every rank when the
+    planner refuses or cannot be reached."""
+    nodes = node_names(gpus_per_node)
+    answer = [None]
+    if dist.get_rank() == 0:
+        try:
+            answer[0] = Plan.request(planner_address, job, {"node_names": nodes},
+                                     timeout_s=timeout_s)
+        except PlanError as e:
+            answer[0] = e
+    dist.broadcast_object_list(answer, src=0)
+    if isinstance(answer[0], PlanError):
+        raise PlanError(str(answer[0]))
+    return answer[0]

@@ -29,7 +29,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from monta import rpc
 from monta.errors import PlanError
@@ -173,6 +173,22 @@ class Plan:
     # From the planner (Plan.request): every feasible candidate as a Plan, best first (the
     # chosen one first), with its predicted times; empty for plans from the env or default.
     candidates: Tuple["Plan", ...] = field(default=(), compare=False, repr=False)
+    # From the planner on named nodes with a fabric (docs/MODEL.md section 12): the job's
+    # nodes in the advised rank order (rank r on rank_order[r // gpus_per_node]), the node
+    # names the request gave, and the predicted flat dispatch AllToAll with each order.
+    # Empty / None otherwise. Give node_order(...) to MoeGroups.build to run in that order.
+    rank_order: Tuple[str, ...] = field(default=(), compare=False)
+    given_nodes: Tuple[str, ...] = field(default=(), compare=False)
+    predicted_given_dispatch_seconds: Optional[float] = field(default=None, compare=False)
+    predicted_advised_dispatch_seconds: Optional[float] = field(default=None, compare=False)
+
+    def node_order(self) -> Optional[List[int]]:
+        """The advised order as positions in the given one: node_order()[i] is the index
+        (in the request's node_names, i.e. the launcher's node rank) of the node that holds
+        the advised order's i-th slot; None when the planner gave no advice."""
+        if not self.rank_order:
+            return None
+        return advised_node_order(self.given_nodes, self.rank_order)
 
     def __post_init__(self):
         # Every constructor (Plan(...), dataclasses.replace, from_env, request) lands here:
@@ -358,6 +374,18 @@ class Plan:
         return replace(self, layout=Layout(sources=named, **sizes))
 
 
+def advised_node_order(given_nodes: Sequence[str], advised_nodes: Sequence[str]) -> List[int]:
+    """Positions in `given_nodes` (the launcher's node ranks) of the nodes of the advised
+    rank order, for MoeGroups.build(node_order=...). PlanError unless both name the same
+    nodes once each."""
+    given, advised = list(given_nodes), list(advised_nodes)
+    if sorted(given) != sorted(advised) or len(set(given)) != len(given):
+        raise PlanError(f"rank order: the advised nodes {advised[:16]} are not the given nodes "
+                        f"{given[:16]} once each")
+    index = {name: i for i, name in enumerate(given)}
+    return [index[name] for name in advised]
+
+
 def _candidate_plan(candidate, evidence: str, expert_layout: Optional[str], what: str) -> Plan:
     strategy = normalize_strategy(rpc.enum_name(candidate, "kind"), what)
     fwd, bwd = candidate.forward_seconds_per_layer, candidate.backward_seconds_per_layer
@@ -402,6 +430,12 @@ def plan_from_reply(address: str, request, reply) -> Plan:
     plan = replace(_candidate_plan(chosen, evidence, expert_layout,
                                    "GetStrategy reply chosen.kind"),
                    candidates=candidates)
+    if reply.HasField("rank_order") and reply.rank_order.nodes:
+        advice = reply.rank_order
+        plan = replace(plan, rank_order=tuple(advice.nodes),
+                       given_nodes=tuple(request.placement.node_names),
+                       predicted_given_dispatch_seconds=advice.given_dispatch_seconds,
+                       predicted_advised_dispatch_seconds=advice.advised_dispatch_seconds)
     sources = {"world_size": "job.world_size", "tensor_parallel_size": "job.tensor_parallel_size",
                "expert_parallel_size": "job.expert_parallel_size",
                "gpus_per_node": "placement.gpus_per_node"}

@@ -294,6 +294,35 @@ def strategies_worker(rank, world):
     return failures
 
 
+def node_order_worker(rank, world):
+    """MoeGroups.build(node_order=...) lays the groups out on the nodes in the planner's
+    advised order (docs/MODEL.md section 12): as 4 nodes of 1 rank taken in the order 0, 2,
+    1, 3, EP groups of 2 are {0, 2} and {1, 3} (not {0, 1} and {2, 3}), and every strategy
+    on them still computes the reference."""
+    failures = []
+    built = monta.MoeGroups.build(1, 2, 1, node_order=[0, 2, 1, 3])
+    want = [0, 2] if rank in (0, 2) else [1, 3]
+    got = list(monta.groups.global_ranks(built.ep_group))
+    if got != want:
+        failures.append(f"rank {rank}: EP group {got}, expected {want}")
+    if built.ep_rank != want.index(rank):
+        failures.append(f"rank {rank}: ep_rank {built.ep_rank}, expected {want.index(rank)}")
+    groups = with_layout(built, TP)
+    for plan in [monta.Plan()] + plans():
+        if plan.strategy == monta.EXPERT_OVERLAP:
+            continue
+        compare_ops(f"rank {rank} node_order {plan.strategy}(K={plan.num_chunks})", plan,
+                    groups, TP, 14, torch.float32, failures, rank)
+    for bad in ([0, 1, 2], [0, 0, 1, 2], [3, 2, 1, 4]):
+        try:
+            monta.MoeGroups.build(1, 2, 1, node_order=bad)
+            failures.append(f"node_order={bad}: accepted")
+        except monta.PlanError as e:
+            if "node_order" not in str(e):
+                failures.append(f"node_order={bad}: {e}")
+    return failures
+
+
 def index_dispatcher_worker(rank, world):
     """examples/moe_layer.py's index dispatcher (Tutel-style scatter / weighted gather)
     computes what the einsum dataflow computes (within rounding: other sums), and on it
@@ -804,6 +833,9 @@ class StrategiesTest(unittest.TestCase):
 
     def test_every_strategy_computes_deepspeeds_layer(self):
         self.assertEveryRankClean(strategies_worker, deadline_s=600)
+
+    def test_groups_follow_the_advised_node_order(self):
+        self.assertEveryRankClean(node_order_worker, deadline_s=180)
 
     def test_index_dispatcher_matches_einsum(self):
         self.assertEveryRankClean(index_dispatcher_worker, deadline_s=120)

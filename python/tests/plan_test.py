@@ -284,6 +284,29 @@ class FromEnvTest(unittest.TestCase):
             plan_mod.plan_from_reply("planner:1", request,
                                      pb.StrategyReply(chosen=chosen, expert_layout=7))
 
+    def test_plan_from_reply_carries_the_rank_order(self):
+        pb = monta.rpc.stubs().strategy_pb2
+        request = pb.StrategyRequest(
+            job=pb.MoeJob(world_size=8, tensor_parallel_size=1, expert_parallel_size=4),
+            placement=pb.Placement(node_names=["a0", "b0", "a1", "b1"]))
+        chosen = pb.Candidate(kind=1, chunks_effective=1, feasible=True,
+                              forward_seconds_per_layer=0.2, backward_seconds_per_layer=0.3)
+        advice = pb.RankOrderAdvice(nodes=["a0", "a1", "b0", "b1"], ranks_per_node=2,
+                                    given_dispatch_seconds=2.7, advised_dispatch_seconds=0.4)
+        reply = pb.StrategyReply(chosen=chosen, candidates=[chosen], rank_order=advice,
+                                 expert_layout=pb.EXPERT_LAYOUT_NOT_TENSOR_PARALLEL)
+        plan = plan_mod.plan_from_reply("planner:1", request, reply)
+        self.assertEqual(plan.rank_order, ("a0", "a1", "b0", "b1"))
+        self.assertEqual(plan.node_order(), [0, 2, 1, 3])
+        self.assertEqual((plan.predicted_given_dispatch_seconds,
+                          plan.predicted_advised_dispatch_seconds), (2.7, 0.4))
+        # No advice (no fabric, or a profile placement): None, and the launcher's order.
+        plain = plan_mod.plan_from_reply("planner:1", request,
+                                         pb.StrategyReply(chosen=chosen, candidates=[chosen]))
+        self.assertIsNone(plain.node_order())
+        with self.assertRaisesRegex(monta.PlanError, "not the given nodes"):
+            monta.advised_node_order(["a0", "b0"], ["a0", "x"])
+
     def test_resolve_prefers_env_then_planner_then_flat(self):
         self.assertEqual(monta.Plan.resolve(environ=INJECTED).origin, "env")
         with self.assertLogs("monta", logging.WARNING) as logs:
