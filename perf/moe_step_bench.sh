@@ -60,35 +60,10 @@ else
     RATE="$(sed -n 's/^RATE=//p' "/tmp/monta-emul-$NAME/cluster.env")"
   fi
 fi
-# shellcheck disable=SC2317  # called by the EXIT trap
-cleanup() {
-  local rc=$?
-  local pid
-  for pid in "${PIDS[@]:-}"; do
-    if [[ -n "$pid" ]]; then kill "$pid" 2>/dev/null || true; fi
-  done
-  if ((${#PIDS[@]})); then sleep 1; fi
-  if [[ "$OWN" == true ]]; then "${CL[@]}" down --name="$NAME" >/dev/null 2>&1 || true; fi
-  rm -rf "$WORK"
-  exit "$rc"
-}
-PIDS=()
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-# monta from this checkout, installed into a venv of this run that sees Debian's
-# python3-torch and python3-grpcio (python/README.md); every rank runs its interpreter.
-/usr/bin/python3 -m venv --system-site-packages --without-pip "$WORK/venv"
-PIP_CONFIG_FILE=/dev/null "$WORK/venv/bin/python" -m pip install --no-build-isolation --no-index \
-  --no-deps --no-cache-dir --disable-pip-version-check -q ./python >"$WORK/pip.log" 2>&1 ||
-  { cat "$WORK/pip.log" >&2; echo "moe_step_bench: pip install ./python failed" >&2; exit 1; }
-PY="$WORK/venv/bin/python"
-# Runs a step in the background and waits for it: bash defers a trapped signal until a
-# foreground command ends, but `wait` returns at once, so TERM tears down promptly.
-waited() {
-  "$@" &
-  PIDS+=($!)
-  wait "$!"
-}
+WHO=moe_step_bench
+# shellcheck source=perf/torch_ranks.sh
+. perf/torch_ranks.sh
+torch_ranks_setup  # cleanup on exit; monta in a venv of this run: PY
 
 if [[ "$OWN" == true ]]; then
   UP=(up --name="$NAME" --nodes=2 --ranks_per_node=2 --rate="$RATE" --self_bench=true --timeout=120)
@@ -110,6 +85,7 @@ fi
 # Ranks 3..1 in the background, rank 0 (which prints) in the foreground.
 # Always run in a background subshell (&, or waited): exec makes the subshell's pid the
 # rank's `timeout`, so killing that pid stops the rank.
+# shellcheck disable=SC2317  # called by run_ranks
 rank_cmd() { # rank_cmd RANK DRIVER_FLAGS...
   local r=$1 node=$(($1 / 2))
   shift
@@ -118,22 +94,6 @@ rank_cmd() { # rank_cmd RANK DRIVER_FLAGS...
     OMP_NUM_THREADS=1 timeout "$TIMEOUT_S" "$PY" perf/moe_step_bench.py --role=rank \
     "${COMMON[@]}" "$@"
 }
-RANK_PIDS=()
-for r in 3 2 1; do
-  rank_cmd "$r" "$@" >"$WORK/rank$r.log" 2>&1 &
-  PIDS+=($!)
-  RANK_PIDS+=($!)
-done
 worst=0
-waited rank_cmd 0 "$@" || worst=$?
-for i in "${!RANK_PIDS[@]}"; do
-  rc=0
-  wait "${RANK_PIDS[$i]}" || rc=$?
-  if ((rc != 0)); then
-    echo "moe_step_bench: rank $((3 - i)) exited $rc:" >&2
-    tail -20 "$WORK/rank$((3 - i)).log" >&2
-    ((rc > worst)) && worst=$rc
-  fi
-done
-PIDS=()
+run_ranks 4 rank_cmd "$@" || worst=$?
 exit "$worst"

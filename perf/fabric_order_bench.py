@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""One rank of perf/fabric_order_bench.sh (issue 19's rank-order bar, docs/MODEL.md section
+12): the job's flat dispatch AllToAll (every EP group at once) timed with the ranks in the
+launcher's order and in the order the planner advises, against the planner's predictions.
+
+Launched torchrun-style (RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+MONTA_NODE_NAME) with a python3 that has monta installed. Rank 0 asks the planner for the
+job on the nodes in the launcher's order (monta.plan_on_nodes: GetStrategy with their
+names), every rank builds the groups twice (MoeGroups.build, then with the advised
+node_order), and each layout's AllToAll of --mib MiB per rank runs --iters times after
+--warmup; the time of one run is its slowest rank's, the median over runs is reported.
+Rank 0 prints a table and one line `FABRIC_ORDER_BENCH_JSON {...}`.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+import monta  # installed: pip install --no-build-isolation ./python
+
+
+def job_for(args):
+    # D = E * C * M * b with C = S / E (top-1, capacity factor 1): D = S * M * b.
+    tokens = args.mib * (1 << 20) // (args.hidden * 2)
+    return {"name": "fabric-order-bench", "hidden_size": args.hidden,
+            "num_experts": args.ep, "top_k": 1, "capacity_factor": 1,
+            "micro_batch_size": 1, "sequence_length": tokens, "bytes_per_element": 2,
+            "moe_layers": 1, "world_size": args.world, "tensor_parallel_size": 1,
+            "expert_parallel_size": args.ep, "pipeline_parallel_size": 1,
+            "data_parallel_size": args.world}
+
+
+def timed_alltoall(group, ep, mib, warmup, iters):
+    """Median over runs of the slowest rank's AllToAll of `mib` MiB per rank on `group`."""
+    # float32 (Gloo has no bfloat16 AllToAll): the same bytes as the job's 2-byte elements.
+    elements = mib * (1 << 20) // 4
+    send = torch.ones(elements, dtype=torch.float32)
+    recv = torch.empty_like(send)
+    samples = []
+    for i in range(warmup + iters):
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_to_all_single(recv, send, group=group)
+        took = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+        dist.all_reduce(took, op=dist.ReduceOp.MAX)
+        if i >= warmup:
+            samples.append(took.item())
+    return statistics.median(samples)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--planner", required=True)
+    parser.add_argument("--world", type=int, default=8)
+    parser.add_argument("--ranks_per_node", type=int, default=2)
+    parser.add_argument("--ep", type=int, default=4)
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--mib", type=int, default=16)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--timeout_s", type=float, default=600)
+    args = parser.parse_args()
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout_s))
+    rank = dist.get_rank()
+    g = args.ranks_per_node
+    plan = monta.plan_on_nodes(args.planner, job_for(args), g)
+    order = plan.node_order()
+    if order is None:
+        raise SystemExit("fabric_order_bench: the planner gave no rank order (is the fabric "
+                         "map loaded and are the nodes in it?)")
+    given = monta.MoeGroups.build(1, args.ep, g)
+    advised = monta.MoeGroups.build(1, args.ep, g, node_order=order)
+    measured = {
+        "given": timed_alltoall(given.ep_group, args.ep, args.mib, args.warmup, args.iters),
+        "advised": timed_alltoall(advised.ep_group, args.ep, args.mib, args.warmup,
+                                  args.iters),
+    }
+    if rank != 0:
+        dist.destroy_process_group()
+        return
+    predicted = {"given": plan.predicted_given_dispatch_seconds,
+                 "advised": plan.predicted_advised_dispatch_seconds}
+    rows = []
+    print(f"# {args.world} ranks, {g} per node, EP {args.ep}, {args.mib} MiB per rank per "
+          f"AllToAll; given order {','.join(plan.given_nodes)}, advised "
+          f"{','.join(plan.rank_order)}")
+    print(f"{'ORDER':8} {'PREDICTED':>10} {'MEASURED':>10} {'ERROR':>8}")
+    for name in ("given", "advised"):
+        error = predicted[name] / measured[name] - 1
+        rows.append({"order": name, "predicted_seconds": predicted[name],
+                     "measured_seconds": measured[name], "error_ratio": error})
+        print(f"{name:8} {predicted[name]:10.3f} {measured[name]:10.3f} {100 * error:7.1f}%")
+    speedup = measured["given"] / measured["advised"]
+    print(f"advised order {speedup:.2f}x faster measured (bar: >= 2x); "
+          f"|error| bar: <= 15% each")
+    print("FABRIC_ORDER_BENCH_JSON " + json.dumps({
+        "mib": args.mib, "given_nodes": list(plan.given_nodes),
+        "advised_nodes": list(plan.rank_order), "rows": rows,
+        "measured_speedup": speedup}))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
