@@ -87,23 +87,21 @@ std::optional<JobFabricView> JobFabricFromTree(
 }
 
 void ResolveCapacities(double node_link_bytes_per_second, JobFabricView& view) {
-  for (size_t r = 0; r < view.fabric.racks.size(); ++r) {
-    const JobFabricView::Source& s = view.rack_sources[r];
-    double& cap = view.fabric.racks[r].uplink_bytes_per_second;
+  // Unknown capacity with a declared oversubscription: the nodes' links below
+  // the uplink over the ratio (for a block, its racks' own oversubscription
+  // is not known for racks outside the job, so its nodes' links).
+  auto resolve = [&](const JobFabricView::Source& s, double& cap) {
     if (cap <= 0 && s.oversubscription_ratio > 0) {
       cap =
           s.nodes_below * node_link_bytes_per_second / s.oversubscription_ratio;
     }
+  };
+  for (size_t r = 0; r < view.fabric.racks.size(); ++r) {
+    resolve(view.rack_sources[r], view.fabric.racks[r].uplink_bytes_per_second);
   }
   for (size_t b = 0; b < view.fabric.blocks.size(); ++b) {
-    const JobFabricView::Source& s = view.block_sources[b];
-    double& cap = view.fabric.blocks[b].uplink_bytes_per_second;
-    if (cap <= 0 && s.oversubscription_ratio > 0) {
-      // Below the block: its nodes' links (the racks' own oversubscription
-      // is not known here for racks outside the job).
-      cap =
-          s.nodes_below * node_link_bytes_per_second / s.oversubscription_ratio;
-    }
+    resolve(view.block_sources[b],
+            view.fabric.blocks[b].uplink_bytes_per_second);
   }
 }
 
