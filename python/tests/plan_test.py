@@ -261,8 +261,10 @@ class FromEnvTest(unittest.TestCase):
                               forward_seconds_per_layer=0.2, backward_seconds_per_layer=0.3)
         flat = pb.Candidate(kind=1, chunks_effective=1, feasible=True,
                             forward_seconds_per_layer=0.4, backward_seconds_per_layer=0.5)
-        for value, layout in ((pb.EXPERT_LAYOUT_TENSOR_PARALLEL, monta.TENSOR_PARALLEL),
-                              (pb.EXPERT_LAYOUT_NOT_TENSOR_PARALLEL, monta.NOT_TENSOR_PARALLEL)):
+        # ExpertLayout lives in common.proto (moved there by issue 18's verify contract).
+        from monta._proto import common_pb2 as cpb
+        for value, layout in ((cpb.EXPERT_LAYOUT_TENSOR_PARALLEL, monta.TENSOR_PARALLEL),
+                              (cpb.EXPERT_LAYOUT_NOT_TENSOR_PARALLEL, monta.NOT_TENSOR_PARALLEL)):
             reply = pb.StrategyReply(chosen=chosen, candidates=[chosen, flat],
                                      expert_layout=value)
             plan = plan_mod.plan_from_reply("planner:1", request, reply)
@@ -294,7 +296,7 @@ class FromEnvTest(unittest.TestCase):
         advice = pb.RankOrderAdvice(nodes=["a0", "a1", "b0", "b1"], ranks_per_node=2,
                                     given_dispatch_seconds=2.7, advised_dispatch_seconds=0.4)
         reply = pb.StrategyReply(chosen=chosen, candidates=[chosen], rank_order=advice,
-                                 expert_layout=pb.EXPERT_LAYOUT_NOT_TENSOR_PARALLEL)
+                                 expert_layout=2)  # EXPERT_LAYOUT_NOT_TENSOR_PARALLEL
         plan = plan_mod.plan_from_reply("planner:1", request, reply)
         self.assertEqual(plan.rank_order, ("a0", "a1", "b0", "b1"))
         self.assertEqual(plan.node_order(), [0, 2, 1, 3])
