@@ -8,6 +8,7 @@
 // generous (the host is a loaded 2-core box).
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <memory>
@@ -382,18 +383,52 @@ TEST_F(ElectionProcessTest, LeaderPausedPastItsLeaseLandsNothingAfter) {
   EXPECT_EQ(WaitForOneLeader(all, kPatience), next) << Logs(all);
 }
 
+// Prints every candidate's writes between `from_ns` and `to_ns` (sent and
+// done, relative to `from_ns`).
+void PrintWritesAcross(const Candidates& all, int64_t from_ns, int64_t to_ns) {
+  for (const auto& c : all) {
+    for (const Fields& w : c->Find("WRITE")) {
+      if (Field(w, "done") < from_ns || Field(w, "sent") > to_ns) continue;
+      std::cout << "  " << c->id() << " write " << w[1] << " sent +"
+                << Seconds(Field(w, "sent") - from_ns) << " s, done +"
+                << Seconds(Field(w, "done") - from_ns)
+                << " s: " << absl::StrJoin(w.begin() + 3, w.begin() + 4, "")
+                << " " << absl::StrJoin(w.begin() + 6, w.end(), " ")
+                << std::endl;
+    }
+  }
+}
+
 // etcd's own leader is killed under a writing planner leader: the election
 // survives (the planner leader keeps its lease, or loses it and a new one
-// leads) and fenced writes resume.
-TEST(ElectionEtcdFailoverTest, EtcdLeaderKilledWritesResume) {
+// leads) and fenced writes resume within about one request timeout of the
+// candidates' etcd client (2 s): a write in flight may wait out its deadline
+// on a member whose leader died, and the next goes to a live member at once.
+// Two orders of the endpoints: etcd's leader listed first (every candidate's
+// client prefers the member that dies: the write in flight fails there, and
+// the next must neither wait on the dead member's connection nor start there
+// again) or last (the write in flight waits on a follower).
+class ElectionEtcdFailoverTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ElectionEtcdFailoverTest, EtcdLeaderKilledWritesResume) {
+  const bool leader_first = GetParam();
   constexpr int kTtlSeconds = 5;
+  constexpr double kRequestTimeoutSeconds = 2;  // election_candidate's default
   EtcdCluster::Options options;
   options.members = 3;
   auto cluster = EtcdCluster::Start(std::move(options));
   ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto etcd_leader = (*cluster)->LeaderIndex();
+  ASSERT_TRUE(etcd_leader.ok()) << etcd_leader.status();
   Candidate::Options o;
-  o.endpoints = (*cluster)->endpoints();
-  o.prefix = "/etcd-failover";
+  o.endpoints = {(*cluster)->endpoint(*etcd_leader)};
+  for (int i = 0; i < (*cluster)->size(); ++i) {
+    if (i != *etcd_leader) o.endpoints.push_back((*cluster)->endpoint(i));
+  }
+  if (!leader_first)
+    std::rotate(o.endpoints.begin(), o.endpoints.begin() + 1,
+                o.endpoints.end());
+  o.prefix = leader_first ? "/etcd-failover-first" : "/etcd-failover-last";
   o.ttl_seconds = kTtlSeconds;
   o.write_interval_ms = 100;
   Candidates all;
@@ -402,11 +437,15 @@ TEST(ElectionEtcdFailoverTest, EtcdLeaderKilledWritesResume) {
   const int64_t epoch = *all[leader]->Leading();
   ASSERT_TRUE(WaitFor([&] { return all[leader]->Find("WRITE").size() >= 4; },
                       kPatience));
-  auto etcd_leader = (*cluster)->LeaderIndex();
-  ASSERT_TRUE(etcd_leader.ok()) << etcd_leader.status();
-
+  // etcd keeps its leader while nothing disturbs it; checked again.
+  auto still = (*cluster)->LeaderIndex();
+  ASSERT_TRUE(still.ok()) << still.status();
+  ASSERT_EQ(*still, *etcd_leader);
+  const std::string preferred = all[leader]->Find("WRITE").back()[6];
   std::cout << "killing etcd's leader, member " << *etcd_leader << " at "
-            << (*cluster)->endpoint(*etcd_leader) << std::endl;
+            << (*cluster)->endpoint(*etcd_leader) << " (listed "
+            << (leader_first ? "first" : "last") << "; the planner leader's "
+            << preferred << ")" << std::endl;
   const int64_t killed_ns = NowNs();
   (*cluster)->Kill(*etcd_leader);
   // The first fenced write sent after the kill that landed, by any leader.
@@ -427,27 +466,29 @@ TEST(ElectionEtcdFailoverTest, EtcdLeaderKilledWritesResume) {
       << Logs(all);
   const int after = WaitForOneLeader(all, kPatience);
   ASSERT_GE(after, 0) << Logs(all);
-  // The leader's writes across the kill (sent and done, from the kill on).
-  for (const auto& c : all) {
-    for (const Fields& w : c->Find("WRITE")) {
-      if (Field(w, "done") < killed_ns || Field(w, "sent") > resumed_ns) {
-        continue;
-      }
-      std::cout << "  " << c->id() << " write " << w[1] << " sent +"
-                << Seconds(Field(w, "sent") - killed_ns) << " s, done +"
-                << Seconds(Field(w, "done") - killed_ns)
-                << " s: " << absl::StrJoin(w.begin() + 3, w.begin() + 4, "")
-                << " " << absl::StrJoin(w.begin() + 6, w.end(), " ")
-                << std::endl;
-    }
-  }
+  PrintWritesAcross(all, killed_ns, resumed_ns);
   const bool kept = after == leader && *all[after]->Leading() == epoch;
-  std::cout << "etcd leader SIGKILL -> fenced writes resume: "
-            << Seconds(resumed_ns - killed_ns) << " s; the planner leader "
+  const double resumed_seconds = Seconds(resumed_ns - killed_ns);
+  std::cout << "etcd leader SIGKILL (listed "
+            << (leader_first ? "first" : "last")
+            << ") -> fenced writes resume: " << resumed_seconds
+            << " s; the planner leader "
             << (kept ? "kept its epoch" : "changed") << " (TTL " << kTtlSeconds
-            << " s)" << std::endl;
-  EXPECT_LT(Seconds(resumed_ns - killed_ns), 30);
+            << " s, request timeout " << kRequestTimeoutSeconds << " s)"
+            << std::endl;
+  // About one request timeout (a write in flight waiting out its deadline;
+  // measured 2.03-2.11 s): inside issue 20's 5 s bar with room for a loaded
+  // host, and below the two timeouts (request + connect) the client once took.
+  EXPECT_LT(resumed_seconds, kRequestTimeoutSeconds + 2.5) << Logs(all);
 }
+
+INSTANTIATE_TEST_SUITE_P(EndpointOrder, ElectionEtcdFailoverTest,
+                         ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param
+                                      ? std::string("EtcdLeaderListedFirst")
+                                      : std::string("EtcdLeaderListedLast");
+                         });
 
 }  // namespace
 }  // namespace monta::testing

@@ -191,7 +191,32 @@ Endpoint& Client::endpoint_at(size_t cursor) const {
   return *endpoints_[cursor % endpoints_.size()];
 }
 
-bool Client::Connect(Endpoint& endpoint, MonoTime until) const {
+void Client::MoveOff(size_t index) {
+  absl::MutexLock lock(&mu_);
+  if (preferred_ == index) preferred_ = (index + 1) % endpoints_.size();
+}
+
+std::vector<size_t> Client::AttemptOrder() const {
+  size_t first;
+  {
+    absl::MutexLock lock(&mu_);
+    first = preferred_;
+  }
+  std::vector<size_t> order;
+  std::vector<size_t> failed;
+  const size_t n = endpoints_.size();
+  for (size_t i = 0; i < n; ++i) {
+    const size_t index = (first + i) % n;
+    const grpc_connectivity_state state =
+        endpoints_[index]->channel->GetState(/*try_to_connect=*/false);
+    (state == GRPC_CHANNEL_TRANSIENT_FAILURE ? failed : order).push_back(index);
+  }
+  order.insert(order.end(), failed.begin(), failed.end());
+  return order;
+}
+
+bool Client::Connect(Endpoint& endpoint, MonoTime until,
+                     bool wait_in_failure) const {
   const MonoTime deadline = std::min(
       until,
       MonoAfter(std::chrono::steady_clock::now(), options_.connect_timeout));
@@ -203,7 +228,14 @@ bool Client::Connect(Endpoint& endpoint, MonoTime until) const {
     if (state == GRPC_CHANNEL_CONNECTING) attempted = true;
     // A connection attempt made during this wait failed: the member is down
     // (a refused connection fails at once; no need to wait out the timeout).
-    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE && attempted) return false;
+    // A channel already in TRANSIENT_FAILURE stays there until it connects
+    // (gRPC retries in the background and reports no other state meanwhile),
+    // so waiting for a change would wait out the whole timeout on a dead
+    // member: it is skipped unless the caller has nowhere else to go.
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE &&
+        (attempted || !wait_in_failure)) {
+      return false;
+    }
     if (state == GRPC_CHANNEL_SHUTDOWN) return false;
     const absl::Duration remaining =
         MonoSince(std::chrono::steady_clock::now(), deadline);
@@ -218,20 +250,20 @@ bool Client::Connect(Endpoint& endpoint, MonoTime until) const {
 absl::Status Client::Call(
     absl::string_view what, Retry retry,
     const std::function<absl::Status(Endpoint&, absl::Duration)>& attempt) {
-  size_t first;
-  {
-    absl::MutexLock lock(&mu_);
-    first = preferred_;
-  }
   std::vector<std::string> failures;
-  const size_t n = endpoints_.size();
-  for (size_t i = 0; i < n; ++i) {
-    Endpoint& endpoint = *endpoints_[(first + i) % n];
-    if (!Connect(endpoint)) {
+  // Whether an endpoint connected during this call: until one has, an
+  // endpoint whose connection failed earlier is waited for (all may be
+  // restarting); after, it is skipped at once.
+  bool reached = false;
+  for (size_t index : AttemptOrder()) {
+    Endpoint& endpoint = *endpoints_[index];
+    if (!Connect(endpoint, MonoTime::max(), /*wait_in_failure=*/!reached)) {
       // Nothing was sent: safe to go on, for writes too.
       failures.push_back(absl::StrCat(endpoint.address, ": not connected"));
+      MoveOff(index);
       continue;
     }
+    reached = true;
     absl::Status status = attempt(endpoint, options_.request_timeout);
     if (status.ok()) {
       Prefer(endpoint);
@@ -240,6 +272,9 @@ absl::Status Client::Call(
     const bool transient =
         absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
     if (!transient) return status;
+    // The member died, lost its leader or let the deadline pass: the next
+    // call starts at the next one.
+    MoveOff(index);
     if (retry == Retry::kWrite && !IsNoLeader(status)) {
       absl::Status unknown(
           status.code(),
@@ -249,10 +284,6 @@ absl::Status Client::Call(
       return unknown;
     }
     failures.push_back(std::string(status.message()));
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    if (preferred_ == first) preferred_ = (first + 1) % n;
   }
   return absl::UnavailableError(
       absl::StrCat("etcd ", what, ": no endpoint answered (",

@@ -6,12 +6,15 @@
 //
 // Every request carries the `hasleader: true` metadata, so a member cut off
 // from its cluster refuses (UNAVAILABLE "etcdserver: no leader") rather than
-// serving stale data or waiting. Endpoints are tried in order from the last
-// one that answered: a read moves on to the next endpoint on UNAVAILABLE or
-// DEADLINE_EXCEEDED, a write only when it was certainly not applied (the
-// endpoint was not connected, so nothing was sent, or etcd answered "no
-// leader"); any other failure of a write is returned with "outcome unknown"
-// in its message, and the caller decides (a fenced transaction re-reads).
+// serving stale data or waiting. Endpoints are tried in order from the
+// preferred one (the last that answered; after a failure, the one after the
+// endpoint that failed), those whose connection has failed last and, once
+// another endpoint was reached, without waiting for them: a read moves on to
+// the next endpoint on UNAVAILABLE or DEADLINE_EXCEEDED, a write only when it
+// was certainly not applied (the endpoint was not connected, so nothing was
+// sent, or etcd answered "no leader"); any other failure of a write is
+// returned with "outcome unknown" in its message, and the caller decides (a
+// fenced transaction re-reads).
 // Each attempt's deadline is computed at call time from the monotonic
 // `request_timeout` (GrpcDeadline).
 //
@@ -155,8 +158,18 @@ class Client {
       const std::function<absl::Status(Endpoint&, absl::Duration)>& attempt);
   // Waits until `endpoint` is connected, up to connect_timeout or `deadline`
   // if earlier; false when it is not (its connection failed, or the time
-  // passed).
-  bool Connect(Endpoint& endpoint, MonoTime deadline = MonoTime::max()) const;
+  // passed). An endpoint already in TRANSIENT_FAILURE (a connection failed;
+  // gRPC keeps it there until a reconnection succeeds) is waited for like any
+  // other when `wait_in_failure` (streams, which have one endpoint to go to),
+  // or false at once (Call, once another endpoint was reached).
+  bool Connect(Endpoint& endpoint, MonoTime deadline = MonoTime::max(),
+               bool wait_in_failure = true) const;
+  // The order one call tries the endpoints in: from the preferred one on,
+  // those in TRANSIENT_FAILURE last.
+  std::vector<size_t> AttemptOrder() const;
+  // After a failure at endpoint `index`: if it is the preferred one, the next
+  // becomes preferred.
+  void MoveOff(size_t index);
   // Streams (watches, keepalives) keep their own cursor into the endpoints,
   // starting at the preferred one and moving on when a stream breaks.
   size_t preferred_index() const;

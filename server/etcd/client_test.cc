@@ -458,7 +458,7 @@ std::vector<Event> Collect(Watch& watch, size_t count) {
 
 TEST_F(EtcdClientTest, WatchDeliversPutsAndDeletesInOrder) {
   auto before = client_->Put(Key("a"), "0");
-  ASSERT_TRUE(before.ok());
+  ASSERT_TRUE(before.ok()) << before.status();
   // From now: the put above is not delivered.
   WatchOptions now;
   now.key = prefix_;

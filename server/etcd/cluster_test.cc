@@ -2,7 +2,9 @@
 // (tests/testing/etcd_cluster): a watch survives the member it is connected
 // to being killed, without losing or repeating events; a watch that falls
 // behind a compaction while away yields the relist signal; unary calls fail
-// over; `hasleader` makes an isolated member refuse at once.
+// over, a failed write moves the client off its member and a dead member's
+// failed channel is not waited for; `hasleader` makes an isolated member
+// refuse at once.
 #include <iostream>
 #include <memory>
 #include <string>
@@ -243,6 +245,78 @@ TEST(EtcdClusterTest, WatchBehindCompactionAfterReconnectYieldsRelistSignal) {
   EXPECT_EQ(batch->compact_revision, last->revision);
   EXPECT_TRUE(
       absl::IsFailedPrecondition((*watch)->Next(absl::Seconds(1)).status()));
+}
+
+// A write's member lets its deadline pass (it is paused) and the other
+// member is dead: the preferred endpoint moves off each member a write failed
+// at (the write's outcome is unknown), and once the dead member's channel is
+// in TRANSIENT_FAILURE (gRPC keeps it there, reconnecting in the background)
+// the next call does not wait on it: it once waited the whole connect timeout
+// there, for a state change that never came.
+TEST(EtcdClusterTest, AFailedWriteMovesOnAndADeadMemberIsNotWaitedFor) {
+  std::unique_ptr<EtcdCluster> cluster = StartCluster();
+  ASSERT_NE(cluster, nullptr);
+  auto leader = cluster->LeaderIndex();
+  ASSERT_TRUE(leader.ok()) << leader.status();
+  // Two followers: the member that will be paused first (the client connects
+  // to it before the pause: a stopped process accepts TCP but never answers
+  // HTTP/2), then the victim, which the client has not connected to.
+  std::vector<int> followers;
+  for (int i = 0; i < cluster->size(); ++i) {
+    if (i != *leader) followers.push_back(i);
+  }
+  const std::string paused = cluster->endpoint(followers[0]);
+  const std::string dead = cluster->endpoint(followers[1]);
+  ClientOptions options;
+  options.endpoints = {paused, dead};
+  options.security.insecure = true;
+  options.request_timeout = absl::Seconds(2);
+  // Long enough that waiting it out on the dead member would show.
+  options.connect_timeout = absl::Seconds(60);
+  auto created = Client::Create(std::move(options));
+  ASSERT_TRUE(created.ok()) << created.status();
+  Client& client = **created;
+  ASSERT_TRUE(client.Put("/f/k", "0").ok());
+  ASSERT_EQ(client.preferred_endpoint(), paused);
+
+  cluster->Kill(followers[1]);
+  cluster->Pause(followers[0]);
+  // The paused member takes the write and lets its deadline pass: outcome
+  // unknown, and the client moves off it.
+  absl::Status lost = client.Put("/f/k", "1").status();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(lost)) << lost;
+  EXPECT_TRUE(OutcomeUnknown(lost)) << lost;
+  EXPECT_EQ(client.preferred_endpoint(), dead);
+  // The next starts at the dead member (refused: nothing sent, its channel
+  // now in TRANSIENT_FAILURE), goes on to the paused one and fails there the
+  // same way.
+  lost = client.Put("/f/k", "1").status();
+  EXPECT_TRUE(OutcomeUnknown(lost)) << lost;
+  EXPECT_EQ(client.preferred_endpoint(), dead);
+  cluster->Resume(followers[0]);
+
+  // Next calls start past the dead member's failed channel: each answers
+  // long before the 60 s connect timeout (while etcd settles they may be
+  // refused "no leader"). Another key: the writes to /f/k whose outcome was
+  // unknown may still land (the paused member forwards them once resumed).
+  absl::Status put;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        const MonoTime start = std::chrono::steady_clock::now();
+        put = client.Put("/f/after", "2").status();
+        const absl::Duration took =
+            MonoSince(start, std::chrono::steady_clock::now());
+        EXPECT_LT(took, absl::Seconds(30))
+            << "waited on the dead member: " << put;
+        return put.ok();
+      },
+      kPatience))
+      << put;
+  EXPECT_EQ(client.preferred_endpoint(), paused);
+  auto got = client.Get("/f/after");
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->kvs.size(), 1u);
+  EXPECT_EQ(got->kvs[0].value, "2");
 }
 
 // Two members stopped: the third has no leader. With `hasleader` it refuses
