@@ -62,7 +62,17 @@ absl::Status PlannerServer::OpenRegistry() {
       options_.registry, &topology_diff::DiffTopologyEvents);
   if (!options_.db_path.empty()) {
     if (absl::Status opened = OpenStore(); !opened.ok()) return opened;
-    registry_->SetObserver(store_.get());
+    // The one writer of the file from now on (a planner opened on it before
+    // is fenced off).
+    absl::StatusOr<store::Fence> fence = store_->Lead();
+    if (!fence.ok()) {
+      return absl::Status(fence.status().code(),
+                          absl::StrCat("--db ", options_.db_path, ": ",
+                                       fence.status().message()));
+    }
+    registry_writer_ =
+        std::make_unique<store::RegistryWriter>(store_.get(), *fence);
+    registry_->SetObserver(registry_writer_.get());
   }
   cluster_collector_ =
       std::make_shared<metrics::ClusterCollector>(registry_.get());
@@ -96,10 +106,10 @@ absl::Status PlannerServer::OpenAndLoadStore() {
   metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
   // LoadInto restores nothing when it fails, so a retry starts clean.
   if (absl::Status loaded =
-          (*store)->LoadInto(*registry_,
-                             [planner_metrics](const std::string& site) {
-                               planner_metrics->RecordDiscardedError(site);
-                             });
+          store::LoadInto(**store, *registry_,
+                          [planner_metrics](const std::string& site) {
+                            planner_metrics->RecordDiscardedError(site);
+                          });
       !loaded.ok()) {
     return absl::DataLossError(
         absl::StrCat("--db ", options_.db_path, ": ", loaded.message()));

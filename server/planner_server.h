@@ -30,6 +30,7 @@
 #include "server/planning/calibration.h"
 #include "server/registry/registry.h"
 #include "server/store/sqlite_store.h"
+#include "server/store/store.h"
 #include "server/verify/verifier.h"
 
 namespace monta {
@@ -177,10 +178,13 @@ class PlannerServer {
   std::unique_ptr<http::MetricsEndpoint> metrics_endpoint_;
   std::unique_ptr<metrics::PlannerMetrics> planner_metrics_;
   std::unique_ptr<registry::Registry> registry_;
-  // The registry's observer; members are destroyed in reverse, so the gRPC
-  // server (declared below) is gone before the store, and the store before the
-  // registry.
+  // Where the registry's state is kept; members are destroyed in reverse, so
+  // the gRPC server (declared below) is gone before the store, and the store
+  // before the registry.
   std::unique_ptr<store::SqliteStore> store_;
+  // The registry's observer: its changes committed to store_ under the fence
+  // store_->Lead() gave this process. Destroyed before store_.
+  std::unique_ptr<store::RegistryWriter> registry_writer_;
   std::shared_ptr<metrics::ClusterCollector> cluster_collector_;
   std::shared_ptr<metrics::HeldBytesCollector> held_bytes_;
   std::unique_ptr<fabric::Fabric> fabric_;

@@ -122,9 +122,51 @@ std::string CurveKey(const BandwidthCurve& c) {
 Registry::Registry(RegistryOptions options, TopologyDiffer differ)
     : options_(options), differ_(std::move(differ)) {}
 
+const char* ChangeOperation(Change::Kind kind) {
+  switch (kind) {
+    case Change::Kind::kNode:
+    case Change::Kind::kNodeRemoved:
+      return "node";
+    case Change::Kind::kCurve:
+    case Change::Kind::kCurvesForgotten:
+      return "curve";
+  }
+  return "node";
+}
+
 void Registry::SetObserver(RegistryObserver* observer) {
+  absl::MutexLock deliver(&deliver_mu_);
   absl::MutexLock lock(&mu_);
   observer_ = observer;
+  observed_ = observer != nullptr;
+}
+
+bool Registry::Queue(Change change) {
+  if (!observed_) return false;
+  pending_.push_back(std::move(change));
+  return true;
+}
+
+void Registry::Deliver() {
+  absl::MutexLock deliver(&deliver_mu_);
+  DeliverLocked();
+}
+
+std::vector<BandwidthCurve> Registry::DeliverLocked() {
+  std::vector<BandwidthCurve> restored;
+  while (true) {
+    std::vector<Change> batch;
+    {
+      absl::MutexLock lock(&mu_);
+      batch.swap(pending_);
+    }
+    // Another caller's Deliver may have taken this caller's changes already:
+    // they were delivered before deliver_mu_ came free.
+    if (batch.empty() || observer_ == nullptr) return restored;
+    for (BandwidthCurve& c : observer_->Changed(batch)) {
+      restored.push_back(std::move(c));
+    }
+  }
 }
 
 absl::Status Registry::Register(const monta::v1::RegisterRequest& request,
@@ -144,7 +186,18 @@ absl::Status Registry::Register(const monta::v1::RegisterRequest& request,
           ValidateTopology(request.topology(), options_.topology_limits);
       !s.ok())
     return s;
-  absl::MutexLock lock(&mu_);
+  bool queued = false;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Status registered = RegisterLocked(request, now, &queued);
+    if (!registered.ok()) return registered;
+  }
+  if (queued) Deliver();
+  return absl::OkStatus();
+}
+
+absl::Status Registry::RegisterLocked(const monta::v1::RegisterRequest& request,
+                                      Instant now, bool* queued) {
   auto it = nodes_.find(request.node_name());
   if (it != nodes_.end()) {
     Entry& entry = it->second;
@@ -175,13 +228,24 @@ absl::Status Registry::Register(const monta::v1::RegisterRequest& request,
   } else {
     RecordTopology(entry, request.topology(), now);
   }
-  Notify(entry, now);
+  *queued = Notify(entry, now);
   return absl::OkStatus();
 }
 
 absl::Status Registry::Heartbeat(const monta::v1::HeartbeatRequest& request,
                                  Instant now) {
-  absl::MutexLock lock(&mu_);
+  bool queued = false;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Status beat = HeartbeatLocked(request, now, &queued);
+    if (!beat.ok()) return beat;
+  }
+  if (queued) Deliver();
+  return absl::OkStatus();
+}
+
+absl::Status Registry::HeartbeatLocked(
+    const monta::v1::HeartbeatRequest& request, Instant now, bool* queued) {
   auto it = nodes_.find(request.node_name());
   if (it == nodes_.end() || it->second.gone) {
     return absl::NotFoundError(
@@ -205,27 +269,33 @@ absl::Status Registry::Heartbeat(const monta::v1::HeartbeatRequest& request,
     const int events_before = entry.info.events_size();
     RecordTopology(entry, request.topology(), now);
     // Persist only real changes: heartbeats are the hot path.
-    if (entry.info.events_size() != events_before) Notify(entry, now);
+    if (entry.info.events_size() != events_before) {
+      *queued = Notify(entry, now);
+    }
   }
   return absl::OkStatus();
 }
 
 absl::Status Registry::Deregister(absl::string_view node_name,
                                   absl::string_view instance_id, Instant now) {
-  absl::MutexLock lock(&mu_);
-  auto it = nodes_.find(node_name);
-  if (it == nodes_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("node ", EchoInput(node_name), " is not registered"));
+  bool queued = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = nodes_.find(node_name);
+    if (it == nodes_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("node ", EchoInput(node_name), " is not registered"));
+    }
+    Entry& entry = it->second;
+    if (entry.info.instance_id() != instance_id) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "node ", EchoInput(node_name), " is held by another agent instance"));
+    }
+    entry.gone = true;
+    entry.quiet_since = now.mono;
+    queued = Notify(entry, now);
   }
-  Entry& entry = it->second;
-  if (entry.info.instance_id() != instance_id) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "node ", EchoInput(node_name), " is held by another agent instance"));
-  }
-  entry.gone = true;
-  entry.quiet_since = now.mono;
-  Notify(entry, now);
+  if (queued) Deliver();
   return absl::OkStatus();
 }
 
@@ -307,7 +377,23 @@ std::vector<std::string> Registry::StaleNodes(Instant now) const {
 }
 
 std::vector<std::string> Registry::RemoveGone(Instant now) {
-  absl::MutexLock lock(&mu_);
+  bool queued = false;
+  std::vector<std::string> removed;
+  {
+    absl::MutexLock lock(&mu_);
+    removed = RemoveGoneLocked(now);
+    for (const std::string& name : removed) {
+      Change change;
+      change.kind = Change::Kind::kNodeRemoved;
+      change.node_name = name;
+      queued = Queue(std::move(change));
+    }
+  }
+  if (queued) Deliver();
+  return removed;
+}
+
+std::vector<std::string> Registry::RemoveGoneLocked(Instant now) {
   std::vector<std::string> removed;
   for (auto it = nodes_.begin(); it != nodes_.end();) {
     const Entry& entry = it->second;
@@ -338,9 +424,6 @@ std::vector<std::string> Registry::RemoveGone(Instant now) {
                                 return names_removed(e.curve());
                               }),
                ring.end());
-  }
-  if (observer_ != nullptr) {
-    for (const std::string& name : removed) observer_->NodeRemoved(name);
   }
   return removed;
 }
@@ -390,12 +473,18 @@ absl::Status Registry::PutCurve(const BandwidthCurve& curve) {
 }
 
 absl::Status Registry::AddCurve(const BandwidthCurve& curve) {
-  absl::MutexLock lock(&mu_);
-  BandwidthCurve numbered = curve;
-  numbered.set_sequence(next_sequence_);
-  if (absl::Status s = PutCurve(numbered); !s.ok()) return s;
-  ++next_sequence_;
-  if (observer_ != nullptr) observer_->CurveAdded(numbered);
+  bool queued = false;
+  {
+    absl::MutexLock lock(&mu_);
+    Change change;
+    change.kind = Change::Kind::kCurve;
+    change.curve = curve;
+    change.curve.set_sequence(next_sequence_);
+    if (absl::Status s = PutCurve(change.curve); !s.ok()) return s;
+    ++next_sequence_;
+    queued = Queue(std::move(change));
+  }
+  if (queued) Deliver();
   return absl::OkStatus();
 }
 
@@ -470,11 +559,28 @@ absl::StatusOr<monta::v1::ForgetCurvesReply> Registry::Forget(
     return absl::InvalidArgumentError(absl::StrCat(
         "task_id: expected at most 128 characters, got ", what.task_id.size()));
   }
-  absl::MutexLock lock(&mu_);
-  if (!what.node_name.empty() && nodes_.find(what.node_name) == nodes_.end()) {
-    return absl::NotFoundError("node_name: not a registered node");
-  }
+  // Held until this change is delivered: the observer's answer to it (the
+  // older curves) is this call's.
+  absl::MutexLock deliver(&deliver_mu_);
   monta::v1::ForgetCurvesReply reply;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!what.node_name.empty() &&
+        nodes_.find(what.node_name) == nodes_.end()) {
+      return absl::NotFoundError("node_name: not a registered node");
+    }
+    Change change;
+    change.kind = Change::Kind::kCurvesForgotten;
+    change.forget = what;
+    change.measurements = DropSelected(what, reply);
+    if (!Queue(std::move(change))) return reply;
+  }
+  PutBack(what, DeliverLocked(), reply);
+  return reply;
+}
+
+std::vector<std::string> Registry::DropSelected(
+    const ForgetSelector& what, monta::v1::ForgetCurvesReply& reply) {
   std::set<std::string> measurements;
   for (auto& [name, entry] : nodes_) {
     auto* curves = entry.info.mutable_curves();
@@ -498,15 +604,33 @@ absl::StatusOr<monta::v1::ForgetCurvesReply> Registry::Forget(
                               }),
                ring.end());
   }
-  if (observer_ == nullptr) return reply;
-  for (const BandwidthCurve& older : observer_->CurvesForgotten(
-           what, {measurements.begin(), measurements.end()})) {
-    if (Selects(what, older) || !PutCurve(older).ok()) continue;
+  return {measurements.begin(), measurements.end()};
+}
+
+void Registry::PutBack(const ForgetSelector& what,
+                       const std::vector<BandwidthCurve>& older,
+                       monta::v1::ForgetCurvesReply& reply) {
+  absl::MutexLock lock(&mu_);
+  for (const BandwidthCurve& curve : older) {
+    if (Selects(what, curve) || Superseded(curve) || !PutCurve(curve).ok()) {
+      continue;
+    }
     BandwidthCurve& restored = *reply.add_restored();
-    restored = older;
+    restored = curve;
     restored.clear_points();
   }
-  return reply;
+}
+
+bool Registry::Superseded(const BandwidthCurve& older) const {
+  const std::string key = CurveKey(older);
+  for (const std::string& node : older.nodes()) {
+    auto it = nodes_.find(node);
+    if (it == nodes_.end()) continue;
+    for (const BandwidthCurve& c : it->second.info.curves()) {
+      if (CurveKey(c) == key && c.sequence() >= older.sequence()) return true;
+    }
+  }
+  return false;
 }
 
 void Registry::Restore(const NodeInfo& node, Instant now) {
@@ -559,8 +683,12 @@ void Registry::RecordTopology(Entry& entry,
   StoreTopology(topology, entry.info);
 }
 
-void Registry::Notify(const Entry& entry, Instant now) {
-  if (observer_ != nullptr) observer_->NodeChanged(Snapshot(entry, now));
+bool Registry::Notify(const Entry& entry, Instant now) {
+  if (!observed_) return false;
+  Change change;
+  change.kind = Change::Kind::kNode;
+  change.node = Snapshot(entry, now);
+  return Queue(std::move(change));
 }
 
 }  // namespace monta::registry

@@ -64,23 +64,38 @@ struct ForgetSelector {
 };
 bool Selects(const ForgetSelector& what, const monta::v1::BandwidthCurve& c);
 
-// Called after every state change that should be persisted.
+// One change of the registry's durable state (what a store persists).
+struct Change {
+  enum class Kind {
+    kNode,             // `node` registered, changed or deregistered
+    kCurve,            // `curve` added, with its sequence
+    kNodeRemoved,      // `node_name` and every curve naming it are gone
+    kCurvesForgotten,  // an operator dropped the curves `forget` selects
+  };
+  Kind kind = Kind::kNode;
+  // kNode: the node as List shows it (its curves are persisted on their own).
+  monta::v1::NodeInfo node;
+  monta::v1::BandwidthCurve curve;  // kCurve
+  std::string node_name;            // kNodeRemoved
+  ForgetSelector forget;            // kCurvesForgotten
+  // kCurvesForgotten: the measurements (CurveKey) of the curves dropped.
+  std::vector<std::string> measurements;
+};
+// "node" (kNode, kNodeRemoved) or "curve": the operation a store reports.
+const char* ChangeOperation(Change::Kind kind);
+
+// Told of every change that should be persisted, outside the registry's lock:
+// one call at a time, in the order the changes happened, before the call that
+// made them returns (so a caller's change is persisted when it returns).
 class RegistryObserver {
  public:
   virtual ~RegistryObserver() = default;
-  virtual void NodeChanged(const monta::v1::NodeInfo& node) = 0;
-  // A new curve, with its sequence.
-  virtual void CurveAdded(const monta::v1::BandwidthCurve& curve) = 0;
-  // The node and every curve naming it are gone from the registry.
-  virtual void NodeRemoved(const std::string& node_name) {}
-  // An operator dropped the curves `what` selects: the persisted ones go too.
-  // Returns, of each measurement (CurveKey) in `measurements`, the newest
-  // persisted curve left, if any: it is current again.
-  virtual std::vector<monta::v1::BandwidthCurve> CurvesForgotten(
-      const ForgetSelector& what,
-      const std::vector<std::string>& measurements) {
-    return {};
-  }
+  // Persists `changes` (in order). Returns, of each measurement of a
+  // kCurvesForgotten change among them, the newest persisted curve left, if
+  // any: it is current again. Failures are the observer's to report: the
+  // registry (memory) stays the source of truth.
+  virtual std::vector<monta::v1::BandwidthCurve> Changed(
+      const std::vector<Change>& changes) = 0;
 };
 
 // Thread-safe. Every method takes the current time (both clocks: leases run on
@@ -91,7 +106,8 @@ class Registry {
   explicit Registry(RegistryOptions options, TopologyDiffer differ = nullptr);
 
   // Sets the observer (not owned; must outlive the registry). Call before use.
-  void SetObserver(RegistryObserver* observer);
+  void SetObserver(RegistryObserver* observer)
+      ABSL_LOCKS_EXCLUDED(deliver_mu_, mu_);
 
   // Registers or re-registers `node_name`. Refused with ALREADY_EXISTS when
   // another instance id holds a live lease on the name; a stale or gone holder
@@ -189,13 +205,46 @@ class Registry {
     std::deque<monta::v1::ExcludedCurve> excluded;
   };
   bool Alive(const Entry& entry, Instant now) const;
+  // The bodies of Register, Heartbeat and RemoveGone; `queued`: a change
+  // waits for Deliver.
+  absl::Status RegisterLocked(const monta::v1::RegisterRequest& request,
+                              Instant now, bool* queued)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status HeartbeatLocked(const monta::v1::HeartbeatRequest& request,
+                               Instant now, bool* queued)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::string> RemoveGoneLocked(Instant now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forget's change in memory: drops the curves and exclusions `what`
+  // selects, lists the dropped in `reply`; returns their measurements.
+  std::vector<std::string> DropSelected(const ForgetSelector& what,
+                                        monta::v1::ForgetCurvesReply& reply)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A curve of `older`'s measurement with its sequence or a later one is held.
+  bool Superseded(const monta::v1::BandwidthCurve& older) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   monta::v1::NodeInfo Snapshot(const Entry& entry, Instant now) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void RecordTopology(Entry& entry, const monta::v1::NodeTopology& topology,
                       Instant now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Notify(const Entry& entry, Instant now)
+  // Queues the node's change for the observer (when there is one); true when
+  // it queued: the caller delivers once it has let go of mu_.
+  bool Notify(const Entry& entry, Instant now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Queue(Change change) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands every queued change to the observer, outside mu_, in order.
+  void Deliver() ABSL_LOCKS_EXCLUDED(deliver_mu_, mu_);
+  // Deliver, for a caller holding deliver_mu_; returns the observer's answer
+  // to the kCurvesForgotten change among them (at most one can be queued:
+  // Forget holds deliver_mu_ until its change is delivered).
+  std::vector<monta::v1::BandwidthCurve> DeliverLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(deliver_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  // Puts back the older curves a Forget left current, unless a newer curve of
+  // the measurement came meanwhile; adds each one put back to `reply`.
+  void PutBack(const ForgetSelector& what,
+               const std::vector<monta::v1::BandwidthCurve>& older,
+               monta::v1::ForgetCurvesReply& reply) ABSL_LOCKS_EXCLUDED(mu_);
   // Stores `curve` under each node it names (all must exist; the per-node
   // bound holds), replacing its measurement's earlier curve.
   absl::Status PutCurve(const monta::v1::BandwidthCurve& curve)
@@ -205,9 +254,14 @@ class Registry {
   const TopologyDiffer differ_;
 
   mutable absl::Mutex mu_;
-  // Called with mu_ held, so the observer sees changes in the order they
-  // happen.
-  RegistryObserver* observer_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Held while changes are handed to the observer (never with mu_ held: a
+  // slow store never blocks readers or heartbeats), so they reach it one
+  // batch at a time, in order. Taken before mu_.
+  absl::Mutex deliver_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  RegistryObserver* observer_ ABSL_GUARDED_BY(deliver_mu_) = nullptr;
+  bool observed_ ABSL_GUARDED_BY(mu_) = false;  // observer_ is set
+  // Changes made under mu_, in order, not yet handed to the observer.
+  std::vector<Change> pending_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Entry, std::less<>> nodes_ ABSL_GUARDED_BY(mu_);
   // The sequence of the next curve AddCurve accepts.
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;

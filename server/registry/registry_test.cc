@@ -1,6 +1,10 @@
 #include "server/registry/registry.h"
 
+#include <thread>
+
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace monta::registry {
@@ -275,22 +279,38 @@ monta::v1::BandwidthCurve PairCurve(const std::string& task, int nranks = 4) {
 }
 
 // Records what the registry tells its observer, and answers Forget with the
-// curves it was given as "older rows".
+// curves it was given as "older rows". Checks that it is never called with the
+// registry's lock held: it reads the registry from inside the call.
 class RecordingObserver : public RegistryObserver {
  public:
-  void NodeChanged(const monta::v1::NodeInfo&) override {}
-  void CurveAdded(const monta::v1::BandwidthCurve& curve) override {
-    added.push_back(curve);
+  std::vector<monta::v1::BandwidthCurve> Changed(
+      const std::vector<Change>& changes) override {
+    std::vector<monta::v1::BandwidthCurve> out;
+    for (const Change& change : changes) {
+      if (registry != nullptr) {
+        // Would deadlock were the lock held (absl's Mutex is not reentrant).
+        (void)registry->List(Instant::Now(), /*include_gone=*/true);
+      }
+      switch (change.kind) {
+        case Change::Kind::kNode:
+          nodes.push_back(change.node.name());
+          break;
+        case Change::Kind::kCurve:
+          added.push_back(change.curve);
+          break;
+        case Change::Kind::kNodeRemoved:
+          removed.push_back(change.node_name);
+          break;
+        case Change::Kind::kCurvesForgotten:
+          forgotten_measurements = change.measurements;
+          out = older;
+          break;
+      }
+    }
+    return out;
   }
-  std::vector<monta::v1::BandwidthCurve> CurvesForgotten(
-      const ForgetSelector& what,
-      const std::vector<std::string>& measurements) override {
-    forgotten_measurements = measurements;
-    return older;
-  }
-  void NodeRemoved(const std::string& name) override {
-    removed.push_back(name);
-  }
+  const Registry* registry = nullptr;
+  std::vector<std::string> nodes;
   std::vector<monta::v1::BandwidthCurve> added;
   std::vector<std::string> removed;
   std::vector<std::string> forgotten_measurements;
@@ -300,6 +320,7 @@ class RecordingObserver : public RegistryObserver {
 TEST_F(RegistryTest, TheRegistryNumbersCurvesInTheOrderItTakesThem) {
   Registry r(Options());
   RecordingObserver observer;
+  observer.registry = &r;
   r.SetObserver(&observer);
   ASSERT_TRUE(r.Register(Req("a", "i1"), start_).ok());
   ASSERT_TRUE(r.Register(Req("b", "i2"), start_).ok());
@@ -356,6 +377,7 @@ TEST_F(RegistryTest, ExclusionsAreAShortRingPerNode) {
 TEST_F(RegistryTest, ForgetDropsATasksOrANodesCurvesAndPutsBackOlderOnes) {
   Registry r(Options());
   RecordingObserver observer;
+  observer.registry = &r;
   r.SetObserver(&observer);
   for (const char* n : {"a", "b", "c"}) {
     ASSERT_TRUE(r.Register(Req(n, std::string("i-") + n), start_).ok());
@@ -399,6 +421,99 @@ TEST_F(RegistryTest, ForgetDropsATasksOrANodesCurvesAndPutsBackOlderOnes) {
   EXPECT_EQ(r.Get("c", start_)->curves_size(), 1);
 }
 
+monta::v1::HeartbeatRequest Beat(const std::string& name,
+                                 const std::string& instance) {
+  monta::v1::HeartbeatRequest hb;
+  hb.set_node_name(name);
+  hb.set_instance_id(instance);
+  return hb;
+}
+
+// An observer that holds the first change of `kind` until released (a slow
+// or stuck store).
+class BlockingObserver : public RegistryObserver {
+ public:
+  explicit BlockingObserver(Change::Kind kind) : kind_(kind) {}
+  std::vector<monta::v1::BandwidthCurve> Changed(
+      const std::vector<Change>& changes) override {
+    for (const Change& change : changes) {
+      kinds.push_back(change.kind);
+      if (change.kind == kind_ && !entered.HasBeenNotified()) {
+        entered.Notify();
+        release.WaitForNotification();
+        return older;
+      }
+    }
+    return {};
+  }
+  absl::Notification entered;
+  absl::Notification release;
+  std::vector<monta::v1::BandwidthCurve> older;
+  std::vector<Change::Kind> kinds;  // read after the writers joined
+
+ private:
+  const Change::Kind kind_;
+};
+
+// The store is written outside the registry's lock: while it hangs on one
+// write, reads and heartbeats go on, and the write's caller returns only once
+// it is persisted.
+TEST_F(RegistryTest, AStuckStoreWriteBlocksNeitherReadsNorHeartbeats) {
+  Registry r(Options());
+  BlockingObserver observer(Change::Kind::kCurve);
+  r.SetObserver(&observer);
+  ASSERT_TRUE(r.Register(Req("a", "i1"), start_).ok());
+  ASSERT_TRUE(r.Register(Req("b", "i2"), start_).ok());
+  absl::Notification added;
+  std::thread writer([&] {
+    EXPECT_TRUE(r.AddCurve(PairCurve("t1")).ok());
+    added.Notify();
+  });
+  observer.entered.WaitForNotification();
+  // The curve is in memory (the source of truth) while its write hangs.
+  EXPECT_EQ(r.Get("a", start_)->curves(0).task_id(), "t1");
+  EXPECT_EQ(r.List(start_, false).size(), 2u);
+  EXPECT_TRUE(r.Heartbeat(Beat("a", "i1"), start_).ok());
+  EXPECT_TRUE(r.IsAlive("b", "i2", start_));
+  EXPECT_FALSE(added.HasBeenNotified());
+  observer.release.Notify();
+  writer.join();
+  EXPECT_EQ(observer.kinds,
+            (std::vector<Change::Kind>{Change::Kind::kNode, Change::Kind::kNode,
+                                       Change::Kind::kCurve}));
+}
+
+// Forget puts back the store's older curve only if no newer curve of the
+// measurement came while the store was deleting.
+TEST_F(RegistryTest, ForgetPutsNoOlderCurveOverOneThatCameMeanwhile) {
+  Registry r(Options());
+  BlockingObserver observer(Change::Kind::kCurvesForgotten);
+  r.SetObserver(&observer);
+  ASSERT_TRUE(r.Register(Req("a", "i1"), start_).ok());
+  ASSERT_TRUE(r.Register(Req("b", "i2"), start_).ok());
+  ASSERT_TRUE(r.AddCurve(PairCurve("honest")).ok());
+  ASSERT_TRUE(r.AddCurve(PairCurve("forged")).ok());
+  observer.older = {r.Get("a", start_)->curves(0)};
+  observer.older[0].set_task_id("honest");
+  observer.older[0].set_sequence(1);
+  absl::StatusOr<monta::v1::ForgetCurvesReply> reply;
+  std::thread forget([&] { reply = r.Forget({"forged", ""}); });
+  observer.entered.WaitForNotification();
+  // A new measurement lands in memory; its write waits behind Forget's.
+  std::thread fresh([&] { EXPECT_TRUE(r.AddCurve(PairCurve("fresh")).ok()); });
+  while (r.Get("a", start_)->curves_size() == 0)
+    absl::SleepFor(absl::Milliseconds(1));
+  observer.release.Notify();
+  forget.join();
+  fresh.join();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->forgotten_size(), 1);
+  EXPECT_EQ(reply->restored_size(), 0);
+  ASSERT_EQ(r.Get("b", start_)->curves_size(), 1);
+  EXPECT_EQ(r.Get("b", start_)->curves(0).task_id(), "fresh");
+  EXPECT_EQ(observer.kinds.back(), Change::Kind::kCurve);
+}
+
 TEST_F(RegistryTest, LoopbackAddressesAndNicRates) {
   for (const char* a : {"127.0.0.1", "127.1.2.3:7000", "::1", "[::1]:80",
                         "localhost", "localhost:9"}) {
@@ -440,14 +555,6 @@ TEST_F(RegistryTest, OversizedTopologyIsRefusedAtRegisterAndHeartbeat) {
   EXPECT_EQ(r.Get("a", start_)->topology().nics(0).state(), "ACTIVE");
 }
 
-monta::v1::HeartbeatRequest Beat(const std::string& name,
-                                 const std::string& instance) {
-  monta::v1::HeartbeatRequest hb;
-  hb.set_node_name(name);
-  hb.set_instance_id(instance);
-  return hb;
-}
-
 // NTP or an operator steps the wall clock by +-10 minutes: leases run on the
 // monotonic clock, so no node changes state.
 TEST_F(RegistryTest, WallClockStepsChangeNoNodesState) {
@@ -484,6 +591,7 @@ TEST_F(RegistryTest, NodesQuietForGoneAfterAreRemovedWithTheirCurves) {
   options.gone_after = absl::Seconds(60);
   Registry r(options);
   RecordingObserver observer;
+  observer.registry = &r;
   r.SetObserver(&observer);
   for (const char* name : {"a", "b", "c"}) {
     ASSERT_TRUE(r.Register(Req(name, name), start_).ok());

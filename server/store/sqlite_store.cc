@@ -7,9 +7,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <iostream>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -228,7 +232,7 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
     return absl::UnavailableError(
         absl::StrCat("--db ", path, ": cannot open: ", message));
   }
-  std::unique_ptr<SqliteStore> store(new SqliteStore(db));
+  std::unique_ptr<SqliteStore> store(new SqliteStore(db, path));
   absl::MutexLock lock(&store->mu_);
   if (absl::Status usable = store->CheckUsable(); !usable.ok()) {
     return absl::Status(usable.code(),
@@ -238,6 +242,13 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
     return absl::Status(migrated.code(),
                         absl::StrCat("--db ", path, ": ", migrated.message()));
   }
+  absl::StatusOr<int64_t> revision = store->MetaInt("revision");
+  if (!revision.ok()) {
+    return absl::Status(
+        revision.status().code(),
+        absl::StrCat("--db ", path, ": ", revision.status().message()));
+  }
+  store->history_ = std::make_shared<History>(*revision);
   return store;
 }
 
@@ -384,11 +395,235 @@ absl::StatusOr<std::string> SqliteStore::MoveAside(const std::string& path) {
   return aside;
 }
 
-SqliteStore::SqliteStore(sqlite3* db) : db_(db) {}
+// The commits of this process, newest last, for watches: every revision
+// after kept_after_ up to head_ is held.
+class SqliteStore::History {
+ public:
+  explicit History(int64_t revision) : kept_after_(revision), head_(revision) {}
+
+  void Append(Event event) {
+    absl::MutexLock lock(&mu_);
+    // Another writer committed in between (it took the fence since): the
+    // revisions between are not known here, so no watch may skip them.
+    if (event.revision != head_ + 1) {
+      events_.clear();
+      kept_after_ = event.revision - 1;
+    }
+    head_ = event.revision;
+    events_.push_back(std::move(event));
+    while (events_.size() > kWatchHistory) {
+      kept_after_ = events_.front().revision;
+      events_.pop_front();
+    }
+    cv_.notify_all();
+  }
+
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    cv_.notify_all();
+  }
+
+  // The commits after `*after` (moved on past them); see ChangeWatch::Next.
+  absl::StatusOr<std::vector<Event>> Next(int64_t* after,
+                                          absl::Duration timeout) {
+    // Monotonic (WaitUntil): a wall clock step does not stretch the wait.
+    const MonoTime deadline =
+        MonoAfter(std::chrono::steady_clock::now(), timeout);
+    absl::MutexLock lock(&mu_);
+    while (!closed_ && *after >= kept_after_ && head_ <= *after) {
+      if (WaitUntil(mu_, cv_, deadline)) break;
+    }
+    if (*after < kept_after_) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "sqlite watch: revision ", *after + 1,
+          " is no longer held (this process holds revisions ", kept_after_ + 1,
+          "..", head_, "); list again and watch from its revision"));
+    }
+    std::vector<Event> out;
+    for (const Event& event : events_) {
+      if (event.revision > *after) out.push_back(event);
+    }
+    if (!out.empty()) {
+      *after = out.back().revision;
+      return out;
+    }
+    if (closed_) return absl::CancelledError("sqlite watch: the store closed");
+    return absl::DeadlineExceededError("sqlite watch: no commit came");
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::condition_variable_any cv_;
+  std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
+  int64_t kept_after_ ABSL_GUARDED_BY(mu_);
+  int64_t head_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+namespace {
+
+class SqliteWatch : public ChangeWatch {
+ public:
+  SqliteWatch(std::shared_ptr<SqliteStore::History> history, int64_t after)
+      : history_(std::move(history)), after_(after) {}
+  absl::StatusOr<std::vector<Event>> Next(absl::Duration timeout) override {
+    return history_->Next(&after_, timeout);
+  }
+
+ private:
+  const std::shared_ptr<SqliteStore::History> history_;
+  int64_t after_;
+};
+
+}  // namespace
+
+SqliteStore::SqliteStore(sqlite3* db, std::string path)
+    : path_(std::move(path)), db_(db) {}
 
 SqliteStore::~SqliteStore() {
+  if (history_ != nullptr) history_->Close();
   absl::MutexLock lock(&mu_);
   sqlite3_close(db_);
+}
+
+absl::StatusOr<int64_t> SqliteStore::MetaInt(const char* key) {
+  Statement stmt(db_,
+                 "SELECT CAST(value AS INTEGER) FROM store_meta WHERE "
+                 "key = ?1");
+  if (stmt.get() == nullptr) return SqliteError(db_, "reading store_meta");
+  stmt.BindText(1, key);
+  const int step = sqlite3_step(stmt.get());
+  if (step == SQLITE_ROW) return sqlite3_column_int64(stmt.get(), 0);
+  if (step == SQLITE_DONE) return 0;
+  return SqliteError(db_, absl::StrCat("reading store_meta ", key));
+}
+
+absl::Status SqliteStore::SetMetaInt(const char* key, int64_t value) {
+  Statement stmt(db_,
+                 "INSERT OR REPLACE INTO store_meta (key, value) VALUES (?1, "
+                 "?2)");
+  if (stmt.get() == nullptr) return SqliteError(db_, "writing store_meta");
+  stmt.BindText(1, key);
+  sqlite3_bind_int64(stmt.get(), 2, value);
+  return sqlite3_step(stmt.get()) == SQLITE_DONE
+             ? absl::OkStatus()
+             : SqliteError(db_, absl::StrCat("writing store_meta ", key));
+}
+
+absl::StatusOr<Fence> SqliteStore::Lead() {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
+  absl::StatusOr<int64_t> epoch = MetaInt("writer_epoch");
+  absl::Status status = epoch.status();
+  if (status.ok()) status = SetMetaInt("writer_epoch", *epoch + 1);
+  if (status.ok()) status = Exec("COMMIT;");
+  if (!status.ok()) {
+    (void)Exec("ROLLBACK;");
+    return status;
+  }
+  return Fence{*epoch + 1};
+}
+
+absl::StatusOr<Snapshot> SqliteStore::List(int64_t revision) {
+  absl::MutexLock lock(&mu_);
+  // One read transaction: the revision and the rows agree.
+  if (absl::Status s = Exec("BEGIN;"); !s.ok()) return s;
+  Snapshot snapshot;
+  absl::StatusOr<int64_t> current = MetaInt("revision");
+  absl::Status status = current.status();
+  if (status.ok() && revision != 0 && revision != *current) {
+    status = absl::OutOfRangeError(
+        absl::StrCat("sqlite: revision ", revision,
+                     " is not held: the SQLite store holds "
+                     "only its newest, ",
+                     *current, " (list at 0)"));
+  }
+  if (status.ok()) {
+    snapshot.revision = *current;
+    status = ReadNodes(snapshot);
+  }
+  if (status.ok()) status = ReadCurves(snapshot);
+  (void)Exec(status.ok() ? "COMMIT;" : "ROLLBACK;");
+  if (!status.ok()) return status;
+  return snapshot;
+}
+
+absl::StatusOr<Committed> SqliteStore::Commit(
+    const Fence& fence, const std::vector<Mutation>& mutations) {
+  if (mutations.empty()) {
+    return absl::InvalidArgumentError("mutations: expected at least one");
+  }
+  for (size_t i = 0; i < mutations.size(); ++i) {
+    if (absl::Status s = ValidateMutation(mutations[i]); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mutations[", i, "]: ", s.message()));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  const char* operation = registry::ChangeOperation(mutations.front().kind);
+  absl::StatusOr<Committed> committed =
+      CommitLocked(fence, mutations, &operation);
+  WriteDone(operation, committed.status());
+  if (committed.ok()) history_->Append(Event{committed->revision, mutations});
+  return committed;
+}
+
+absl::StatusOr<Committed> SqliteStore::CommitLocked(
+    const Fence& fence, const std::vector<Mutation>& mutations,
+    const char** operation) {
+  if (absl::Status s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
+  Committed committed;
+  absl::StatusOr<int64_t> epoch = MetaInt("writer_epoch");
+  absl::Status status = epoch.status();
+  if (status.ok() && (fence.epoch < 1 || fence.epoch != *epoch)) {
+    status = absl::FailedPreconditionError(absl::StrCat(
+        "sqlite: fenced: the write's fence (epoch ", fence.epoch,
+        ") is not the writer's (epoch ", *epoch,
+        "): another planner opened this database since; nothing written"));
+  }
+  for (const Mutation& mutation : mutations) {
+    if (!status.ok()) break;
+    status = Apply(mutation, &committed.restored);
+    if (!status.ok()) *operation = registry::ChangeOperation(mutation.kind);
+  }
+  absl::StatusOr<int64_t> revision = MetaInt("revision");
+  if (status.ok()) status = revision.status();
+  if (status.ok()) {
+    committed.revision = *revision + 1;
+    status = SetMetaInt("revision", committed.revision);
+  }
+  if (status.ok()) status = Exec("COMMIT;");
+  if (!status.ok()) {
+    (void)Exec("ROLLBACK;");
+    return status;
+  }
+  return committed;
+}
+
+absl::Status SqliteStore::Apply(
+    const Mutation& mutation,
+    std::vector<monta::v1::BandwidthCurve>* restored) {
+  switch (mutation.kind) {
+    case Mutation::Kind::kNode:
+      return PutNode(mutation.node);
+    case Mutation::Kind::kCurve:
+      return AppendCurve(mutation.curve);
+    case Mutation::Kind::kNodeRemoved:
+      return RemoveNode(mutation.node_name);
+    case Mutation::Kind::kCurvesForgotten:
+      return ForgetCurves(mutation.forget, mutation.measurements, restored);
+  }
+  return absl::InvalidArgumentError("mutation: unknown kind");
+}
+
+absl::StatusOr<std::unique_ptr<ChangeWatch>> SqliteStore::Watch(
+    int64_t after_revision) {
+  if (after_revision < 0) {
+    return absl::InvalidArgumentError("watch: after_revision must be >= 0");
+  }
+  return std::unique_ptr<ChangeWatch>(
+      new SqliteWatch(history_, after_revision));
 }
 
 absl::Status SqliteStore::Exec(const char* sql) {
@@ -401,111 +636,89 @@ absl::Status SqliteStore::Exec(const char* sql) {
   return absl::OkStatus();
 }
 
-absl::Status SqliteStore::LoadInto(
-    registry::Registry& registry,
-    const std::function<void(const std::string& site)>& on_discarded) {
-  std::vector<monta::v1::NodeInfo> nodes;
-  std::vector<monta::v1::BandwidthCurve> curves;
-  uint64_t max_sequence = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    Statement node_rows(db_, "SELECT name, info FROM nodes ORDER BY name");
-    if (node_rows.get() == nullptr) return SqliteError(db_, "reading nodes");
-    int step = SQLITE_ROW;
-    while ((step = sqlite3_step(node_rows.get())) == SQLITE_ROW) {
-      monta::v1::NodeInfo node;
-      const void* blob = sqlite3_column_blob(node_rows.get(), 1);
-      const int size = sqlite3_column_bytes(node_rows.get(), 1);
-      if (!node.ParseFromArray(blob, size)) {
-        return absl::DataLossError(
-            absl::StrCat("sqlite: node \"",
-                         reinterpret_cast<const char*>(
-                             sqlite3_column_text(node_rows.get(), 0)),
-                         "\" does not parse as monta.v1.NodeInfo"));
-      }
-      nodes.push_back(std::move(node));
+absl::Status SqliteStore::ReadNodes(Snapshot& snapshot) {
+  Statement node_rows(db_, "SELECT name, info FROM nodes ORDER BY name");
+  if (node_rows.get() == nullptr) return SqliteError(db_, "reading nodes");
+  int step = SQLITE_ROW;
+  while ((step = sqlite3_step(node_rows.get())) == SQLITE_ROW) {
+    monta::v1::NodeInfo node;
+    const void* blob = sqlite3_column_blob(node_rows.get(), 1);
+    const int size = sqlite3_column_bytes(node_rows.get(), 1);
+    if (!node.ParseFromArray(blob, size)) {
+      return absl::DataLossError(
+          absl::StrCat("sqlite: node \"",
+                       reinterpret_cast<const char*>(
+                           sqlite3_column_text(node_rows.get(), 0)),
+                       "\" does not parse as monta.v1.NodeInfo"));
     }
-    // A read error ends the loop too: a partial state must not load silently.
-    if (step != SQLITE_DONE) {
-      return absl::Status(CodeOf(db_), absl::StrCat("sqlite: reading nodes: ",
-                                                    sqlite3_errmsg(db_)));
-    }
-    // Only the newest row of each measurement (by the planner's sequence):
-    // start-up reads what the registry keeps, not the whole history.
-    Statement curve_rows(
-        db_,
-        "SELECT c.id, c.sequence, c.received_unix_seconds, c.curve FROM curves "
-        "c JOIN (SELECT measurement, MAX(sequence) AS newest FROM curves GROUP "
-        "BY measurement) m ON c.measurement = m.measurement AND c.sequence = "
-        "m.newest ORDER BY c.sequence");
-    if (curve_rows.get() == nullptr) return SqliteError(db_, "reading curves");
-    while ((step = sqlite3_step(curve_rows.get())) == SQLITE_ROW) {
-      absl::StatusOr<monta::v1::BandwidthCurve> curve =
-          CurveOfRow(curve_rows.get(), 1);
-      if (!curve.ok()) {
-        return absl::DataLossError(absl::StrCat(
-            "sqlite: curve row ", sqlite3_column_int64(curve_rows.get(), 0),
-            ": ", curve.status().message()));
-      }
-      curves.push_back(*std::move(curve));
-    }
-    if (step != SQLITE_DONE) {
-      return absl::Status(CodeOf(db_), absl::StrCat("sqlite: reading curves: ",
-                                                    sqlite3_errmsg(db_)));
-    }
-    Statement highest(db_, "SELECT MAX(sequence) FROM curves");
-    if (highest.get() != nullptr && sqlite3_step(highest.get()) == SQLITE_ROW) {
-      max_sequence =
-          static_cast<uint64_t>(sqlite3_column_int64(highest.get(), 0));
-    }
+    snapshot.nodes.push_back(std::move(node));
   }
-  const Instant now = Instant::Now();
-  for (const auto& node : nodes) registry.Restore(node, now);
-  // Later curves number above every stored row, restored or not.
-  registry.AdvanceSequence(max_sequence);
-  for (const auto& curve : curves) {
-    // A curve naming a node that is no longer stored is history only.
-    if (absl::Status added = registry.RestoreCurve(curve); !added.ok()) {
-      std::cerr << "monta-planner: sqlite: curve of task " << curve.task_id()
-                << " stays history only: " << added << std::endl;
-      if (on_discarded) on_discarded("load_curve");
-    }
+  // A read error ends the loop too: a partial state must not load silently.
+  if (step != SQLITE_DONE) {
+    return absl::Status(CodeOf(db_), absl::StrCat("sqlite: reading nodes: ",
+                                                  sqlite3_errmsg(db_)));
   }
   return absl::OkStatus();
 }
 
-void SqliteStore::NodeChanged(const monta::v1::NodeInfo& node) {
+absl::Status SqliteStore::ReadCurves(Snapshot& snapshot) {
+  // Only the newest row of each measurement (by the planner's sequence):
+  // start-up reads what the registry keeps, not the whole history.
+  Statement curve_rows(
+      db_,
+      "SELECT c.id, c.sequence, c.received_unix_seconds, c.curve FROM curves "
+      "c JOIN (SELECT measurement, MAX(sequence) AS newest FROM curves GROUP "
+      "BY measurement) m ON c.measurement = m.measurement AND c.sequence = "
+      "m.newest ORDER BY c.sequence");
+  if (curve_rows.get() == nullptr) return SqliteError(db_, "reading curves");
+  int step = SQLITE_ROW;
+  while ((step = sqlite3_step(curve_rows.get())) == SQLITE_ROW) {
+    absl::StatusOr<monta::v1::BandwidthCurve> curve =
+        CurveOfRow(curve_rows.get(), 1);
+    if (!curve.ok()) {
+      return absl::DataLossError(absl::StrCat(
+          "sqlite: curve row ", sqlite3_column_int64(curve_rows.get(), 0), ": ",
+          curve.status().message()));
+    }
+    snapshot.curves.push_back(*std::move(curve));
+  }
+  if (step != SQLITE_DONE) {
+    return absl::Status(CodeOf(db_), absl::StrCat("sqlite: reading curves: ",
+                                                  sqlite3_errmsg(db_)));
+  }
+  Statement highest(db_, "SELECT MAX(sequence) FROM curves");
+  if (highest.get() != nullptr && sqlite3_step(highest.get()) == SQLITE_ROW) {
+    snapshot.max_curve_sequence =
+        static_cast<uint64_t>(sqlite3_column_int64(highest.get(), 0));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStore::PutNode(const monta::v1::NodeInfo& node) {
   monta::v1::NodeInfo copy = node;
   copy.clear_curves();  // kept in their own table
-  const std::string blob = copy.SerializeAsString();
-  absl::MutexLock lock(&mu_);
   Statement stmt(db_,
                  "INSERT INTO nodes (name, info, updated_unix_seconds) VALUES "
                  "(?1, ?2, ?3) "
                  "ON CONFLICT(name) DO UPDATE SET info = excluded.info, "
                  "updated_unix_seconds = excluded.updated_unix_seconds");
   if (stmt.get() == nullptr) {
-    WriteDone("node", SqliteError(db_, "preparing node upsert"));
-    return;
+    return SqliteError(db_, "preparing node upsert");
   }
   stmt.BindText(1, node.name());
-  stmt.BindBlob(2, blob);
+  stmt.BindBlob(2, copy.SerializeAsString());
   sqlite3_bind_double(stmt.get(), 3, NowSeconds());
-  WriteDone("node", sqlite3_step(stmt.get()) == SQLITE_DONE
-                        ? absl::OkStatus()
-                        : SqliteError(db_, "writing node " + node.name()));
+  return sqlite3_step(stmt.get()) == SQLITE_DONE
+             ? absl::OkStatus()
+             : SqliteError(db_, "writing node " + node.name());
 }
 
-void SqliteStore::CurveAdded(const monta::v1::BandwidthCurve& curve) {
+absl::Status SqliteStore::AppendCurve(const monta::v1::BandwidthCurve& curve) {
   using google::protobuf::util::TimeUtil;
-  const std::string blob = curve.SerializeAsString();
-  const std::string nodes = absl::StrJoin(curve.nodes(), ",");
-  const std::string measurement = registry::CurveKey(curve);
   const double measured =
       curve.has_measured_at()
           ? TimeUtil::TimestampToNanoseconds(curve.measured_at()) / 1e9
           : NowSeconds();
-  absl::MutexLock lock(&mu_);
   const double received =
       curve.has_received_at()
           ? TimeUtil::TimestampToNanoseconds(curve.received_at()) / 1e9
@@ -517,24 +730,21 @@ void SqliteStore::CurveAdded(const monta::v1::BandwidthCurve& curve) {
       "received_unix_seconds) "
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
   if (stmt.get() == nullptr) {
-    WriteDone("curve", SqliteError(db_, "preparing curve insert"));
-    return;
+    return SqliteError(db_, "preparing curve insert");
   }
   stmt.BindText(1, curve.task_id());
-  stmt.BindText(2, nodes);
+  stmt.BindText(2, absl::StrJoin(curve.nodes(), ","));
   sqlite3_bind_int(stmt.get(), 3, curve.collective());
   sqlite3_bind_int(stmt.get(), 4, curve.scope());
-  const std::string strategy = CurveStrategyName(curve.strategy_kind());
-  stmt.BindText(5, strategy);
+  stmt.BindText(5, CurveStrategyName(curve.strategy_kind()));
   sqlite3_bind_double(stmt.get(), 6, measured);
-  stmt.BindText(7, measurement);
-  stmt.BindBlob(8, blob);
+  stmt.BindText(7, registry::CurveKey(curve));
+  stmt.BindBlob(8, curve.SerializeAsString());
   sqlite3_bind_int64(stmt.get(), 9, static_cast<int64_t>(curve.sequence()));
   sqlite3_bind_double(stmt.get(), 10, received);
-  WriteDone("curve",
-            sqlite3_step(stmt.get()) == SQLITE_DONE
-                ? absl::OkStatus()
-                : SqliteError(db_, "writing curve of task " + curve.task_id()));
+  return sqlite3_step(stmt.get()) == SQLITE_DONE
+             ? absl::OkStatus()
+             : SqliteError(db_, "writing curve of task " + curve.task_id());
 }
 
 void SqliteStore::RecordDecision(const monta::v1::StrategyRequest& request,
@@ -601,8 +811,7 @@ absl::StatusOr<int64_t> SqliteStore::VerificationCount() {
   return Count("verifications");
 }
 
-void SqliteStore::NodeRemoved(const std::string& node_name) {
-  absl::MutexLock lock(&mu_);
+absl::Status SqliteStore::RemoveNode(const std::string& node_name) {
   // The node's row and every curve naming it ("nodes" is comma-separated): on
   // a restart they would name a node that no longer exists.
   Statement node(db_, "DELETE FROM nodes WHERE name = ?1");
@@ -610,15 +819,14 @@ void SqliteStore::NodeRemoved(const std::string& node_name) {
                    "DELETE FROM curves WHERE "
                    "',' || nodes || ',' LIKE '%,' || ?1 || ',%'");
   if (node.get() == nullptr || curves.get() == nullptr) {
-    WriteDone("node", SqliteError(db_, "preparing node removal"));
-    return;
+    return SqliteError(db_, "preparing node removal");
   }
   node.BindText(1, node_name);
   curves.BindText(1, node_name);
   const bool done = sqlite3_step(node.get()) == SQLITE_DONE &&
                     sqlite3_step(curves.get()) == SQLITE_DONE;
-  WriteDone("node", done ? absl::OkStatus()
-                         : SqliteError(db_, "removing node " + node_name));
+  return done ? absl::OkStatus()
+              : SqliteError(db_, "removing node " + node_name);
 }
 
 std::optional<monta::v1::BandwidthCurve> SqliteStore::NewestCurve(
@@ -634,30 +842,27 @@ std::optional<monta::v1::BandwidthCurve> SqliteStore::NewestCurve(
   return *std::move(curve);
 }
 
-std::vector<monta::v1::BandwidthCurve> SqliteStore::CurvesForgotten(
+absl::Status SqliteStore::ForgetCurves(
     const registry::ForgetSelector& what,
-    const std::vector<std::string>& measurements) {
-  absl::MutexLock lock(&mu_);
+    const std::vector<std::string>& measurements,
+    std::vector<monta::v1::BandwidthCurve>* restored) {
   Statement drop(db_, !what.task_id.empty()
                           ? "DELETE FROM curves WHERE task_id = ?1"
                           : "DELETE FROM curves WHERE "
                             "',' || nodes || ',' LIKE '%,' || ?1 || ',%'");
   if (drop.get() == nullptr) {
-    WriteDone("curve", SqliteError(db_, "preparing curve removal"));
-    return {};
+    return SqliteError(db_, "preparing curve removal");
   }
   drop.BindText(1, !what.task_id.empty() ? what.task_id : what.node_name);
   if (sqlite3_step(drop.get()) != SQLITE_DONE) {
-    WriteDone("curve", SqliteError(db_, "removing curves"));
-    return {};
+    return SqliteError(db_, "removing curves");
   }
-  WriteDone("curve", absl::OkStatus());
-  std::vector<monta::v1::BandwidthCurve> left;
   for (const std::string& measurement : measurements) {
-    if (auto curve = NewestCurve(measurement))
-      left.push_back(*std::move(curve));
+    if (auto curve = NewestCurve(measurement)) {
+      restored->push_back(*std::move(curve));
+    }
   }
-  return left;
+  return absl::OkStatus();
 }
 
 void SqliteStore::RecordAudit(const AuditEntry& entry) {

@@ -4,6 +4,15 @@
 // the audit log of what operators changed. A restarted planner reloads nodes
 // and curves, so agents resume with their heartbeats and measurements keep
 // their evidence.
+//
+// The registry's state goes through the store seam (store.h), implemented for
+// the single replica: the revision is a counter in store_meta committed with
+// each transaction; the fence is a writer epoch in store_meta that Lead
+// raises and every Commit compares in its transaction (so a second planner
+// opened on the same file by mistake takes over and the first one's writes
+// are refused, never interleaved); List holds only the newest revision; a
+// watch sees the commits of this process (the newest kWatchHistory), from
+// the revision the file had when it opened.
 #ifndef MONTA_SERVER_STORE_SQLITE_STORE_H_
 #define MONTA_SERVER_STORE_SQLITE_STORE_H_
 
@@ -20,15 +29,21 @@
 #include "server/registry/registry.h"
 #include "server/store/audit_log.h"
 #include "server/store/decision_log.h"
+#include "server/store/store.h"
 
 struct sqlite3;
 
 namespace monta::store {
 
-class SqliteStore : public registry::RegistryObserver,
-                    public DecisionLog,
-                    public AuditLog {
+class SqliteStore : public Store, public DecisionLog, public AuditLog {
  public:
+  // Commits a watch can still be started before (or fall behind by).
+  // Bounded low: nothing watches a single replica but tests and tools, and
+  // a commit of a registration storm holds whole topologies.
+  static constexpr size_t kWatchHistory = 256;
+  // The commits watches read (sqlite_store.cc).
+  class History;
+
   // Opens (creating if needed) the database at `path` and its schema, and
   // refuses one the planner could not keep: each error is one line naming
   // `path` and the problem. FAILED_PRECONDITION: the path is a directory, its
@@ -47,37 +62,28 @@ class SqliteStore : public registry::RegistryObserver,
   static absl::StatusOr<std::string> MoveAside(const std::string& path);
 
   // Told of every failed write (status not OK, `operation` one of "node",
-  // "curve", "decision") and of the first successful write after a failure
-  // (status OK), so health can follow the store. Called under the store's lock
-  // (in write order): it must not call back into the store. Null stops calls.
+  // "curve" (registry::ChangeOperation of a Commit's failing mutation),
+  // "decision", "verification", "audit") and of the first successful write
+  // after a failure (status OK), so health can follow the store. Called under
+  // the store's lock (in write order): it must not call back into the store.
+  // Null stops calls.
   using WriteListener = std::function<void(const std::string& operation,
                                            const absl::Status& status)>;
   void SetWriteListener(WriteListener listener);
   ~SqliteStore() override;
 
-  // Restores every stored node (without a live lease) and the newest curve of
-  // each measurement (registry::CurveKey, the highest sequence; the agents'
-  // measured_at plays no part) with its sequence and received_at; the older
-  // rows stay as history. Call it before making this store the registry's
-  // observer. A stored curve the registry refuses (its node is no longer
-  // stored: the row is history only) is logged and reported to
-  // `on_discarded("load_curve")` when set.
-  absl::Status LoadInto(
-      registry::Registry& registry,
-      const std::function<void(const std::string& site)>& on_discarded = {});
-
-  // RegistryObserver: upserts the node (without its curves); appends the curve.
-  // Write failures are reported on stderr and counted, never thrown: the
-  // planner keeps serving from memory.
-  void NodeChanged(const monta::v1::NodeInfo& node) override;
-  void CurveAdded(const monta::v1::BandwidthCurve& curve) override;
-  // Deletes the node's row and every curve row that names it.
-  void NodeRemoved(const std::string& node_name) override;
-  // Deletes every curve row `what` selects (all of the task's, or all naming
-  // the node) and returns the newest row left of each of `measurements`.
-  std::vector<monta::v1::BandwidthCurve> CurvesForgotten(
-      const registry::ForgetSelector& what,
-      const std::vector<std::string>& measurements) override;
+  // Store. Commit's mutations: kNode upserts the node (without its curves);
+  // kCurve appends the curve; kNodeRemoved deletes the node's row and every
+  // curve row that names it; kCurvesForgotten deletes every curve row it
+  // selects (all of the task's, or all naming the node) and answers the
+  // newest row left of each of its measurements. A failed Commit is reported
+  // on stderr, counted and told to the listener, like every write.
+  absl::StatusOr<Fence> Lead() override;
+  absl::StatusOr<Snapshot> List(int64_t revision = 0) override;
+  absl::StatusOr<Committed> Commit(
+      const Fence& fence, const std::vector<Mutation>& mutations) override;
+  absl::StatusOr<std::unique_ptr<ChangeWatch>> Watch(
+      int64_t after_revision) override;
 
   // AuditLog: appends to the audit_log table.
   void RecordAudit(const AuditEntry& entry) override;
@@ -101,9 +107,11 @@ class SqliteStore : public registry::RegistryObserver,
   absl::StatusOr<int64_t> DecisionCount();
   absl::StatusOr<int64_t> VerificationCount();
   int64_t write_errors() const;
+  // The database file, as Open was given it.
+  const std::string& path() const { return path_; }
 
  private:
-  explicit SqliteStore(sqlite3* db);
+  SqliteStore(sqlite3* db, std::string path);
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<int64_t> Count(const char* table);
   // The checks of Open after the file opened: writable, a database, intact.
@@ -114,6 +122,35 @@ class SqliteStore : public registry::RegistryObserver,
   // their measured_at, but never later than now (a row dated in the future
   // is logged). Idempotent.
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Commit's transaction; `operation` names the failing mutation's.
+  absl::StatusOr<Committed> CommitLocked(const Fence& fence,
+                                         const std::vector<Mutation>& mutations,
+                                         const char** operation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One mutation, inside Commit's transaction; kCurvesForgotten appends the
+  // newest rows left to `restored`.
+  absl::Status Apply(const Mutation& mutation,
+                     std::vector<monta::v1::BandwidthCurve>* restored)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PutNode(const monta::v1::NodeInfo& node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AppendCurve(const monta::v1::BandwidthCurve& curve)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RemoveNode(const std::string& node_name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ForgetCurves(const registry::ForgetSelector& what,
+                            const std::vector<std::string>& measurements,
+                            std::vector<monta::v1::BandwidthCurve>* restored)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // List's reads, inside its read transaction.
+  absl::Status ReadNodes(Snapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReadCurves(Snapshot& snapshot)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An integer of store_meta (0 when absent), and setting one.
+  absl::StatusOr<int64_t> MetaInt(const char* key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SetMetaInt(const char* key, int64_t value)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The newest row of `measurement`, if any.
   std::optional<monta::v1::BandwidthCurve> NewestCurve(
       const std::string& measurement) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -122,11 +159,15 @@ class SqliteStore : public registry::RegistryObserver,
   void WriteDone(const std::string& operation, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const std::string path_;
   mutable absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);
   int64_t write_errors_ ABSL_GUARDED_BY(mu_) = 0;
   bool failing_ ABSL_GUARDED_BY(mu_) = false;  // the last write failed
   WriteListener listener_ ABSL_GUARDED_BY(mu_);
+  // The commits watches read; shared with them, so a watch may outlive the
+  // store (it ends CANCELLED).
+  std::shared_ptr<History> history_;
 };
 
 }  // namespace monta::store

@@ -49,6 +49,33 @@ void RegisterAB(registry::Registry& registry, Instant now) {
   }
 }
 
+// The planner's wiring: the registry writes through the store seam, under
+// the fence Lead hands out.
+std::unique_ptr<RegistryWriter> Wire(SqliteStore& store,
+                                     registry::Registry& registry) {
+  absl::StatusOr<Fence> fence = store.Lead();
+  EXPECT_TRUE(fence.ok()) << fence.status();
+  auto writer =
+      std::make_unique<RegistryWriter>(&store, fence.ok() ? *fence : Fence{});
+  registry.SetObserver(writer.get());
+  return writer;
+}
+
+Mutation NodeMutation(const monta::v1::NodeInfo& node) {
+  Mutation m;
+  m.kind = Mutation::Kind::kNode;
+  m.node = node;
+  return m;
+}
+
+Mutation CurveMutation(monta::v1::BandwidthCurve curve) {
+  Mutation m;
+  m.kind = Mutation::Kind::kCurve;
+  m.curve = std::move(curve);
+  m.curve.set_sequence(1);
+  return m;
+}
+
 TEST(SqliteStoreTest, NodesAndLatestCurvesSurviveARestart) {
   const std::string path = TempPath("restart.db");
   const Instant t0 = Instant::Now();
@@ -56,7 +83,7 @@ TEST(SqliteStoreTest, NodesAndLatestCurvesSurviveARestart) {
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
     registry::Registry registry{registry::RegistryOptions{}};
-    registry.SetObserver(store->get());
+    const auto writer = Wire(**store, registry);
     RegisterAB(registry, t0);
     ASSERT_TRUE(registry.AddCurve(Curve("t1", 1024)).ok());
     ASSERT_TRUE(registry.AddCurve(Curve("t2", 4096)).ok());
@@ -66,8 +93,8 @@ TEST(SqliteStoreTest, NodesAndLatestCurvesSurviveARestart) {
   auto store = SqliteStore::Open(path);
   ASSERT_TRUE(store.ok());
   registry::Registry registry{registry::RegistryOptions{}};
-  ASSERT_TRUE((*store)->LoadInto(registry).ok());
-  registry.SetObserver(store->get());
+  ASSERT_TRUE(LoadInto(**store, registry).ok());
+  const auto writer = Wire(**store, registry);
   auto a = registry.Get("a", Later(t0, absl::Seconds(1)));
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->instance_id(), "i-a");
@@ -88,24 +115,57 @@ TEST(SqliteStoreTest, ACurveWhoseNodeIsGoneIsLoggedAndCounted) {
   {
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
-    (*store)->CurveAdded(Curve("t1", 1024));  // nodes "a" and "b" never stored
+    auto fence = (*store)->Lead();
+    ASSERT_TRUE(fence.ok()) << fence.status();
+    // Nodes "a" and "b" were never stored.
+    ASSERT_TRUE(
+        (*store)->Commit(*fence, {CurveMutation(Curve("t1", 1024))}).ok());
   }
   auto store = SqliteStore::Open(path);
   ASSERT_TRUE(store.ok());
   prometheus::Registry prometheus;
   metrics::PlannerMetrics metrics(prometheus);
   registry::Registry registry{registry::RegistryOptions{}};
-  ASSERT_TRUE((*store)
-                  ->LoadInto(registry,
-                             [&metrics](const std::string& site) {
-                               metrics.RecordDiscardedError(site);
-                             })
-                  .ok());
+  ASSERT_TRUE(LoadInto(**store, registry, [&metrics](const std::string& site) {
+                metrics.RecordDiscardedError(site);
+              }).ok());
   const std::string out =
       prometheus::TextSerializer().Serialize(prometheus.Collect());
   EXPECT_NE(out.find("monta_discarded_errors_total{site=\"load_curve\"} 1"),
             std::string::npos)
       << out;
+}
+
+// Two planners opened on one file by mistake: the later one's Lead fences the
+// first, whose writes are then refused (counted), never interleaved.
+TEST(SqliteStoreTest, ASecondWriterOnTheFileFencesTheFirst) {
+  const std::string path = TempPath("two-writers.db");
+  auto first = SqliteStore::Open(path);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto old_fence = (*first)->Lead();
+  ASSERT_TRUE(old_fence.ok()) << old_fence.status();
+  monta::v1::NodeInfo node;
+  node.set_name("a");
+  ASSERT_TRUE((*first)->Commit(*old_fence, {NodeMutation(node)}).ok());
+  auto second = SqliteStore::Open(path);
+  ASSERT_TRUE(second.ok()) << second.status();
+  auto fence = (*second)->Lead();
+  ASSERT_TRUE(fence.ok()) << fence.status();
+  node.set_name("b");
+  auto refused = (*first)->Commit(*old_fence, {NodeMutation(node)});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("fenced"), std::string::npos)
+      << refused.status();
+  EXPECT_EQ((*first)->write_errors(), 1);
+  node.set_name("c");
+  ASSERT_TRUE((*second)->Commit(*fence, {NodeMutation(node)}).ok());
+  auto listed = (*second)->List();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->nodes.size(), 2u);
+  EXPECT_EQ(listed->nodes[0].name(), "a");
+  EXPECT_EQ(listed->nodes[1].name(), "c");
+  // The revision is the file's: it counts on across both writers.
+  EXPECT_EQ(listed->revision, 2);
 }
 
 TEST(SqliteStoreTest, DecisionsAreKeptWhole) {
@@ -157,7 +217,7 @@ TEST(SqliteStoreTest, ARemovedNodeLeavesWithItsCurves) {
     registry::RegistryOptions options;
     options.gone_after = absl::Seconds(60);
     registry::Registry registry(options);
-    registry.SetObserver(store->get());
+    const auto writer = Wire(**store, registry);
     for (const char* name : {"a", "b", "c"}) {
       monta::v1::RegisterRequest r;
       r.set_node_name(name);
@@ -184,10 +244,9 @@ TEST(SqliteStoreTest, ARemovedNodeLeavesWithItsCurves) {
   ASSERT_TRUE(store.ok());
   registry::Registry registry{registry::RegistryOptions{}};
   int discarded = 0;
-  ASSERT_TRUE((*store)
-                  ->LoadInto(registry,
-                             [&discarded](const std::string&) { ++discarded; })
-                  .ok());
+  ASSERT_TRUE(LoadInto(**store, registry, [&discarded](const std::string&) {
+                ++discarded;
+              }).ok());
   EXPECT_EQ(discarded, 0);
   const auto nodes = registry.List(Instant::Now(), /*include_gone=*/true);
   ASSERT_EQ(nodes.size(), 2u);
@@ -263,19 +322,21 @@ TEST(SqliteStoreTest, WriteListenerHearsFailuresAndRecovery) {
       });
   monta::v1::NodeInfo node;
   node.set_name("a");
-  (*store)->NodeChanged(node);
+  auto fence = (*store)->Lead();
+  ASSERT_TRUE(fence.ok()) << fence.status();
+  (void)(*store)->Commit(*fence, {NodeMutation(node)});
   EXPECT_TRUE(heard.empty());  // successes are news only after a failure
   sqlite3* other = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &other), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(other, "BEGIN EXCLUSIVE;", nullptr, nullptr, nullptr),
             SQLITE_OK);
-  (*store)->NodeChanged(node);
-  (*store)->CurveAdded(Curve("t1", 1024));
+  (void)(*store)->Commit(*fence, {NodeMutation(node)});
+  (void)(*store)->Commit(*fence, {CurveMutation(Curve("t1", 1024))});
   ASSERT_EQ(sqlite3_exec(other, "COMMIT;", nullptr, nullptr, nullptr),
             SQLITE_OK);
   sqlite3_close(other);
-  (*store)->NodeChanged(node);
-  (*store)->NodeChanged(node);
+  (void)(*store)->Commit(*fence, {NodeMutation(node)});
+  (void)(*store)->Commit(*fence, {NodeMutation(node)});
   const std::vector<std::pair<std::string, bool>> want = {
       {"node", false}, {"curve", false}, {"node", true}};
   EXPECT_EQ(heard, want);
@@ -362,7 +423,7 @@ TEST(SqliteStoreTest, AnOldDatabaseIsMigratedAndItsFutureRowLosesItsDate) {
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
     registry::Registry registry{registry::RegistryOptions{}};
-    ASSERT_TRUE((*store)->LoadInto(registry).ok());
+    ASSERT_TRUE(LoadInto(**store, registry).ok());
     auto loaded = registry.ListCurves("a");
     ASSERT_TRUE(loaded.ok());
     ASSERT_EQ(loaded->curves_size(), 2);  // honest-2 and the forged one
@@ -378,7 +439,7 @@ TEST(SqliteStoreTest, AnOldDatabaseIsMigratedAndItsFutureRowLosesItsDate) {
               absl::ToUnixSeconds(now + absl::Hours(24 * 365 * 99)));
     EXPECT_LE(forged.received_at().seconds(), absl::ToUnixSeconds(absl::Now()));
     // New curves number above every old row.
-    registry.SetObserver(store->get());
+    const auto writer = Wire(**store, registry);
     monta::v1::BandwidthCurve next = Curve("next", 2048);
     next.set_nranks(8);
     ASSERT_TRUE(registry.AddCurve(next).ok());
@@ -413,7 +474,7 @@ TEST(SqliteStoreTest, ForgottenCurvesLeaveTheDatabaseAndTheAuditLogSaysWho) {
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
     registry::Registry registry{registry::RegistryOptions{}};
-    registry.SetObserver(store->get());
+    const auto writer = Wire(**store, registry);
     RegisterAB(registry, Instant::Now());
     ASSERT_TRUE(registry.AddCurve(Curve("honest", 1024)).ok());
     ASSERT_TRUE(registry.AddCurve(Curve("forged", 1024)).ok());
@@ -432,7 +493,7 @@ TEST(SqliteStoreTest, ForgottenCurvesLeaveTheDatabaseAndTheAuditLogSaysWho) {
   auto store = SqliteStore::Open(path);
   ASSERT_TRUE(store.ok());
   registry::Registry registry{registry::RegistryOptions{}};
-  ASSERT_TRUE((*store)->LoadInto(registry).ok());
+  ASSERT_TRUE(LoadInto(**store, registry).ok());
   EXPECT_EQ(registry.Get("b", Instant::Now())->curves(0).task_id(), "honest");
   auto audit = (*store)->AuditEntries();
   ASSERT_TRUE(audit.ok()) << audit.status();
