@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "client/table.h"
 #include "common/proto_names.h"
@@ -55,6 +56,20 @@ std::string Measured(const FabricLink& link) {
   const auto& m = link.measured();
   return absl::StrCat(BitRate(m.bytes_per_second()), ", ", m.concurrent_nodes(),
                       " nodes at once");
+}
+
+// A rack's own level (a pair of its nodes) and, when its uplink is not
+// measured, what stands instead.
+std::string RackNote(const monta::v1::FabricRack& rack) {
+  std::vector<std::string> parts;
+  if (rack.has_inside() && rack.inside().bytes_per_second() > 0) {
+    parts.push_back(absl::StrCat(
+        "inside ", BitRate(rack.inside().bytes_per_second()), " (a pair)"));
+  }
+  if (!rack.uplink().has_measured() && !rack.uplink().note().empty()) {
+    parts.push_back(rack.uplink().note());
+  }
+  return absl::StrJoin(parts, "; ");
 }
 
 std::string State(const FabricNode& node) {
@@ -134,9 +149,11 @@ std::string FabricText(const monta::v1::FabricReply& reply) {
   for (const auto& block : reply.blocks()) {
     std::string indent;
     if (!block.name().empty()) {
-      table.AddRow({"block " + block.name(), "", Declared(block.uplink()),
-                    Measured(block.uplink()),
-                    From(block.source(), block.source_detail())});
+      table.AddRow(
+          {"block " + block.name(), "", Declared(block.uplink()),
+           Measured(block.uplink()),
+           From(block.source(), block.source_detail()),
+           block.uplink().has_measured() ? "" : block.uplink().note()});
       indent = "  ";
     } else if (reply.blocks_size() > 1) {  // beside named blocks
       table.AddRow({"(racks in no block)"});
@@ -145,7 +162,7 @@ std::string FabricText(const monta::v1::FabricReply& reply) {
     for (const auto& rack : block.racks()) {
       table.AddRow({indent + "rack " + rack.name(), "", Declared(rack.uplink()),
                     Measured(rack.uplink()),
-                    From(rack.source(), rack.source_detail())});
+                    From(rack.source(), rack.source_detail()), RackNote(rack)});
       for (const auto& node : rack.nodes()) AddNode(table, node, indent + "  ");
     }
   }
@@ -158,6 +175,34 @@ std::string FabricText(const monta::v1::FabricReply& reply) {
                         ? std::string("(no racks and no registered nodes)\n")
                         : table.Render();
   absl::StrAppend(&out, Sources(reply));
+  if (!reply.notes().empty()) {
+    absl::StrAppend(&out, "\nNotes:\n");
+    for (const auto& note : reply.notes()) {
+      absl::StrAppend(&out, "  ", note, "\n");
+    }
+  }
+  return out;
+}
+
+std::string LevelTasksText(const monta::v1::RunBenchmarkReply& reply,
+                           bool dry_run) {
+  Table table({"TASK", "LEVEL", "NODES AT ONCE", "RACKS", "NODES"});
+  for (const auto& task : reply.fabric_tasks()) {
+    std::vector<std::string> racks;
+    for (const auto& side : task.fabric().racks()) {
+      racks.push_back(absl::StrCat(side.rack(), " (", side.nodes(), ")"));
+    }
+    table.AddRow({dry_run ? "(dry run)" : task.task_id(),
+                  ShortName(task.fabric().level()),
+                  absl::StrCat(task.fabric().concurrent_nodes()),
+                  absl::StrJoin(racks, ", "),
+                  absl::StrJoin(task.nodes(), ",")});
+  }
+  std::string out =
+      reply.fabric_tasks().empty() ? std::string() : table.Render();
+  absl::StrAppend(&out, reply.fabric_tasks_size(),
+                  dry_run ? " level task(s) a round would run now\n"
+                          : " level task(s) scheduled\n");
   if (!reply.notes().empty()) {
     absl::StrAppend(&out, "\nNotes:\n");
     for (const auto& note : reply.notes()) {

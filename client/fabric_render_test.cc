@@ -122,3 +122,48 @@ TEST(FabricRenderTest, EmptyFabricAndPositions) {
 
 }  // namespace
 }  // namespace monta::client
+
+namespace monta::client {
+namespace {
+
+TEST(FabricRenderTest, ARacksOwnLevelAndWhatStandsForAnUnmeasuredUplink) {
+  monta::v1::FabricReply reply = Tree();
+  auto* r0 = reply.mutable_blocks(0)->mutable_racks(0);
+  r0->mutable_inside()->set_bytes_per_second(400e6 / 8);
+  r0->mutable_uplink()->set_note(
+      "not measured yet: the declared capacity stands");
+  const std::string text = FabricText(reply);
+  const size_t at = text.find("  rack r0");
+  const std::string line = text.substr(at, text.find('\n', at) - at);
+  EXPECT_TRUE(absl::StrContains(
+      line,
+      "inside 400 Mb/s (a pair); not measured yet: the declared capacity "
+      "stands"))
+      << line;
+}
+
+TEST(FabricRenderTest, ALevelRoundsTasksAndNotes) {
+  monta::v1::RunBenchmarkReply reply;
+  auto* task = reply.add_fabric_tasks();
+  task->set_task_id("bench-1-7");
+  task->add_nodes("a");
+  task->add_nodes("b");
+  task->mutable_fabric()->set_level(monta::v1::FABRIC_SPAN_LEVEL_CROSS_RACK);
+  task->mutable_fabric()->set_concurrent_nodes(2);
+  for (const char* rack : {"r0", "r1"}) {
+    auto* side = task->mutable_fabric()->add_racks();
+    side->set_rack(rack);
+    side->set_nodes(1);
+  }
+  reply.add_notes("rack r2: no idle node");
+  const std::string text = LevelTasksText(reply, /*dry_run=*/false);
+  for (const char* want : {"bench-1-7", "cross_rack", "r0 (1), r1 (1)", "a,b",
+                           "1 level task(s) scheduled", "rack r2: no idle"}) {
+    EXPECT_TRUE(absl::StrContains(text, want)) << want << "\n" << text;
+  }
+  EXPECT_TRUE(
+      absl::StrContains(LevelTasksText(reply, /*dry_run=*/true), "(dry run)"));
+}
+
+}  // namespace
+}  // namespace monta::client

@@ -41,7 +41,8 @@ ABSL_FLAG(double, timeout_seconds, 10, "RPC deadline");
 ABSL_FLAG(bool, all, false, "nodes: include gone (deregistered) nodes");
 ABSL_FLAG(bool, fabric, false,
           "topology: the fabric tree (blocks, racks, nodes, each uplink's "
-          "declared and measured rate) instead of one node");
+          "declared and measured rate) instead of one node; bench: measure "
+          "the fabric's levels now (a round of the periodic schedule)");
 ABSL_FLAG(std::string, job, "", "plan: job file (YAML or JSON; see examples/)");
 ABSL_FLAG(std::string, profile, "",
           "plan: hardware profile of the placement (see `profiles`)");
@@ -54,7 +55,13 @@ ABSL_FLAG(int, gpus_per_node, 0,
           "plan: ranks per node (0 = the profile's or the nodes')");
 ABSL_FLAG(int, ranks_per_node, 0,
           "bench: ranks per node (0 = GPUs, or 2 on CPU nodes)");
-ABSL_FLAG(bool, wait, true, "bench: wait for the result");
+ABSL_FLAG(bool, wait, true, "bench: wait for the result (not with --fabric)");
+ABSL_FLAG(uint64_t, min_bytes, 0,
+          "bench: smallest message size per rank (0 = the planner's)");
+ABSL_FLAG(uint64_t, max_bytes, 0,
+          "bench: largest message size per rank (0 = the planner's)");
+ABSL_FLAG(bool, dry_run, false,
+          "bench --fabric: list the level tasks a round would run, run none");
 ABSL_FLAG(double, bench_timeout_seconds, 120, "bench: task deadline");
 ABSL_FLAG(std::string, chunks, "",
           "verify: K values to run for tp_dedup_pipelined, comma-separated "
@@ -425,7 +432,33 @@ int Verify(const Context& ctx, const std::vector<std::string>& args) {
   return 0;
 }
 
+// bench --fabric: one round of level measurements (or, --dry_run, its plan).
+int BenchFabric(const Context& ctx) {
+  monta::v1::RunBenchmarkRequest request;
+  request.set_fabric_levels(true);
+  request.set_dry_run(absl::GetFlag(FLAGS_dry_run));
+  request.set_ranks_per_node(absl::GetFlag(FLAGS_ranks_per_node));
+  request.set_min_bytes(absl::GetFlag(FLAGS_min_bytes));
+  request.set_max_bytes(absl::GetFlag(FLAGS_max_bytes));
+  request.set_timeout_seconds(absl::GetFlag(FLAGS_bench_timeout_seconds));
+  auto stub = monta::v1::Planner::NewStub(ctx.channel);
+  monta::v1::RunBenchmarkReply reply;
+  auto context = RpcContext();
+  grpc::Status status = stub->RunBenchmark(context.get(), request, &reply);
+  if (!status.ok()) return Fail("bench --fabric", status);
+  if (ctx.json) return PrintJson(reply);
+  std::cout << monta::client::LevelTasksText(reply, request.dry_run());
+  return 0;
+}
+
 int Bench(const Context& ctx, const std::vector<std::string>& args) {
+  if (absl::GetFlag(FLAGS_fabric)) {
+    if (!args.empty() || !absl::GetFlag(FLAGS_nodes).empty()) {
+      std::cerr << "montactl: bench --fabric chooses its nodes: no --nodes\n";
+      return 2;
+    }
+    return BenchFabric(ctx);
+  }
   std::vector<std::string> nodes = SplitList(absl::GetFlag(FLAGS_nodes));
   for (const auto& a : args) nodes.push_back(a);
   if (nodes.empty()) {
@@ -436,6 +469,8 @@ int Bench(const Context& ctx, const std::vector<std::string>& args) {
   monta::v1::RunBenchmarkRequest request;
   for (const auto& n : nodes) request.add_nodes(n);
   request.set_ranks_per_node(absl::GetFlag(FLAGS_ranks_per_node));
+  request.set_min_bytes(absl::GetFlag(FLAGS_min_bytes));
+  request.set_max_bytes(absl::GetFlag(FLAGS_max_bytes));
   request.set_wait(absl::GetFlag(FLAGS_wait));
   request.set_timeout_seconds(absl::GetFlag(FLAGS_bench_timeout_seconds));
   auto stub = monta::v1::Planner::NewStub(ctx.channel);
@@ -603,6 +638,11 @@ constexpr char kUsage[] =
     "evidence\n"
     "  bench --nodes a,b measure nodes (one node: intra-node; several: "
     "inter-node)\n"
+    "  bench --fabric [--dry_run]\n"
+    "                    measure the fabric's levels now (inside racks, "
+    "across racks,\n"
+    "                    two racks at once), or list the tasks a round "
+    "would run\n"
     "  verify --job FILE --node_names a,b,... [--scope layer|op] [--chunks "
     "K,..]\n"
     "                    run a MoE layer (or op) under every strategy and K "

@@ -44,9 +44,10 @@ ABSL_FLAG(bool, bench_on_register, true,
 ABSL_FLAG(double, bench_timeout_seconds, 120,
           "default deadline of a benchmark task");
 ABSL_FLAG(double, bench_interval_seconds, 3600,
-          "re-measure idle nodes (intra-node) and neighbouring pairs "
-          "(inter-node) this often; "
-          "0 disables");
+          "re-measure idle nodes (intra-node) and, with a fabric, its levels "
+          "(a pair inside each rack, a pair and --fabric_sample_nodes nodes "
+          "a side at once across each rack and the next), else neighbouring "
+          "pairs (inter-node), this often; 0 disables");
 ABSL_FLAG(int, cpu_ranks_per_node, 2,
           "ranks per node of a benchmark on nodes without GPUs when the "
           "request does not say (1..64)");
@@ -166,6 +167,10 @@ ABSL_FLAG(std::string, fabric_block_label_keys,
           absl::StrJoin(monta::fabric::DefaultLabelKeys().block, ","),
           "node label keys naming a node's block (spine group), most "
           "preferred first");
+ABSL_FLAG(int, fabric_sample_nodes, 4,
+          "nodes of each rack in a level measurement across two racks (all "
+          "at once, so that the racks' shared uplink shows; 1..64); the "
+          "sample rotates over the rack's idle nodes from round to round");
 ABSL_FLAG(int, fabric_max_nodes, 100000,
           "most nodes the fabric map or the node labels file may name");
 ABSL_FLAG(int64_t, fabric_node_labels_max_bytes, int64_t{128} << 20,
@@ -282,6 +287,10 @@ absl::Status FabricFromFlags(monta::PlannerOptions* options) {
   }
   f.limits.max_node_labels_bytes = static_cast<size_t>(labels_bytes);
   options->fabric_refresh = absl::Seconds(refresh);
+  options->fabric_sample_nodes = absl::GetFlag(FLAGS_fabric_sample_nodes);
+  if (options->fabric_sample_nodes < 1 || options->fabric_sample_nodes > 64) {
+    return absl::InvalidArgumentError("--fabric_sample_nodes must be in 1..64");
+  }
   return absl::OkStatus();
 }
 

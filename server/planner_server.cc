@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -119,8 +120,14 @@ absl::Status PlannerServer::OpenAndLoadStore() {
 }
 
 void PlannerServer::StartCoordinator() {
+  coordination::CoordinatorOptions coordinator_options = options_.coordinator;
+  const fabric::Fabric* fabric = fabric_.get();
+  coordinator_options.fabric_span =
+      [fabric](const std::vector<std::string>& nodes) {
+        return fabric->SpanOf(nodes);
+      };
   coordinator_ = std::make_unique<coordination::Coordinator>(
-      registry_.get(), options_.coordinator);
+      registry_.get(), coordinator_options);
   held_bytes_ = std::make_shared<metrics::HeldBytesCollector>();
   coordination::Coordinator* coordinator = coordinator_.get();
   held_bytes_->Add("rendezvous", [coordinator] {
@@ -267,6 +274,12 @@ absl::Status PlannerServer::StartGrpc() {
       registry_.get(), coordinator_.get(), authz_.get(), planner_metrics_.get(),
       store_.get(), knowledge_.get(), verifier_.get(), store_.get(),
       fabric_.get());
+  if (fabric_->has_sources()) {
+    planner_->SetLevelRound(
+        [this](const monta::v1::RunBenchmarkRequest& request) {
+          return LevelRound(request, Instant::Now(), nullptr);
+        });
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -428,20 +441,89 @@ void PlannerServer::PruneDecisions(Instant now) {
             << std::endl;
 }
 
+bool PlannerServer::Idle(const monta::v1::NodeInfo& node) const {
+  return node.state() == monta::v1::NODE_STATE_ALIVE &&
+         !coordinator_->Busy(node.name());
+}
+
+absl::StatusOr<monta::v1::RunBenchmarkReply> PlannerServer::LevelRound(
+    const monta::v1::RunBenchmarkRequest& request, Instant now,
+    std::vector<std::string>* outside) {
+  const std::vector<monta::v1::NodeInfo> nodes =
+      registry_->List(now, /*include_gone=*/false);
+  std::map<std::string, bool> idle;
+  for (const auto& node : nodes) idle[node.name()] = Idle(node);
+  fabric::Fabric::Round round = fabric_->PlanRound(
+      nodes, [&idle](const std::string& name) { return idle[name]; },
+      options_.fabric_sample_nodes, request.dry_run(), now.wall);
+  monta::v1::RunBenchmarkReply reply;
+  for (const fabric::LevelTask& task : round.plan.tasks) {
+    monta::v1::RunBenchmarkRequest one;
+    for (const std::string& node : task.nodes) one.add_nodes(node);
+    one.set_ranks_per_node(request.ranks_per_node());
+    one.set_min_bytes(request.min_bytes());
+    one.set_max_bytes(request.max_bytes());
+    one.set_timeout_seconds(request.timeout_seconds());
+    if (request.dry_run()) {
+      monta::v1::BenchmarkTaskStatus* planned = reply.add_fabric_tasks();
+      *planned->mutable_nodes() = one.nodes();
+      *planned->mutable_fabric() = task.span;
+      continue;
+    }
+    absl::StatusOr<monta::v1::BenchmarkTaskStatus> scheduled =
+        coordinator_->Schedule(one, now);
+    if (scheduled.ok()) {
+      *reply.add_fabric_tasks() = *std::move(scheduled);
+    } else if (scheduled.status().code() ==
+               absl::StatusCode::kInvalidArgument) {
+      return scheduled.status();
+    } else {
+      reply.add_notes(
+          absl::StrCat(ShortName(task.span.level()), " task on ",
+                       absl::StrJoin(task.nodes, ","),
+                       " not scheduled: ", scheduled.status().message()));
+      planner_metrics_->RecordDiscardedError("schedule_fabric_level");
+    }
+  }
+  for (const std::string& note : round.plan.notes) reply.add_notes(note);
+  if (!round.outside.empty()) {
+    reply.add_notes(absl::StrCat(
+        round.outside.size(),
+        " idle node(s) outside the fabric keep pair measurements (the "
+        "periodic schedule pairs them by name)"));
+  }
+  if (outside != nullptr) *outside = std::move(round.outside);
+  return reply;
+}
+
 void PlannerServer::SchedulePeriodicBenchmarks(Instant now) {
   std::vector<std::string> idle;
   for (const auto& node : registry_->List(now, /*include_gone=*/false)) {
-    if (node.state() == monta::v1::NODE_STATE_ALIVE &&
-        !coordinator_->Busy(node.name())) {
-      idle.push_back(node.name());
+    if (Idle(node)) idle.push_back(node.name());
+  }
+  // Pairs first: they bound most decisions. With a fabric, the level round
+  // measures the nodes it places (a number of tasks that grows with the
+  // racks), and only the nodes outside it pair up by name.
+  std::vector<std::string> paired = idle;
+  if (fabric_->has_sources()) {
+    monta::v1::RunBenchmarkRequest defaults;
+    absl::StatusOr<monta::v1::RunBenchmarkReply> round =
+        LevelRound(defaults, now, &paired);
+    if (!round.ok()) {
+      std::cerr << "monta-planner: fabric level round not scheduled: "
+                << round.status() << std::endl;
+      planner_metrics_->RecordDiscardedError("schedule_fabric_level");
+      paired.clear();
+    } else {
+      for (const std::string& note : round->notes()) {
+        std::cerr << "monta-planner: fabric level round: " << note << std::endl;
+      }
     }
   }
-  // Pairs first: they bound most decisions (the slowest pair of a job), and a
-  // larger group is measured on request (RunBenchmark with its nodes).
-  for (size_t i = 0; i + 1 < idle.size(); i += 2) {
+  for (size_t i = 0; i + 1 < paired.size(); i += 2) {
     monta::v1::RunBenchmarkRequest pair;
-    pair.add_nodes(idle[i]);
-    pair.add_nodes(idle[i + 1]);
+    pair.add_nodes(paired[i]);
+    pair.add_nodes(paired[i + 1]);
     ScheduleBenchmark(pair, now, "schedule_periodic");
   }
   for (const std::string& node : idle) {

@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -70,10 +71,15 @@ struct PlannerOptions {
   // Schedule an intra-node sweep when a node registers without measured curves.
   bool bench_on_register = false;
   // Re-measure periodically: every interval, each alive idle node gets an
-  // intra-node sweep and each pair of neighbouring nodes (by name, so nodes of
-  // one rack or leaf with rack-ordered names pair up) an inter-node sweep. Zero
+  // intra-node sweep; with a fabric, a round of level measurements over the
+  // idle nodes it places (server/fabric/levels.h: a pair inside each rack, a
+  // pair and up to fabric_sample_nodes nodes a side at once across each rack
+  // and the next), and each pair of neighbouring idle nodes (by name) outside
+  // the fabric, or of all idle nodes without one, an inter-node sweep. Zero
   // disables.
   absl::Duration bench_interval = absl::ZeroDuration();
+  // Nodes of one rack in a level task across two racks (>= 1).
+  int fabric_sample_nodes = 4;
   // Where nodes sit in the network fabric (server/fabric/fabric.h): the
   // operator's fabric map and the nodes' Kubernetes labels, files re-read
   // every fabric_refresh when they changed. A file that does not parse at
@@ -172,6 +178,18 @@ class PlannerServer {
                          Instant now, const std::string& site);
   // Schedules the periodic sweeps (see PlannerOptions::bench_interval).
   void SchedulePeriodicBenchmarks(Instant now);
+  // One round of fabric level measurements (RunBenchmark with fabric_levels,
+  // and each periodic round): plans it over the alive idle nodes the fabric
+  // places and, unless request.dry_run, schedules its tasks with the
+  // request's ranks_per_node, byte range and timeout. A task that cannot be
+  // scheduled (a node's queue full, a node gone) is a note; a request the
+  // coordinator refuses (INVALID_ARGUMENT) is the error. `outside` (may be
+  // null) receives the idle nodes no source places.
+  absl::StatusOr<monta::v1::RunBenchmarkReply> LevelRound(
+      const monta::v1::RunBenchmarkRequest& request, Instant now,
+      std::vector<std::string>* outside);
+  // True when the node is alive and in no unfinished task.
+  bool Idle(const monta::v1::NodeInfo& node) const;
 
   const PlannerOptions options_;
   std::shared_ptr<prometheus::Registry> metrics_;

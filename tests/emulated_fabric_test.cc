@@ -6,13 +6,17 @@
 // nodes of different racks is bounded by the spine link, one between two
 // nodes of a rack is not; a plan on the nodes with the racks interleaved is
 // bounded by the spine link and advises the rank order that keeps its EP
-// groups inside the racks; `down` leaves no namespace and no process behind.
+// groups inside the racks; a round of level measurements (montactl bench
+// --fabric: a pair inside each rack, a pair across, all four nodes at once)
+// lands in the tree, each uplink's measured share bounded by the spine link
+// and each rack's own level not; `down` leaves no namespace and no process
+// behind.
 //
 // Where this machine cannot make namespaces (not root, or a container without
 // veth/bridge/tbf) the test skips (GTEST_SKIP) with the script's reason.
 //
-// Every step is bounded (up 70 s, each bench 70 s, down 30 s); it takes about
-// 40 s where it runs.
+// Every step is bounded (up 70 s, each bench 70 s, the level round 90 s, down
+// 30 s); it takes about 50 s where it runs.
 
 #include <filesystem>
 #include <iostream>
@@ -21,6 +25,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/emulated_cluster.h"
@@ -53,6 +58,11 @@ class EmulatedFabricTest : public ::testing::Test {
 
   // The tree the planner reports matches the map the script wrote.
   void ExpectTwoRacksOfTwo();
+
+  // One round of level measurements (montactl bench --fabric) lands in the
+  // tree: each uplink's share bounded by the spine link, each rack's own
+  // level not.
+  void MeasureTheLevels();
 
   const std::vector<std::string> kLogs = {"planner.log", "agent-r0-n0.log",
                                           "agent-r1-n0.log"};
@@ -175,6 +185,60 @@ TEST_F(EmulatedFabricTest, TwoRacksShowInTheTreeAndTheSpineBoundsTraffic) {
       Ctl({"plan", "--job=" + job, "--node_names=r0-n0,r1-n0,r0-n1,r1-n1"}).out;
   EXPECT_TRUE(absl::StrContains(text, "Rank order: r0-n0,r0-n1,r1-n0,r1-n1"))
       << text;
+
+  ASSERT_NO_FATAL_FAILURE(MeasureTheLevels());
+}
+
+void EmulatedFabricTest::MeasureTheLevels() {
+  // What a round would run: inside each rack, a pair across, all four at once.
+  nlohmann::json dry = CtlJson({"bench", "--fabric", "--dry_run"});
+  ASSERT_EQ(dry["fabric_tasks"].size(), 4u) << dry.dump(1);
+  EXPECT_EQ(dry["fabric_tasks"][3]["fabric"]["level"],
+            "FABRIC_SPAN_LEVEL_CROSS_RACK");
+  EXPECT_EQ(dry["fabric_tasks"][3]["fabric"]["concurrent_nodes"], 4);
+  EXPECT_EQ(dry["fabric_tasks"][3].value("task_id", ""), "");  // none made
+  // One round, as the periodic schedule runs it, up to 4 MiB per rank.
+  nlohmann::json round = CtlJson({"bench", "--fabric", "--max_bytes=4194304",
+                                  "--bench_timeout_seconds=60"});
+  ASSERT_EQ(round["fabric_tasks"].size(), 4u) << round.dump(1);
+  const std::string at_once = round["fabric_tasks"][3].value("task_id", "");
+  // Until both uplinks show the four-node task and both racks their inside.
+  nlohmann::json tree;
+  const absl::Time deadline = absl::Now() + absl::Seconds(90);
+  bool measured = false;
+  while (!measured && absl::Now() < deadline) {
+    absl::SleepFor(absl::Seconds(1));
+    tree = CtlJson({"topology", "--fabric"});
+    measured = true;
+    for (const auto& rack : tree["blocks"][0]["racks"]) {
+      measured = measured && rack.contains("inside") &&
+                 rack["uplink"].contains("measured") &&
+                 rack["uplink"]["measured"].value("task_id", "") == at_once;
+    }
+  }
+  ASSERT_TRUE(measured) << tree.dump(1) << Logs();
+  for (const auto& rack : tree["blocks"][0]["racks"]) {
+    // The spine link's share the four nodes carried at once: bounded by it
+    // (10% for tbf's burst).
+    const nlohmann::json& up = rack["uplink"]["measured"];
+    EXPECT_EQ(up["concurrent_nodes"], 4) << rack.dump(1);
+    EXPECT_GT(up["bytes_per_second"].get<double>(),
+              0.3 * kUplinkBytesPerSecond);
+    EXPECT_LE(up["bytes_per_second"].get<double>(),
+              1.1 * kUplinkBytesPerSecond);
+    // Inside the rack only the node links bound a pair.
+    const double inside = rack["inside"]["bytes_per_second"].get<double>();
+    EXPECT_GE(inside, 1.5 * kUplinkBytesPerSecond) << rack.dump(1);
+    EXPECT_LE(inside, 1.1 * kNodeBytesPerSecond) << rack.dump(1);
+    std::cout << "rack " << rack["name"].get<std::string>() << ": uplink "
+              << up["bytes_per_second"].get<double>() / 1e6
+              << " MB/s with 4 nodes at once, inside " << inside / 1e6
+              << " MB/s\n";
+  }
+  const std::string text = Ctl({"topology", "--fabric"}).out;
+  for (const char* want : {"4 nodes at once", "inside "}) {
+    EXPECT_TRUE(absl::StrContains(text, want)) << want << "\n" << text;
+  }
 }
 
 }  // namespace

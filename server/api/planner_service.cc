@@ -112,12 +112,44 @@ grpc::ServerUnaryReactor* PlannerService::ListProfiles(
   return FinishUnary(context, grpc::Status::OK);
 }
 
+grpc::Status PlannerService::LevelRound(
+    const monta::v1::RunBenchmarkRequest& request,
+    monta::v1::RunBenchmarkReply* reply) {
+  if (!request.fabric_levels()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "dry_run: only with fabric_levels");
+  }
+  if (!request.nodes().empty()) {
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        "nodes: expected none with fabric_levels (the round chooses them)");
+  }
+  if (request.wait()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "wait: not with fabric_levels (its tasks run "
+                        "independently; watch montactl topology --fabric)");
+  }
+  if (!level_round_) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "fabric_levels: this planner has no fabric map or node "
+                        "labels (--fabric_map_file, "
+                        "--fabric_node_labels_file)");
+  }
+  absl::StatusOr<monta::v1::RunBenchmarkReply> round = level_round_(request);
+  if (!round.ok()) return ToGrpc(round.status());
+  *reply = *std::move(round);
+  return grpc::Status::OK;
+}
+
 grpc::ServerUnaryReactor* PlannerService::RunBenchmark(
     grpc::CallbackServerContext* context,
     const monta::v1::RunBenchmarkRequest* request,
     monta::v1::RunBenchmarkReply* reply) {
   if (grpc::Status s = authz_->RequireOperator(*context); !s.ok())
     return FinishUnary(context, s);
+  if (request->fabric_levels() || request->dry_run()) {
+    return FinishUnary(context, LevelRound(*request, reply));
+  }
   absl::StatusOr<monta::v1::BenchmarkTaskStatus> status =
       coordinator_->Schedule(*request, Instant::Now());
   if (!status.ok()) return FinishUnary(context, ToGrpc(status.status()));

@@ -5,7 +5,11 @@
 #ifndef MONTA_SERVER_API_PLANNER_SERVICE_H_
 #define MONTA_SERVER_API_PLANNER_SERVICE_H_
 
+#include <functional>
+#include <utility>
+
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/monta/v1/planner.grpc.pb.h"
 #include "server/api/authz.h"
@@ -40,6 +44,16 @@ class PlannerService final : public monta::v1::Planner::CallbackService {
 
   // Waits for the Verify calls still running.
   ~PlannerService() override;
+
+  // What RunBenchmark with fabric_levels runs: one round of level
+  // measurements (the planner's, PlannerServer::LevelRound). Set before the
+  // service serves; unset, fabric_levels is FAILED_PRECONDITION.
+  using LevelRoundFunction =
+      std::function<absl::StatusOr<monta::v1::RunBenchmarkReply>(
+          const monta::v1::RunBenchmarkRequest& request)>;
+  void SetLevelRound(LevelRoundFunction level_round) {
+    level_round_ = std::move(level_round);
+  }
 
   grpc::ServerUnaryReactor* GetStrategy(
       grpc::CallbackServerContext* context,
@@ -77,6 +91,11 @@ class PlannerService final : public monta::v1::Planner::CallbackService {
       monta::v1::FabricReply* reply) override;
 
  private:
+  // RunBenchmark with fabric_levels (or dry_run): checks the request and
+  // runs level_round_.
+  grpc::Status LevelRound(const monta::v1::RunBenchmarkRequest& request,
+                          monta::v1::RunBenchmarkReply* reply);
+
   registry::Registry* const registry_;
   coordination::Coordinator* const coordinator_;
   const Authorizer* const authz_;
@@ -86,6 +105,7 @@ class PlannerService final : public monta::v1::Planner::CallbackService {
   verify::Verifier* const verifier_;
   store::AuditLog* const audit_;
   const fabric::Fabric* const fabric_;
+  LevelRoundFunction level_round_;
   // Verify calls running on their own threads.
   absl::Mutex verify_mu_;
   int verifying_ ABSL_GUARDED_BY(verify_mu_) = 0;

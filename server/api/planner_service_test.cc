@@ -4,7 +4,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "proto/monta/v1/agent.grpc.pb.h"
@@ -433,6 +438,90 @@ TEST_F(PlannerServiceFabricTest, NodesAndTreeFollowTheMapNotTheAgents) {
   }
   ASSERT_EQ(nodes.nodes_size(), 2);
   EXPECT_EQ(nodes.nodes(1).fabric().source(), monta::v1::FABRIC_SOURCE_NONE);
+}
+
+// RunBenchmark with fabric_levels: one round of level measurements over the
+// placed idle nodes (node-a alone in r0; node-b and node-c in r1), each task
+// tagged with its span; node-x, outside the map, only noted.
+TEST_F(PlannerServiceFabricTest, ALevelRoundMeasuresThePlacedNodes) {
+  auto gateway = monta::v1::AgentGateway::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->grpc_port()),
+                          grpc::InsecureChannelCredentials()));
+  for (const char* name : {"node-b", "node-c"}) {
+    monta::v1::RegisterRequest reg;
+    reg.set_node_name(name);
+    reg.set_instance_id("i");
+    monta::v1::RegisterReply reg_reply;
+    grpc::ClientContext context;
+    ASSERT_TRUE(gateway->Register(&context, reg, &reg_reply).ok());
+  }
+  const auto run = [this](const monta::v1::RunBenchmarkRequest& request,
+                          monta::v1::RunBenchmarkReply* reply) {
+    grpc::ClientContext context;
+    return planner_->RunBenchmark(&context, request, reply);
+  };
+  monta::v1::RunBenchmarkRequest request;
+  request.set_fabric_levels(true);
+  request.set_dry_run(true);
+  monta::v1::RunBenchmarkReply dry;
+  ASSERT_TRUE(run(request, &dry).ok());
+  // Inside r1; a pair across r0 and r1 (r0 has one node: nothing at once).
+  ASSERT_EQ(dry.fabric_tasks_size(), 2) << dry.DebugString();
+  EXPECT_EQ(dry.fabric_tasks(0).fabric().level(),
+            monta::v1::FABRIC_SPAN_LEVEL_RACK);
+  EXPECT_EQ(dry.fabric_tasks(0).nodes(0), "node-b");
+  EXPECT_EQ(dry.fabric_tasks(1).fabric().level(),
+            monta::v1::FABRIC_SPAN_LEVEL_CROSS_RACK);
+  EXPECT_EQ(dry.fabric_tasks(1).nodes(0), "node-a");
+  EXPECT_EQ(dry.fabric_tasks(1).task_id(), "");
+  std::string notes;
+  for (const auto& note : dry.notes()) absl::StrAppend(&notes, note, "\n");
+  EXPECT_TRUE(absl::StrContains(notes, "rack r0: 1 idle node(s) of 1 alive"))
+      << notes;
+  EXPECT_TRUE(absl::StrContains(notes, "1 idle node(s) outside the fabric"))
+      << notes;
+
+  request.set_dry_run(false);
+  request.set_max_bytes(1 << 20);
+  monta::v1::RunBenchmarkReply round;
+  ASSERT_TRUE(run(request, &round).ok());
+  ASSERT_EQ(round.fabric_tasks_size(), 2) << round.DebugString();
+  for (const auto& task : round.fabric_tasks()) {
+    EXPECT_NE(task.task_id(), "");
+    EXPECT_EQ(task.state(), monta::v1::TASK_STATE_PENDING);
+    EXPECT_EQ(task.fabric().concurrent_nodes(), 2);
+  }
+  // The round's nodes are busy now: a second round finds nothing idle.
+  monta::v1::RunBenchmarkReply busy;
+  ASSERT_TRUE(run(request, &busy).ok());
+  EXPECT_EQ(busy.fabric_tasks_size(), 0) << busy.DebugString();
+
+  // Bad requests name the field.
+  for (const auto& [field, bad] :
+       std::vector<std::pair<std::string, monta::v1::RunBenchmarkRequest>>{
+           {"nodes",
+            [&] {
+              auto r = request;
+              r.add_nodes("node-a");
+              return r;
+            }()},
+           {"wait",
+            [&] {
+              auto r = request;
+              r.set_wait(true);
+              return r;
+            }()},
+           {"dry_run", [] {
+              monta::v1::RunBenchmarkRequest r;
+              r.set_dry_run(true);
+              return r;
+            }()}}) {
+    monta::v1::RunBenchmarkReply reply;
+    const grpc::Status status = run(bad, &reply);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field;
+    EXPECT_TRUE(absl::StartsWith(status.error_message(), field + ":"))
+        << status.error_message();
+  }
 }
 
 TEST_F(PlannerServiceFabricTest, APlansEvidenceSaysWhereItsNodesSit) {

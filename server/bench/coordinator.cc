@@ -230,6 +230,10 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::ScheduleDispatches(
 absl::StatusOr<BenchmarkTaskStatus> Coordinator::Enqueue(
     monta::v1::BenchmarkTask spec, absl::Duration timeout, Instant now,
     DispatchResultsCallback on_results) {
+  if (options_.fabric_span) {
+    *spec.mutable_fabric() = options_.fabric_span(
+        std::vector<std::string>(spec.nodes().begin(), spec.nodes().end()));
+  }
   WakeOnExit wake(this);
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("planner is shutting down");
@@ -244,6 +248,9 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::Enqueue(
   task.status.set_task_id(id);
   task.status.set_state(monta::v1::TASK_STATE_PENDING);
   *task.status.mutable_nodes() = task.spec.nodes();
+  if (task.spec.has_fabric()) {
+    *task.status.mutable_fabric() = task.spec.fabric();
+  }
   *task.status.mutable_created_at() = ToProto(now.wall);
   task.on_results = std::move(on_results);
   for (const std::string& node : task.spec.nodes()) {

@@ -71,6 +71,11 @@ struct CoordinatorOptions {
   double node_agreement_factor = 4;
   // ... and by more than this many seconds.
   double node_agreement_slack_seconds = 0.005;
+  // Where a task over these nodes (in rank order) runs in the fabric: set on
+  // every task (BenchmarkTask.fabric, its status and its curves). The planner
+  // passes its fabric's (server/fabric); unset: tasks carry no span.
+  std::function<monta::v1::FabricSpan(const std::vector<std::string>& nodes)>
+      fabric_span;
 };
 
 // Called once per finished task (metrics, logs), under the coordinator's lock:

@@ -1,6 +1,7 @@
 #include "server/bench/coordinator.h"
 
 #include <thread>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -52,6 +53,50 @@ class CoordinatorTest : public ::testing::Test {
   registry::Registry registry_{registry::RegistryOptions{}};
   Coordinator coordinator_{&registry_, CoordinatorOptions{}};
 };
+
+TEST_F(CoordinatorTest, TheFabricSpanGoesOnTheTaskItsStatusAndItsCurves) {
+  CoordinatorOptions options;
+  std::vector<std::string> asked;
+  options.fabric_span = [&asked](const std::vector<std::string>& nodes) {
+    asked = nodes;
+    monta::v1::FabricSpan span;
+    span.set_level(monta::v1::FABRIC_SPAN_LEVEL_CROSS_RACK);
+    span.set_concurrent_nodes(static_cast<int>(nodes.size()));
+    for (const std::string& node : nodes) {
+      auto* side = span.add_racks();
+      side->set_rack("rack-" + node);
+      side->set_nodes(1);
+    }
+    return span;
+  };
+  Coordinator coordinator(&registry_, options);
+  monta::v1::RunBenchmarkRequest request = Pair();
+  request.mutable_nodes()->SwapElements(0, 1);  // rank order b, a
+  auto status = coordinator.Schedule(request, now_);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(asked, (std::vector<std::string>{"b", "a"}));
+  EXPECT_EQ(status->fabric().level(), monta::v1::FABRIC_SPAN_LEVEL_CROSS_RACK);
+  auto task = coordinator.NextTask("a", absl::Seconds(1));
+  ASSERT_TRUE(task.has_value());
+  EXPECT_EQ(task->fabric().racks(0).rack(), "rack-b");
+  for (const char* node : {"a", "b"}) {
+    ASSERT_TRUE(
+        coordinator.Report(Ok(coordinator, task->task_id(), node), now_).ok());
+  }
+  auto node = registry_.Get("a", now_);
+  ASSERT_EQ(node->curves_size(), 1);
+  EXPECT_EQ(node->curves(0).fabric().level(),
+            monta::v1::FABRIC_SPAN_LEVEL_CROSS_RACK);
+  EXPECT_EQ(node->curves(0).fabric().concurrent_nodes(), 2);
+  EXPECT_EQ(node->curves(0).fabric().racks_size(), 2);
+}
+
+TEST_F(CoordinatorTest, WithoutAFabricTasksCarryNoSpan) {
+  auto status = coordinator_.Schedule(Pair(), now_);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_FALSE(status->has_fabric());
+  EXPECT_FALSE(coordinator_.Spec(status->task_id())->has_fabric());
+}
 
 TEST_F(CoordinatorTest, TaskGoesToEveryNodeAndSucceedsWithCurves) {
   auto status = coordinator_.Schedule(Pair(), now_);

@@ -171,6 +171,7 @@ v1::BandwidthCurve CurveHeader(const v1::BenchmarkTask& task, int i) {
   std::sort(nodes.begin(), nodes.end());
   for (const std::string& n : nodes) curve.add_nodes(n);
   curve.set_task_id(task.task_id());
+  if (task.has_fabric()) *curve.mutable_fabric() = task.fabric();
   curve.set_chunks(1);
   if (task.dispatches_size() > 0) {
     const v1::DispatchWorkload& w = task.dispatches(i);

@@ -358,6 +358,7 @@ FabricReply Fabric::Tree(
     ++unplaced;
   }
   tree.Finish(reply);
+  AttachMeasurements(registered, reply);
   AddSourcesAndNotes(unplaced, reply);
   return reply;
 }
@@ -381,6 +382,88 @@ void Fabric::AddSourcesAndNotes(int unplaced, FabricReply& reply) const {
                                  " registered node(s) outside the fabric keep "
                                  "pair measurements"));
   }
+  absl::MutexLock lock(&mu_);
+  for (const std::string& note : round_notes_) {
+    reply.add_notes(
+        absl::StrCat("level round of ",
+                     absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", *round_at_,
+                                      absl::UTCTimeZone()),
+                     ": ", note));
+  }
+}
+
+monta::v1::FabricSpan Fabric::SpanOf(
+    const std::vector<std::string>& nodes) const {
+  monta::v1::FabricSpan span;
+  span.set_concurrent_nodes(static_cast<int>(nodes.size()));
+  if (nodes.size() == 1) {
+    span.set_level(monta::v1::FABRIC_SPAN_LEVEL_NODE);
+    return span;
+  }
+  if (!has_sources() || nodes.empty()) return span;
+  const View view = Current();
+  // (rack, block) -> nodes: the racks by name.
+  std::map<std::pair<std::string, std::string>, int> racks;
+  for (const std::string& node : nodes) {
+    const FabricPosition p = PositionIn(view, node, {});
+    if (p.source() == monta::v1::FABRIC_SOURCE_NONE) return span;
+    ++racks[{p.rack(), p.block()}];
+  }
+  if (racks.size() > 2) return span;
+  for (const auto& [where, count] : racks) {
+    monta::v1::FabricSpanRack* side = span.add_racks();
+    side->set_rack(where.first);
+    side->set_block(where.second);
+    side->set_nodes(count);
+  }
+  span.set_level(racks.size() == 1 ? monta::v1::FABRIC_SPAN_LEVEL_RACK
+                 : span.racks(0).block() == span.racks(1).block()
+                     ? monta::v1::FABRIC_SPAN_LEVEL_CROSS_RACK
+                     : monta::v1::FABRIC_SPAN_LEVEL_CROSS_BLOCK);
+  return span;
+}
+
+Fabric::Round Fabric::PlanRound(
+    const std::vector<monta::v1::NodeInfo>& registered,
+    const std::function<bool(const std::string&)>& idle, int sample_nodes,
+    bool dry_run, absl::Time now) {
+  const View view = Current();
+  Round round;
+  std::map<std::string, LevelRack> racks;
+  for (const auto& node : registered) {
+    if (node.state() != monta::v1::NODE_STATE_ALIVE) continue;
+    const FabricPosition p = PositionIn(view, node.name(), {});
+    const bool free = idle(node.name());
+    if (p.source() == monta::v1::FABRIC_SOURCE_NONE) {
+      if (free) round.outside.push_back(node.name());
+      continue;
+    }
+    LevelRack& rack = racks[p.rack()];
+    rack.name = p.rack();
+    rack.block = p.block();
+    ++rack.alive;
+    if (free) rack.idle.push_back(node.name());
+  }
+  std::vector<LevelRack> list;
+  for (auto& [name, rack] : racks) {
+    std::sort(rack.idle.begin(), rack.idle.end());
+    list.push_back(std::move(rack));
+  }
+  std::sort(round.outside.begin(), round.outside.end());
+  LevelPlanOptions options;
+  options.sample_nodes = sample_nodes;
+  {
+    absl::MutexLock lock(&mu_);
+    options.round = rounds_;
+  }
+  round.plan = PlanLevels(std::move(list), options);
+  if (!dry_run) {
+    absl::MutexLock lock(&mu_);
+    ++rounds_;
+    round_at_ = now;
+    round_notes_ = round.plan.notes;
+  }
+  return round;
 }
 
 std::vector<monta::v1::FabricSourceStatus> Fabric::Sources() const {

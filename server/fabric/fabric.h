@@ -20,6 +20,7 @@
 #define MONTA_SERVER_FABRIC_FABRIC_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -35,6 +36,7 @@
 #include "proto/monta/v1/fabric.pb.h"
 #include "proto/monta/v1/planner.pb.h"
 #include "server/fabric/fabric_map.h"
+#include "server/fabric/levels.h"
 #include "server/fabric/node_labels.h"
 #include "server/fabric/source_file.h"
 
@@ -86,8 +88,10 @@ class Fabric {
 
   // The tree: every node the map names, every registered node the node
   // labels place (the labels describe the whole Kubernetes cluster, most of
-  // which Monta does not run on), and the registered nodes no source places.
-  // `registered` as Registry::List gives them.
+  // which Monta does not run on), and the registered nodes no source places;
+  // each level's measurement from the registered nodes' curves
+  // (AttachMeasurements) and the last level round's notes. `registered` as
+  // Registry::List gives them.
   monta::v1::FabricReply Tree(
       const std::vector<monta::v1::NodeInfo>& registered) const;
 
@@ -98,6 +102,24 @@ class Fabric {
   // node is placed). nullopt without sources or nodes.
   std::optional<std::string> EvidenceNote(
       const std::vector<std::string>& nodes) const;
+
+  // Where a benchmark over `nodes` runs in the fabric (levels.h): NODE for
+  // one node; RACK, CROSS_RACK or CROSS_BLOCK when a source places every node
+  // and they sit in one or two racks; UNSPECIFIED (no racks) otherwise.
+  monta::v1::FabricSpan SpanOf(const std::vector<std::string>& nodes) const;
+
+  // One round of level measurements (levels.h) over the alive registered
+  // nodes a source places, `idle` saying which are free now. `outside`: the
+  // alive idle nodes no source places, by name (they keep pair
+  // measurements). Unless `dry_run` the round counts (the racks' samples
+  // rotate) and its notes stay for the tree (Tree's notes).
+  struct Round {
+    LevelPlan plan;
+    std::vector<std::string> outside;
+  };
+  Round PlanRound(const std::vector<monta::v1::NodeInfo>& registered,
+                  const std::function<bool(const std::string&)>& idle,
+                  int sample_nodes, bool dry_run, absl::Time now);
 
   // The configured sources and what is in use from each.
   std::vector<monta::v1::FabricSourceStatus> Sources() const;
@@ -158,6 +180,10 @@ class Fabric {
   View view_ ABSL_GUARDED_BY(mu_);
   SourceState map_state_ ABSL_GUARDED_BY(mu_);
   SourceState labels_state_ ABSL_GUARDED_BY(mu_);
+  // Level rounds planned (not dry runs), and the last one's time and notes.
+  uint64_t rounds_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<absl::Time> round_at_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> round_notes_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace monta::fabric

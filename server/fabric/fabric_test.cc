@@ -294,7 +294,11 @@ TEST_F(FabricTest, TheTreeHasEveryMapNodeAndTheRegisteredOnes) {
   const auto& leaf = tree.blocks(1).racks(0);
   EXPECT_EQ(leaf.name(), "leaf-9");
   EXPECT_EQ(leaf.source(), monta::v1::FABRIC_SOURCE_NODE_LABELS);
-  EXPECT_FALSE(leaf.has_uplink());
+  EXPECT_EQ(leaf.uplink().declared_bytes_per_second(), 0);
+  EXPECT_FALSE(leaf.uplink().has_measured());
+  EXPECT_EQ(leaf.uplink().note(), "not measured yet, and nothing declared");
+  EXPECT_EQ(r0.uplink().note(),
+            "not measured yet: the declared capacity stands");
   // k8s-only is in the node labels but runs no agent: not in the tree.
   ASSERT_EQ(leaf.nodes_size(), 1);
   EXPECT_EQ(leaf.nodes(0).name(), "n6");
@@ -348,6 +352,76 @@ TEST_F(FabricTest, APlansEvidenceSaysWhoPlacedEachNode) {
       Fabric::Open(FabricOptions(), kStart);
   ASSERT_TRUE(none.ok());
   EXPECT_EQ((*none)->EvidenceNote({"a"}), std::nullopt);
+}
+
+TEST_F(FabricTest, ATasksSpanIsTheLevelItsNodesCross) {
+  Write(map_path_, kMap);
+  Write(labels_path_, NodeList({{"n6", "leaf-9"}}));
+  auto fabric = Open(/*labels=*/true);
+  ASSERT_NE(fabric, nullptr);
+  EXPECT_EQ(fabric->SpanOf({"n0"}).level(), monta::v1::FABRIC_SPAN_LEVEL_NODE);
+  const monta::v1::FabricSpan rack = fabric->SpanOf({"n1", "n0"});
+  EXPECT_EQ(rack.level(), monta::v1::FABRIC_SPAN_LEVEL_RACK);
+  EXPECT_EQ(rack.concurrent_nodes(), 2);
+  ASSERT_EQ(rack.racks_size(), 1);
+  EXPECT_EQ(rack.racks(0).rack(), "r0");
+  EXPECT_EQ(rack.racks(0).block(), "b0");
+  EXPECT_EQ(rack.racks(0).nodes(), 2);
+  const monta::v1::FabricSpan across = fabric->SpanOf({"n2", "n0", "n1"});
+  EXPECT_EQ(across.level(), monta::v1::FABRIC_SPAN_LEVEL_CROSS_RACK);
+  ASSERT_EQ(across.racks_size(), 2);
+  EXPECT_EQ(across.racks(0).rack(), "r0");  // by name
+  EXPECT_EQ(across.racks(0).nodes(), 2);
+  EXPECT_EQ(across.racks(1).nodes(), 1);
+  // n6 sits in block spine-x by its node labels.
+  EXPECT_EQ(fabric->SpanOf({"n0", "n6"}).level(),
+            monta::v1::FABRIC_SPAN_LEVEL_CROSS_BLOCK);
+  // A node outside the fabric, or a third rack: not a level measurement.
+  const monta::v1::FabricSpan outside = fabric->SpanOf({"n0", "x9"});
+  EXPECT_EQ(outside.level(), monta::v1::FABRIC_SPAN_LEVEL_UNSPECIFIED);
+  EXPECT_EQ(outside.concurrent_nodes(), 2);
+  EXPECT_EQ(outside.racks_size(), 0);
+  EXPECT_EQ(fabric->SpanOf({"n0", "n2", "n6"}).level(),
+            monta::v1::FABRIC_SPAN_LEVEL_UNSPECIFIED);
+}
+
+TEST_F(FabricTest, ARoundMeasuresThePlacedIdleNodesAndKeepsItsNotes) {
+  Write(map_path_, kMap);
+  auto fabric = Open();
+  ASSERT_NE(fabric, nullptr);
+  std::vector<monta::v1::NodeInfo> registered = {
+      Registered("n0"), Registered("n1"), Registered("n2"), Registered("y7"),
+      Registered("x9")};
+  registered[1].set_state(monta::v1::NODE_STATE_STALE);
+  const auto all_idle = [](const std::string&) { return true; };
+  const Fabric::Round dry =
+      fabric->PlanRound(registered, all_idle, 4, /*dry_run=*/true, kStart);
+  // r0 has one alive node (n1 is stale): no pair inside; n0 with n2 across.
+  ASSERT_EQ(dry.plan.tasks.size(), 1u);
+  EXPECT_EQ(dry.plan.tasks[0].nodes, (std::vector<std::string>{"n0", "n2"}));
+  EXPECT_EQ(dry.plan.tasks[0].span.level(),
+            monta::v1::FABRIC_SPAN_LEVEL_CROSS_RACK);
+  EXPECT_EQ(dry.outside, (std::vector<std::string>{"x9", "y7"}));
+  // A dry run leaves no notes behind; a round does.
+  const FabricReply before = fabric->Tree(registered);
+  for (const auto& note : before.notes()) {
+    EXPECT_FALSE(absl::StrContains(note, "level round")) << note;
+  }
+  registered[1].set_state(monta::v1::NODE_STATE_ALIVE);
+  const Fabric::Round round = fabric->PlanRound(
+      registered, [](const std::string& n) { return n != "n2"; }, 4,
+      /*dry_run=*/false, kStart);
+  ASSERT_EQ(round.plan.tasks.size(), 1u);
+  EXPECT_EQ(round.plan.tasks[0].nodes, (std::vector<std::string>{"n0", "n1"}));
+  EXPECT_EQ(round.outside, (std::vector<std::string>{"x9", "y7"}));
+  std::string notes;
+  const FabricReply after = fabric->Tree(registered);
+  for (const auto& note : after.notes()) {
+    absl::StrAppend(&notes, note, "\n");
+  }
+  EXPECT_TRUE(absl::StrContains(
+      notes, "level round of 2023-11-14 22:13:20 UTC: rack r1: no idle node"))
+      << notes;
 }
 
 }  // namespace
