@@ -432,15 +432,21 @@ int Verify(const Context& ctx, const std::vector<std::string>& args) {
   return 0;
 }
 
-// bench --fabric: one round of level measurements (or, --dry_run, its plan).
-int BenchFabric(const Context& ctx) {
+// A RunBenchmarkRequest with the sweep flags: ranks per node, sizes, deadline.
+monta::v1::RunBenchmarkRequest SweepRequest() {
   monta::v1::RunBenchmarkRequest request;
-  request.set_fabric_levels(true);
-  request.set_dry_run(absl::GetFlag(FLAGS_dry_run));
   request.set_ranks_per_node(absl::GetFlag(FLAGS_ranks_per_node));
   request.set_min_bytes(absl::GetFlag(FLAGS_min_bytes));
   request.set_max_bytes(absl::GetFlag(FLAGS_max_bytes));
   request.set_timeout_seconds(absl::GetFlag(FLAGS_bench_timeout_seconds));
+  return request;
+}
+
+// bench --fabric: one round of level measurements (or, --dry_run, its plan).
+int BenchFabric(const Context& ctx) {
+  monta::v1::RunBenchmarkRequest request = SweepRequest();
+  request.set_fabric_levels(true);
+  request.set_dry_run(absl::GetFlag(FLAGS_dry_run));
   auto stub = monta::v1::Planner::NewStub(ctx.channel);
   monta::v1::RunBenchmarkReply reply;
   auto context = RpcContext();
@@ -466,13 +472,9 @@ int Bench(const Context& ctx, const std::vector<std::string>& args) {
         << "montactl: usage: montactl bench --nodes a,b [--ranks_per_node N]\n";
     return 2;
   }
-  monta::v1::RunBenchmarkRequest request;
+  monta::v1::RunBenchmarkRequest request = SweepRequest();
   for (const auto& n : nodes) request.add_nodes(n);
-  request.set_ranks_per_node(absl::GetFlag(FLAGS_ranks_per_node));
-  request.set_min_bytes(absl::GetFlag(FLAGS_min_bytes));
-  request.set_max_bytes(absl::GetFlag(FLAGS_max_bytes));
   request.set_wait(absl::GetFlag(FLAGS_wait));
-  request.set_timeout_seconds(absl::GetFlag(FLAGS_bench_timeout_seconds));
   auto stub = monta::v1::Planner::NewStub(ctx.channel);
   monta::v1::RunBenchmarkReply reply;
   grpc::ClientContext context;

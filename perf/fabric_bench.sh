@@ -54,14 +54,9 @@ for n in $SIZES $ITERATIONS $LEVEL_MAX_MIB; do
 done
 OUT="${OUT:-$(mktemp -d /tmp/monta-fabric-bench.XXXXXX)}"
 mkdir -p "$OUT"
-if [[ -z "$BIN_DIR" ]]; then
-  bazel build -c opt //server:monta-planner //agent:monta-agent //client:montactl >&2
-  BIN_DIR="$OUT/bin"
-  mkdir -p "$BIN_DIR"
-  BAZEL_BIN="$(bazel info -c opt bazel-bin 2>/dev/null)"
-  cp -f "$BAZEL_BIN/server/monta-planner" "$BAZEL_BIN/agent/monta-agent" \
-    "$BAZEL_BIN/client/montactl" "$BIN_DIR/"
-fi
+# Without --bin_dir the cluster script builds the binaries (bazel build -c opt).
+BIN_ARGS=()
+[[ -n "$BIN_DIR" ]] && BIN_ARGS=(--bin_dir="$BIN_DIR")
 
 NAME="fb$$"
 CLUSTER=(./scripts/emulated-cluster.sh)
@@ -110,7 +105,7 @@ EOF
 for spine in $SPINES; do
   echo "# spine $spine: up" >&2
   "${CLUSTER[@]}" up --name="$NAME" --racks=2 --nodes=2 --ranks_per_node=2 --rate="$RATE" \
-    --uplink_rate="$spine" --bin_dir="$BIN_DIR" --timeout=300 >/dev/null
+    --uplink_rate="$spine" "${BIN_ARGS[@]}" --timeout=300 >/dev/null
   max_bytes=$((LEVEL_MAX_MIB << 20))
   echo "# spine $spine: pairs" >&2
   for pair in r0-n0,r0-n1 r1-n0,r1-n1 r0-n0,r1-n0; do
