@@ -161,8 +161,8 @@ TEST_F(EmulatedFabricTest, TwoRacksShowInTheTreeAndTheSpineBoundsTraffic) {
             << kNodeBytesPerSecond / 1e6 << " MB/s)\n";
 
   // The plan on the nodes with the racks interleaved (docs/MODEL.md §12):
-  // every EP group of 2 nodes crosses the spine link, which bounds it (the
-  // map's declaration: no level is measured yet); the advice keeps the EP
+  // every EP group of 2 nodes crosses the spine link, which bounds it (as
+  // the pair across the racks measured it); the advice keeps the EP
   // groups inside the racks, where the node links bound them.
   const std::string job =
       std::filesystem::absolute("examples/fabric-ep4.yaml").string();
@@ -170,9 +170,11 @@ TEST_F(EmulatedFabricTest, TwoRacksShowInTheTreeAndTheSpineBoundsTraffic) {
       CtlJson({"plan", "--job=" + job, "--node_names=r0-n0,r1-n0,r0-n1,r1-n1"});
   const nlohmann::json& bound = plan["chosen"]["fabric_bound"];
   EXPECT_EQ(bound["level"], "FABRIC_LEVEL_RACK_UPLINK") << plan.dump(1);
-  EXPECT_TRUE(bound.value("declared", false)) << bound.dump(1);
-  EXPECT_DOUBLE_EQ(bound["bytes_per_second"].get<double>(),
-                   kUplinkBytesPerSecond);
+  // Measured: the pair across the racks above is a cross-rack level task.
+  EXPECT_FALSE(bound.value("declared", false)) << bound.dump(1);
+  EXPECT_GT(bound["bytes_per_second"].get<double>(), 0);
+  EXPECT_LE(bound["bytes_per_second"].get<double>(),
+            1.1 * kUplinkBytesPerSecond);
   const nlohmann::json& advice = plan["rank_order"];
   EXPECT_EQ(advice["nodes"],
             nlohmann::json({"r0-n0", "r0-n1", "r1-n0", "r1-n1"}))
