@@ -17,6 +17,21 @@ namespace v1 = ::monta::v1;
 using bandwidth::Collective;
 
 constexpr double kMaxRankSeconds = 3600;
+// No timer an agent reads resolves less; a smaller time (down to a denormal)
+// would make a node's spread over the others unbounded, and the agreement
+// slack lets a time that far below the others' through to the curve.
+constexpr double kMinRankSeconds = 1e-9;
+
+// One reported time of one rank: `field`[`index`].
+absl::Status CheckRankTime(double s, const std::string& field, int index) {
+  if (std::isfinite(s) && s >= kMinRankSeconds && s <= kMaxRankSeconds) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, "[", index, "]: expected a time in [",
+                   absl::StrFormat("%g", kMinRankSeconds), ", ",
+                   kMaxRankSeconds, "] s, got ", absl::StrFormat("%g", s)));
+}
 
 int TotalRanks(const v1::BenchmarkTask& task) {
   return task.nodes_size() * task.ranks_per_node();
@@ -48,8 +63,6 @@ std::vector<uint64_t> SeriesSizes(const v1::BenchmarkTask& task, int i) {
   return bandwidth::SweepMessageBytes(*c, TotalRanks(task), task.min_bytes(),
                                       task.max_bytes(), task.step_factor());
 }
-
-namespace {}  // namespace
 
 absl::Status CheckReporter(const v1::BenchmarkTask& task,
                            const v1::ReportBenchmarkRequest& report) {
@@ -83,12 +96,9 @@ absl::Status CheckIterations(const v1::SizeTimes& size,
         std::max(0, iterations), " (ranks x the task's iterations), got ", n));
   }
   for (int i = 0; i < n; ++i) {
-    const double s = size.rank_iteration_seconds(i);
-    if (!std::isfinite(s) || s <= 0 || s > kMaxRankSeconds) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".rank_iteration_seconds[", i, "]: expected a time in (0, ",
-          kMaxRankSeconds, "] s, got ", absl::StrFormat("%g", s)));
-    }
+    absl::Status s = CheckRankTime(size.rank_iteration_seconds(i),
+                                   field + ".rank_iteration_seconds", i);
+    if (!s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -109,12 +119,9 @@ absl::Status CheckSize(const v1::SizeTimes& size, const std::string& field,
         size.rank_wrong_bytes_size()));
   }
   for (int r = 0; r < ranks; ++r) {
-    const double s = size.rank_seconds(r);
-    if (!std::isfinite(s) || s <= 0 || s > kMaxRankSeconds) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".rank_seconds[", r, "]: expected a time in (0, ",
-                       kMaxRankSeconds, "] s, got ", absl::StrFormat("%g", s)));
-    }
+    absl::Status s =
+        CheckRankTime(size.rank_seconds(r), field + ".rank_seconds", r);
+    if (!s.ok()) return s;
   }
   return absl::OkStatus();
 }

@@ -40,8 +40,8 @@ absl::Status CheckReporter(const monta::v1::BenchmarkTask& task,
 
 // Checks an OK report against its task: ranks exactly the node's, one series
 // per collective of the task in order (or per dispatch, dispatch_index 0, 1,
-// ...), each with exactly the sizes the task asks for, one finite time in
-// (0, 3600] s and one wrong-byte count per rank, and in a verify task either
+// ...), each with exactly the sizes the task asks for, one time in
+// [1e-9, 3600] s and one wrong-byte count per rank, and in a verify task either
 // no iterations or ranks x the task's iterations, each such a time.
 // INVALID_ARGUMENT naming the field and what was expected (never echoing more
 // than a number of the input).

@@ -186,6 +186,20 @@ TEST(CurveFormingTest, ADifferenceWithinTheSlackIsScheduling) {
             1u);
 }
 
+TEST(CurveFormingTest, ATimeBelowANanosecondIsNotAMeasurement) {
+  const v1::BenchmarkTask task = PairTask();
+  // Within the slack of node-b's 1 ms, so only the edge can refuse it: kept,
+  // its spread over node-b would be infinite.
+  const v1::ReportBenchmarkRequest tiny = Report(task, "node-a", 1e-320);
+  const absl::Status s = ValidateReport(task, tiny);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("rank_seconds[0]: expected a time in [1e-09, "
+                             "3600] s, got 9.99989e-321"),
+            std::string::npos)
+      << s;
+  EXPECT_TRUE(ValidateReport(task, Report(task, "node-a", 1e-9)).ok());
+}
+
 TEST(CurveFormingTest, ACurveFasterThanTheNicsIsExcluded) {
   const v1::BenchmarkTask task = PairTask();
   CurveChecks checks;
