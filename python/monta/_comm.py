@@ -31,12 +31,18 @@ def wire(t: torch.Tensor, group: Optional[ProcessGroup]) -> torch.Tensor:
     return t
 
 
+def comm_error(what: str, e: RuntimeError) -> CommError:
+    """One message for a collective that failed to start or to finish: posting a message to
+    a peer that already died fails at once, waiting for it fails at the timeout."""
+    return CommError(f"monta: {what} failed ({e}); a peer rank may have died or timed "
+                     "out: stopping this rank rather than hanging")
+
+
 def wait(work, what: str) -> None:
     try:
         work.wait()
     except RuntimeError as e:
-        raise CommError(f"monta: {what} failed ({e}); a peer rank may have died or timed "
-                        "out: stopping this rank rather than hanging") from e
+        raise comm_error(what, e) from e
 
 
 class Works:
@@ -98,7 +104,7 @@ def all_to_all_start(inp: torch.Tensor, group: Optional[ProcessGroup]):
             work = dist.all_to_all_single(wire(out, group), wire(inp, group), group=group,
                                           async_op=True)
     except RuntimeError as e:
-        raise CommError(f"monta: starting an AllToAll failed ({e})") from e
+        raise comm_error("starting an AllToAll", e) from e
     return out, work
 
 
@@ -126,7 +132,7 @@ class Gather:
                 self.buffer = None
                 self.work = _gloo_gather_start(self.pieces, inp, group)
         except RuntimeError as e:
-            raise CommError(f"monta: starting an AllGather failed ({e})") from e
+            raise comm_error("starting an AllGather", e) from e
 
     def into(self, dst: torch.Tensor, what: str) -> None:
         """dst: [E, t, rows, ...]; the reorder copy of the gathered chunk."""
