@@ -190,6 +190,14 @@ void PlannerServer::RefreshDenyList() {
   gateway_->EndDeniedWatches();
 }
 
+planning::FabricTreeSource PlannerServer::FabricTree() const {
+  // As GetStrategy reads it (server/api/planner_service.cc): the registered
+  // nodes placed in the tree, each level with its measurement.
+  return [this]() -> std::optional<monta::v1::FabricReply> {
+    return fabric_->Tree(registry_->List(Instant::Now(), false));
+  };
+}
+
 absl::Status PlannerServer::OpenFabric() {
   absl::StatusOr<std::unique_ptr<fabric::Fabric>> opened =
       fabric::Fabric::Open(options_.fabric, absl::Now());
@@ -267,9 +275,11 @@ absl::Status PlannerServer::StartGrpc() {
       registry_.get(), coordinator_.get(), authz_.get(),
       std::move(on_registered));
   knowledge_ = std::make_unique<planning::PlanKnowledge>();
+  verify::VerifierOptions verifier_options = options_.verifier;
+  verifier_options.fabric_tree = FabricTree();
   verifier_ = std::make_unique<verify::Verifier>(
       registry_.get(), coordinator_.get(), knowledge_.get(),
-      planner_metrics_.get(), store_.get(), options_.verifier);
+      planner_metrics_.get(), store_.get(), std::move(verifier_options));
   planner_ = std::make_unique<api::PlannerService>(
       registry_.get(), coordinator_.get(), authz_.get(), planner_metrics_.get(),
       store_.get(), knowledge_.get(), verifier_.get(), store_.get(),
@@ -333,7 +343,7 @@ absl::Status PlannerServer::StartWebhook() {
   }
   admission_ = std::make_unique<admission::AdmissionHandler>(
       admission::RegistryDecider(registry_.get(), planner_metrics_.get(),
-                                 store_.get(), knowledge_.get()),
+                                 store_.get(), knowledge_.get(), FabricTree()),
       planner_metrics_.get(), std::move(admission_options));
   admission::WebhookOptions webhook_options;
   webhook_options.address = options_.webhook_address;

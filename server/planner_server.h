@@ -154,6 +154,9 @@ class PlannerServer {
   absl::Status LoadDenyList();
   // Reads the fabric sources (options_.fabric) and exports their metrics.
   absl::Status OpenFabric();
+  // The fabric tree verify and the admission webhook plan with, read as
+  // GetStrategy reads it.
+  planning::FabricTreeSource FabricTree() const;
   absl::Status StartGrpc();
   absl::Status StartWebhook();
   // Health of the monta.v1.Planner service follows the store's writes:

@@ -636,12 +636,22 @@ ReviewOutcome AdmissionHandler::Review(Operation op,
 
 AdmissionHandler::Decider RegistryDecider(
     const registry::Registry* registry, metrics::PlannerMetrics* metrics,
-    store::DecisionLog* decisions, const planning::PlanKnowledge* knowledge) {
-  return [registry, metrics, decisions, knowledge](
+    store::DecisionLog* decisions, const planning::PlanKnowledge* knowledge,
+    planning::FabricTreeSource fabric_tree) {
+  return [registry, metrics, decisions, knowledge,
+          fabric_tree = std::move(fabric_tree)](
              const monta::v1::StrategyRequest& request, bool record_decision) {
-    return planning::DecideStrategy(
-        request, registry, record_decision ? metrics : nullptr,
-        record_decision ? decisions : nullptr, knowledge);
+    // A spec that names its nodes is priced on the fabric tree as
+    // GetStrategy prices it (docs/MODEL.md §12); a profile placement has no
+    // nodes to place.
+    std::optional<monta::v1::FabricReply> tree;
+    if (fabric_tree && request.placement().node_names_size() > 0) {
+      tree = fabric_tree();
+    }
+    return planning::DecideStrategy(request, registry,
+                                    record_decision ? metrics : nullptr,
+                                    record_decision ? decisions : nullptr,
+                                    knowledge, tree ? &*tree : nullptr);
   };
 }
 

@@ -29,6 +29,7 @@
 #include "proto/monta/v1/strategy.pb.h"
 #include "server/metrics/planner_metrics.h"
 #include "server/planning/calibration.h"
+#include "server/planning/decide_strategy.h"
 #include "server/registry/registry.h"
 #include "server/store/decision_log.h"
 
@@ -110,7 +111,8 @@ class AdmissionHandler {
 AdmissionHandler::Decider RegistryDecider(
     const registry::Registry* registry, metrics::PlannerMetrics* metrics,
     store::DecisionLog* decisions = nullptr,
-    const planning::PlanKnowledge* knowledge = nullptr);
+    const planning::PlanKnowledge* knowledge = nullptr,
+    planning::FabricTreeSource fabric_tree = nullptr);
 
 // JSON Pointer (RFC 6901) escaping of one reference token: "~" -> "~0",
 // "/" -> "~1".

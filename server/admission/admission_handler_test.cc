@@ -11,6 +11,7 @@
 #include "nlohmann/json.hpp"
 #include "prometheus/registry.h"
 #include "proto/monta/v1/agent.pb.h"
+#include "proto/monta/v1/fabric.pb.h"
 #include "server/metrics/planner_metrics.h"
 #include "server/registry/registry.h"
 #include "tests/testing/paper_job.h"
@@ -105,9 +106,13 @@ class AdmissionHandlerTest : public ::testing::Test {
     handler_ = std::make_unique<AdmissionHandler>(
         RegistryDecider(&registry_, &metrics_), &metrics_, options);
     // One registered H800 node with 8 GPUs.
+    RegisterH800("gpu-a", "i-1");
+  }
+
+  void RegisterH800(const std::string& name, const std::string& instance) {
     monta::v1::RegisterRequest r;
-    r.set_node_name("gpu-a");
-    r.set_instance_id("i-1");
+    r.set_node_name(name);
+    r.set_instance_id(instance);
     for (int i = 0; i < 8; ++i) {
       auto* gpu = r.mutable_topology()->add_gpus();
       gpu->set_index(i);
@@ -550,6 +555,46 @@ TEST_F(AdmissionHandlerTest, DryRunIsPatchedButNotCountedAsDecision) {
         EXPECT_EQ(metric.counter.value, 0);
     }
   }
+}
+
+// A spec that names its nodes is priced on the planner's fabric tree as
+// GetStrategy prices it (docs/MODEL.md §12): the decider reads the tree for
+// it, and only for it (a profile placement has no nodes to place).
+TEST_F(AdmissionHandlerTest, NamedNodesArePricedOnTheFabricTree) {
+  RegisterH800("gpu-b", "i-2");
+  monta::v1::FabricReply tree;
+  monta::v1::FabricBlock* block = tree.add_blocks();
+  for (const char* node : {"gpu-a", "gpu-b"}) {
+    monta::v1::FabricRack* rack = block->add_racks();
+    rack->set_name(std::string("rack-of-") + node);
+    rack->mutable_uplink()->set_declared_bytes_per_second(1e9);
+    rack->add_nodes()->set_name(node);
+  }
+  int reads = 0;
+  AdmissionHandler::Decider decide =
+      RegistryDecider(&registry_, &metrics_, nullptr, nullptr,
+                      [&]() -> std::optional<monta::v1::FabricReply> {
+                        ++reads;
+                        return tree;
+                      });
+  monta::v1::StrategyRequest request = testing::PaperJobRequest();
+  request.mutable_placement()->Clear();
+  request.mutable_placement()->add_node_names("gpu-a");
+  request.mutable_placement()->add_node_names("gpu-b");
+  absl::StatusOr<monta::v1::StrategyReply> named = decide(request, false);
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(reads, 1);
+  ASSERT_GT(named->evidence().fabric().uplinks_size(), 0)
+      << named->evidence().DebugString();
+  EXPECT_TRUE(named->evidence().fabric().uplinks(0).declared());
+  EXPECT_TRUE(named->has_rank_order());
+  EXPECT_TRUE(named->chosen().has_fabric_bound());
+
+  absl::StatusOr<monta::v1::StrategyReply> by_profile =
+      decide(testing::PaperJobRequest(), false);
+  ASSERT_TRUE(by_profile.ok()) << by_profile.status();
+  EXPECT_EQ(reads, 1);
+  EXPECT_FALSE(by_profile->has_rank_order());
 }
 
 TEST(EscapeJsonPointerTest, EscapesTildeAndSlash) {

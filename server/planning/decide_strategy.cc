@@ -29,15 +29,14 @@ absl::StatusOr<monta::v1::StrategyReply> DecideStrategy(
     const monta::v1::FabricReply* fabric) {
   const auto start = std::chrono::steady_clock::now();
   const Instant now = Instant::Now();
-  RegistryNodeLookup lookup(registry, now);
+  RegistryNodeLookup lookup(registry, now, fabric);
   std::optional<PlanCalibration> calibration;
   if (knowledge != nullptr && request.placement().node_names_size() > 0) {
     calibration = knowledge->Calibration(NodeSetKey(request), now.wall);
   }
   // Curve and verification ages are about stored records: wall time.
-  absl::StatusOr<monta::v1::StrategyReply> reply =
-      PlanStrategy(request, &lookup, now.wall,
-                   calibration ? &*calibration : nullptr, fabric);
+  absl::StatusOr<monta::v1::StrategyReply> reply = PlanStrategy(
+      request, &lookup, now.wall, calibration ? &*calibration : nullptr);
   if (reply.ok() && knowledge != nullptr) {
     if (auto verified = knowledge->FreshVerified(request, now.wall)) {
       ApplyVerified(*verified, now.wall, &*reply);

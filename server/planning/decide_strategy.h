@@ -4,6 +4,7 @@
 #ifndef MONTA_SERVER_PLANNING_DECIDE_STRATEGY_H_
 #define MONTA_SERVER_PLANNING_DECIDE_STRATEGY_H_
 
+#include <functional>
 #include <optional>
 
 #include "absl/status/statusor.h"
@@ -19,17 +20,27 @@
 namespace monta::planning {
 
 // Resolves node names for the strategy planner from the registry (gone nodes
-// are unknown).
+// are unknown), with the planner's fabric tree when it has one (nullable; not
+// owned, must outlive the lookup).
 class RegistryNodeLookup : public NodeLookup {
  public:
-  RegistryNodeLookup(const registry::Registry* registry, Instant now)
-      : registry_(registry), now_(now) {}
+  RegistryNodeLookup(const registry::Registry* registry, Instant now,
+                     const monta::v1::FabricReply* fabric = nullptr)
+      : registry_(registry), now_(now), fabric_(fabric) {}
   std::optional<NodeFacts> Find(absl::string_view name) const override;
+  const monta::v1::FabricReply* Fabric() const override { return fabric_; }
 
  private:
   const registry::Registry* registry_;
   Instant now_;
+  const monta::v1::FabricReply* fabric_;
 };
+
+// The planner's fabric tree as it stands now (GetFabric's reply), for a plan
+// on named nodes; unset (or returning nullopt): no fabric. GetStrategy, the
+// admission webhook and verify take the same source, so they price the same
+// tree through the same path (PlanStrategy, PreparePlan).
+using FabricTreeSource = std::function<std::optional<monta::v1::FabricReply>()>;
 
 // Plans one request against the registry, records the decision metrics and logs
 // a successful decision (both optional); shared by GetStrategy and the webhook.
@@ -37,7 +48,7 @@ class RegistryNodeLookup : public NodeLookup {
 // applied, and a fresh verify run of the same job on them answers with its
 // measured times (evidence VERIFIED). `fabric` (nullable): the planner's
 // fabric tree, which prices the uplinks and advises a rank order for a
-// request on named nodes (PlanStrategy).
+// request on named nodes (PlanStrategy, through the lookup).
 absl::StatusOr<monta::v1::StrategyReply> DecideStrategy(
     const monta::v1::StrategyRequest& request,
     const registry::Registry* registry, metrics::PlannerMetrics* metrics,

@@ -380,10 +380,28 @@ void NoteExclusion(Role role, const std::vector<std::string>& nodes,
 // (docs/MODEL.md §12).
 using RackOf = std::map<std::string, std::string>;
 
-// With the tree priced, a curve measured across racks measured the uplink
-// between them (a pair alone on it), which the tree prices with the whole
-// job's load: the node links are priced from pairs inside a rack when there
-// are any.
+// "task T on a,b (span CROSS_RACK, 4 nodes at once)": a curve in a note.
+std::string CurveName(const std::vector<std::string>& nodes,
+                      const v1::BandwidthCurve& c) {
+  std::string out =
+      absl::StrCat("task ", c.task_id(), " on ", absl::StrJoin(nodes, ","));
+  if (c.has_fabric() &&
+      c.fabric().level() != v1::FABRIC_SPAN_LEVEL_UNSPECIFIED) {
+    absl::StrAppend(&out, " (", ShortName(c.fabric().level()), ", ",
+                    c.fabric().concurrent_nodes(), " nodes at once)");
+  }
+  return out;
+}
+
+// With the tree priced, a curve whose nodes sit in more than one rack is a
+// level measurement (docs/MODEL.md §12): it saw a rack's uplink, which the
+// tree prices from the level's measurement (FabricLink.measured) with the
+// whole job's load. It prices its level, never the job's nodes directly,
+// even when its nodes are the job's own (in a 2 x 2 cluster the level
+// round's task of every node of two racks at once is). The node links come
+// from curves inside a rack; only when there are none does a pair across
+// racks price them (it saw the uplink too: pessimistic, noted), and a task of
+// more than two nodes across racks never does.
 void LeaveCrossRackCurvesToTheTree(
     const RackOf& rack_of,
     std::map<std::vector<std::string>, const v1::BandwidthCurve*>& newest,
@@ -397,32 +415,40 @@ void LeaveCrossRackCurvesToTheTree(
     }
     return racks.size() == 1;
   };
-  std::vector<std::string> left;
   bool any_inside = false;
   for (const auto& [key, c] : newest) any_inside |= one_rack(key);
-  if (!any_inside) {
-    if (!newest.empty()) {
-      notes->push_back(
-          "alltoall_inter: every inter-node curve of these nodes crosses "
-          "racks: the node links are priced from them, which saw a rack "
-          "uplink too (pessimistic for EP groups inside a rack)");
-    }
-    return;
-  }
+  std::vector<std::string> left;
+  std::vector<std::string> kept;
   for (auto it = newest.begin(); it != newest.end();) {
     if (one_rack(it->first)) {
       ++it;
       continue;
     }
-    left.push_back(absl::StrCat("task ", it->second->task_id(), " on ",
-                                absl::StrJoin(it->first, ",")));
+    const std::string name = CurveName(it->first, *it->second);
+    if (!any_inside && it->first.size() == 2) {
+      kept.push_back(name);
+      ++it;
+      continue;
+    }
+    left.push_back(name);
     it = newest.erase(it);
   }
   if (!left.empty()) {
     notes->push_back(absl::StrCat(
         "alltoall_inter: ", absl::StrJoin(left, "; "),
-        " crossed racks: left to the fabric tree, which prices the uplink "
-        "(docs/MODEL.md §12); node links priced from pairs inside a rack"));
+        " crossed racks: a level measurement, left to the fabric tree, "
+        "which prices the uplink it saw with the whole job's load "
+        "(docs/MODEL.md §12), not taken as a measurement of the job's nodes; ",
+        any_inside ? "node links priced from pairs inside a rack"
+                   : "no curve inside a rack prices the node links"));
+  }
+  if (!kept.empty()) {
+    notes->push_back(absl::StrCat(
+        "alltoall_inter: no inter-node curve of these nodes lies inside a "
+        "rack: the node links are priced from the pairs across racks (",
+        absl::StrJoin(kept, "; "),
+        "), which saw a rack uplink too (pessimistic for EP groups inside a "
+        "rack)"));
   }
 }
 
@@ -935,6 +961,32 @@ void FillFabric(const PreparedPlan& plan, const model::Decision& decision,
                  tree.layout.ranks_per_node));
 }
 
+// The model's inputs with the fabric tree priced for the given order: what
+// PlanStrategy decides on and PreparePlan hands out (verify's predictions and
+// the calibration fits), one path for both.
+struct Priced {
+  Built built;
+  std::optional<TreePricing> tree;
+};
+
+absl::StatusOr<Priced> BuildPriced(const v1::StrategyRequest& request,
+                                   const NodeLookup* lookup) {
+  Priced p;
+  p.tree = PlaceInTree(request, lookup != nullptr ? lookup->Fabric() : nullptr);
+  const bool all_placed = p.tree && p.tree->job.outside.empty();
+  absl::StatusOr<Built> b =
+      Build(request, lookup, all_placed ? &p.tree->job.rack_of : nullptr);
+  if (!b.ok()) return b.status();
+  p.built = *std::move(b);
+  if (p.tree) {
+    PreparedPlan& plan = p.built.plan;
+    absl::StatusOr<model::Traffic> traffic =
+        model::ComputeTraffic(plan.job, plan.shape);
+    if (traffic.ok()) PriceTree(plan, *traffic, *p.tree, &p.built.notes);
+  }
+  return p;
+}
+
 }  // namespace
 
 // Check and resolve, build the model's view, decide, render the reply. The
@@ -942,24 +994,17 @@ void FillFabric(const PreparedPlan& plan, const model::Decision& decision,
 // `now` is read here, so a reply depends on its inputs alone.
 absl::StatusOr<v1::StrategyReply> PlanStrategy(
     const v1::StrategyRequest& request, const NodeLookup* lookup,
-    absl::Time now, const PlanCalibration* calibration,
-    const v1::FabricReply* fabric) {
-  std::optional<TreePricing> tree = PlaceInTree(request, fabric);
-  const bool all_placed = tree && tree->job.outside.empty();
-  absl::StatusOr<Built> b =
-      Build(request, lookup, all_placed ? &tree->job.rack_of : nullptr);
-  if (!b.ok()) return b.status();
+    absl::Time now, const PlanCalibration* calibration) {
+  absl::StatusOr<Priced> priced = BuildPriced(request, lookup);
+  if (!priced.ok()) return priced.status();
+  Built* b = &priced->built;
+  std::optional<TreePricing>& tree = priced->tree;
   PreparedPlan& plan = b->plan;
   if (calibration != nullptr) {
     plan.view.calibration = calibration->model;
     if (request.options().contention_factor() == 0) {
       plan.options.contention_factor = calibration->contention_factor;
     }
-  }
-  if (tree) {
-    absl::StatusOr<model::Traffic> traffic =
-        model::ComputeTraffic(plan.job, plan.shape);
-    if (traffic.ok()) PriceTree(plan, *traffic, *tree, &b->notes);
   }
   absl::StatusOr<model::Decision> decision =
       model::Decide(plan.job, plan.shape, plan.view, plan.options);
@@ -987,9 +1032,9 @@ absl::StatusOr<v1::StrategyReply> PlanStrategy(
 
 absl::StatusOr<PreparedPlan> PreparePlan(const v1::StrategyRequest& request,
                                          const NodeLookup* lookup) {
-  absl::StatusOr<Built> b = Build(request, lookup);
-  if (!b.ok()) return b.status();
-  return std::move(b->plan);
+  absl::StatusOr<Priced> p = BuildPriced(request, lookup);
+  if (!p.ok()) return p.status();
+  return std::move(p->built.plan);
 }
 
 std::optional<double> PredictMeasuredSeconds(

@@ -45,6 +45,12 @@ class NodeLookup {
   virtual ~NodeLookup() = default;
   // The node's facts, or nullopt when no such node is registered.
   virtual std::optional<NodeFacts> Find(absl::string_view name) const = 0;
+  // The planner's fabric tree (GetFabric's reply: where nodes sit, each
+  // level's measured or declared capacity), or null without one. Every plan
+  // on named nodes made through this lookup prices the tree
+  // (docs/MODEL.md §12): GetStrategy, the admission webhook, verify's
+  // predictions and the calibration fits on them.
+  virtual const monta::v1::FabricReply* Fabric() const { return nullptr; }
 };
 
 // Plans one request. Errors:
@@ -65,20 +71,21 @@ struct PlanCalibration {
   monta::v1::Calibration evidence;  // age_seconds filled by the caller
 };
 //
-// `fabric` (nullable): the planner's fabric tree. When the request names its
-// nodes and the tree places every one of them, the uplinks are priced for
-// the given rank order (docs/MODEL.md §12): node links from inter-node curves
-// inside a rack where there are any, each uplink from its measurement or
-// declaration; every feasible candidate says which level bounds it
-// (fabric_bound), the evidence lists the uplinks crossed, and the reply
-// advises a rank order (rank_order).
+// The fabric tree is the lookup's (NodeLookup::Fabric). When the request
+// names its nodes and the tree places every one of them, the uplinks are
+// priced for the given rank order (docs/MODEL.md §12): node links from
+// inter-node curves inside a rack, each uplink from its level measurement or
+// declaration (a curve across racks is a level measurement: it prices its
+// uplink, never the job's nodes directly); every feasible candidate says
+// which level bounds it (fabric_bound), the evidence lists the uplinks
+// crossed, and the reply advises a rank order (rank_order).
 absl::StatusOr<monta::v1::StrategyReply> PlanStrategy(
     const monta::v1::StrategyRequest& request, const NodeLookup* lookup,
-    absl::Time now, const PlanCalibration* calibration = nullptr,
-    const monta::v1::FabricReply* fabric = nullptr);
+    absl::Time now, const PlanCalibration* calibration = nullptr);
 
-// The model's inputs for one request: what PlanStrategy decides on, for
-// callers that evaluate the model many times (calibration fits).
+// The model's inputs for one request: what PlanStrategy decides on (the
+// fabric tree priced for the given order the same way), for callers that
+// evaluate the model many times (verify's predictions, calibration fits).
 struct PreparedPlan {
   model::MoeJobShape job;
   model::NodeShape shape;

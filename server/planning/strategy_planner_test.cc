@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/strategy/strategy_proto.h"
 #include "gtest/gtest.h"
 #include "proto/monta/v1/benchmark.pb.h"
 #include "proto/monta/v1/strategy.pb.h"
@@ -24,9 +25,12 @@ class FakeLookup : public NodeLookup {
     if (it == nodes_.end()) return std::nullopt;
     return it->second;
   }
+  void SetFabric(const v1::FabricReply* fabric) { fabric_ = fabric; }
+  const v1::FabricReply* Fabric() const override { return fabric_; }
 
  private:
   std::map<std::string, NodeFacts> nodes_;
+  const v1::FabricReply* fabric_ = nullptr;
 };
 
 NodeFacts A800(const std::string& name) {
@@ -662,6 +666,7 @@ class FabricPlanTest : public ::testing::Test {
     r1->mutable_uplink()->mutable_measured()->set_bytes_per_second(10e6);
     r1->mutable_uplink()->mutable_measured()->set_task_id("level-r1");
     for (const char* n : {"b0", "b1"}) r1->add_nodes()->set_name(n);
+    lookup_.SetFabric(&tree_);
     v1::MoeJob* j = request_.mutable_job();
     j->set_hidden_size(1024);
     j->set_num_experts(4);
@@ -690,7 +695,7 @@ class FabricPlanTest : public ::testing::Test {
 
 TEST_F(FabricPlanTest, InterleavedRacksAreBoundByTheSlowestUplink) {
   On({"a0", "b0", "a1", "b1"});
-  auto reply = PlanStrategy(request_, &lookup_, kNow, nullptr, &tree_);
+  auto reply = PlanStrategy(request_, &lookup_, kNow);
   ASSERT_TRUE(reply.ok()) << reply.status();
   const double d = 16 << 20;
   ASSERT_EQ(reply->traffic().dispatch_bytes(), uint64_t{16} << 20);
@@ -740,7 +745,7 @@ TEST_F(FabricPlanTest, InterleavedRacksAreBoundByTheSlowestUplink) {
 
 TEST_F(FabricPlanTest, TheAdvisedOrderIsKeptAndNodesOutsideAreNotPriced) {
   On({"a0", "a1", "b0", "b1"});
-  auto reply = PlanStrategy(request_, &lookup_, kNow, nullptr, &tree_);
+  auto reply = PlanStrategy(request_, &lookup_, kNow);
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->evidence().fabric().uplinks_size(), 0);
   EXPECT_EQ(reply->chosen().fabric_bound().level(), v1::FABRIC_LEVEL_NODE_LINK);
@@ -754,7 +759,7 @@ TEST_F(FabricPlanTest, TheAdvisedOrderIsKeptAndNodesOutsideAreNotPriced) {
   x.name = "x";
   lookup_.Add(x);
   On({"a0", "b0", "a1", "x"});
-  auto outside = PlanStrategy(request_, &lookup_, kNow, nullptr, &tree_);
+  auto outside = PlanStrategy(request_, &lookup_, kNow);
   ASSERT_TRUE(outside.ok()) << outside.status();
   ASSERT_EQ(outside->evidence().fabric().outside_size(), 1);
   EXPECT_EQ(outside->evidence().fabric().outside(0), "x");
@@ -762,11 +767,84 @@ TEST_F(FabricPlanTest, TheAdvisedOrderIsKeptAndNodesOutsideAreNotPriced) {
   EXPECT_FALSE(outside->has_rank_order());
   EXPECT_FALSE(outside->chosen().has_fabric_bound());
   // Without a tree nothing changes.
+  lookup_.SetFabric(nullptr);
   auto plain = PlanStrategy(request_, &lookup_, kNow);
   ASSERT_TRUE(plain.ok());
   EXPECT_FALSE(plain->evidence().has_fabric());
   EXPECT_DOUBLE_EQ(plain->chosen().total_seconds_per_layer(),
                    outside->chosen().total_seconds_per_layer());
+}
+
+// Issue 19's first bar: in a 2 x 2 cluster the level round's task of every
+// node of both racks at once is the job's own node set. It is a level
+// measurement: it prices the uplinks (through the tree's measured rate),
+// never the job directly, so the plan is what it is without that curve.
+TEST_F(FabricPlanTest, ALevelTaskOnTheJobsOwnNodesPricesItsLevelNotTheJob) {
+  On({"a0", "b0", "a1", "b1"});
+  auto without = PlanStrategy(request_, &lookup_, kNow);
+  ASSERT_TRUE(without.ok()) << without.status();
+  v1::BandwidthCurve level =
+      Curve(v1::COLLECTIVE_ALLTOALL, {"a0", "a1", "b0", "b1"}, 8, 1e-3, 2e6,
+            1024, 16 << 20, kNow + absl::Seconds(5), "level-4");
+  level.mutable_fabric()->set_level(v1::FABRIC_SPAN_LEVEL_CROSS_RACK);
+  level.mutable_fabric()->set_concurrent_nodes(4);
+  lookup_.at("b1").curves.push_back(level);
+  auto with = PlanStrategy(request_, &lookup_, kNow);
+  ASSERT_TRUE(with.ok()) << with.status();
+  EXPECT_DOUBLE_EQ(with->chosen().total_seconds_per_layer(),
+                   without->chosen().total_seconds_per_layer());
+  const v1::CurveEvidence* inter =
+      Evidence(*with, v1::CURVE_ROLE_ALLTOALL_INTER);
+  ASSERT_NE(inter, nullptr);
+  EXPECT_EQ(inter->task_id(), "pair-in");
+  bool noted = false;
+  for (const std::string& n : with->evidence().notes()) {
+    noted |= n.find(
+                 "task level-4 on a0,a1,b0,b1 (cross_rack, 4 nodes at "
+                 "once)") != std::string::npos &&
+             n.find("a level measurement") != std::string::npos;
+  }
+  EXPECT_TRUE(noted) << with->evidence().DebugString();
+  // Without pairs inside a rack a pair across racks prices the node links
+  // (noted as pessimistic), the task of four nodes still never does.
+  lookup_.at("a0").curves.erase(lookup_.at("a0").curves.begin());
+  lookup_.at("b0").curves.clear();
+  auto across = PlanStrategy(request_, &lookup_, kNow);
+  ASSERT_TRUE(across.ok()) << across.status();
+  inter = Evidence(*across, v1::CURVE_ROLE_ALLTOALL_INTER);
+  ASSERT_NE(inter, nullptr);
+  EXPECT_EQ(inter->task_id(), "pair-across");
+}
+
+// Verify's predictions (PreparePlan, PredictMeasuredSeconds) price the tree
+// through the same path as GetStrategy (PlanStrategy): for the same nodes in
+// the same order they give the chosen candidate's time exactly, with the
+// uplink in it; without the tree they do not.
+TEST_F(FabricPlanTest, PreparePlanPricesTheTreeAsPlanStrategyDoes) {
+  On({"a0", "b0", "a1", "b1"});
+  auto reply = PlanStrategy(request_, &lookup_, kNow);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  absl::StatusOr<PreparedPlan> plan = PreparePlan(request_, &lookup_);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_DOUBLE_EQ(plan->view.uplink_seconds_per_rank_byte, 2 / 10e6);
+  for (const v1::Candidate& c : reply->candidates()) {
+    if (!c.feasible()) continue;
+    std::optional<double> predicted =
+        PredictMeasuredSeconds(*plan, MeasuredScope::kLayer,
+                               strategy::StrategyFromProto(c.kind()).value(),
+                               c.chunks_requested(), {}, 1);
+    ASSERT_TRUE(predicted.has_value()) << c.DebugString();
+    EXPECT_DOUBLE_EQ(*predicted, c.total_seconds_per_layer())
+        << c.DebugString();
+  }
+  lookup_.SetFabric(nullptr);
+  absl::StatusOr<PreparedPlan> plain = PreparePlan(request_, &lookup_);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->view.uplink_seconds_per_rank_byte, 0);
+  EXPECT_LT(*PredictMeasuredSeconds(*plain, MeasuredScope::kLayer,
+                                    strategy::StrategyKind::kFlat, 1, {}, 1),
+            *PredictMeasuredSeconds(*plan, MeasuredScope::kLayer,
+                                    strategy::StrategyKind::kFlat, 1, {}, 1));
 }
 
 }  // namespace

@@ -521,7 +521,12 @@ absl::StatusOr<v1::VerifyReply> Verifier::Verify(
   // Node states on the monotonic clock; curve and calibration ages (stored
   // records) on the wall clock.
   const Instant now = Instant::Now();
-  const planning::RegistryNodeLookup lookup(registry_, now);
+  // The fabric tree as it stands at the start of the run prices the plan,
+  // every prediction and the fit, as GetStrategy prices it.
+  std::optional<v1::FabricReply> tree;
+  if (options_.fabric_tree) tree = options_.fabric_tree();
+  const planning::RegistryNodeLookup lookup(registry_, now,
+                                            tree ? &*tree : nullptr);
   absl::StatusOr<JobShape> job =
       ShapeJob(request.request(), lookup, *knowledge_, now.wall);
   if (!job.ok()) return job.status();

@@ -21,6 +21,7 @@
 #include "server/bench/coordinator.h"
 #include "server/metrics/planner_metrics.h"
 #include "server/planning/calibration.h"
+#include "server/planning/decide_strategy.h"
 #include "server/registry/registry.h"
 #include "server/store/decision_log.h"
 
@@ -43,6 +44,10 @@ struct VerifierOptions {
   // A calibration may not grow any candidate's |error| by more than this
   // (docs/MODEL.md §11).
   double max_calibration_error_growth_ratio = 0.05;
+  // The planner's fabric tree (unset: none). The plan, its predictions and
+  // the calibration fits price it exactly as GetStrategy does for the same
+  // nodes in the same order (docs/MODEL.md §12): one tree per run.
+  planning::FabricTreeSource fabric_tree;
 };
 
 class Verifier {
