@@ -27,10 +27,10 @@
 # --level_max_mib=1. Writes DIR/<spine>-<what>.{json,txt}; exit status: 0 the bar met, 1
 # missed (or a step failed), 2 usage, 3 no namespaces here.
 #
-# Whether the levels' prediction rests on the level measurements or on the four-node
-# task itself (which, with two nodes a rack, is the job's own node set) is the model's
-# (issue 19 item 3): the summary lists the inter-node curves each plan cites and warns
-# when one is a measurement of the job's four nodes.
+# The levels' prediction rests on the level measurements: the four-node task (with two
+# nodes a rack, the job's own node set) prices the uplinks, never the job directly, and
+# verify prices the tree as GetStrategy does (docs/MODEL.md §11-12); the summary still
+# warns when a plan cites a measurement of the job's four nodes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -79,28 +79,8 @@ job() {
   echo "$f"
 }
 
-# Until both racks' uplinks show a measurement of 4 nodes at once (up to 20 minutes).
-wait_for_levels() {
-  local spine=$1 deadline=$((SECONDS + 1200))
-  while ((SECONDS < deadline)); do
-    ctl --output=json topology --fabric >"$OUT/$spine-fabric.json"
-    if /usr/bin/python3 - "$OUT/$spine-fabric.json" <<'EOF'
-import json, sys
-tree = json.load(open(sys.argv[1]))
-racks = [r for b in tree.get("blocks", []) for r in b.get("racks", [])]
-ok = racks and all(r.get("uplink", {}).get("measured", {}).get("concurrent_nodes", 0) >= 4
-                   and "inside" in r for r in racks)
-sys.exit(0 if ok else 1)
-EOF
-    then
-      ctl topology --fabric >"$OUT/$spine-fabric.txt"
-      return 0
-    fi
-    sleep 5
-  done
-  echo "fabric_bench: $spine: the level measurements did not land in 20 minutes" >&2
-  return 1
-}
+# shellcheck source=perf/fabric_levels.sh
+. perf/fabric_levels.sh  # fabric_level_round
 
 for spine in $SPINES; do
   echo "# spine $spine: up" >&2
@@ -117,9 +97,7 @@ for spine in $SPINES; do
       >"$OUT/$spine-${mib}mib-pairs-plan.json"
   done
   echo "# spine $spine: level measurements" >&2
-  ctl bench --fabric --max_bytes="$max_bytes" --bench_timeout_seconds=600 \
-    >"$OUT/$spine-levels.txt"
-  wait_for_levels "$spine"
+  fabric_level_round "$NAME" "$max_bytes" "$OUT/$spine"
   for mib in $SIZES; do
     echo "# spine $spine: plan and verify at $mib MiB" >&2
     ctl --output=json plan --job "$(job "$mib")" --node_names "$NODES" \

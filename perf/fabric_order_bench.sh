@@ -3,10 +3,12 @@
 # as root): 2 racks x 2 nodes x 2 ranks, node links shaped at --rate, the racks joined by
 # one link at --uplink_rate (default 400mbit and 100mbit: the 4:1 fabric). A job with EP
 # groups of 2 nodes (e = 4, t = 1) and data parallel 2, launched in the worst order (the
-# racks interleaved: every EP group crosses the racks). The agents measure each node alone
-# and a pair inside each rack (the node links); the planner prices the rack uplink from
-# its measurement when the level has one (FabricLink.measured), else the map's
-# declaration. Then 8 torch.distributed Gloo ranks, each inside its node's namespace, run
+# racks interleaved: every EP group crosses the racks). The agents measure each node alone,
+# then one round of fabric level measurements (perf/fabric_levels.sh: a pair inside each
+# rack, both racks' at once; a pair across; all four nodes at once) up to --mib: the
+# planner prices the node links from the pairs inside the racks and each rack uplink from
+# its level measurement (FabricLink.measured), as any job on these nodes would be priced.
+# Then 8 torch.distributed Gloo ranks, each inside its node's namespace, run
 # perf/fabric_order_bench.py: rank 0 asks GetStrategy on the nodes in launch order
 # (monta.plan_on_nodes), every rank builds the groups as launched and in the advised order
 # (MoeGroups.build(node_order=...)), and each layout's AllToAll of --mib MiB per rank is
@@ -67,14 +69,12 @@ if [[ "$OWN" == true ]]; then
 fi
 "${CL[@]}" status --name="$NAME" >/dev/null || { echo "fabric_order_bench: cluster $NAME is not up" >&2; exit 1; }
 echo "# emulated fabric $NAME: 2 racks x 2 nodes x 2 ranks, node links $RATE, racks joined at $UPLINK"
-# The node links: a pair inside each rack (the planner leaves pairs across racks to the tree).
-for pair in r0-n0,r0-n1 r1-n0,r1-n1; do
-  waited "${CL[@]}" ctl --name="$NAME" -- bench --nodes="$pair" --bench_timeout_seconds=240 |
-    tee -a "$WORK/bench.log"
-  grep -q "TASK_STATE_SUCCEEDED" "$WORK/bench.log" ||
-    { echo "fabric_order_bench: the benchmark of $pair did not succeed" >&2; exit 1; }
-  : >"$WORK/bench.log"
-done
+# The levels: node links inside each rack, each rack's uplink with all four nodes at once.
+# shellcheck source=perf/fabric_levels.sh
+. perf/fabric_levels.sh
+waited fabric_level_round "$NAME" $((MIB << 20)) "$WORK/fabric" ||
+  { cat "$WORK/fabric-levels.txt" >&2; exit 1; }
+cat "$WORK/fabric-fabric.txt"
 
 export PYTHONDONTWRITEBYTECODE=1
 # Launch order: the racks interleaved, so that every EP group (2 consecutive nodes) crosses.

@@ -30,14 +30,19 @@ def short(kind):
     return kind.replace("STRATEGY_KIND_", "").lower()
 
 
-def dispatch_predictions(plan):
-    """(kind, K) -> one dispatch's predicted seconds (half the forward time per layer,
-    as verify predicts it)."""
+def plan_predictions(plan, scope):
+    """(kind, K) -> the plan's prediction of what verify's scope measured: one MoE layer
+    (total_seconds_per_layer, the default scope, as verify predicts it: docs/MODEL.md
+    §11) or one dispatch op (approximated as half the forward time per layer: the op's
+    own time is not on the wire)."""
     out = {}
     for c in (plan or {}).get("candidates", []):
         if c.get("feasible"):
-            out[(c.get("kind"), c.get("chunks_requested", 1))] = (
-                float(c.get("forward_seconds_per_layer", 0)) / 2)
+            if scope == "VERIFY_SCOPE_OP":
+                seconds = float(c.get("forward_seconds_per_layer", 0)) / 2
+            else:
+                seconds = c.get("total_seconds_per_layer", 0)
+            out[(c.get("kind"), c.get("chunks_requested", 1))] = float(seconds)
     return out
 
 
@@ -78,7 +83,7 @@ def main(out_dir, nodes_csv):
             print("   no verify reply: the run failed")
             failures.append(f"{spine} {mib} MiB: no verify reply")
             continue
-        pairs_pred = dispatch_predictions(pairs)
+        pairs_pred = plan_predictions(pairs, verify.get("scope", "VERIFY_SCOPE_LAYER"))
         print(f"   {'candidate':28s} {'measured ms':>12s} {'levels pred':>12s} {'err':>7s}"
               f" {'pairs pred':>11s} {'err':>7s}")
         level_err, pair_err = [], []
