@@ -191,6 +191,8 @@ void PlannerServer::RefreshDenyList() {
 }
 
 planning::FabricTreeSource PlannerServer::FabricTree() const {
+  // Without a fabric map or node labels nobody is placed: no source.
+  if (!fabric_->has_sources()) return nullptr;
   // As GetStrategy reads it (server/api/planner_service.cc): the registered
   // nodes placed in the tree, each level with its measurement.
   return [this]() -> std::optional<monta::v1::FabricReply> {

@@ -155,7 +155,7 @@ class PlannerServer {
   // Reads the fabric sources (options_.fabric) and exports their metrics.
   absl::Status OpenFabric();
   // The fabric tree verify and the admission webhook plan with, read as
-  // GetStrategy reads it.
+  // GetStrategy reads it; none without fabric sources.
   planning::FabricTreeSource FabricTree() const;
   absl::Status StartGrpc();
   absl::Status StartWebhook();

@@ -643,15 +643,25 @@ AdmissionHandler::Decider RegistryDecider(
              const monta::v1::StrategyRequest& request, bool record_decision) {
     // A spec that names its nodes is priced on the fabric tree as
     // GetStrategy prices it (docs/MODEL.md §12); a profile placement has no
-    // nodes to place.
+    // nodes to place, and its evidence says so.
     std::optional<monta::v1::FabricReply> tree;
     if (fabric_tree && request.placement().node_names_size() > 0) {
       tree = fabric_tree();
     }
-    return planning::DecideStrategy(request, registry,
-                                    record_decision ? metrics : nullptr,
-                                    record_decision ? decisions : nullptr,
-                                    knowledge, tree ? &*tree : nullptr);
+    absl::StatusOr<monta::v1::StrategyReply> reply = planning::DecideStrategy(
+        request, registry, record_decision ? metrics : nullptr,
+        record_decision ? decisions : nullptr, knowledge,
+        tree ? &*tree : nullptr);
+    if (reply.ok() && fabric_tree &&
+        request.placement().node_names_size() == 0) {
+      reply->mutable_evidence()->add_notes(
+          "fabric: not priced: the placement names no nodes (a profile), so "
+          "the planner's rack and spine uplinks are left out; a spec with "
+          "placement.node_names, or the job asking with its real hosts "
+          "(monta.plan_on_nodes), gets them priced and a rank order "
+          "(docs/MODEL.md §10, §12)");
+    }
+    return reply;
   };
 }
 

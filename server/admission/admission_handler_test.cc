@@ -559,7 +559,8 @@ TEST_F(AdmissionHandlerTest, DryRunIsPatchedButNotCountedAsDecision) {
 
 // A spec that names its nodes is priced on the planner's fabric tree as
 // GetStrategy prices it (docs/MODEL.md §12): the decider reads the tree for
-// it, and only for it (a profile placement has no nodes to place).
+// it, and only for it (a profile placement has no nodes to place, and its
+// evidence says the uplinks are left out).
 TEST_F(AdmissionHandlerTest, NamedNodesArePricedOnTheFabricTree) {
   RegisterH800("gpu-b", "i-2");
   monta::v1::FabricReply tree;
@@ -595,6 +596,11 @@ TEST_F(AdmissionHandlerTest, NamedNodesArePricedOnTheFabricTree) {
   ASSERT_TRUE(by_profile.ok()) << by_profile.status();
   EXPECT_EQ(reads, 1);
   EXPECT_FALSE(by_profile->has_rank_order());
+  bool noted = false;
+  for (const std::string& n : by_profile->evidence().notes()) {
+    noted |= absl::StartsWith(n, "fabric: not priced: the placement names no");
+  }
+  EXPECT_TRUE(noted) << by_profile->evidence().DebugString();
 }
 
 TEST(EscapeJsonPointerTest, EscapesTildeAndSlash) {
