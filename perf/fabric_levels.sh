@@ -4,6 +4,8 @@
 #
 #   fabric_level_round NAME MAX_BYTES PREFIX
 #
+# waits (up to 5 minutes) until a dry run plans the whole round (4 tasks: a node still
+# busy, e.g. with its sweep on registering, would leave its rack out), then
 # runs `montactl bench --fabric --max_bytes=MAX_BYTES` on cluster NAME (inside each rack a
 # pair, the two racks' pairs on disjoint nodes at once; a pair across; all four nodes at
 # once), then polls `montactl topology --fabric` (up to 20 minutes) until both racks'
@@ -13,7 +15,15 @@
 
 fabric_level_round() {
   local name=$1 max_bytes=$2 prefix=$3 deadline=$((SECONDS + 1200))
-  local ctl=(./scripts/emulated-cluster.sh ctl --name="$name" --)
+  local ctl=(./scripts/emulated-cluster.sh ctl --name="$name" --) idle_deadline=$((SECONDS + 300))
+  until "${ctl[@]}" --output=json bench --fabric --dry_run |
+    /usr/bin/python3 -c 'import json, sys; sys.exit(len(json.load(sys.stdin).get("fabric_tasks", [])) < 4)'; do
+    if ((SECONDS >= idle_deadline)); then
+      echo "fabric_level_round: $name: nodes still busy after 5 minutes" >&2
+      return 1
+    fi
+    sleep 3
+  done
   "${ctl[@]}" bench --fabric --max_bytes="$max_bytes" --bench_timeout_seconds=600 \
     >"$prefix-levels.txt" || return 1
   while ((SECONDS < deadline)); do

@@ -36,8 +36,9 @@ def job_for(args):
             "data_parallel_size": args.world}
 
 
-def timed_alltoall(group, ep, mib, warmup, iters):
-    """Median over runs of the slowest rank's AllToAll of `mib` MiB per rank on `group`."""
+def timed_alltoall(group, ep, mib, warmup, iters, active=True):
+    """Median over runs of the slowest rank's AllToAll of `mib` MiB per rank on `group`
+    (a rank that is not `active` only joins the barrier and the timing's reduction)."""
     # float32 (Gloo has no bfloat16 AllToAll): the same bytes as the job's 2-byte elements.
     elements = mib * (1 << 20) // 4
     send = torch.ones(elements, dtype=torch.float32)
@@ -46,8 +47,10 @@ def timed_alltoall(group, ep, mib, warmup, iters):
     for i in range(warmup + iters):
         dist.barrier()
         start = time.perf_counter()
-        dist.all_to_all_single(recv, send, group=group)
-        took = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+        if active:
+            dist.all_to_all_single(recv, send, group=group)
+        took = torch.tensor([time.perf_counter() - start if active else 0.0],
+                            dtype=torch.float64)
         dist.all_reduce(took, op=dist.ReduceOp.MAX)
         if i >= warmup:
             samples.append(took.item())
@@ -65,6 +68,9 @@ def main():
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--timeout_s", type=float, default=600)
+    # Also time the advised layout with only its first EP group running (the others idle):
+    # what the job's EP groups running at once cost beyond one group alone.
+    parser.add_argument("--alone", action="store_true")
     args = parser.parse_args()
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout_s))
     rank = dist.get_rank()
@@ -81,6 +87,11 @@ def main():
         "advised": timed_alltoall(advised.ep_group, args.ep, args.mib, args.warmup,
                                   args.iters),
     }
+    if args.alone:
+        first = dist.get_process_group_ranks(advised.ep_group)
+        measured["advised_alone"] = timed_alltoall(
+            advised.ep_group, args.ep, args.mib, args.warmup, args.iters,
+            active=order[0] * g in first)
     if rank != 0:
         dist.destroy_process_group()
         return
@@ -97,6 +108,12 @@ def main():
                      "measured_seconds": measured[name], "error_ratio": error})
         print(f"{name:8} {predicted[name]:10.3f} {measured[name]:10.3f} {100 * error:7.1f}%")
     speedup = measured["given"] / measured["advised"]
+    if args.alone:
+        print(f"{'advised, one EP group alone':28} measured {measured['advised_alone']:.3f}"
+              f" (all at once {measured['advised']:.3f}: "
+              f"{measured['advised'] / measured['advised_alone']:.2f}x)")
+        rows.append({"order": "advised_one_group_alone",
+                     "measured_seconds": measured["advised_alone"]})
     print(f"advised order {speedup:.2f}x faster measured (bar: >= 2x); "
           f"|error| bar: <= 15% each")
     print("FABRIC_ORDER_BENCH_JSON " + json.dumps({
