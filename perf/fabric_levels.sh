@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by perf/fabric_bench.sh and perf/fabric_order_bench.sh: one round of fabric level
 # measurements on an emulated fabric of 2 racks x 2 nodes (scripts/emulated-cluster.sh),
 # and the wait until it landed in the planner's tree.
