@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """One rank of perf/fabric_order_bench.sh (issue 19's rank-order bar, docs/MODEL.md section
-12): the job's flat dispatch AllToAll (every EP group at once) timed with the ranks in the
+12): the job's flat dispatch AllToAll through python/monta (every EP group at once) timed with the ranks in the
 launcher's order and in the order the planner advises, against the planner's predictions.
 
 Launched torchrun-style (RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
@@ -36,19 +36,24 @@ def job_for(args):
             "data_parallel_size": args.world}
 
 
-def timed_alltoall(group, ep, mib, warmup, iters, active=True):
-    """Median over runs of the slowest rank's AllToAll of `mib` MiB per rank on `group`
-    (a rank that is not `active` only joins the barrier and the timing's reduction)."""
-    # float32 (Gloo has no bfloat16 AllToAll): the same bytes as the job's 2-byte elements.
-    elements = mib * (1 << 20) // 4
-    send = torch.ones(elements, dtype=torch.float32)
-    recv = torch.empty_like(send)
+def timed_alltoall(groups, ep, mib, warmup, iters, active=True):
+    """Median over runs of the slowest rank's flat dispatch of `mib` MiB per rank on
+    `groups` (monta.dispatch, what the job runs: on Gloo python/monta's pairwise AllToAll,
+    every receive posted first, not torch's all_to_all_single, whose gloo::alltoall is
+    bimodal across a shaped link). A rank that is not `active` only joins the barrier and
+    the timing's reduction."""
+    # float32 (the same bytes as the job's 2-byte elements), [E, rows, 1024]: dim 0 splits
+    # over the EP group.
+    hidden = 1024
+    rows = mib * (1 << 20) // (4 * hidden * ep)
+    x = torch.ones(ep, rows, hidden, dtype=torch.float32)
+    flat = monta.Plan(strategy=monta.FLAT, expert_layout=monta.NOT_TENSOR_PARALLEL)
     samples = []
     for i in range(warmup + iters):
         dist.barrier()
         start = time.perf_counter()
         if active:
-            dist.all_to_all_single(recv, send, group=group)
+            monta.dispatch(x, flat, groups)
         took = torch.tensor([time.perf_counter() - start if active else 0.0],
                             dtype=torch.float64)
         dist.all_reduce(took, op=dist.ReduceOp.MAX)
@@ -83,14 +88,13 @@ def main():
     given = monta.MoeGroups.build(1, args.ep, g)
     advised = monta.MoeGroups.build(1, args.ep, g, node_order=order)
     measured = {
-        "given": timed_alltoall(given.ep_group, args.ep, args.mib, args.warmup, args.iters),
-        "advised": timed_alltoall(advised.ep_group, args.ep, args.mib, args.warmup,
-                                  args.iters),
+        "given": timed_alltoall(given, args.ep, args.mib, args.warmup, args.iters),
+        "advised": timed_alltoall(advised, args.ep, args.mib, args.warmup, args.iters),
     }
     if args.alone:
         first = dist.get_process_group_ranks(advised.ep_group)
         measured["advised_alone"] = timed_alltoall(
-            advised.ep_group, args.ep, args.mib, args.warmup, args.iters,
+            advised, args.ep, args.mib, args.warmup, args.iters,
             active=order[0] * g in first)
     if rank != 0:
         dist.destroy_process_group()
