@@ -144,6 +144,8 @@ check //server/etcd/... allow '^//(server/etcd|common|third_party)[:/]|^@etcd_pr
   "server/etcd (the client to etcd) may depend only on common/, third_party/ and etcd's generated stubs (@etcd_protos), never on proto/ or another planner room"
 check //server/election/... allow '^//(server/election|server/etcd|common|third_party)[:/]|^@etcd_protos//' \
   "server/election (leader election and fencing on etcd) may depend only on server/etcd, common/ and third_party/ (etcd's stubs only through server/etcd), never on proto/ or another planner room"
+check //server/etcd_store/... allow "^//(server/etcd_store|server/store|server/registry|server/etcd|${SERVER_BASE})[:/]|^@etcd_protos//" \
+  "server/etcd_store (the store seam on etcd) may depend only on server/store, server/registry, server/etcd, common/, proto/ and third_party/ (gRPC only through server/etcd)"
 # Only server/etcd may use etcd's stubs: the rest of the planner goes through its client.
 check_via "//server/... - //server/etcd/..." '^@etcd_protos//' '^//server/etcd[:/]' \
   "only server/etcd may depend on etcd's generated stubs (@etcd_protos); use server/etcd's client"
@@ -151,7 +153,7 @@ check_via "//server/... - //server/etcd/..." '^@etcd_protos//' '^//server/etcd[:
 # one other room that links gRPC is server/etcd, a client of etcd's services: a room
 # below server/api that uses it (server/election) links gRPC only through it. A new room
 # on server/etcd joins this list deliberately.
-check_via "//server/model/... + //server/planning/... + //server/fabric/... + //server/registry/... + //server/store/... + //server/bench/... + //server/metrics/... + //server/admission/... + //server/verify/... + //server/election/..." \
+check_via "//server/model/... + //server/planning/... + //server/fabric/... + //server/registry/... + //server/store/... + //server/bench/... + //server/metrics/... + //server/admission/... + //server/verify/... + //server/election/... + //server/etcd_store/..." \
   '_grpc_proto$|^//third_party:grpc$' '^//server/etcd[:/]' \
   "nothing below server/api may depend on gRPC service headers (*_grpc_proto) or //third_party:grpc except through server/etcd; use the message targets (*_proto)"
 

@@ -10,10 +10,10 @@
 //
 // SqliteStore implements it for the single replica (sqlite_store.h): the
 // revision is a counter persisted with the data, the fence a writer epoch in
-// the same file, the watch history the commits of this process. An etcd store
-// is to be the second implementation (etcd's revision, a transaction comparing
-// the leader key's create revision, etcd's watch). store_contract.h is the
-// suite both run.
+// the same file, the watch history the commits of this process. EtcdStore
+// (server/etcd_store) is the second: etcd's revision, one etcd Txn comparing
+// the fence (the leader key's create revision with server/election), etcd's
+// watch. store_contract.h is the suite both run.
 //
 // The registry (memory) stays the source of truth of a running replica:
 // RegistryWriter hands its changes to Commit outside the registry's lock, and

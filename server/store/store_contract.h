@@ -4,8 +4,9 @@
 //   INSTANTIATE_TEST_SUITE_P(Sqlite, StoreContractTest,
 //                            ::testing::Values(SqliteFactory()));
 //
-// (sqlite_store_contract_test.cc; an etcd store runs the same suite against
-// tests/testing/etcd_cluster). Each case starts from a fresh, empty store.
+// (sqlite_store_contract_test.cc; server/etcd_store/etcd_store_test.cc runs
+// the same suite against tests/testing/etcd_cluster). Each case starts from a
+// fresh, empty store.
 #ifndef MONTA_SERVER_STORE_STORE_CONTRACT_H_
 #define MONTA_SERVER_STORE_STORE_CONTRACT_H_
 
