@@ -5,8 +5,10 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "common/flags.h"
 #include "common/grpc_security_flags.h"
@@ -55,6 +57,25 @@ ABSL_FLAG(std::string, db, "",
           "SQLite file for nodes and measured curves (created if missing); "
           "empty keeps state "
           "in memory only");
+ABSL_FLAG(std::string, store, "sqlite",
+          "where nodes and curves are kept: sqlite (--db, or memory without "
+          "it) or etcd (--etcd_endpoints; one planner replica until leader "
+          "election is wired; --db then keeps decisions and the audit log "
+          "only)");
+ABSL_FLAG(std::string, etcd_endpoints, "",
+          "with --store=etcd: host:port of the etcd members, comma-separated "
+          "(1..16)");
+ABSL_FLAG(std::string, etcd_prefix, "/monta/v1/",
+          "with --store=etcd: the key prefix of this planner's state");
+ABSL_FLAG(std::string, etcd_ca_file, "",
+          "with --store=etcd: PEM CA bundle that signs etcd's certificates");
+ABSL_FLAG(std::string, etcd_cert_file, "",
+          "with --store=etcd: PEM client certificate chain presented to etcd");
+ABSL_FLAG(std::string, etcd_key_file, "",
+          "with --store=etcd: PEM private key of --etcd_cert_file");
+ABSL_FLAG(bool, etcd_insecure, false,
+          "with --store=etcd: plaintext to etcd, no certificates (loopback "
+          "tests and demos only)");
 ABSL_FLAG(bool, db_reset_corrupt, false,
           "when --db is corrupt (not a SQLite database, PRAGMA quick_check "
           "fails, a row does not parse), rename it to <db>.corrupt-<UTC time> "
@@ -323,6 +344,33 @@ absl::Status RetentionFromFlags(monta::PlannerOptions* options) {
 
 // The planner's options from the flags; InvalidArgument names a flag that is
 // out of range.
+
+// --store and the etcd client's flags.
+absl::Status StoreFromFlags(monta::PlannerOptions* options) {
+  options->store = absl::GetFlag(FLAGS_store);
+  if (options->store == "sqlite") return absl::OkStatus();
+  if (options->store != "etcd") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--store: expected sqlite or etcd, got \"",
+                     absl::CHexEscape(options->store.substr(0, 64)), "\""));
+  }
+  const std::string endpoints = absl::GetFlag(FLAGS_etcd_endpoints);
+  if (endpoints.empty()) {
+    return absl::InvalidArgumentError(
+        "--etcd_endpoints: expected host:port[,host:port...] with "
+        "--store=etcd");
+  }
+  options->etcd.endpoints = absl::StrSplit(endpoints, ',', absl::SkipEmpty());
+  options->etcd.security.insecure = absl::GetFlag(FLAGS_etcd_insecure);
+  options->etcd.security.ca_file = absl::GetFlag(FLAGS_etcd_ca_file);
+  options->etcd.security.cert_file = absl::GetFlag(FLAGS_etcd_cert_file);
+  options->etcd.security.key_file = absl::GetFlag(FLAGS_etcd_key_file);
+  options->etcd.security.flag_prefix = "--etcd_";
+  options->etcd.security.insecure_flag = "--etcd_insecure";
+  options->etcd_prefix = absl::GetFlag(FLAGS_etcd_prefix);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<monta::PlannerOptions> OptionsFromFlags() {
   monta::PlannerOptions options;
   options.grpc_address = absl::GetFlag(FLAGS_listen);
@@ -359,6 +407,7 @@ absl::StatusOr<monta::PlannerOptions> OptionsFromFlags() {
   options.bench_on_register = absl::GetFlag(FLAGS_bench_on_register);
   options.db_path = absl::GetFlag(FLAGS_db);
   options.db_reset_corrupt = absl::GetFlag(FLAGS_db_reset_corrupt);
+  if (absl::Status s = StoreFromFlags(&options); !s.ok()) return s;
   if (absl::GetFlag(FLAGS_bench_interval_seconds) < 0) {
     return absl::InvalidArgumentError("--bench_interval_seconds must be >= 0");
   }

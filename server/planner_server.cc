@@ -63,6 +63,14 @@ absl::Status PlannerServer::OpenRegistry() {
       options_.registry, &topology_diff::DiffTopologyEvents);
   if (!options_.db_path.empty()) {
     if (absl::Status opened = OpenStore(); !opened.ok()) return opened;
+  }
+  if (options_.store == "etcd") {
+    absl::StatusOr<store::Fence> fence = OpenEtcdStore();
+    if (!fence.ok()) return fence.status();
+    registry_writer_ =
+        std::make_unique<store::RegistryWriter>(etcd_store_.get(), *fence);
+    registry_->SetObserver(registry_writer_.get());
+  } else if (!options_.db_path.empty()) {
     // The one writer of the file from now on (a planner opened on it before
     // is fenced off).
     absl::StatusOr<store::Fence> fence = store_->Lead();
@@ -100,17 +108,54 @@ absl::Status PlannerServer::OpenStore() {
   return OpenAndLoadStore();
 }
 
+absl::StatusOr<store::Fence> PlannerServer::OpenEtcdStore() {
+  const auto failed = [](const absl::Status& status) {
+    return absl::Status(status.code(),
+                        absl::StrCat("--store=etcd: ", status.message()));
+  };
+  absl::StatusOr<std::unique_ptr<etcd::Client>> client =
+      etcd::Client::Create(options_.etcd);
+  if (!client.ok()) return failed(client.status());
+  etcd_client_ = *std::move(client);
+  etcd_store::EtcdStoreOptions store_options;
+  store_options.prefix = options_.etcd_prefix;
+  absl::StatusOr<std::unique_ptr<etcd_store::EtcdStore>> store =
+      etcd_store::EtcdStore::Open(etcd_client_.get(), store_options);
+  if (!store.ok()) return failed(store.status());
+  etcd_store_ = *std::move(store);
+  metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
+  if (absl::Status loaded =
+          store::LoadInto(*etcd_store_, *registry_,
+                          [planner_metrics](const std::string& site) {
+                            planner_metrics->RecordDiscardedError(site);
+                          });
+      !loaded.ok()) {
+    return failed(loaded);
+  }
+  // The one writer under the prefix from now on (one replica: the
+  // standalone fence; a planner started on it before is fenced off).
+  absl::StatusOr<store::Fence> fence = etcd_store_->Lead();
+  if (!fence.ok()) return failed(fence.status());
+  std::cerr << "monta-planner: --store=etcd: " << options_.etcd_prefix << " on "
+            << absl::StrJoin(options_.etcd.endpoints, ",") << ", writer epoch "
+            << fence->epoch << std::endl;
+  return fence;
+}
+
 absl::Status PlannerServer::OpenAndLoadStore() {
   absl::StatusOr<std::unique_ptr<store::SqliteStore>> store =
       store::SqliteStore::Open(options_.db_path);
   if (!store.ok()) return store.status();
   metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
-  // LoadInto restores nothing when it fails, so a retry starts clean.
+  // LoadInto restores nothing when it fails, so a retry starts clean. With
+  // --store=etcd the registry comes from etcd (OpenEtcdStore).
   if (absl::Status loaded =
-          store::LoadInto(**store, *registry_,
-                          [planner_metrics](const std::string& site) {
-                            planner_metrics->RecordDiscardedError(site);
-                          });
+          options_.store == "etcd"
+              ? absl::OkStatus()
+              : store::LoadInto(**store, *registry_,
+                                [planner_metrics](const std::string& site) {
+                                  planner_metrics->RecordDiscardedError(site);
+                                });
       !loaded.ok()) {
     return absl::DataLossError(
         absl::StrCat("--db ", options_.db_path, ": ", loaded.message()));

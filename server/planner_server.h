@@ -26,6 +26,8 @@
 #include "server/api/deny_list.h"
 #include "server/api/planner_service.h"
 #include "server/bench/coordinator.h"
+#include "server/etcd/client.h"
+#include "server/etcd_store/etcd_store.h"
 #include "server/fabric/fabric.h"
 #include "server/metrics/planner_metrics.h"
 #include "server/planning/calibration.h"
@@ -86,6 +88,14 @@ struct PlannerOptions {
   // start stops Start with one line; later the previous content stays.
   fabric::FabricOptions fabric;
   absl::Duration fabric_refresh = absl::Seconds(10);
+  // Where nodes and curves are kept: "sqlite" (db_path, or memory without
+  // it) or "etcd" (EtcdStore under etcd_prefix on the etcd of `etcd`; a
+  // single replica until leader election is wired: the replica takes the
+  // standalone fence, and db_path, when set, keeps decisions, verifications
+  // and the audit log only).
+  std::string store = "sqlite";
+  etcd::ClientOptions etcd;
+  std::string etcd_prefix = "/monta/v1/";
   // SQLite file for nodes and curve history; empty keeps state in memory only.
   std::string db_path;
   // A corrupt db_path (not a database, quick_check fails, a row does not
@@ -149,6 +159,8 @@ class PlannerServer {
   // file aside first when options_.db_reset_corrupt says so.
   absl::Status OpenStore();
   absl::Status OpenAndLoadStore();
+  // --store=etcd: connects, checks the schema, loads the registry and leads.
+  absl::StatusOr<store::Fence> OpenEtcdStore();
   void StartCoordinator();
   // Reads options_.deny_list_file (none when empty).
   absl::Status LoadDenyList();
@@ -203,6 +215,10 @@ class PlannerServer {
   // the gRPC server (declared below) is gone before the store, and the store
   // before the registry.
   std::unique_ptr<store::SqliteStore> store_;
+  // With --store=etcd: the client and the store the registry writes through
+  // (store_, if any, then holds decisions and the audit log only).
+  std::unique_ptr<etcd::Client> etcd_client_;
+  std::unique_ptr<etcd_store::EtcdStore> etcd_store_;
   // The registry's observer: its changes committed to store_ under the fence
   // store_->Lead() gave this process. Destroyed before store_.
   std::unique_ptr<store::RegistryWriter> registry_writer_;

@@ -260,6 +260,22 @@ TEST(StartupFailureTest, BadFabricFiles) {
                 {"--fabric_block_label_keys", "\"zone a\""});
 }
 
+// --store: an unknown store, etcd without endpoints or transport security,
+// and an etcd nobody answers at, each refused with one line naming the flag.
+TEST(StartupFailureTest, BadStoreFlags) {
+  ExpectRefused("server/monta-planner", PlannerFlags({"--store=zookeeper"}),
+                {"--store", "zookeeper"});
+  ExpectRefused("server/monta-planner", PlannerFlags({"--store=etcd"}),
+                {"--etcd_endpoints"});
+  ExpectRefused("server/monta-planner",
+                PlannerFlags({"--store=etcd", "--etcd_endpoints=127.0.0.1:1"}),
+                {"--etcd_"});
+  ExpectRefused("server/monta-planner",
+                PlannerFlags({"--store=etcd", "--etcd_endpoints=127.0.0.1:1",
+                              "--etcd_insecure"}),
+                {"--store=etcd", "127.0.0.1:1"});
+}
+
 TEST(StartupFailureTest, DatabaseDirectoryMissing) {
   const std::string dir = TempDir() + "/no-such-dir";
   ExpectRefused("server/monta-planner",

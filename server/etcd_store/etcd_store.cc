@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <deque>
+#include <iostream>
 #include <optional>
 #include <utility>
 
@@ -654,7 +655,12 @@ absl::StatusOr<Committed> EtcdStore::Commit(
   absl::MutexLock lock(&mu_);
   absl::StatusOr<Committed> committed = CommitLocked(fence, mutations);
   // The mirror is what etcd holds only after a commit that landed whole.
-  if (!committed.ok()) mirror_ = Mirror{};
+  if (!committed.ok()) {
+    mirror_ = Mirror{};
+    std::cerr << "monta-planner: etcd store " << options_.prefix
+              << ": a commit of " << mutations.size()
+              << " changes failed: " << committed.status() << std::endl;
+  }
   return committed;
 }
 
