@@ -318,6 +318,52 @@ TEST(EtcdStoreTest, CurveHistoryIsBounded) {
   EXPECT_EQ(listed->max_curve_sequence, 5u);
 }
 
+// A removal that deletes more keys than one Txn takes sends its deletes in
+// Txns of their own before the one that removes the node and logs it.
+TEST(EtcdStoreTest, ARemovalOverEtcdsLimitsDeletesEveryCurveNamingTheNode) {
+  EtcdStoreOptions options;
+  options.prefix = FreshPrefix("removal");
+  auto store = OwningStore::Open(options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto fence = (*store)->Lead();
+  ASSERT_TRUE(fence.ok()) << fence.status();
+  std::vector<Mutation> batch = {Node("a")};
+  for (int i = 0; i < 150; ++i) {
+    const std::string peer = absl::StrCat("p", 100 + i);
+    batch.push_back(Node(peer));
+    Mutation m;
+    m.kind = Mutation::Kind::kCurve;
+    m.curve.set_collective(monta::v1::COLLECTIVE_ALLTOALL);
+    m.curve.set_scope(monta::v1::SCOPE_INTER_NODE);
+    m.curve.set_nranks(2);
+    m.curve.add_nodes("a");
+    m.curve.add_nodes(peer);
+    m.curve.set_task_id(absl::StrCat("t", i));
+    m.curve.set_sequence(i + 1);
+    batch.push_back(m);
+  }
+  ASSERT_TRUE((*store)->Commit(*fence, batch).ok());
+  ASSERT_EQ((*store)->List()->curves.size(), 150u);
+  auto watch = (*store)->Watch((*store)->List()->revision);
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  Mutation removed;
+  removed.kind = Mutation::Kind::kNodeRemoved;
+  removed.node_name = "a";
+  auto committed = (*store)->Commit(*fence, {removed});
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  EXPECT_GE((*store)->store().last_commit_txns(), 2);
+  auto listed = (*store)->List();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_TRUE(listed->curves.empty());
+  EXPECT_EQ(listed->nodes.size(), 150u);
+  // The watch sees the removal once, at the last part's revision.
+  auto events = (*watch)->Next(absl::Seconds(30));
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ(events->front().revision, committed->revision);
+  EXPECT_EQ(events->front().mutations.at(0).node_name, "a");
+}
+
 // With an election the fence is the leader key's create revision: a commit
 // of an epoch whose key was deleted and created again is refused.
 TEST(EtcdStoreTest, TheElectionsFenceIsTheLeaderKeysCreateRevision) {
