@@ -406,18 +406,19 @@ absl::Status PlannerServer::StartWebhook() {
 }
 
 void PlannerServer::WatchStore() {
-  if (store_ == nullptr) return;
+  if (store_ == nullptr && etcd_store_ == nullptr) return;
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
-  store_->SetWriteListener(
-      [health, planner_metrics](const std::string& operation,
-                                const absl::Status& status) {
-        if (!status.ok()) planner_metrics->RecordStoreError(operation);
-        // Every failure (not only the first): a success of another operation
-        // may have marked the service SERVING in between.
-        health->SetServingStatus(monta::v1::Planner::service_full_name(),
-                                 status.ok());
-      });
+  const auto listener = [health, planner_metrics](const std::string& operation,
+                                                  const absl::Status& status) {
+    if (!status.ok()) planner_metrics->RecordStoreError(operation);
+    // Every failure (not only the first): a success of another operation
+    // may have marked the service SERVING in between.
+    health->SetServingStatus(monta::v1::Planner::service_full_name(),
+                             status.ok());
+  };
+  if (store_ != nullptr) store_->SetWriteListener(listener);
+  if (etcd_store_ != nullptr) etcd_store_->SetWriteListener(listener);
 }
 
 void PlannerServer::ScheduleBenchmark(
@@ -596,6 +597,7 @@ void PlannerServer::Shutdown(absl::Duration grace) {
   stop_.Notify();
   // Start may have failed part way: each member is null until its step ran.
   if (store_ != nullptr) store_->SetWriteListener(nullptr);
+  if (etcd_store_ != nullptr) etcd_store_->SetWriteListener(nullptr);
   if (webhook_ != nullptr) webhook_->Shutdown();
   if (coordinator_ != nullptr) coordinator_->Shutdown();
   if (server_ != nullptr) {

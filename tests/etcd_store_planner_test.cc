@@ -80,5 +80,42 @@ TEST(EtcdStorePlannerTest, NodesAndCurvesSurviveAPlannerRestartOnEtcd) {
       absl::Seconds(20)));
 }
 
+// etcd down: the planner keeps answering from memory but says NOT_SERVING
+// for monta.v1.Planner until a commit to etcd succeeds again.
+TEST(EtcdStorePlannerTest, FailedCommitsMakeThePlannerNotServingUntilOneLands) {
+  EtcdCluster::Options options;
+  options.members = 1;
+  auto etcd = EtcdCluster::Start(std::move(options));
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  LocalCluster cluster;
+  ASSERT_TRUE(
+      cluster
+          .StartPlanner({"--store=etcd",
+                         "--etcd_endpoints=" + (*etcd)->endpoint(0),
+                         "--etcd_insecure", "--bench_on_register=false"})
+          .ok());
+  EXPECT_EQ(cluster.Montactl({"health", "monta.v1.Planner"}).out, "SERVING\n");
+  (*etcd)->Kill(0);
+  ASSERT_TRUE(cluster.StartAgent("node-a").ok());  // registers: a node commit
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return cluster.Montactl({"health", "monta.v1.Planner"}).out ==
+               "NOT_SERVING\n";
+      },
+      absl::Seconds(30)))
+      << ReadFile(cluster.planner().log_path());
+  EXPECT_NE(ReadFile(cluster.planner().log_path()).find("etcd store"),
+            std::string::npos);
+  ASSERT_TRUE((*etcd)->Restart(0).ok());
+  ASSERT_TRUE(cluster.StartAgent("node-b").ok());  // the next commit lands
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return cluster.Montactl({"health", "monta.v1.Planner"}).out ==
+               "SERVING\n";
+      },
+      absl::Seconds(30)))
+      << ReadFile(cluster.planner().log_path());
+}
+
 }  // namespace
 }  // namespace monta::testing

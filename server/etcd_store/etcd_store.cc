@@ -432,6 +432,11 @@ std::string EtcdStore::CurveKey(const std::string& measurement,
                       absl::BytesToHexString(measurement), "/", digits);
 }
 
+void EtcdStore::SetWriteListener(WriteListener listener) {
+  absl::MutexLock lock(&mu_);
+  listener_ = std::move(listener);
+}
+
 int EtcdStore::last_commit_txns() const {
   absl::MutexLock lock(&mu_);
   return last_commit_txns_;
@@ -661,6 +666,10 @@ absl::StatusOr<Committed> EtcdStore::Commit(
               << ": a commit of " << mutations.size()
               << " changes failed: " << committed.status() << std::endl;
   }
+  if (listener_ && (!committed.ok() || failing_)) {
+    listener_(registry::ChangeOperation(mutations[0].kind), committed.status());
+  }
+  failing_ = !committed.ok();
   return committed;
 }
 

@@ -108,6 +108,15 @@ class EtcdStore : public store::Store {
   absl::StatusOr<std::unique_ptr<store::ChangeWatch>> Watch(
       int64_t after_revision) override;
 
+  // Told of every failed Commit (`operation`: registry::ChangeOperation of
+  // its first mutation) and of the first successful one after a failure
+  // (status OK), so health can follow the store, as SqliteStore's. Called
+  // under the store's lock: it must not call back into the store. Null stops
+  // calls.
+  using WriteListener = std::function<void(const std::string& operation,
+                                           const absl::Status& status)>;
+  void SetWriteListener(WriteListener listener);
+
   const EtcdStoreOptions& options() const { return options_; }
   // The etcd Txns the last successful Commit took (1 unless it was split).
   int last_commit_txns() const;
@@ -151,6 +160,8 @@ class EtcdStore : public store::Store {
   mutable absl::Mutex mu_;
   Mirror mirror_ ABSL_GUARDED_BY(mu_);
   int last_commit_txns_ ABSL_GUARDED_BY(mu_) = 0;
+  WriteListener listener_ ABSL_GUARDED_BY(mu_);
+  bool failing_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // The log value of one commit, and back (DATA_LOSS when malformed).

@@ -404,6 +404,37 @@ TEST(EtcdStoreTest, TheElectionsFenceIsTheLeaderKeysCreateRevision) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// The write listener hears every failed commit and the first success after.
+TEST(EtcdStoreTest, TheWriteListenerHearsFailuresAndTheRecovery) {
+  EtcdStoreOptions options;
+  options.prefix = FreshPrefix("listener");
+  auto store = OwningStore::Open(options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<std::pair<std::string, absl::StatusCode>> heard;
+  (*store)->store().SetWriteListener(
+      [&](const std::string& operation, const absl::Status& status) {
+        heard.emplace_back(operation, status.code());
+      });
+  auto fence = (*store)->Lead();
+  ASSERT_TRUE(fence.ok()) << fence.status();
+  ASSERT_TRUE((*store)->Commit(*fence, {Node("a")}).ok());
+  EXPECT_TRUE(heard.empty());
+  Fence stale = *fence;
+  ASSERT_TRUE((*store)->Lead().ok());
+  EXPECT_FALSE((*store)->Commit(stale, {Node("b")}).ok());
+  EXPECT_FALSE((*store)->Commit(stale, {Node("c")}).ok());
+  auto fresh = (*store)->Lead();
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  ASSERT_TRUE((*store)->Commit(*fresh, {Node("b")}).ok());
+  ASSERT_TRUE((*store)->Commit(*fresh, {Node("c")}).ok());
+  const std::vector<std::pair<std::string, absl::StatusCode>> expected = {
+      {"node", absl::StatusCode::kFailedPrecondition},
+      {"node", absl::StatusCode::kFailedPrecondition},
+      {"node", absl::StatusCode::kOk}};
+  EXPECT_EQ(heard, expected);
+  (*store)->store().SetWriteListener(nullptr);
+}
+
 // etcd's leader is SIGKILLed while the writer commits: every commit
 // acknowledged before, during and after is there once the member is back
 // (read through the restarted member alone too).
