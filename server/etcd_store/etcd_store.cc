@@ -1,6 +1,7 @@
 #include "server/etcd_store/etcd_store.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <deque>
 #include <iostream>
@@ -11,7 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
+#include "common/clock.h"
 #include "server/etcd/watch.h"
 
 namespace monta::etcd_store {
@@ -289,10 +290,14 @@ class EtcdChangeWatch : public ChangeWatch {
       : watch_(std::move(watch)) {}
 
   absl::StatusOr<std::vector<Event>> Next(absl::Duration timeout) override {
-    const absl::Time deadline = absl::Now() + timeout;
+    // On the monotonic clock: a wall clock step neither ends nor stretches
+    // the wait.
+    const MonoTime deadline =
+        MonoAfter(std::chrono::steady_clock::now(), timeout);
     while (true) {
-      absl::StatusOr<etcd::WatchBatch> batch =
-          watch_->Next(std::max(deadline - absl::Now(), absl::ZeroDuration()));
+      absl::StatusOr<etcd::WatchBatch> batch = watch_->Next(
+          std::max(MonoSince(std::chrono::steady_clock::now(), deadline),
+                   absl::ZeroDuration()));
       if (!batch.ok()) {
         if (batch.status().code() == absl::StatusCode::kFailedPrecondition) {
           return absl::OutOfRangeError(absl::StrCat(
@@ -320,7 +325,7 @@ class EtcdChangeWatch : public ChangeWatch {
         out.push_back(Event{e.kv.mod_revision, *std::move(mutations)});
       }
       if (!out.empty()) return out;
-      if (absl::Now() >= deadline) {
+      if (std::chrono::steady_clock::now() >= deadline) {
         return absl::DeadlineExceededError("etcd store watch: no commit");
       }
     }
