@@ -97,23 +97,13 @@ TEST(EtcdStorePlannerTest, FailedCommitsMakeThePlannerNotServingUntilOneLands) {
   EXPECT_EQ(cluster.Montactl({"health", "monta.v1.Planner"}).out, "SERVING\n");
   (*etcd)->Kill(0);
   ASSERT_TRUE(cluster.StartAgent("node-a").ok());  // registers: a node commit
-  EXPECT_TRUE(WaitFor(
-      [&] {
-        return cluster.Montactl({"health", "monta.v1.Planner"}).out ==
-               "NOT_SERVING\n";
-      },
-      absl::Seconds(30)))
+  EXPECT_TRUE(cluster.WaitForPlannerHealth("NOT_SERVING", absl::Seconds(30)))
       << ReadFile(cluster.planner().log_path());
   EXPECT_NE(ReadFile(cluster.planner().log_path()).find("etcd store"),
             std::string::npos);
   ASSERT_TRUE((*etcd)->Restart(0).ok());
   ASSERT_TRUE(cluster.StartAgent("node-b").ok());  // the next commit lands
-  EXPECT_TRUE(WaitFor(
-      [&] {
-        return cluster.Montactl({"health", "monta.v1.Planner"}).out ==
-               "SERVING\n";
-      },
-      absl::Seconds(30)))
+  EXPECT_TRUE(cluster.WaitForPlannerHealth("SERVING", absl::Seconds(30)))
       << ReadFile(cluster.planner().log_path());
 }
 

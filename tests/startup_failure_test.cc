@@ -432,24 +432,14 @@ TEST(StoreFailureTest, FailedWritesMakePlannerNotServingUntilOneSucceeds) {
   ASSERT_EQ(sqlite3_exec(db, "BEGIN EXCLUSIVE;", nullptr, nullptr, nullptr),
             SQLITE_OK);
   ASSERT_TRUE(cluster.StartAgent("node-a").ok());  // registers: a node write
-  EXPECT_TRUE(WaitFor(
-      [&] {
-        return cluster.Montactl({"health", "monta.v1.Planner"}).out ==
-               "NOT_SERVING\n";
-      },
-      absl::Seconds(30)))
+  EXPECT_TRUE(cluster.WaitForPlannerHealth("NOT_SERVING", absl::Seconds(30)))
       << ReadFile(cluster.planner().log_path());
   EXPECT_TRUE(absl::StrContains(ReadFile(cluster.planner().log_path()),
                                 "database is locked"));
   ASSERT_EQ(sqlite3_exec(db, "COMMIT;", nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(db);
   ASSERT_TRUE(cluster.StartAgent("node-b").ok());  // the next write succeeds
-  EXPECT_TRUE(WaitFor(
-      [&] {
-        return cluster.Montactl({"health", "monta.v1.Planner"}).out ==
-               "SERVING\n";
-      },
-      absl::Seconds(30)))
+  EXPECT_TRUE(cluster.WaitForPlannerHealth("SERVING", absl::Seconds(30)))
       << ReadFile(cluster.planner().log_path());
 }
 

@@ -141,6 +141,31 @@ Mutation Node(const std::string& name, std::string instance = "") {
   return m;
 }
 
+// A store under `options` whose fence is the newest (Lead).
+void OpenLeading(const EtcdStoreOptions& options,
+                 std::unique_ptr<OwningStore>& store, Fence& fence) {
+  auto opened = OwningStore::Open(options);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  store = *std::move(opened);
+  auto led = store->Lead();
+  ASSERT_TRUE(led.ok()) << led.status();
+  fence = *led;
+}
+
+// A curve between `a` and `b`.
+Mutation CurveOf(const std::string& a, const std::string& b, uint64_t seq) {
+  Mutation m;
+  m.kind = Mutation::Kind::kCurve;
+  m.curve.set_collective(monta::v1::COLLECTIVE_ALLTOALL);
+  m.curve.set_scope(monta::v1::SCOPE_INTER_NODE);
+  m.curve.set_nranks(2);
+  m.curve.add_nodes(a);
+  m.curve.add_nodes(b);
+  m.curve.set_task_id(absl::StrCat("t", seq));
+  m.curve.set_sequence(seq);
+  return m;
+}
+
 std::vector<std::string> Names(const Snapshot& s) {
   std::vector<std::string> out;
   for (const auto& n : s.nodes) out.push_back(n.name());
@@ -216,26 +241,25 @@ TEST(EtcdStoreTest, BadOptionsAreRefusedNamingTheField) {
 TEST(EtcdStoreTest, CompactionMeansListAgain) {
   EtcdStoreOptions options;
   options.prefix = FreshPrefix("compact");
-  auto store = OwningStore::Open(options);
-  ASSERT_TRUE(store.ok()) << store.status();
-  auto fence = (*store)->Lead();
-  ASSERT_TRUE(fence.ok()) << fence.status();
-  auto r1 = (*store)->Commit(*fence, {Node("a")});
+  std::unique_ptr<OwningStore> store;
+  Fence fence;
+  ASSERT_NO_FATAL_FAILURE(OpenLeading(options, store, fence));
+  auto r1 = store->Commit(fence, {Node("a")});
   ASSERT_TRUE(r1.ok()) << r1.status();
-  auto r2 = (*store)->Commit(*fence, {Node("a", "i-a2")});
+  auto r2 = store->Commit(fence, {Node("a", "i-a2")});
   ASSERT_TRUE(r2.ok()) << r2.status();
-  auto at_r1 = (*store)->List(r1->revision);
+  auto at_r1 = store->List(r1->revision);
   ASSERT_TRUE(at_r1.ok()) << at_r1.status();
   EXPECT_EQ(at_r1->nodes.at(0).instance_id(), "i-a");
-  ASSERT_TRUE(CompactAll((*store)->client()).ok());
-  auto gone = (*store)->List(r1->revision);
+  ASSERT_TRUE(CompactAll(store->client()).ok());
+  auto gone = store->List(r1->revision);
   EXPECT_EQ(gone.status().code(), absl::StatusCode::kOutOfRange);
   EXPECT_NE(gone.status().message().find("list"), std::string::npos);
-  auto watch = (*store)->Watch(r1->revision - 1);
+  auto watch = store->Watch(r1->revision - 1);
   ASSERT_TRUE(watch.ok()) << watch.status();
   EXPECT_EQ((*watch)->Next(absl::Seconds(30)).status().code(),
             absl::StatusCode::kOutOfRange);
-  auto newest = (*store)->List();
+  auto newest = store->List();
   ASSERT_TRUE(newest.ok()) << newest.status();
   EXPECT_EQ(newest->nodes.at(0).instance_id(), "i-a2");
 }
@@ -246,20 +270,19 @@ TEST(EtcdStoreTest, CompactionMeansListAgain) {
 TEST(EtcdStoreTest, ABatchOverEtcdsLimitsIsSplitAndAnOversizedNodeRefused) {
   EtcdStoreOptions options;
   options.prefix = FreshPrefix("limits");
-  auto store = OwningStore::Open(options);
-  ASSERT_TRUE(store.ok()) << store.status();
-  auto fence = (*store)->Lead();
-  ASSERT_TRUE(fence.ok()) << fence.status();
-  const int64_t before = (*store)->List()->revision;
-  auto watch = (*store)->Watch(before);
+  std::unique_ptr<OwningStore> store;
+  Fence fence;
+  ASSERT_NO_FATAL_FAILURE(OpenLeading(options, store, fence));
+  const int64_t before = store->List()->revision;
+  auto watch = store->Watch(before);
   ASSERT_TRUE(watch.ok()) << watch.status();
   std::vector<Mutation> storm;
   for (int i = 0; i < 300; ++i)
     storm.push_back(Node(absl::StrCat("n", 1000 + i)));
-  auto committed = (*store)->Commit(*fence, storm);
+  auto committed = store->Commit(fence, storm);
   ASSERT_TRUE(committed.ok()) << committed.status();
-  EXPECT_GE((*store)->store().last_commit_txns(), 3);
-  auto listed = (*store)->List();
+  EXPECT_GE(store->store().last_commit_txns(), 3);
+  auto listed = store->List();
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_EQ(listed->nodes.size(), 300u);
   EXPECT_EQ(listed->revision, committed->revision);
@@ -275,43 +298,32 @@ TEST(EtcdStoreTest, ABatchOverEtcdsLimitsIsSplitAndAnOversizedNodeRefused) {
   for (size_t i = 0; i < seen.size(); ++i)
     EXPECT_EQ(seen[i], storm[i].node.name());
   // 2 MiB of instance id: larger than etcd takes in one request.
-  auto huge =
-      (*store)->Commit(*fence, {Node("big", std::string(2 << 20, 'x'))});
+  auto huge = store->Commit(fence, {Node("big", std::string(2 << 20, 'x'))});
   EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument)
       << huge.status();
-  EXPECT_EQ((*store)->List()->revision, committed->revision);
+  EXPECT_EQ(store->List()->revision, committed->revision);
 }
 
 // Each measurement keeps its newest curve_history curves in etcd; the
 // newest is current.
 TEST(EtcdStoreTest, CurveHistoryIsBounded) {
   EtcdStoreOptions options;
-  options.prefix = FreshPrefix("history");
   options.curve_history = 2;
-  auto store = OwningStore::Open(options);
-  ASSERT_TRUE(store.ok()) << store.status();
-  auto fence = (*store)->Lead();
-  ASSERT_TRUE(fence.ok()) << fence.status();
-  ASSERT_TRUE((*store)->Commit(*fence, {Node("a"), Node("b")}).ok());
+  options.prefix = FreshPrefix("history");
+  std::unique_ptr<OwningStore> store;
+  Fence fence;
+  ASSERT_NO_FATAL_FAILURE(OpenLeading(options, store, fence));
+  ASSERT_TRUE(store->Commit(fence, {Node("a"), Node("b")}).ok());
   for (uint64_t seq = 1; seq <= 5; ++seq) {
-    Mutation m;
-    m.kind = Mutation::Kind::kCurve;
-    m.curve.set_collective(monta::v1::COLLECTIVE_ALLTOALL);
-    m.curve.set_scope(monta::v1::SCOPE_INTER_NODE);
-    m.curve.set_nranks(2);
-    m.curve.add_nodes("a");
-    m.curve.add_nodes("b");
-    m.curve.set_task_id(absl::StrCat("t", seq));
-    m.curve.set_sequence(seq);
-    ASSERT_TRUE((*store)->Commit(*fence, {m}).ok());
+    ASSERT_TRUE(store->Commit(fence, {CurveOf("a", "b", seq)}).ok());
   }
   etcd::RangeRequest range;
   range.key = options.prefix + "curves/";
   range.range_end = etcd::PrefixEnd(range.key);
-  auto stored = (*store)->client().Range(range);
+  auto stored = store->client().Range(range);
   ASSERT_TRUE(stored.ok()) << stored.status();
   EXPECT_EQ(stored->count, 2);
-  auto listed = (*store)->List();
+  auto listed = store->List();
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_EQ(listed->curves.size(), 1u);
   EXPECT_EQ(listed->curves[0].task_id(), "t5");
@@ -323,36 +335,26 @@ TEST(EtcdStoreTest, CurveHistoryIsBounded) {
 TEST(EtcdStoreTest, ARemovalOverEtcdsLimitsDeletesEveryCurveNamingTheNode) {
   EtcdStoreOptions options;
   options.prefix = FreshPrefix("removal");
-  auto store = OwningStore::Open(options);
-  ASSERT_TRUE(store.ok()) << store.status();
-  auto fence = (*store)->Lead();
-  ASSERT_TRUE(fence.ok()) << fence.status();
+  std::unique_ptr<OwningStore> store;
+  Fence fence;
+  ASSERT_NO_FATAL_FAILURE(OpenLeading(options, store, fence));
   std::vector<Mutation> batch = {Node("a")};
   for (int i = 0; i < 150; ++i) {
     const std::string peer = absl::StrCat("p", 100 + i);
     batch.push_back(Node(peer));
-    Mutation m;
-    m.kind = Mutation::Kind::kCurve;
-    m.curve.set_collective(monta::v1::COLLECTIVE_ALLTOALL);
-    m.curve.set_scope(monta::v1::SCOPE_INTER_NODE);
-    m.curve.set_nranks(2);
-    m.curve.add_nodes("a");
-    m.curve.add_nodes(peer);
-    m.curve.set_task_id(absl::StrCat("t", i));
-    m.curve.set_sequence(i + 1);
-    batch.push_back(m);
+    batch.push_back(CurveOf("a", peer, i + 1));
   }
-  ASSERT_TRUE((*store)->Commit(*fence, batch).ok());
-  ASSERT_EQ((*store)->List()->curves.size(), 150u);
-  auto watch = (*store)->Watch((*store)->List()->revision);
+  ASSERT_TRUE(store->Commit(fence, batch).ok());
+  ASSERT_EQ(store->List()->curves.size(), 150u);
+  auto watch = store->Watch(store->List()->revision);
   ASSERT_TRUE(watch.ok()) << watch.status();
   Mutation removed;
   removed.kind = Mutation::Kind::kNodeRemoved;
   removed.node_name = "a";
-  auto committed = (*store)->Commit(*fence, {removed});
+  auto committed = store->Commit(fence, {removed});
   ASSERT_TRUE(committed.ok()) << committed.status();
-  EXPECT_GE((*store)->store().last_commit_txns(), 2);
-  auto listed = (*store)->List();
+  EXPECT_GE(store->store().last_commit_txns(), 2);
+  auto listed = store->List();
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_TRUE(listed->curves.empty());
   EXPECT_EQ(listed->nodes.size(), 150u);
@@ -441,10 +443,9 @@ TEST(EtcdStoreTest, TheWriteListenerHearsFailuresAndTheRecovery) {
 TEST(EtcdStoreTest, CommitsAcknowledgedAcrossAMemberKillAreAllThere) {
   EtcdStoreOptions options;
   options.prefix = FreshPrefix("kill");
-  auto store = OwningStore::Open(options);
-  ASSERT_TRUE(store.ok()) << store.status();
-  auto fence = (*store)->Lead();
-  ASSERT_TRUE(fence.ok()) << fence.status();
+  std::unique_ptr<OwningStore> store;
+  Fence fence;
+  ASSERT_NO_FATAL_FAILURE(OpenLeading(options, store, fence));
   std::vector<std::string> acknowledged;
   int failed = 0;
   int killed = -1;
@@ -456,7 +457,7 @@ TEST(EtcdStoreTest, CommitsAcknowledgedAcrossAMemberKillAreAllThere) {
       cluster->Kill(killed);
     }
     const std::string name = absl::StrCat("n", 100 + i);
-    auto committed = (*store)->Commit(*fence, {Node(name)});
+    auto committed = store->Commit(fence, {Node(name)});
     if (committed.ok()) {
       acknowledged.push_back(name);
     } else {

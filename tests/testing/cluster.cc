@@ -154,4 +154,13 @@ bool LocalCluster::AllAlive(const std::vector<std::string>& nodes) {
   return true;
 }
 
+bool LocalCluster::WaitForPlannerHealth(const std::string& status,
+                                        absl::Duration timeout) {
+  return WaitFor(
+      [&] {
+        return Montactl({"health", "monta.v1.Planner"}).out == status + "\n";
+      },
+      timeout);
+}
+
 }  // namespace monta::testing

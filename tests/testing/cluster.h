@@ -52,6 +52,9 @@ class LocalCluster {
   std::string NodeState(const std::string& node, bool include_gone = false);
   // True when every one of `nodes` is alive, from one montactl call.
   bool AllAlive(const std::vector<std::string>& nodes);
+  // Waits up to `timeout` until `montactl health monta.v1.Planner` prints
+  // `status` (SERVING, NOT_SERVING); false when it never did.
+  bool WaitForPlannerHealth(const std::string& status, absl::Duration timeout);
 
   const std::string& dir() const { return dir_; }
 
