@@ -105,11 +105,16 @@ absl::StatusOr<BandwidthCurve> BandwidthCurve::FromSamples(
   // One robust line: it finds the stalls, and its latency is the curve's.
   const std::optional<schedule::AlphaBetaLine> line =
       schedule::RobustAlphaBeta(samples);
+  const CurveSample swept_smallest = samples.front();
   samples = DropStalls(std::move(samples), line);
   if (samples.size() >= 2) {
     const double smallest = samples.front().time_seconds;
     curve.alpha_seconds_ =
         std::clamp(line ? line->alpha_seconds : smallest, 0.0, smallest);
+    const double bandwidth_part =
+        line ? line->seconds_per_byte * swept_smallest.message_bytes : 0.0;
+    curve.launch_floor_seconds_ = std::max(
+        curve.alpha_seconds_, swept_smallest.time_seconds - bandwidth_part);
   }
   curve.samples_ = std::move(samples);
   return curve;
@@ -137,6 +142,7 @@ absl::StatusOr<BandwidthCurve> BandwidthCurve::FromAlphaBeta(
   curve.ranks_per_node_ = ranks_per_node;
   curve.link_share_ = LinkShare(collective, nranks, ranks_per_node);
   curve.alpha_seconds_ = alpha_seconds;
+  curve.launch_floor_seconds_ = alpha_seconds;
   curve.seconds_per_link_byte_ = 1.0 / link_bytes_per_second;
   return curve;
 }

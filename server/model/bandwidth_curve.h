@@ -80,6 +80,17 @@ class BandwidthCurve {
   // the smallest time when the largest samples do not rise, one sample: 0).
   double alpha_seconds() const { return alpha_seconds_; }
 
+  // What one launch measured at the smallest size swept, beyond the bytes:
+  // that sample's time less the robust line's bandwidth part there, at least
+  // alpha_seconds() (docs/MODEL.md §5, the chunk bound). Taken before the
+  // stall filter: a small AllToAll that is slow because each launch waits on
+  // the host or the shaped link is exactly what a pipeline chunk pays, and
+  // the fitted alpha cannot see it (on the emulated 400 Mbit/s link the
+  // 4-rank AllToAll at 64 KiB took 3.98 ms where the line says 0.74 ms; the
+  // fitted alpha is 0). The profile's alpha for a profile curve; 0 with one
+  // sample.
+  double launch_floor_seconds() const { return launch_floor_seconds_; }
+
   bool valid() const { return nranks_ > 0; }
   bool measured() const { return !samples_.empty(); }
   bandwidth::Collective collective() const { return collective_; }
@@ -95,6 +106,7 @@ class BandwidthCurve {
   int ranks_per_node_ = 0;
   double link_share_ = 1;
   double alpha_seconds_ = 0;
+  double launch_floor_seconds_ = 0;
   // Profile curves: 1 / link rate; unused when samples_ is non-empty.
   double seconds_per_link_byte_ = 0;
   // Measured samples, sizes strictly increasing; empty for a profile curve.

@@ -102,6 +102,36 @@ TEST(BandwidthCurve, DropsAStalledSmallSample) {
   EXPECT_LT(c->alpha_seconds(), 0.1e-3);
   // Below the kept samples: the line through them, about 0.55 ms.
   EXPECT_NEAR(c->TimeSeconds(65536).seconds, 0.55e-3, 0.05e-3);
+  // The stall is still what a 64 KiB launch measured: its time less the
+  // line's bytes part there (65536 * (142.884 - 35.673) ms / 12 MiB).
+  EXPECT_NEAR(c->launch_floor_seconds(),
+              3.835e-3 - 65536 * (142.884e-3 - 35.673e-3) / 12582912, 1e-9);
+}
+
+// docs/MODEL.md §5, the chunk bound: the launch floor is what the smallest
+// swept size took beyond its bytes, never below the fitted alpha; a clean
+// curve's floor is its alpha, a profile's its alpha, one sample's 0.
+TEST(BandwidthCurve, LaunchFloorIsTheSmallestSweptLaunch) {
+  // 30 us + 1 ns per byte, 1 KB .. 1 MB.
+  std::vector<CurveSample> clean = {
+      {1e3, 31e-6}, {1e4, 40e-6}, {1e5, 130e-6}, {1e6, 1030e-6}};
+  auto c = BandwidthCurve::FromSamples(Collective::kAllToAll, 8, 8, clean);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NEAR(c->launch_floor_seconds(), 30e-6, 1e-9);
+  EXPECT_NEAR(c->launch_floor_seconds(), c->alpha_seconds(), 1e-12);
+  clean.front().time_seconds = 2e-3;  // a slow first launch: a stall
+  auto slow = BandwidthCurve::FromSamples(Collective::kAllToAll, 8, 8, clean);
+  ASSERT_TRUE(slow.ok());
+  EXPECT_DOUBLE_EQ(slow->min_bytes(), 1e4);  // dropped from the curve ...
+  EXPECT_NEAR(slow->launch_floor_seconds(), 2e-3 - 1e3 / 1e9, 1e-9);  // kept
+  auto profile =
+      BandwidthCurve::FromAlphaBeta(Collective::kAllToAll, 8, 8, 30e-6, 1e9);
+  ASSERT_TRUE(profile.ok());
+  EXPECT_DOUBLE_EQ(profile->launch_floor_seconds(), 30e-6);
+  auto one =
+      BandwidthCurve::FromSamples(Collective::kAllToAll, 8, 8, {{1e6, 1e-3}});
+  ASSERT_TRUE(one.ok());
+  EXPECT_DOUBLE_EQ(one->launch_floor_seconds(), 0);
 }
 
 TEST(BandwidthCurve, KeepsCleanSamplesAndTheLargest) {

@@ -125,6 +125,32 @@ Stage CostModel::AllToAll(double bytes, int group, int members_on_node,
   return s;
 }
 
+double CostModel::ChunkLaunchFloorSeconds() const {
+  const bool leaves_node = traffic_.ep_group_size > traffic_.ep_members_on_node;
+  return (leaves_node ? cluster_.alltoall_inter : cluster_.alltoall_intra)
+      .launch_floor_seconds();
+}
+
+bool CostModel::ChunkResolved(double bytes) const {
+  const Stage a = AllToAll(bytes, traffic_.ep_group_size,
+                           traffic_.ep_members_on_node, nullptr);
+  return a.seconds >= kChunkLaunchFloorMultiple * ChunkLaunchFloorSeconds();
+}
+
+bool CostModel::PipelineChunkResolved(int chunks) const {
+  // GatheredOp's chunk: D / (t K) per rank.
+  const double t = std::max(1, traffic_.tensor_parallel_size);
+  return ChunkResolved(traffic_.dispatch_bytes / (t * std::max(1, chunks)));
+}
+
+bool CostModel::OverlapChunkResolved(int chunks) const {
+  // ExpertOverlap's chunk: the op's bytes / K.
+  const double bytes =
+      traffic_.dispatch_bytes /
+      (DropsEverywhere() ? std::max(1, traffic_.tensor_parallel_size) : 1);
+  return ChunkResolved(bytes / std::max(1, chunks));
+}
+
 Stage CostModel::AllGather(double input_bytes,
                            ExtrapolationFlags* flags) const {
   Stage s;

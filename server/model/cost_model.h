@@ -151,6 +151,18 @@ class CostModel {
   StrategyTime Hierarchical(ExtrapolationFlags* flags) const;
   StrategyTime ExpertOverlap(int chunks, ExtrapolationFlags* flags) const;
 
+  // The chunk bound (docs/MODEL.md §5): a chunk of a chunked schedule must
+  // take at least kChunkLaunchFloorMultiple times the launch floor
+  // (BandwidthCurve::launch_floor_seconds) of the curve its AllToAll launch
+  // reads, the inter-node one when the EP group leaves the node. Below it,
+  // a launch cost the sweep measured but the curve's line does not price is
+  // more than 36% of every chunk. The floor, and whether one chunk of a
+  // tp_dedup_pipelined (expert_overlap) split into `chunks` keeps above it.
+  static constexpr double kChunkLaunchFloorMultiple = 2.75;
+  double ChunkLaunchFloorSeconds() const;
+  bool PipelineChunkResolved(int chunks) const;
+  bool OverlapChunkResolved(int chunks) const;
+
   // Building blocks. AllToAll of `bytes` per rank over a group of `group`
   // ranks, `members_on_node` of them on the rank's node.
   Stage AllToAll(double bytes, int group, int members_on_node,
@@ -160,6 +172,10 @@ class CostModel {
   Stage Copy(double bytes, ExtrapolationFlags* flags) const;
 
  private:
+  // Whether an AllToAll of `bytes` per rank over the EP group keeps above
+  // the chunk bound.
+  bool ChunkResolved(double bytes) const;
+
   // A pipeline's steady-state interval tau and the resource that sets it.
   struct SteadyStateInterval {
     double seconds;

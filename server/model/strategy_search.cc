@@ -94,6 +94,7 @@ std::optional<std::string> InfeasibleReason(StrategyKind kind,
 struct Evaluated {
   int chunks = 1;
   StrategyTime time;
+  int resolved_max = 0;  // Candidate::chunks_resolved_max
 };
 
 double Total(const StrategyTime& t) {
@@ -297,6 +298,22 @@ std::vector<StrategyKind> KindsToConsider(const SearchOptions& options) {
   return kinds;
 }
 
+// The chunk bound (docs/MODEL.md §5): the largest K in 1..min(k_max, rows)
+// whose chunk, and every smaller K's, keeps above the curve's launch floor
+// (1 at least); 0 when every K up to that limit does.
+int ChunkBound(StrategyKind kind, const CostModel& model, int64_t rows,
+               int k_max) {
+  const int limit =
+      static_cast<int>(std::min<int64_t>(std::max(1, k_max), rows));
+  for (int k = 2; k <= limit; ++k) {
+    const bool resolved = kind == StrategyKind::kTpDedupPipelined
+                              ? model.PipelineChunkResolved(k)
+                              : model.OverlapChunkResolved(k);
+    if (!resolved) return k - 1;
+  }
+  return 0;
+}
+
 // The best chunk count of `kind` (1 for unchunked kinds) and its time.
 Evaluated BestOf(StrategyKind kind, const Traffic& tr, bool drops,
                  const CostModel& model, const SearchOptions& options) {
@@ -305,12 +322,17 @@ Evaluated BestOf(StrategyKind kind, const Traffic& tr, bool drops,
                        kind == StrategyKind::kExpertOverlap;
   if (!chunked) return Evaluated{1, at(1)};
   const int64_t rows = ChunkedRows(kind, tr, drops);
+  const int bound = ChunkBound(kind, model, rows, options.max_chunks);
+  Evaluated best;
   if (options.fixed_chunks > 0) {
     const int k =
         static_cast<int>(schedule::EffectiveChunks(rows, options.fixed_chunks));
-    return Evaluated{k, at(k)};
+    best = Evaluated{k, at(k)};
+  } else {
+    best = BestChunks(rows, bound > 0 ? bound : options.max_chunks, at);
   }
-  return BestChunks(rows, options.max_chunks, at);
+  best.resolved_max = bound;
+  return best;
 }
 
 // A feasible kind at its best chunk count, with its times and speedups;
@@ -331,6 +353,7 @@ Candidate EvaluateFeasible(StrategyKind kind, const Traffic& tr, bool drops,
   c.chunks_requested =
       chunked && options.fixed_chunks > 0 ? options.fixed_chunks : best.chunks;
   c.chunks_effective = best.chunks;
+  c.chunks_resolved_max = best.resolved_max;
   c.forward_seconds_per_layer = best.time.forward_seconds;
   c.backward_seconds_per_layer = best.time.backward_seconds;
   c.total_seconds_per_layer = Total(best.time);
@@ -457,6 +480,17 @@ void AddLatencyNotes(const ClusterView& cluster, const Traffic& tr,
   }
 }
 
+// Where the chunk bound cut a chunked kind's K search, and why.
+std::string ChunkBoundNote(const Candidate& c, const CostModel& model) {
+  return absl::StrCat(
+      c.name, ": K searched up to ", c.chunks_resolved_max,
+      ": a chunk of more would take under ",
+      CostModel::kChunkLaunchFloorMultiple, "x the ",
+      absl::SixDigits(model.ChunkLaunchFloorSeconds() * 1e3),
+      " ms launch floor of its AllToAll curve (what the smallest size swept "
+      "took beyond its bytes; a profile's latency)");
+}
+
 }  // namespace
 
 absl::StatusOr<Decision> Decide(const MoeJobShape& job, const NodeShape& shape,
@@ -500,6 +534,9 @@ absl::StatusOr<Decision> Decide(const MoeJobShape& job, const NodeShape& shape,
     Candidate c =
         EvaluateFeasible(kind, *choice.traffic, pricing.drops(), *choice.model,
                          options, refs, &decision.extrapolated);
+    if (c.chunks_resolved_max > 0) {
+      decision.notes.push_back(ChunkBoundNote(c, *choice.model));
+    }
     c.padded_rows = choice.traffic->split_rows - tr.split_rows;
     c.padding_bytes_per_rank =
         choice.traffic->dispatch_bytes - tr.dispatch_bytes;

@@ -39,6 +39,12 @@ struct Candidate {
   std::string name;
   int chunks_requested = 1;  // K
   int chunks_effective = 1;  // K_eff
+  // The chunk bound (docs/MODEL.md §5): the largest K searched when a chunk
+  // of more would fall below CostModel::kChunkLaunchFloorMultiple times the
+  // curve's launch floor; 0 when the bound did not cut the search (or the
+  // kind is not chunked). A fixed K (SearchOptions.fixed_chunks) is priced
+  // as asked; this still says where the bound lies.
+  int chunks_resolved_max = 0;
   bool feasible = false;
   std::string infeasible_reason;
   double forward_seconds_per_layer = 0;

@@ -595,6 +595,75 @@ TEST(StrategySearch, MeasuredCurvesOfTheProfileGiveTheProfilesAnswer) {
   }
 }
 
+// perf/verify_bench.sh's 4 MiB job (examples/cpu-dev.yaml at sequence 1024):
+// TP 2 inside each of 2 CPU nodes, EP 2 across them, tensor-parallel experts.
+MoeJobShape VerifyBenchJob() {
+  MoeJobShape j = PaperJobShape();  // bf16, capacity factor 1, one micro-batch
+  j.hidden_size = 1024;
+  j.num_experts = 8;
+  j.top_k = 2;
+  j.sequence_length = 1024;
+  j.moe_layers = 4;
+  j.world_size = 4;
+  j.tensor_parallel_size = 2;
+  return j;  // EP 2, DP 2, tensor-parallel experts as the paper's
+}
+
+// The inter-node AllToAll curve of the quiet verify bench at 400 Mbit/s
+// (4 ranks on 2 nodes; docs/notes bench vb/2x400mbit-bench.txt), the 64 KiB
+// launch at `first_seconds` (3.984 ms measured).
+ClusterView ShapedLinkView(double first_seconds) {
+  ClusterView view = View("cpu-gloo", 2, 2);
+  auto inter =
+      BandwidthCurve::FromSamples(bandwidth::Collective::kAllToAll, 4, 2,
+                                  {{65536, first_seconds},
+                                   {262144, 5.601e-3},
+                                   {1048576, 23.299e-3},
+                                   {4194304, 89.106e-3},
+                                   {16777216, 377.779e-3}});
+  EXPECT_TRUE(inter.ok()) << inter.status();
+  view.alltoall_inter = *inter;
+  return view;
+}
+
+// docs/MODEL.md §5, the chunk bound. At 4 MiB the verify bench measured
+// K = 8 at 355 ms against 194 ms predicted (chunks of 256 KiB per rank,
+// 5.9 ms on the link: 2.4x the 2.48 ms the 64 KiB launch took beyond its
+// bytes); the bound stops the search where a chunk falls under 2.75x that
+// floor: 2 MiB / K >= 2.75 * 2.48 ms * 22.2 MB/s * 2, K <= 6.
+TEST(StrategySearch, ChunksStayAboveTheCurvesLaunchFloor) {
+  const ClusterView view = ShapedLinkView(3.984e-3);
+  EXPECT_NEAR(view.alltoall_inter.launch_floor_seconds(), 2.480e-3, 0.01e-3);
+  const Decision d = DecideOrDie(VerifyBenchJob(), {2, 2}, view);
+  const Candidate& pipe = Find(d, StrategyKind::kTpDedupPipelined);
+  EXPECT_EQ(pipe.chunks_resolved_max, 6);
+  EXPECT_LE(pipe.chunks_effective, 6);
+  bool noted = false;
+  for (const std::string& n : d.notes) {
+    noted |= n.find("tp_dedup_pipelined: K searched up to 6") == 0;
+  }
+  EXPECT_TRUE(noted);
+  // Without the bound the same curve's best K is above it: the bound, not
+  // the prices, keeps the choice small.
+  const Decision free = DecideOrDie(VerifyBenchJob(), {2, 2},
+                                    ShapedLinkView(0.74e-3));  // on the line
+  EXPECT_EQ(Find(free, StrategyKind::kTpDedupPipelined).chunks_resolved_max, 0);
+  EXPECT_GT(Find(free, StrategyKind::kTpDedupPipelined).chunks_effective, 6);
+  // A K the caller fixes is priced as asked; the bound is still reported.
+  SearchOptions fixed;
+  fixed.fixed_chunks = 16;
+  const Decision f = DecideOrDie(VerifyBenchJob(), {2, 2}, view, fixed);
+  EXPECT_EQ(Find(f, StrategyKind::kTpDedupPipelined).chunks_effective, 16);
+  EXPECT_EQ(Find(f, StrategyKind::kTpDedupPipelined).chunks_resolved_max, 6);
+  // 16 MiB: chunks four times larger, the bound four times higher.
+  MoeJobShape bigger = VerifyBenchJob();
+  bigger.sequence_length = 4096;
+  EXPECT_EQ(
+      Find(DecideOrDie(bigger, {2, 2}, view), StrategyKind::kTpDedupPipelined)
+          .chunks_resolved_max,
+      27);
+}
+
 TEST(StrategySearch, SameInputSameAnswer) {
   const Decision a = DecideOrDie(PaperJobShape(), {2, 8}, View("a800-hgx", 2));
   const Decision b = DecideOrDie(PaperJobShape(), {2, 8}, View("a800-hgx", 2));

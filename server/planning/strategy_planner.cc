@@ -1037,7 +1037,11 @@ absl::StatusOr<PreparedPlan> PreparePlan(const v1::StrategyRequest& request,
   return std::move(p->built.plan);
 }
 
-std::optional<double> PredictMeasuredSeconds(
+namespace {
+
+// The candidate of `kind` with exactly `chunks`, priced as `scope` measures
+// it (see PredictMeasuredSeconds); nullopt when it cannot run for the job.
+std::optional<model::Candidate> MeasuredCandidate(
     const PreparedPlan& plan, MeasuredScope scope, strategy::StrategyKind kind,
     int chunks, const model::ModelCalibration& calibration,
     double contention_factor) {
@@ -1057,9 +1061,29 @@ std::optional<double> PredictMeasuredSeconds(
   absl::StatusOr<model::Decision> d =
       model::Decide(job, plan.shape, view, options);
   if (!d.ok() || d->chosen < 0) return std::nullopt;
-  const model::Candidate& c = d->candidates[d->chosen];
-  return scope == MeasuredScope::kLayer ? c.total_seconds_per_layer
-                                        : c.ops.dispatch_forward_seconds;
+  return d->candidates[d->chosen];
+}
+
+}  // namespace
+
+std::optional<double> PredictMeasuredSeconds(
+    const PreparedPlan& plan, MeasuredScope scope, strategy::StrategyKind kind,
+    int chunks, const model::ModelCalibration& calibration,
+    double contention_factor) {
+  const std::optional<model::Candidate> c = MeasuredCandidate(
+      plan, scope, kind, chunks, calibration, contention_factor);
+  if (!c) return std::nullopt;
+  return scope == MeasuredScope::kLayer ? c->total_seconds_per_layer
+                                        : c->ops.dispatch_forward_seconds;
+}
+
+int ChunkBound(const PreparedPlan& plan, MeasuredScope scope,
+               strategy::StrategyKind kind,
+               const model::ModelCalibration& calibration,
+               double contention_factor) {
+  const std::optional<model::Candidate> c =
+      MeasuredCandidate(plan, scope, kind, 1, calibration, contention_factor);
+  return c ? c->chunks_resolved_max : 0;
 }
 
 std::vector<v1::HardwareProfile> ListProfiles() {

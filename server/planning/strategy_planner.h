@@ -111,6 +111,15 @@ std::optional<double> PredictMeasuredSeconds(
     int chunks, const model::ModelCalibration& calibration,
     double contention_factor);
 
+// The chunk bound of `kind` as `scope` prices it (model::Candidate::
+// chunks_resolved_max, docs/MODEL.md §5): the largest K the planner offers,
+// or 0 when the bound does not cut its search (or the kind is not chunked,
+// or cannot run). Verify measures no K above it.
+int ChunkBound(const PreparedPlan& plan, MeasuredScope scope,
+               strategy::StrategyKind kind,
+               const model::ModelCalibration& calibration,
+               double contention_factor);
+
 // The built-in hardware profiles, each constant with its source.
 std::vector<monta::v1::HardwareProfile> ListProfiles();
 

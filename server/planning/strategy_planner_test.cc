@@ -847,5 +847,49 @@ TEST_F(FabricPlanTest, PreparePlanPricesTheTreeAsPlanStrategyDoes) {
                                     strategy::StrategyKind::kFlat, 1, {}, 1));
 }
 
+// docs/MODEL.md §5: the chunk bound verify's sweep stops at. On the paper's
+// profile a chunk of more than 16 falls under 2.75x the profile's launch
+// latency; on an inter-node curve whose smallest launch measured four times
+// that, the bound is lower, and a calibration that makes the link faster
+// makes chunks shorter, so it falls again. A K above it is still priced
+// when asked for.
+TEST(ChunkBound, FollowsTheInterNodeLaunchFloorAndTheCalibration) {
+  absl::StatusOr<PreparedPlan> plan =
+      PreparePlan(monta::testing::PaperJobRequest(), nullptr);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const auto kPipe = strategy::StrategyKind::kTpDedupPipelined;
+  EXPECT_EQ(ChunkBound(*plan, MeasuredScope::kLayer, kPipe, {}, 1), 16);
+  const model::BandwidthCurve& inter = plan->view.alltoall_inter;
+  const double floor_seconds = inter.launch_floor_seconds();
+  EXPECT_DOUBLE_EQ(floor_seconds, inter.alpha_seconds());
+  std::vector<model::CurveSample> samples;
+  for (double x = 65536; x <= 4.0 * (1ull << 30); x *= 4) {
+    samples.push_back({x, inter.TimeSeconds(x).seconds});
+  }
+  samples.front().time_seconds += 3 * floor_seconds;
+  absl::StatusOr<model::BandwidthCurve> floored =
+      model::BandwidthCurve::FromSamples(inter.collective(), inter.nranks(),
+                                         inter.ranks_per_node(), samples);
+  ASSERT_TRUE(floored.ok()) << floored.status();
+  EXPECT_NEAR(floored->launch_floor_seconds(), 4 * floor_seconds,
+              0.1 * floor_seconds);
+  plan->view.alltoall_inter = *floored;
+  const int bound = ChunkBound(*plan, MeasuredScope::kLayer, kPipe, {}, 1);
+  EXPECT_GT(bound, 1);
+  EXPECT_LT(bound, 16);
+  model::ModelCalibration faster;
+  faster.network_scale = 0.5;
+  const int faster_bound =
+      ChunkBound(*plan, MeasuredScope::kLayer, kPipe, faster, 1);
+  EXPECT_GE(faster_bound, 1);
+  EXPECT_LT(faster_bound, bound);
+  EXPECT_TRUE(PredictMeasuredSeconds(*plan, MeasuredScope::kLayer, kPipe,
+                                     bound + 1, {}, 1)
+                  .has_value());
+  EXPECT_EQ(ChunkBound(*plan, MeasuredScope::kLayer,
+                       strategy::StrategyKind::kFlat, {}, 1),
+            0);
+}
+
 }  // namespace
 }  // namespace monta::planning

@@ -148,6 +148,28 @@ std::optional<Run> MakeRun(const JobShape& job, v1::StrategyKind kind,
   return run;
 }
 
+// The sweep's K that the planner offers for the pipeline: those at or under
+// its chunk bound (docs/MODEL.md §5; every K when the bound does not cut).
+// A K the planner never chooses is not a candidate to verify; a sweep the
+// request names is measured as asked.
+std::vector<int> OfferedChunks(const JobShape& job,
+                               const std::vector<int>& sweep,
+                               bool sweep_requested) {
+  if (sweep_requested) return sweep;
+  const planning::PlanCalibration none;
+  const planning::PlanCalibration& c =
+      job.calibration ? *job.calibration : none;
+  const int bound = planning::ChunkBound(
+      job.prepared, job.scope, strategy::StrategyKind::kTpDedupPipelined,
+      c.model, c.contention_factor);
+  if (bound <= 0) return sweep;
+  std::vector<int> offered;
+  for (int k : sweep) {
+    if (k <= bound) offered.push_back(k);
+  }
+  return offered;
+}
+
 // Every feasible, runnable strategy of the plan; the pipeline at every K of
 // the sweep and the chosen K, one run per distinct K_eff.
 std::vector<Run> PlanRuns(const JobShape& job, const v1::StrategyReply& plan,
@@ -548,8 +570,10 @@ absl::StatusOr<v1::VerifyReply> Verifier::Verify(
                    : planning::MeasuredScope::kLayer;
   job->layout = plan->expert_layout();
   std::vector<int> sweep(request.chunks().begin(), request.chunks().end());
-  if (sweep.empty()) sweep = options_.default_chunks;
-  std::vector<Run> runs = PlanRuns(*job, *plan, sweep);
+  const bool sweep_requested = !sweep.empty();
+  if (!sweep_requested) sweep = options_.default_chunks;
+  std::vector<Run> runs =
+      PlanRuns(*job, *plan, OfferedChunks(*job, sweep, sweep_requested));
   if (runs.empty()) {
     return absl::FailedPreconditionError(
         "request: no strategy the agents can run is feasible for this job");
