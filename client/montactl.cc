@@ -65,7 +65,9 @@ ABSL_FLAG(bool, dry_run, false,
 ABSL_FLAG(double, bench_timeout_seconds, 120, "bench: task deadline");
 ABSL_FLAG(std::string, chunks, "",
           "verify: K values to run for tp_dedup_pipelined, comma-separated "
-          "(default 1,2,4,8,16,32; the chosen K is always added)");
+          "(default 1,2,4,8,16,32 up to the plan's chunk bound, "
+          "docs/MODEL.md §5; named values run as asked; the chosen K is "
+          "always added)");
 ABSL_FLAG(int, iterations, 0, "verify: timed runs per candidate (0 = 7)");
 ABSL_FLAG(std::string, svg, "",
           "verify: also write time against K per strategy to this SVG file");
