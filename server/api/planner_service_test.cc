@@ -41,6 +41,23 @@ monta::v1::StrategyRequest TwoNodeRequest(const std::string& a,
   return r;
 }
 
+// Registers `name` (instance `instance`) through the agent gateway, with the
+// fabric label an agent may claim for itself (none when `leaf` is empty).
+grpc::Status RegisterNode(monta::v1::AgentGateway::Stub& gateway,
+                          const std::string& name, const std::string& instance,
+                          const std::string& leaf = "") {
+  monta::v1::RegisterRequest reg;
+  reg.set_node_name(name);
+  reg.set_instance_id(instance);
+  if (!leaf.empty()) {
+    (*reg.mutable_topology()
+          ->mutable_labels())["network.topology.nvidia.com/leaf"] = leaf;
+  }
+  monta::v1::RegisterReply reg_reply;
+  grpc::ClientContext context;
+  return gateway.Register(&context, reg, &reg_reply);
+}
+
 class PlannerServiceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -205,12 +222,7 @@ TEST_F(PlannerServiceTest, InfeasibleStrategyIsListedNotAnError) {
 
 TEST_F(PlannerServiceTest, RegisteredNodesWithoutCurvesFallBackToTheirProfile) {
   for (const char* name : {"cpu-a", "cpu-b"}) {
-    monta::v1::RegisterRequest reg;
-    reg.set_node_name(name);
-    reg.set_instance_id("x");
-    monta::v1::RegisterReply reg_reply;
-    grpc::ClientContext context;
-    ASSERT_TRUE(gateway_->Register(&context, reg, &reg_reply).ok());
+    ASSERT_TRUE(RegisterNode(*gateway_, name, "x").ok());
   }
   monta::v1::StrategyReply reply;
   grpc::Status status = Plan(TwoNodeRequest("cpu-a", "cpu-b"), &reply);
@@ -379,14 +391,7 @@ class PlannerServiceFabricTest : public ::testing::Test {
     for (const auto& [name, claim] :
          {std::pair<std::string, std::string>{"node-a", "r1"},
           {"node-x", "r0"}}) {
-      monta::v1::RegisterRequest reg;
-      reg.set_node_name(name);
-      reg.set_instance_id("i");
-      (*reg.mutable_topology()
-            ->mutable_labels())["network.topology.nvidia.com/leaf"] = claim;
-      monta::v1::RegisterReply reg_reply;
-      grpc::ClientContext context;
-      ASSERT_TRUE(gateway->Register(&context, reg, &reg_reply).ok());
+      ASSERT_TRUE(RegisterNode(*gateway, name, "i", claim).ok());
     }
   }
 
@@ -448,12 +453,7 @@ TEST_F(PlannerServiceFabricTest, ALevelRoundMeasuresThePlacedNodes) {
       grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->grpc_port()),
                           grpc::InsecureChannelCredentials()));
   for (const char* name : {"node-b", "node-c"}) {
-    monta::v1::RegisterRequest reg;
-    reg.set_node_name(name);
-    reg.set_instance_id("i");
-    monta::v1::RegisterReply reg_reply;
-    grpc::ClientContext context;
-    ASSERT_TRUE(gateway->Register(&context, reg, &reg_reply).ok());
+    ASSERT_TRUE(RegisterNode(*gateway, name, "i").ok());
   }
   const auto run = [this](const monta::v1::RunBenchmarkRequest& request,
                           monta::v1::RunBenchmarkReply* reply) {
