@@ -7,7 +7,7 @@ namespace monta::bench {
 
 absl::StatusOr<std::unique_ptr<LayerSchedule>> LayerSchedule::Create(
     MoeGroups& groups, Strategy strategy, int chunks, DispatchShape shape,
-    ExpertLayout layout) {
+    ExpertLayout layout, BufferPool* pool) {
   if (groups.tp == nullptr) {
     return absl::InvalidArgumentError("groups are not set up");
   }
@@ -16,9 +16,10 @@ absl::StatusOr<std::unique_ptr<LayerSchedule>> LayerSchedule::Create(
     steps = {Step::kDrop, Step::kGather};
   }
   std::unique_ptr<LayerSchedule> layer(new LayerSchedule());
-  for (Step step : steps) {
+  for (size_t i = 0; i < steps.size(); ++i) {
     absl::StatusOr<std::unique_ptr<DispatchSchedule>> op =
-        DispatchSchedule::Create(groups, strategy, chunks, shape, step);
+        DispatchSchedule::Create(groups, strategy, chunks, shape, steps[i],
+                                 pool, static_cast<int>(i));
     if (!op.ok()) return op.status();
     layer->owned_.push_back(*std::move(op));
   }

@@ -30,10 +30,11 @@ enum class ExpertLayout {
 class LayerSchedule {
  public:
   // Allocates each op's buffers (the tensor-parallel layout shares one
-  // schedule among its four identical ops).
+  // schedule among its four identical ops), from `pool` when given (op i of
+  // the layer is the pool's owner i, so a layer's own ops never share).
   static absl::StatusOr<std::unique_ptr<LayerSchedule>> Create(
       MoeGroups& groups, Strategy strategy, int chunks, DispatchShape shape,
-      ExpertLayout layout);
+      ExpertLayout layout, BufferPool* pool = nullptr);
 
   // One iteration: the four ops in layer order, each waited for.
   absl::Status Run();

@@ -67,9 +67,23 @@ uint64_t DispatchSchedule::bytes_per_rank() const {
          shape_.row_bytes;
 }
 
+absl::StatusOr<comm::Buffer*> BufferPool::Get(int owner, int slot,
+                                              uint64_t bytes) {
+  requested_bytes_ += bytes;
+  std::unique_ptr<comm::Buffer>& b = buffers_[{owner, slot, bytes}];
+  if (b == nullptr) {
+    absl::StatusOr<std::unique_ptr<comm::Buffer>> allocated =
+        world_.Allocate(bytes);
+    if (!allocated.ok()) return allocated.status();
+    b = *std::move(allocated);
+    allocated_bytes_ += bytes;
+  }
+  return b.get();
+}
+
 absl::StatusOr<std::unique_ptr<DispatchSchedule>> DispatchSchedule::Create(
     MoeGroups& groups, Strategy strategy, int chunks, DispatchShape shape,
-    Step step) {
+    Step step, BufferPool* pool, int owner) {
   if (shape.rows < 1 || shape.row_bytes < 1) {
     return absl::InvalidArgumentError(
         "dispatch shape needs rows, row_bytes >= 1");
@@ -80,6 +94,8 @@ absl::StatusOr<std::unique_ptr<DispatchSchedule>> DispatchSchedule::Create(
   }
   std::unique_ptr<DispatchSchedule> schedule(
       new DispatchSchedule(groups, strategy, shape, step));
+  schedule->pool_ = pool;
+  schedule->owner_ = owner;
   absl::Status s =
       schedule->Setup(strategy == Strategy::kTpDedupPipelined ? chunks : 1);
   if (!s.ok()) return s;
@@ -87,6 +103,8 @@ absl::StatusOr<std::unique_ptr<DispatchSchedule>> DispatchSchedule::Create(
 }
 
 absl::StatusOr<comm::Buffer*> DispatchSchedule::Alloc(uint64_t bytes) {
+  const int slot = slots_++;
+  if (pool_ != nullptr) return pool_->Get(owner_, slot, bytes);
   absl::StatusOr<std::unique_ptr<comm::Buffer>> b =
       groups_.world->Allocate(bytes);
   if (!b.ok()) return b.status();

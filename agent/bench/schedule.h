@@ -11,8 +11,10 @@
 #define MONTA_AGENT_BENCH_SCHEDULE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -71,15 +73,43 @@ enum class Step {
 };
 const char* StepName(Step step);
 
+// Buffers that the schedules of one task share (montactl verify's candidates
+// all move the same D, up to 64 of them interleaved): the `slot`-th buffer of
+// `bytes` that an `owner` asks for is one buffer, whichever schedule asks, so
+// a task holds about one candidate's buffers per strategy, not one per
+// candidate. A schedule's input is then only its own until the next schedule
+// of the pool is created: check each one right after its Create (timing
+// does not read the bytes). One pool per rank; not thread-safe.
+class BufferPool {
+ public:
+  explicit BufferPool(comm::Communicator& world) : world_(world) {}
+  BufferPool(const BufferPool&) = delete;
+  BufferPool& operator=(const BufferPool&) = delete;
+
+  absl::StatusOr<comm::Buffer*> Get(int owner, int slot, uint64_t bytes);
+  // What the pool allocated, and what its schedules asked for in all.
+  uint64_t allocated_bytes() const { return allocated_bytes_; }
+  uint64_t requested_bytes() const { return requested_bytes_; }
+
+ private:
+  comm::Communicator& world_;
+  std::map<std::tuple<int, int, uint64_t>, std::unique_ptr<comm::Buffer>>
+      buffers_;
+  uint64_t allocated_bytes_ = 0;
+  uint64_t requested_bytes_ = 0;
+};
+
 class DispatchSchedule {
  public:
   // Allocates buffers in the communicators' memory and writes the input.
   // `chunks` matters only for kTpDedupPipelined (kTpDedup is K = 1), and in
   // kDrop not at all. kHierarchical needs groups.nodes > 1 to differ from
-  // flat, but runs anyway.
+  // flat, but runs anyway. With a `pool` (which must outlive the schedule)
+  // the buffers are the pool's, asked for as `owner`: two schedules that must
+  // hold their data at the same time (a layer's ops) are different owners.
   static absl::StatusOr<std::unique_ptr<DispatchSchedule>> Create(
       MoeGroups& groups, Strategy strategy, int chunks, DispatchShape shape,
-      Step step = Step::kExchange);
+      Step step = Step::kExchange, BufferPool* pool = nullptr, int owner = 0);
 
   // One iteration of the schedule; returns when all its operations finished.
   absl::Status Run();
@@ -137,7 +167,10 @@ class DispatchSchedule {
   // chunks (schedule::ChunkRows); one chunk for the other strategies.
   uint64_t rows_per_tp_ = 0;
   std::vector<schedule::RowRange> chunks_ = {{0, 1}};
-  std::vector<std::unique_ptr<comm::Buffer>> buffers_;
+  std::vector<std::unique_ptr<comm::Buffer>> buffers_;  // without a pool
+  BufferPool* pool_ = nullptr;
+  int owner_ = 0;
+  int slots_ = 0;  // buffers asked for so far
   comm::Buffer* input_ = nullptr;
   comm::Buffer* output_ = nullptr;
   comm::Buffer* stage1_ = nullptr;  // tp_dedup: AllToAll out; hier: intra out

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -110,26 +111,123 @@ absl::StatusOr<std::pair<double, uint64_t>> AgreeAcrossRanks(
 
 namespace {
 
-// A job-shaped measurement: `check` (poisons, runs once, counts wrong bytes),
-// then the timed iterations of `run`, agreed as options say; bytes = D,
-// busbw over the EP group.
-absl::StatusOr<SweepPoint> MeasureJobShaped(
-    MoeGroups& groups, const SweepOptions& options, uint64_t bytes,
-    int chunks_effective,
-    const std::function<absl::StatusOr<uint64_t>()>& check,
-    const std::function<absl::Status()>& run) {
-  absl::StatusOr<uint64_t> wrong = check();
+// A workload of MeasureInterleaved, created and data-checked.
+struct Prepared {
+  std::unique_ptr<LayerSchedule> layer;  // or
+  std::unique_ptr<DispatchSchedule> op;
+  uint64_t wrong = 0;
+
+  absl::Status Run() { return layer ? layer->Run() : op->Run(); }
+  uint64_t bytes() const {
+    return layer ? layer->bytes_per_rank() : op->bytes_per_rank();
+  }
+  int chunks_effective() const {
+    return layer ? layer->effective_chunks() : op->effective_chunks();
+  }
+};
+
+// Creates `w`'s schedule from `pool` and checks it at once, on poisoned
+// outputs (so a schedule that leaves bytes unwritten cannot pass on an
+// earlier iteration's result), before the next workload's Create may
+// overwrite the input it shares.
+absl::StatusOr<Prepared> Prepare(const JobWorkload& w, BufferPool& pool) {
+  Prepared p;
+  absl::StatusOr<uint64_t> wrong;
+  if (w.layout.has_value()) {
+    absl::StatusOr<std::unique_ptr<LayerSchedule>> layer =
+        LayerSchedule::Create(*w.groups, w.strategy, w.chunks, w.shape,
+                              *w.layout, &pool);
+    if (!layer.ok()) return layer.status();
+    p.layer = *std::move(layer);
+    wrong = p.layer->CountWrongBytes();
+  } else {
+    absl::StatusOr<std::unique_ptr<DispatchSchedule>> op =
+        DispatchSchedule::Create(*w.groups, w.strategy, w.chunks, w.shape,
+                                 Step::kExchange, &pool);
+    if (!op.ok()) return op.status();
+    p.op = *std::move(op);
+    absl::Status s = p.op->PoisonOutput();
+    if (s.ok()) s = p.op->Run();
+    wrong = s.ok() ? p.op->CountWrongBytes() : absl::StatusOr<uint64_t>(s);
+  }
   if (!wrong.ok()) return wrong.status();
-  absl::StatusOr<std::vector<double>> samples = IterationsUs(options, run);
-  if (!samples.ok()) return samples.status();
-  absl::StatusOr<std::pair<double, uint64_t>> agreed =
-      MaybeAgree(*groups.world, options, bandwidth::Median(*samples), *wrong);
-  if (!agreed.ok()) return agreed.status();
-  SweepPoint p = MakePoint(Collective::kAllToAll, bytes, groups.ep->size(),
-                           agreed->first, agreed->second);
-  p.chunks_effective = chunks_effective;
-  p.iteration_us = *std::move(samples);
+  p.wrong = *wrong;
   return p;
+}
+
+// Every warm-up of every workload, then the timed iterations round robin;
+// returns each workload's timed iterations in us, in order.
+absl::StatusOr<std::vector<std::vector<double>>> RoundRobinUs(
+    std::vector<Prepared>& prepared, const SweepOptions& options) {
+  auto notify = [&options](size_t w, int i, bool warmup) {
+    if (options.on_iteration) options.on_iteration(w, i, warmup);
+  };
+  for (size_t w = 0; w < prepared.size(); ++w) {
+    for (int i = 0; i < options.warmup_iterations; ++i) {
+      notify(w, i, true);
+      if (absl::Status s = prepared[w].Run(); !s.ok()) return s;
+    }
+  }
+  std::vector<std::vector<double>> samples(prepared.size());
+  for (int i = 0; i < std::max(1, options.iterations); ++i) {
+    for (size_t w = 0; w < prepared.size(); ++w) {
+      notify(w, i, false);
+      const absl::Time start = absl::Now();
+      if (absl::Status s = prepared[w].Run(); !s.ok()) return s;
+      samples[w].push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+    }
+  }
+  return samples;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<SweepPoint>> MeasureInterleaved(
+    const std::vector<JobWorkload>& workloads, const SweepOptions& options,
+    BufferPool* pool) {
+  if (workloads.empty()) return std::vector<SweepPoint>{};
+  for (const JobWorkload& w : workloads) {
+    if (w.groups == nullptr || w.groups->world != workloads[0].groups->world) {
+      return absl::InvalidArgumentError(
+          "workloads: each needs groups over the same world");
+    }
+  }
+  std::optional<BufferPool> own;
+  if (pool == nullptr) pool = &own.emplace(*workloads[0].groups->world);
+  std::vector<Prepared> prepared;
+  for (const JobWorkload& w : workloads) {
+    absl::StatusOr<Prepared> p = Prepare(w, *pool);
+    if (!p.ok()) return p.status();
+    prepared.push_back(*std::move(p));
+  }
+  absl::StatusOr<std::vector<std::vector<double>>> samples =
+      RoundRobinUs(prepared, options);
+  if (!samples.ok()) return samples.status();
+  std::vector<SweepPoint> points;
+  for (size_t w = 0; w < prepared.size(); ++w) {
+    MoeGroups& groups = *workloads[w].groups;
+    absl::StatusOr<std::pair<double, uint64_t>> agreed =
+        MaybeAgree(*groups.world, options, bandwidth::Median((*samples)[w]),
+                   prepared[w].wrong);
+    if (!agreed.ok()) return agreed.status();
+    SweepPoint p = MakePoint(Collective::kAllToAll, prepared[w].bytes(),
+                             groups.ep->size(), agreed->first, agreed->second);
+    p.chunks_effective = prepared[w].chunks_effective();
+    p.iteration_us = std::move((*samples)[w]);
+    points.push_back(std::move(p));
+  }
+  return points;
+}
+
+namespace {
+
+// One workload alone.
+absl::StatusOr<SweepPoint> MeasureOne(const JobWorkload& w,
+                                      const SweepOptions& options) {
+  absl::StatusOr<std::vector<SweepPoint>> points =
+      MeasureInterleaved({w}, options);
+  if (!points.ok()) return points.status();
+  return std::move(points->front());
 }
 
 }  // namespace
@@ -137,34 +235,14 @@ absl::StatusOr<SweepPoint> MeasureJobShaped(
 absl::StatusOr<SweepPoint> MeasureDispatch(MoeGroups& groups, Strategy strategy,
                                            int chunks, DispatchShape shape,
                                            const SweepOptions& options) {
-  absl::StatusOr<std::unique_ptr<DispatchSchedule>> schedule =
-      DispatchSchedule::Create(groups, strategy, chunks, shape);
-  if (!schedule.ok()) return schedule.status();
-  DispatchSchedule& sched = **schedule;
-  // Check first, on a poisoned output, so a schedule that leaves bytes
-  // unwritten cannot pass on an earlier iteration's result.
-  auto check = [&]() -> absl::StatusOr<uint64_t> {
-    absl::Status s = sched.PoisonOutput();
-    if (s.ok()) s = sched.Run();
-    if (!s.ok()) return s;
-    return sched.CountWrongBytes();
-  };
-  return MeasureJobShaped(groups, options, sched.bytes_per_rank(),
-                          sched.effective_chunks(), check,
-                          [&] { return sched.Run(); });
+  return MeasureOne({&groups, strategy, chunks, shape, std::nullopt}, options);
 }
 
 absl::StatusOr<SweepPoint> MeasureLayer(MoeGroups& groups, Strategy strategy,
                                         int chunks, DispatchShape shape,
                                         ExpertLayout layout,
                                         const SweepOptions& options) {
-  absl::StatusOr<std::unique_ptr<LayerSchedule>> layer =
-      LayerSchedule::Create(groups, strategy, chunks, shape, layout);
-  if (!layer.ok()) return layer.status();
-  LayerSchedule& l = **layer;
-  return MeasureJobShaped(
-      groups, options, l.bytes_per_rank(), l.effective_chunks(),
-      [&] { return l.CountWrongBytes(); }, [&] { return l.Run(); });
+  return MeasureOne({&groups, strategy, chunks, shape, layout}, options);
 }
 
 absl::StatusOr<std::vector<SweepPoint>> SweepStrategy(

@@ -5,6 +5,8 @@
 #define MONTA_AGENT_BENCH_SWEEP_H_
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,9 @@ struct SweepOptions {
   // those and leaves the agreeing to the planner, so that no rank's number can
   // stand in for another's.
   bool agree_across_ranks = true;
+  // MeasureInterleaved calls it before each warm-up and timed iteration of a
+  // workload (the order it runs them in, for tests); unset: nothing.
+  std::function<void(size_t workload, int iteration, bool warmup)> on_iteration;
 };
 
 // One row of the nccl-tests-style table: with agree_across_ranks the slowest
@@ -74,6 +79,31 @@ absl::StatusOr<SweepPoint> MeasureLayer(MoeGroups& groups, Strategy strategy,
                                         int chunks, DispatchShape shape,
                                         ExpertLayout layout,
                                         const SweepOptions& options);
+
+// One job-shaped workload of MeasureInterleaved (a montactl verify candidate).
+struct JobWorkload {
+  MoeGroups* groups = nullptr;  // not owned; every workload's world is one
+  Strategy strategy = Strategy::kFlat;
+  int chunks = 1;
+  DispatchShape shape;
+  // The layer's four ops in this expert layout (MeasureLayer); unset: one
+  // dispatch op (MeasureDispatch).
+  std::optional<ExpertLayout> layout;
+};
+
+// Several workloads measured side by side, so that whatever else the host
+// does falls on all of them alike (docs/MODEL.md §11): each workload is
+// created (its buffers from one BufferPool: `pool`, or one of its own, so
+// that memory stays about one workload's, not one per workload) and at once
+// data-checked on poisoned outputs; then every workload's warm-up
+// iterations, workload after workload; then the timed iterations round
+// robin: iteration i of every workload, in the order given, before
+// iteration i + 1 of any. One point per workload, in order, as
+// MeasureDispatch / MeasureLayer make it (iteration_us in iteration order).
+// Collective over the workloads' world; every rank passes the same list.
+absl::StatusOr<std::vector<SweepPoint>> MeasureInterleaved(
+    const std::vector<JobWorkload>& workloads, const SweepOptions& options,
+    BufferPool* pool = nullptr);
 
 // Collective over groups.world: MeasureDispatch at every size of the sweep.
 absl::StatusOr<std::vector<SweepPoint>> SweepStrategy(

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -211,6 +212,94 @@ TEST(SweepTest, ALayerReportsEveryTimedIteration) {
   series = SeriesFromRanks(per_rank);
   ASSERT_TRUE(series.ok());
   EXPECT_EQ(series->sizes(0).rank_iteration_seconds_size(), 0);
+}
+
+// montactl verify's candidates, measured side by side: each data-checked
+// right after it is created (they share buffers), every warm-up first, then
+// the timed iterations round robin; memory does not grow with candidates of
+// one D.
+TEST(SweepTest, InterleavedWorkloadsRunRoundRobinOnSharedBuffers) {
+  absl::Mutex mu;
+  std::vector<uint64_t> allocated(2), requested(2);
+  RunRanks("interleaved", [&](comm::Communicator& world) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    absl::StatusOr<MoeGroups> tp2 = MakeMoeGroups(world, {2, 2}, deadline);
+    ASSERT_TRUE(tp2.ok()) << tp2.status();
+    absl::StatusOr<MoeGroups> tp1 = MakeMoeGroups(world, {1, 2}, deadline);
+    ASSERT_TRUE(tp1.ok()) << tp1.status();
+    const DispatchShape shape{12, 24};
+    const ExpertLayout tp = ExpertLayout::kTensorParallel;
+    const ExpertLayout whole = ExpertLayout::kNotTensorParallel;
+    std::vector<JobWorkload> workloads = {
+        {&*tp2, Strategy::kFlat, 1, shape, tp},
+        {&*tp2, Strategy::kTpDedupPipelined, 2, shape, tp},
+        {&*tp2, Strategy::kTpDedupPipelined, 3, shape, tp},
+        {&*tp2, Strategy::kHierarchical, 1, shape, whole},
+        {&*tp2, Strategy::kTpDedup, 1, shape, std::nullopt},  // one op
+        {&*tp1, Strategy::kFlat, 1, shape, tp},
+    };
+    SweepOptions o = SmallSweep();
+    o.agree_across_ranks = false;
+    o.warmup_iterations = 2;
+    o.iterations = 3;
+    std::vector<std::tuple<size_t, int, bool>> order;
+    o.on_iteration = [&order](size_t w, int i, bool warmup) {
+      order.emplace_back(w, i, warmup);
+    };
+    BufferPool pool(world);
+    absl::StatusOr<std::vector<SweepPoint>> points =
+        MeasureInterleaved(workloads, o, &pool);
+    ASSERT_TRUE(points.ok()) << points.status();
+    std::vector<std::tuple<size_t, int, bool>> want;
+    for (size_t w = 0; w < workloads.size(); ++w) {
+      for (int i = 0; i < 2; ++i) want.emplace_back(w, i, true);
+    }
+    for (int i = 0; i < 3; ++i) {
+      for (size_t w = 0; w < workloads.size(); ++w) {
+        want.emplace_back(w, i, false);
+      }
+    }
+    EXPECT_EQ(order, want);
+    ASSERT_EQ(points->size(), workloads.size());
+    const int k_eff[] = {1, 2, 3, 1, 1, 1};  // 6 rows per TP rank
+    for (size_t w = 0; w < points->size(); ++w) {
+      const SweepPoint& p = (*points)[w];
+      SCOPED_TRACE(w);
+      EXPECT_EQ(p.wrong, 0u);  // checked before the next one's Create
+      EXPECT_EQ(p.chunks_effective, k_eff[w]);
+      EXPECT_EQ(
+          p.bytes,
+          static_cast<uint64_t>(workloads[w].groups->ep->size()) * 12 * 24);
+      ASSERT_EQ(p.iteration_us.size(), 3u);
+      EXPECT_DOUBLE_EQ(p.time_us, bandwidth::Median(p.iteration_us));
+    }
+    // Two more pipelined K of the same D: asked for, not allocated.
+    workloads.push_back({&*tp2, Strategy::kTpDedupPipelined, 4, shape, tp});
+    workloads.push_back({&*tp2, Strategy::kTpDedup, 1, shape, tp});
+    o.on_iteration = nullptr;
+    BufferPool more(world);
+    points = MeasureInterleaved(workloads, o, &more);
+    ASSERT_TRUE(points.ok()) << points.status();
+    for (const SweepPoint& p : *points) EXPECT_EQ(p.wrong, 0u);
+    if (world.rank() == 0) {
+      absl::MutexLock lock(&mu);
+      allocated = {pool.allocated_bytes(), more.allocated_bytes()};
+      requested = {pool.requested_bytes(), more.requested_bytes()};
+    }
+  });
+  EXPECT_EQ(allocated[1], allocated[0]);
+  EXPECT_GT(requested[1], requested[0]);
+  EXPECT_LT(allocated[0], requested[0]);
+}
+
+// Workloads need groups, all over one world.
+TEST(SweepTest, InterleavedWorkloadsNeedGroups) {
+  absl::StatusOr<std::vector<SweepPoint>> points =
+      MeasureInterleaved({JobWorkload{}}, SmallSweep());
+  EXPECT_EQ(points.status().code(), absl::StatusCode::kInvalidArgument);
+  points = MeasureInterleaved({}, SmallSweep());
+  ASSERT_TRUE(points.ok());
+  EXPECT_TRUE(points->empty());
 }
 
 }  // namespace

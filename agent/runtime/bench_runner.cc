@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -136,31 +137,38 @@ absl::StatusOr<bench::ExpertLayout> LayerLayout(
 
 // One workload on its groups: the layer's four ops (LAYER) or one dispatch op
 // (OP, or a planner that predates the scope).
-absl::StatusOr<bench::SweepPoint> MeasureWorkload(
-    bench::MoeGroups& groups, const monta::v1::DispatchWorkload& w,
-    bench::Strategy strategy, const bench::SweepOptions& options) {
-  const bench::DispatchShape shape{w.rows(), w.row_bytes()};
-  const int chunks = std::max(1, w.chunks());
+absl::StatusOr<bench::JobWorkload> JobWorkloadOf(
+    bench::MoeGroups& groups, const monta::v1::DispatchWorkload& w) {
+  absl::StatusOr<bench::Strategy> strategy = DispatchStrategy(w);
+  if (!strategy.ok()) return strategy.status();
+  bench::JobWorkload job{&groups, *strategy, std::max(1, w.chunks()),
+                         bench::DispatchShape{w.rows(), w.row_bytes()},
+                         std::nullopt};
   if (w.scope() == monta::v1::VERIFY_SCOPE_LAYER) {
     absl::StatusOr<bench::ExpertLayout> layout = LayerLayout(w);
     if (!layout.ok()) return layout.status();
-    return bench::MeasureLayer(groups, strategy, chunks, shape, *layout,
-                               options);
+    job.layout = *layout;
   }
-  return bench::MeasureDispatch(groups, strategy, chunks, shape, options);
+  return job;
 }
 
-// Every job-shaped workload of the task (montactl verify), each timed and
-// data-checked; `series` gains this rank's one point per workload (its own
-// time, iterations and wrong bytes: the planner judges them).
+// Every job-shaped workload of the task (montactl verify's candidates), each
+// data-checked, then timed side by side: every workload's warm-up, then the
+// timed iterations round robin (iteration i of every workload, in the task's
+// order, before iteration i + 1 of any; bench::MeasureInterleaved), so that
+// whatever else the host does meanwhile falls on every candidate alike and
+// iteration i of two candidates ran next to each other (docs/MODEL.md §11).
+// The workloads share one set of buffers (they move the same D). `series`
+// gains this rank's one point per workload (its own time, iterations in
+// iteration order, and wrong bytes: the planner judges them).
 absl::Status RunDispatches(
     const monta::v1::BenchmarkTask& task, comm::Communicator& world,
     absl::Time deadline, std::vector<std::vector<bench::SweepPoint>>* series) {
+  // Groups first, in the order the workloads name them (a collective step
+  // every rank takes alike); map nodes stay where they are.
   std::map<int, bench::MoeGroups> groups_by_tp;
-  bench::SweepOptions options = SweepOptionsOf(task);
+  std::vector<bench::JobWorkload> workloads;
   for (const monta::v1::DispatchWorkload& w : task.dispatches()) {
-    absl::StatusOr<bench::Strategy> strategy = DispatchStrategy(w);
-    if (!strategy.ok()) return strategy.status();
     auto it = groups_by_tp.find(w.tensor_parallel_size());
     if (it == groups_by_tp.end()) {
       bench::MoeLayout layout;
@@ -171,11 +179,14 @@ absl::Status RunDispatches(
       if (!g.ok()) return g.status();
       it = groups_by_tp.emplace(w.tensor_parallel_size(), *std::move(g)).first;
     }
-    absl::StatusOr<bench::SweepPoint> p =
-        MeasureWorkload(it->second, w, *strategy, options);
-    if (!p.ok()) return p.status();
-    series->push_back({*p});
+    absl::StatusOr<bench::JobWorkload> job = JobWorkloadOf(it->second, w);
+    if (!job.ok()) return job.status();
+    workloads.push_back(*job);
   }
+  absl::StatusOr<std::vector<bench::SweepPoint>> points =
+      bench::MeasureInterleaved(workloads, SweepOptionsOf(task));
+  if (!points.ok()) return points.status();
+  for (bench::SweepPoint& p : *points) series->push_back({std::move(p)});
   return absl::OkStatus();
 }
 
