@@ -223,7 +223,7 @@ std::string Summary(const v1::VerifyReply& reply) {
       "regret of the plan: %.1f%%%s; |error| median %.1f%%, max %.1f%%\n",
       reply.regret_ratio() * 100,
       reply.regret_ratio() > 0 && reply.regret_within_noise()
-          ? " (inside the noise: the two candidates' p10..p90 overlap)"
+          ? " (inside the noise of the two runs)"
           : "",
       reply.median_error_ratio() * 100, reply.max_error_ratio() * 100);
   if (reply.loopback_only()) {

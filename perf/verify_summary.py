@@ -4,12 +4,15 @@
   perf/verify_summary.py DIR
 
 Per configuration, expert layout and size: the scope run, best measured per strategy, the
-plan's regret (and whether it is inside the two candidates' noise), and the |error| of every
+plan's regret as verify reports it (from paired iterations: the agents time the candidates
+round robin, docs/MODEL.md §11; and whether it is inside the pairs' noise), the unpaired one
+beside it (measured(chosen) / measured(fastest) - 1, from the medians), and the |error| of every
 candidate's prediction: calibrated on other sizes (the scored runs ran with
 --skip_calibration after the calibrating ones) and uncalibrated (the same runs'
 uncalibrated_seconds; the uncalibrated plan's regret is that of the candidate with the
-smallest uncalibrated prediction). Then per configuration and layout, over its scored sizes:
-median and max |error| and the largest regret, both ways.
+smallest uncalibrated prediction, from the medians: the reply carries no iterations). Then per
+configuration and layout, over its scored sizes: median and max |error| and the largest
+regret, both ways; the bars score verify's (paired) regret.
 
 Bars (issue 18): calibrated median |error| <= 10%, max <= 25%, regret <= 5%; uncalibrated the
 same with median <= 20%. Exit status 1 when a bar is missed.
@@ -40,6 +43,15 @@ def load(path):
     return reply
 
 
+def unpaired_regret(reply):
+    """measured(chosen) / measured(fastest) - 1, from the candidates' medians."""
+    cands = [c for c in reply.get("candidates", []) if c["measured_seconds"] > 0]
+    chosen = next((c for c in cands if c.get("chosen")), None)
+    if not cands or chosen is None:
+        return 0.0
+    return chosen["measured_seconds"] / min(c["measured_seconds"] for c in cands) - 1
+
+
 def scores(reply):
     """(calibrated errors, uncalibrated errors, regret, uncalibrated regret)."""
     cands = [c for c in reply.get("candidates", []) if c["measured_seconds"] > 0]
@@ -61,10 +73,12 @@ def row(config, layout, role, mib, reply):
     errs, unc, regret, unc_regret = scores(reply)
     spread = max((c["spread_ratio"] for c in cands), default=0)
     noise = " (noise)" if regret > 0 and reply.get("regret_within_noise") else ""
+    unpaired = unpaired_regret(reply)
     print(f"{config:10s} {layout:7s} {role:9s} {mib:3d} "
           + " ".join(f"{1e3 * best[k]:9.1f}" for k in KINDS)
           + f"  {chosen.get('kind', '?').lower():18s}({chosen.get('chunks_requested', 1):>2})"
-          f" {100 * regret:6.1f}%{noise:8s} {100 * statistics.median(errs):6.1f}%"
+          f" {100 * regret:6.1f}%{noise:8s} {100 * unpaired:6.1f}%"
+          f" {100 * statistics.median(errs):6.1f}%"
           f" {100 * max(errs):6.1f}%  {100 * statistics.median(unc) if unc else 0:6.1f}%"
           f" {100 * max(unc) if unc else 0:6.1f}% {100 * unc_regret:6.1f}%"
           f" {100 * spread:6.0f}%  {reply.get('calibration_outcome', '-').replace('CALIBRATION_OUTCOME_', '').lower()}")
@@ -75,7 +89,7 @@ def main(out_dir):
     failures = []
     groups = collections.defaultdict(lambda: ([], [], [], []))
     print("config     layout  run       MiB   flat ms  dedup ms   pipe ms   hier ms  "
-          "chosen (K)              regret           cal med  cal max  unc med  unc max "
+          "chosen (K)              regret         unpaired cal med  cal max  unc med  unc max "
           "unc regret spread calibration")
     def order(path):
         m = NAME.match(os.path.basename(path))

@@ -20,6 +20,7 @@
 #include "server/model/traffic.h"
 #include "server/planning/decide_strategy.h"
 #include "server/planning/strategy_planner.h"
+#include "server/verify/regret.h"
 
 namespace monta::verify {
 namespace {
@@ -65,6 +66,8 @@ absl::Status ValidateRequest(const v1::VerifyRequest& request) {
 struct Run {
   v1::DispatchWorkload workload;
   v1::VerifiedCandidate row;
+  // The slowest rank's time per timed iteration, in iteration order.
+  std::vector<double> iteration_seconds;
 };
 
 bool Runnable(v1::StrategyKind kind) {
@@ -197,17 +200,6 @@ std::vector<Run> PlanRuns(const JobShape& job, const v1::StrategyReply& plan,
   return runs;
 }
 
-// Fills measured times from the task's curves (one per run, in run order).
-// A run whose curve the planner excluded (nodes disagree, wrong bytes) has no
-// measurement: the verification fails, naming why.
-// The q-quantile (0..1) of sorted `v`, interpolated linearly.
-double Quantile(const std::vector<double>& v, double q) {
-  const double at = q * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(at));
-  const size_t hi = std::min(v.size() - 1, lo + 1);
-  return v[lo] + (at - static_cast<double>(lo)) * (v[hi] - v[lo]);
-}
-
 // p10, p90 and spread of the slowest rank's time per iteration; noisy when
 // the spread is above `max_spread_ratio` or the agents sent no iterations.
 void FillSpread(const v1::CurvePoint& point, double max_spread_ratio,
@@ -227,6 +219,9 @@ void FillSpread(const v1::CurvePoint& point, double max_spread_ratio,
   row->set_noisy(!(row->spread_ratio() <= max_spread_ratio));
 }
 
+// Fills measured times from the task's curves (one per run, in run order).
+// A run whose curve the planner excluded (nodes disagree, wrong bytes) has no
+// measurement: the verification fails, naming why.
 absl::Status FillMeasured(const v1::BenchmarkTaskStatus& status,
                           const std::vector<v1::BandwidthCurve>& curves,
                           double max_spread_ratio, std::vector<Run>* runs) {
@@ -251,6 +246,9 @@ absl::Status FillMeasured(const v1::BenchmarkTaskStatus& status,
                                               " does not match dispatch ", i));
     }
     row.set_measured_seconds(curve.points(0).time_seconds());
+    (*runs)[i].iteration_seconds.assign(
+        curve.points(0).iteration_seconds().begin(),
+        curve.points(0).iteration_seconds().end());
     row.set_wrong_bytes(curve.points(0).wrong_bytes());
     row.set_error_ratio(row.predicted_seconds() / row.measured_seconds() - 1);
     FillSpread(curve.points(0), max_spread_ratio, &row);
@@ -273,14 +271,12 @@ void Score(std::vector<Run>& runs, v1::VerifyReply* reply) {
   }
   if (best != nullptr) best->row.set_best(true);
   if (best != nullptr && chosen != nullptr) {
-    reply->set_regret_ratio(
-        chosen->row.measured_seconds() / best->row.measured_seconds() - 1);
-    // Both spreads known and their p10..p90 ranges overlap.
-    const v1::VerifiedCandidate& a = chosen->row;
-    const v1::VerifiedCandidate& b = best->row;
-    reply->set_regret_within_noise(a.p90_seconds() > 0 && b.p90_seconds() > 0 &&
-                                   a.p10_seconds() <= b.p90_seconds() &&
-                                   b.p10_seconds() <= a.p90_seconds());
+    // From iterations that ran side by side when the agents sent them.
+    const Regret regret =
+        PlanRegret({chosen->row.measured_seconds(), chosen->iteration_seconds},
+                   {best->row.measured_seconds(), best->iteration_seconds});
+    reply->set_regret_ratio(regret.ratio);
+    reply->set_regret_within_noise(regret.within_noise);
   }
   reply->set_median_error_ratio(bandwidth::Median(errors));
   reply->set_max_error_ratio(
