@@ -5,36 +5,32 @@
 namespace monta::verify {
 namespace {
 
+void ExpectPaired(const MeasuredRun& chosen, const MeasuredRun& best,
+                  double ratio, bool within_noise) {
+  const Regret r = PlanRegret(chosen, best);
+  EXPECT_TRUE(r.paired);
+  EXPECT_NEAR(r.ratio, ratio, 1e-12);
+  EXPECT_EQ(r.within_noise, within_noise);
+}
+
 // A slow period of the host lands on both candidates' same iterations: the
 // pairs show the chosen one 2% slower in every iteration, not noise; the
 // pairs decide, not the medians given (here 20% apart, as when the chosen
 // candidate alone had run in a slow period).
 TEST(RegretTest, PairsCancelWhatTheHostDidToBoth) {
-  const MeasuredRun chosen{1.224, {1.02, 1.53, 1.224, 1.428, 1.02}};
-  const MeasuredRun best{1.02, {1.0, 1.5, 1.2, 1.4, 1.0}};
-  const Regret r = PlanRegret(chosen, best);
-  EXPECT_TRUE(r.paired);
-  EXPECT_NEAR(r.ratio, 0.02, 1e-12);
-  EXPECT_FALSE(r.within_noise);
+  ExpectPaired({1.224, {1.02, 1.53, 1.224, 1.428, 1.02}},
+               {1.02, {1.0, 1.5, 1.2, 1.4, 1.0}}, 0.02, false);
 }
 
 // Pairs that go either way: the median pair, within the noise (the ratios'
 // p10 is below 1).
 TEST(RegretTest, PairsThatGoEitherWayAreNoise) {
-  const MeasuredRun chosen{1.0, {0.98, 1.01, 1.03, 1.05, 1.02}};
   const MeasuredRun best{1.0, {1, 1, 1, 1, 1}};
-  const Regret r = PlanRegret(chosen, best);
-  EXPECT_TRUE(r.paired);
-  EXPECT_NEAR(r.ratio, 0.02, 1e-12);
-  EXPECT_TRUE(r.within_noise);
+  ExpectPaired({1.0, {0.98, 1.01, 1.03, 1.05, 1.02}}, best, 0.02, true);
   // The chosen candidate faster in most pairs: no regret.
-  const Regret faster = PlanRegret({1.0, {0.9, 0.95, 1.01}}, {1.0, {1, 1, 1}});
-  EXPECT_EQ(faster.ratio, 0);
-  EXPECT_TRUE(faster.within_noise);
+  ExpectPaired({1.0, {0.9, 0.95, 1.01, 1, 0.9}}, best, 0, true);
   // The same candidate: none, inside its own noise.
-  const Regret same = PlanRegret(best, best);
-  EXPECT_EQ(same.ratio, 0);
-  EXPECT_TRUE(same.within_noise);
+  ExpectPaired(best, best, 0, true);
 }
 
 // Without pairs (no iterations, or different counts, or a zero time): the
