@@ -106,6 +106,18 @@ Stage CostModel::AllToAll(double bytes, int group, int members_on_node,
   }
   s.busy.network_seconds =
       std::max(s.busy.node_link_seconds, s.busy.uplink_seconds);
+  // Back to back in a pipeline, chunks move through the uplink at its
+  // declared capacity, never slower than one AllToAll alone (§12).
+  s.steady_network_seconds = s.busy.network_seconds;
+  if (inter_bytes > 0 && cluster_.uplink_steady_seconds_per_rank_byte > 0) {
+    const double steady_uplink =
+        cluster_.calibration.network_scale *
+        std::min(cluster_.uplink_steady_seconds_per_rank_byte,
+                 cluster_.uplink_seconds_per_rank_byte) *
+        bytes;
+    s.steady_network_seconds =
+        std::max(s.busy.node_link_seconds, steady_uplink);
+  }
   s.busy.nvlink_seconds =
       cluster_.calibration.local_scale *
       LinkSeconds(cluster_.alltoall_intra, intra_bytes, bytes, group, &intra_x);
@@ -339,23 +351,39 @@ CostModel::SteadyStateInterval CostModel::SteadyState(const Stage& a,
                                                       const Stage& g,
                                                       const Stage& c) const {
   const bool has_network = a.busy.network_seconds > 0;
-  const double network =
-      has_network ? a.busy.network_seconds + a.busy.launch_seconds : 0;
   const bool copy_shares = pipeline_ == PipelineResources::kCopySharesGpu;
-  const double device = a.busy.nvlink_seconds + g.seconds +
-                        (copy_shares ? c.seconds : 0) +
-                        (has_network ? 0 : a.busy.launch_seconds);
-  // The AllToAll stage alone is bound by whatever dominates it.
-  const Resource a2a = Slowest({{a.busy.network_seconds, "network"},
-                                {a.busy.nvlink_seconds, "nvlink"},
-                                {a.busy.launch_seconds, "launch_latency"}});
-  // Order matters for ties: shared resources before single stages.
-  const Resource slowest = Slowest({{network, "network"},
-                                    {device, "nvlink"},
-                                    {a.seconds, a2a.name},
-                                    {g.seconds, "nvlink"},
-                                    {c.seconds, "copy"}});
-  return {gamma_ * slowest.seconds, slowest.name};
+  // The interval when the AllToAll's network part takes `net` and each
+  // launch `launch`.
+  auto interval = [&](double net, double launch) -> SteadyStateInterval {
+    const double network = has_network ? net + launch : 0;
+    const double device = a.busy.nvlink_seconds + g.seconds +
+                          (copy_shares ? c.seconds : 0) +
+                          (has_network ? 0 : launch);
+    // The AllToAll stage alone is bound by whatever dominates it.
+    const Resource a2a = Slowest({{net, "network"},
+                                  {a.busy.nvlink_seconds, "nvlink"},
+                                  {launch, "launch_latency"}});
+    // Order matters for ties: shared resources before single stages.
+    const Resource slowest =
+        Slowest({{network, "network"},
+                 {device, "nvlink"},
+                 {launch + std::max(net, a.busy.nvlink_seconds), a2a.name},
+                 {g.seconds, "nvlink"},
+                 {c.seconds, "copy"}});
+    return {gamma_ * slowest.seconds, slowest.name};
+  };
+  const SteadyStateInterval lone =
+      interval(a.busy.network_seconds, a.busy.launch_seconds);
+  if (a.steady_network_seconds >= a.busy.network_seconds) return lone;
+  // Under a priced uplink with a declared capacity (docs/MODEL.md §12):
+  // back to back, a chunk moves its bytes at the declared capacity and pays
+  // its launch as the sweep measured it (the curve's launch floor, which the
+  // measured uplink rate carried and the declared one does not); never
+  // slower than chunks priced alone.
+  const SteadyStateInterval steady =
+      interval(a.steady_network_seconds,
+               std::max(a.busy.launch_seconds, ChunkLaunchFloorSeconds()));
+  return steady.seconds < lone.seconds ? steady : lone;
 }
 
 StrategyTime CostModel::Hierarchical(ExtrapolationFlags* flags) const {

@@ -51,6 +51,13 @@ struct ClusterView {
   // An AllToAll that leaves the node takes at least that times its bytes.
   // 0 = no fabric priced (node and pair curves alone, as before).
   double uplink_seconds_per_rank_byte = 0;
+  // The same for a pipeline's steady state (docs/MODEL.md §12): seconds per
+  // byte each rank sends that the slowest uplink needs at its declared
+  // capacity. A level measurement times one AllToAll alone (its ramp and
+  // tail on the shared uplink included); back to back, a pipeline's chunks
+  // keep the uplink busy, so chunks after the first move at the capacity.
+  // 0 = nothing declared: the steady state pays uplink_seconds_per_rank_byte.
+  double uplink_steady_seconds_per_rank_byte = 0;
 };
 
 // Which curves a prediction needed outside their measured range.
@@ -95,6 +102,11 @@ struct ResourceBusy {
 struct Stage {
   double seconds = 0;
   ResourceBusy busy;
+  // An AllToAll's network time in a pipeline's steady state: busy's
+  // network_seconds with the uplink at its steady price
+  // (ClusterView::uplink_steady_seconds_per_rank_byte); equal to it when no
+  // steady price is known.
+  double steady_network_seconds = 0;
 };
 
 // The four communication ops of one MoE layer, in the order they run:

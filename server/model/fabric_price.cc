@@ -161,13 +161,15 @@ absl::StatusOr<FabricPrice> PriceFabric(const JobFabric& fabric,
     if (rack_load[r] <= 0) continue;
     price.uplinks.push_back({UplinkLevel::kRack, static_cast<int>(r),
                              rack_load[r],
-                             fabric.racks[r].uplink_bytes_per_second});
+                             fabric.racks[r].uplink_bytes_per_second,
+                             fabric.racks[r].uplink_declared_bytes_per_second});
   }
   for (size_t b = 0; b < block_load.size(); ++b) {
     if (block_load[b] <= 0) continue;
-    price.uplinks.push_back({UplinkLevel::kBlock, static_cast<int>(b),
-                             block_load[b],
-                             fabric.blocks[b].uplink_bytes_per_second});
+    price.uplinks.push_back(
+        {UplinkLevel::kBlock, static_cast<int>(b), block_load[b],
+         fabric.blocks[b].uplink_bytes_per_second,
+         fabric.blocks[b].uplink_declared_bytes_per_second});
   }
   std::sort(price.uplinks.begin(), price.uplinks.end(), SlowerFirst);
   return price;

@@ -7,6 +7,7 @@
 #ifndef MONTA_SERVER_MODEL_FABRIC_PRICE_H_
 #define MONTA_SERVER_MODEL_FABRIC_PRICE_H_
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -22,10 +23,14 @@ struct JobFabric {
     std::string name;
     int block = -1;  // index into blocks; -1: in no block
     double uplink_bytes_per_second = 0;
+    // The uplink's declared capacity (0 = none): what a pipeline's steady
+    // state moves through it (docs/MODEL.md §12).
+    double uplink_declared_bytes_per_second = 0;
   };
   struct Block {
     std::string name;
     double uplink_bytes_per_second = 0;
+    double uplink_declared_bytes_per_second = 0;
   };
   // Per node of the job, in the order the job gave them: its rack (an index
   // into racks). Every node must sit in a rack.
@@ -53,8 +58,17 @@ struct UplinkLoad {
   // sends in one AllToAll over its EP group, every EP group at once.
   double bytes_per_rank_byte = 0;
   double bytes_per_second = 0;  // 0: not known, not priced
+  // Declared capacity (0: none). A pipeline's chunks, back to back, move at
+  // it (never slower than bytes_per_second, one AllToAll alone).
+  double declared_bytes_per_second = 0;
   double seconds_per_rank_byte() const {
     return bytes_per_second > 0 ? bytes_per_rank_byte / bytes_per_second : 0;
+  }
+  double steady_seconds_per_rank_byte() const {
+    return bytes_per_second > 0
+               ? bytes_per_rank_byte /
+                     std::max(bytes_per_second, declared_bytes_per_second)
+               : 0;
   }
 };
 
@@ -66,6 +80,17 @@ struct FabricPrice {
   // 0 when no priced uplink is crossed.
   double seconds_per_rank_byte() const {
     return uplinks.empty() ? 0 : uplinks.front().seconds_per_rank_byte();
+  }
+  // The same in a pipeline's steady state (docs/MODEL.md §12): the slowest
+  // priced uplink at its declared capacity, each uplink never faster than
+  // declared nor slower than measured; equals seconds_per_rank_byte() when
+  // nothing is declared.
+  double steady_seconds_per_rank_byte() const {
+    double worst = 0;
+    for (const UplinkLoad& u : uplinks) {
+      worst = std::max(worst, u.steady_seconds_per_rank_byte());
+    }
+    return worst;
   }
 };
 

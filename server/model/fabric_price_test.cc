@@ -89,6 +89,34 @@ TEST(FabricPriceTest, TheSlowerOfRackAndSpineBounds) {
   EXPECT_DOUBLE_EQ(advice->advised.seconds_per_rank_byte(), 1 / 50e6);
 }
 
+// docs/MODEL.md §12, a pipeline's steady state: each uplink at its declared
+// capacity, never slower than measured; the slowest that way may be another
+// uplink than the slowest measured one.
+TEST(FabricPriceTest, SteadyStatePricesEachUplinkAtItsDeclaredCapacity) {
+  JobFabric f = TwoRacks();
+  f.racks[0].uplink_bytes_per_second = 10e6;  // measured
+  f.racks[0].uplink_declared_bytes_per_second = 12.5e6;
+  f.racks[1].uplink_bytes_per_second = 12e6;  // measured, nothing declared
+  auto p = PriceFabric(f, {0, 1, 2, 3}, {2, 1, 4});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->uplinks.size(), 2u);
+  EXPECT_DOUBLE_EQ(p->seconds_per_rank_byte(), 2 / 10e6);
+  EXPECT_DOUBLE_EQ(p->uplinks[0].steady_seconds_per_rank_byte(), 2 / 12.5e6);
+  EXPECT_DOUBLE_EQ(p->steady_seconds_per_rank_byte(), 2 / 12e6);
+  // A declaration below the measurement never slows the steady state.
+  f.racks[1].uplink_declared_bytes_per_second = 5e6;
+  p = PriceFabric(f, {0, 1, 2, 3}, {2, 1, 4});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_DOUBLE_EQ(p->steady_seconds_per_rank_byte(), 2 / 12e6);
+  // Nothing declared anywhere: the steady state is the measured price.
+  f.racks[0].uplink_declared_bytes_per_second = 0;
+  f.racks[1].uplink_declared_bytes_per_second = 0;
+  p = PriceFabric(f, {0, 1, 2, 3}, {2, 1, 4});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_DOUBLE_EQ(p->steady_seconds_per_rank_byte(),
+                   p->seconds_per_rank_byte());
+}
+
 TEST(FabricPriceTest, NoFasterOrderKeepsTheGivenOne) {
   // Racks of 3 nodes and 1, EP groups of 2 nodes (G = 1, e = 2): one group
   // must cross whatever the order; the given order already crosses once.
@@ -189,6 +217,75 @@ TEST_F(FabricCostTest, AnAllToAllTakesTheSlowerOfNodeLinkAndUplink) {
   EXPECT_EQ(flat.kind, StrategyKind::kFlat);
   EXPECT_NEAR(flat.uplink_seconds_per_layer, 4 * d * 2 / 12.5e6, 1e-9);
   EXPECT_NEAR(flat.node_link_seconds_per_layer, 4 * d / 2 / 25e6, 1e-9);
+}
+
+// docs/MODEL.md §12: under a priced uplink with a declared capacity, a
+// pipeline's first chunk pays the measured uplink (one AllToAll alone) and
+// every later one the declared capacity: tau = 2 x / 12.5 MB/s where the
+// lone chunk takes 2 x / 10 MB/s. K = 1 and every unpipelined schedule are
+// unchanged, and so is everything without an uplink.
+TEST_F(FabricCostTest, PipelineSteadyStateMovesChunksAtTheDeclaredCapacity) {
+  job_.world_size = 8;
+  job_.tensor_parallel_size = 2;
+  job_.data_parallel_size = 4;
+  job_.expert_layout = ExpertLayout::kTensorParallel;
+  auto tr = ComputeTraffic(job_, {4, 2});
+  ASSERT_TRUE(tr.ok()) << tr.status();
+  ASSERT_EQ(tr->ep_members_on_node, 1);
+  const double d = tr->dispatch_bytes;
+  auto layer = [&](const ClusterView& v, int k) {
+    return CostModel(*tr, v, 1, ExpertLayout::kTensorParallel, 0)
+        .TpDedupPipelined(k, nullptr)
+        .total_seconds();
+  };
+  auto flat = [&](const ClusterView& v) {
+    return CostModel(*tr, v, 1, ExpertLayout::kTensorParallel, 0)
+        .Flat(nullptr)
+        .total_seconds();
+  };
+  ClusterView measured = view_;
+  measured.uplink_seconds_per_rank_byte = 2 / 10e6;
+  ClusterView steady = measured;
+  steady.uplink_steady_seconds_per_rank_byte = 2 / 12.5e6;
+  const int k = 4;
+  const double x = d / (2 * k);  // a chunk per rank
+  // AllGather (t - 1) x and the copy of t x, at 1 GB/s, no latencies.
+  const double gc = x / 1e9 + 2 * x / 1e9;
+  const double lone = 2 * x / 10e6;
+  EXPECT_NEAR(layer(measured, k), 4 * (lone + gc + (k - 1) * lone), 1e-9);
+  EXPECT_NEAR(layer(steady, k), 4 * (lone + gc + (k - 1) * 2 * x / 12.5e6),
+              1e-9);
+  EXPECT_LT(layer(steady, 32), layer(steady, 4));
+  EXPECT_DOUBLE_EQ(layer(steady, 1), layer(measured, 1));
+  EXPECT_DOUBLE_EQ(flat(steady), flat(measured));
+  // A declared capacity below the measurement does not slow the pipeline.
+  ClusterView slow = measured;
+  slow.uplink_steady_seconds_per_rank_byte = 2 / 5e6;
+  EXPECT_DOUBLE_EQ(layer(slow, k), layer(measured, k));
+  // Each later chunk pays the launch the sweep measured (the inter-node
+  // curve's launch floor: a 64 KiB AllToAll that took 50 ms, beyond the
+  // robust line); where that makes the steady state slower than chunks
+  // priced alone, they are priced alone.
+  auto stalled =
+      BandwidthCurve::FromSamples(Collective::kAllToAll, 4, 2,
+                                  {{65536, 0.05},
+                                   {1 << 20, 0.5 * (1 << 20) / 25e6},
+                                   {16 << 20, 0.5 * (16 << 20) / 25e6}});
+  ASSERT_TRUE(stalled.ok()) << stalled.status();
+  const double floor = stalled->launch_floor_seconds();
+  ASSERT_GT(floor, 0.04);
+  ClusterView floored = steady;
+  floored.alltoall_inter = *stalled;
+  ClusterView floored_measured = measured;
+  floored_measured.alltoall_inter = *stalled;
+  EXPECT_NEAR(layer(floored, k),
+              4 * (lone + gc + (k - 1) * (2 * x / 12.5e6 + floor)), 1e-9);
+  EXPECT_DOUBLE_EQ(layer(floored, 32), layer(floored_measured, 32));
+  // Without a priced uplink the steady price is never read.
+  ClusterView none = view_;
+  ClusterView none_steady = view_;
+  none_steady.uplink_steady_seconds_per_rank_byte = 2 / 12.5e6;
+  EXPECT_DOUBLE_EQ(layer(none_steady, k), layer(none, k));
 }
 
 std::string ReadModelDoc() {

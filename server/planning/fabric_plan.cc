@@ -12,10 +12,14 @@ namespace v1 = ::monta::v1;
 
 // The capacity of a link the tree describes: its measurement, else its
 // declaration; 0 when neither (an oversubscription is resolved later).
+// `declared_bytes_per_second`: the declaration alone, measured or not.
 JobFabricView::Source SourceOf(const v1::FabricLink& link, int nodes_below,
-                               double* bytes_per_second) {
+                               double* bytes_per_second,
+                               double* declared_bytes_per_second) {
   JobFabricView::Source s;
   s.nodes_below = nodes_below;
+  s.declared_oversubscription_ratio = link.declared_oversubscription_ratio();
+  *declared_bytes_per_second = link.declared_bytes_per_second();
   *bytes_per_second = 0;
   if (link.has_measured() && link.measured().bytes_per_second() > 0) {
     *bytes_per_second = link.measured().bytes_per_second();
@@ -67,7 +71,8 @@ std::optional<JobFabricView> JobFabricFromTree(
         for (const v1::FabricRack& r : block->racks()) below += r.nodes_size();
         model::JobFabric::Block mb{block->name(), 0};
         view.block_sources.push_back(
-            SourceOf(block->uplink(), below, &mb.uplink_bytes_per_second));
+            SourceOf(block->uplink(), below, &mb.uplink_bytes_per_second,
+                     &mb.uplink_declared_bytes_per_second));
         view.fabric.blocks.push_back(std::move(mb));
       }
       b = bi->second;
@@ -76,8 +81,9 @@ std::optional<JobFabricView> JobFabricFromTree(
         rack_index.emplace(rack, static_cast<int>(rack_index.size()));
     if (added) {
       model::JobFabric::Rack mr{rack->name(), b, 0};
-      view.rack_sources.push_back(SourceOf(rack->uplink(), rack->nodes_size(),
-                                           &mr.uplink_bytes_per_second));
+      view.rack_sources.push_back(SourceOf(
+          rack->uplink(), rack->nodes_size(), &mr.uplink_bytes_per_second,
+          &mr.uplink_declared_bytes_per_second));
       view.fabric.racks.push_back(std::move(mr));
     }
     view.fabric.node_rack.push_back(ri->second);
@@ -90,18 +96,23 @@ void ResolveCapacities(double node_link_bytes_per_second, JobFabricView& view) {
   // Unknown capacity with a declared oversubscription: the nodes' links below
   // the uplink over the ratio (for a block, its racks' own oversubscription
   // is not known for racks outside the job, so its nodes' links).
-  auto resolve = [&](const JobFabricView::Source& s, double& cap) {
-    if (cap <= 0 && s.oversubscription_ratio > 0) {
-      cap =
-          s.nodes_below * node_link_bytes_per_second / s.oversubscription_ratio;
+  auto resolve = [&](const JobFabricView::Source& s, double& cap,
+                     double& declared) {
+    if (declared <= 0 && s.declared_oversubscription_ratio > 0) {
+      declared = s.nodes_below * node_link_bytes_per_second /
+                 s.declared_oversubscription_ratio;
     }
+    if (cap <= 0 && s.oversubscription_ratio > 0) cap = declared;
   };
   for (size_t r = 0; r < view.fabric.racks.size(); ++r) {
-    resolve(view.rack_sources[r], view.fabric.racks[r].uplink_bytes_per_second);
+    model::JobFabric::Rack& rack = view.fabric.racks[r];
+    resolve(view.rack_sources[r], rack.uplink_bytes_per_second,
+            rack.uplink_declared_bytes_per_second);
   }
   for (size_t b = 0; b < view.fabric.blocks.size(); ++b) {
-    resolve(view.block_sources[b],
-            view.fabric.blocks[b].uplink_bytes_per_second);
+    model::JobFabric::Block& block = view.fabric.blocks[b];
+    resolve(view.block_sources[b], block.uplink_bytes_per_second,
+            block.uplink_declared_bytes_per_second);
   }
 }
 

@@ -30,6 +30,9 @@ struct JobFabricView {
     bool declared = false;
     double oversubscription_ratio = 0;
     int nodes_below = 0;  // nodes under the uplink in the whole tree
+    // The map's declared oversubscription, kept when a measurement prices
+    // the uplink: it gives the declared capacity (docs/MODEL.md §12).
+    double declared_oversubscription_ratio = 0;
   };
   std::vector<Source> rack_sources;
   std::vector<Source> block_sources;
@@ -45,7 +48,10 @@ std::optional<JobFabricView> JobFabricFromTree(
 
 // Fills each uplink's capacity: measured, else declared, else (a declared
 // oversubscription) the capacity below it over the ratio, the nodes' links
-// at `node_link_bytes_per_second` each; 0 when nothing is known.
+// at `node_link_bytes_per_second` each; 0 when nothing is known. Also each
+// uplink's declared capacity (the map's rate, else the one a declared
+// oversubscription gives; 0 when neither), what a pipeline's steady state
+// moves through it.
 void ResolveCapacities(double node_link_bytes_per_second, JobFabricView& view);
 
 // An uplink of the model's price as the wire says it; `seconds_per_byte`

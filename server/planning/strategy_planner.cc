@@ -828,6 +828,21 @@ void PriceTree(PreparedPlan& plan, const model::Traffic& traffic,
   tree.priced = true;
   plan.view.uplink_seconds_per_rank_byte =
       tree.advice.given.seconds_per_rank_byte();
+  plan.view.uplink_steady_seconds_per_rank_byte =
+      tree.advice.given.steady_seconds_per_rank_byte();
+  if (plan.view.uplink_steady_seconds_per_rank_byte <
+      plan.view.uplink_seconds_per_rank_byte) {
+    const model::UplinkLoad& u = tree.advice.given.uplinks.front();
+    notes->push_back(absl::StrCat(
+        "fabric: a pipeline's chunks after the first cross the uplinks at "
+        "their declared capacity (the slowest, ",
+        u.level == model::UplinkLevel::kRack
+            ? tree.job.fabric.racks[u.index].name
+            : tree.job.fabric.blocks[u.index].name,
+        ": ", absl::SixDigits(u.declared_bytes_per_second / 1e6),
+        " MB/s declared, ", absl::SixDigits(u.bytes_per_second / 1e6),
+        " MB/s measured for one AllToAll alone); docs/MODEL.md §12"));
+  }
   for (const model::UplinkLoad& u : tree.advice.given.uplinks) {
     if (u.bytes_per_second > 0) continue;
     notes->push_back(absl::StrCat(
@@ -898,6 +913,8 @@ OrderTimes TimesWith(const PreparedPlan& plan, const TreePricing& tree,
   OrderTimes out;
   model::ClusterView view = plan.view;
   view.uplink_seconds_per_rank_byte = price.seconds_per_rank_byte();
+  view.uplink_steady_seconds_per_rank_byte =
+      price.steady_seconds_per_rank_byte();
   absl::StatusOr<model::Decision> best =
       model::Decide(plan.job, plan.shape, view, plan.options);
   if (best.ok() && best->chosen >= 0) {

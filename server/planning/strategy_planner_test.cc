@@ -847,6 +847,50 @@ TEST_F(FabricPlanTest, PreparePlanPricesTheTreeAsPlanStrategyDoes) {
                                     strategy::StrategyKind::kFlat, 1, {}, 1));
 }
 
+// docs/MODEL.md §12: with a declared capacity above an uplink's level
+// measurement, a pipeline's chunks after the first cross at the declared
+// rate, through BuildPriced for GetStrategy and verify alike; K = 1, flat
+// and tp_dedup keep the measured price, and without a declaration nothing
+// changes.
+TEST_F(FabricPlanTest, PipelinedChunksCrossTheUplinkAtTheDeclaredCapacity) {
+  request_.mutable_job()->set_tensor_parallel_size(2);
+  request_.mutable_job()->set_data_parallel_size(4);
+  request_.mutable_job()->set_experts_tensor_parallel(true);
+  On({"a0", "a1", "b0", "b1"});
+  absl::StatusOr<PreparedPlan> plan = PreparePlan(request_, &lookup_);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_DOUBLE_EQ(plan->view.uplink_seconds_per_rank_byte, 2 / 10e6);
+  EXPECT_DOUBLE_EQ(plan->view.uplink_steady_seconds_per_rank_byte, 2 / 12.5e6);
+  auto reply = PlanStrategy(request_, &lookup_, kNow);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  bool noted = false;
+  for (const std::string& n : reply->evidence().notes()) {
+    noted |= n.find(
+                 "after the first cross the uplinks at their declared "
+                 "capacity (the slowest, r1: 12.5 MB/s declared, 10 MB/s "
+                 "measured") != std::string::npos;
+  }
+  EXPECT_TRUE(noted) << reply->evidence().DebugString();
+  const auto kPipe = strategy::StrategyKind::kTpDedupPipelined;
+  auto predict = [](const PreparedPlan& p, strategy::StrategyKind kind, int k) {
+    return *PredictMeasuredSeconds(p, MeasuredScope::kLayer, kind, k, {}, 1);
+  };
+  tree_.mutable_blocks(0)
+      ->mutable_racks(1)
+      ->mutable_uplink()
+      ->clear_declared_bytes_per_second();
+  absl::StatusOr<PreparedPlan> undeclared = PreparePlan(request_, &lookup_);
+  ASSERT_TRUE(undeclared.ok()) << undeclared.status();
+  EXPECT_DOUBLE_EQ(undeclared->view.uplink_steady_seconds_per_rank_byte,
+                   2 / 10e6);
+  EXPECT_LT(predict(*plan, kPipe, 8), 0.95 * predict(*undeclared, kPipe, 8));
+  EXPECT_DOUBLE_EQ(predict(*plan, kPipe, 1), predict(*undeclared, kPipe, 1));
+  for (auto kind :
+       {strategy::StrategyKind::kFlat, strategy::StrategyKind::kTpDedup}) {
+    EXPECT_DOUBLE_EQ(predict(*plan, kind, 1), predict(*undeclared, kind, 1));
+  }
+}
+
 // docs/MODEL.md §5: the chunk bound verify's sweep stops at. On the paper's
 // profile a chunk of more than 16 falls under 2.75x the profile's launch
 // latency; on an inter-node curve whose smallest launch measured four times
