@@ -52,13 +52,19 @@ def launch_floor_seconds(out, spine):
     return 0.0
 
 
+def plan_shape(plan):
+    """(D dispatch bytes per rank, ranks per node, EP group size, EP members per
+    node, pipelined ops per layer) of a plan's JSON."""
+    traffic = plan["traffic"]
+    ops = 4 if plan.get("expert_layout") == "EXPERT_LAYOUT_TENSOR_PARALLEL" else 2
+    return (float(traffic["dispatch_bytes"]), int(traffic.get("gpus_per_node", 1)),
+            int(traffic.get("ep_group_size", 1)),
+            int(traffic.get("ep_members_on_node", 1)), ops)
+
+
 def replay(verify, fabric, t, floor):
     plan = verify["plan"]
-    traffic = plan["traffic"]
-    d = float(traffic["dispatch_bytes"])
-    g = int(traffic.get("gpus_per_node", 1))
-    e = int(traffic.get("ep_group_size", 1))
-    ns = int(traffic.get("ep_members_on_node", 1))
+    d, g, e, ns, ops = plan_shape(plan)
     uplinks = plan.get("evidence", {}).get("fabric", {}).get("uplinks", [])
     if not uplinks:
         return None, "no uplink priced"
@@ -69,7 +75,6 @@ def replay(verify, fabric, t, floor):
                 if r["name"] == slowest["name"])
     declared = float(rack["uplink"].get("declared_bytes_per_second", 0))
     inside = float(rack.get("inside", {}).get("bytes_per_second", 0))
-    ops = 4 if plan.get("expert_layout") == "EXPERT_LAYOUT_TENSOR_PARALLEL" else 2
     rows = []
     for c in verify["candidates"]:
         kind = c["kind"].replace("STRATEGY_KIND_", "").lower()

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Replays a pipeline steady-state rule on node links on a finished perf/verify_bench.sh run,
+without rerunning it (issue 18; the node-link twin of docs/MODEL.md §12's rule for a shared
+uplink, perf/fabric_pipe_replay.py).
+
+  perf/layer_pipe_replay.py DIR [--line_rate=B/s]
+
+DIR holds verify_bench.sh's files (<config>-<layout>-<calibrate|score>-<N>mib.json,
+<config>-bench.txt, job-2n-<N>mib-<layout>.yaml). Per scored run: every candidate's
+measured, calibrated and uncalibrated seconds before and after the rule, then per
+configuration and layout (over its scored sizes, as perf/verify_summary.py scores them)
+median and max |error| and the largest regret, before and after, against issue 18's bars.
+
+The rule replayed: a tp_dedup_pipelined op's chunks after the first move their inter-node
+bytes at the slowest node's NIC line rate per rank (NIC / ranks per node) instead of the
+inter-node curve's rate at the chunk's size, and each pays the curve's launch floor instead
+of its launch latency; never slower than the chunk priced alone, and only where the curve
+sits below the line rate. While the network bounds the steady-state interval before and
+after (docs/MODEL.md §4), the layer's prediction becomes exactly
+
+  min(before, before - ops * (K - 1) * (s * (net(x) - net_line(x)) - (max(l, f) - l)))
+
+with ops the pipelined ops per layer (4 for tensor-parallel experts, 2 for whole ones),
+x = D / (t K) the chunk per rank, net(x) its inter-node bytes over the curve's link rate
+(BandwidthCurve::LinkRateAt, replicated below from the bench's curve), net_line(x) the same
+bytes at the line rate, s the calibration's network scale (1 uncalibrated), l the launch
+latency and f the launch floor. The line rate: --line_rate (bytes per second per node),
+else the configuration's shaped rate (2x400mbit: 50 MB/s). The emulated cluster's agents
+register no NIC (the agent reads InfiniBand ports; a network namespace has none), so on
+that cluster the model's rule never applies: the replay asks what it would do if the
+shaped rate were registered.
+
+Regret: the measured candidate each prediction would pick (calibrated: the fastest
+predicted, the smallest pipelined K within 0.5% of the fastest K, docs/MODEL.md §5;
+uncalibrated: the fastest predicted, as perf/verify_summary.py) over the fastest measured,
+from the medians (the replies carry no iterations). The planner searches every K up to its
+bound; the replay can only pick among the K the run measured. A replay, not the model.
+"""
+import collections
+import glob
+import math
+import os
+import re
+import statistics
+import sys
+
+from fabric_pipe_replay import plan_shape, score
+from verify_summary import NAME, load
+
+PER_PEER_LATENCY_SECONDS = 10e-6  # the cpu-gloo profile's (server/model/hardware_profile.cc)
+STALL_FACTOR = 1.5  # server/model/bandwidth_curve.cc kStallFactor
+RATES = {"mbit": 1e6 / 8, "gbit": 1e9 / 8}
+
+
+class Curve:
+    """The inter-node AllToAll curve as server/model/bandwidth_curve.cc forms it."""
+
+    def __init__(self, samples, nranks, ranks_per_node):
+        self.nranks = nranks
+        self.share = (nranks - ranks_per_node) / nranks
+        (x1, t1), (x2, t2) = samples[-2], samples[-1]
+        beta = (t2 - t1) / (x2 - x1)
+        alpha = max(0.0, statistics.median(t - beta * x for x, t in samples))
+        kept = [s for k, s in enumerate(samples)
+                if s[1] <= STALL_FACTOR * (alpha + beta * s[0]) or k + 1 == len(samples)]
+        self.samples = kept
+        self.alpha = min(alpha, kept[0][1])
+        x0, t0 = samples[0]
+        self.floor = max(self.alpha, t0 - beta * x0)
+
+    def time(self, x):
+        s = self.samples
+        if x <= s[0][0] or x >= s[-1][0]:
+            (xa, ta), (xb, tb) = (s[0], s[1]) if x <= s[0][0] else (s[-2], s[-1])
+            slope = (tb - ta) / (xb - xa)
+            return max(ta + slope * (x - xa), (ta if x <= s[0][0] else tb) * x /
+                       (xa if x <= s[0][0] else xb))
+        for (xa, ta), (xb, tb) in zip(s, s[1:]):
+            if xa <= x <= xb:
+                w = math.log(x / xa) / math.log(xb / xa)
+                return math.exp(math.log(ta) + w * (math.log(tb) - math.log(ta)))
+        raise ValueError(x)
+
+    def link_rate(self, x):
+        t = self.time(x)
+        busy = max(t - self.alpha, 0.01 * t)
+        xl, tl = self.samples[-1]
+        cap = self.share * xl / max(tl - self.alpha, 0.01 * tl)
+        return min(self.share * x / busy, cap)
+
+
+def read_curve(path):
+    """The bench's '4 ranks on 2 node(s)' AllToAll (montactl bench's table)."""
+    units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    samples, shape = [], None
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"\s*alltoall, (\d+) ranks on (\d+) node", line)
+            if m:
+                shape = (int(m.group(1)), int(m.group(1)) // int(m.group(2)))
+            m = re.match(r"(\d+) (KiB|MiB|GiB)\s+([0-9.]+) ms", line)
+            if m and shape:
+                samples.append((int(m.group(1)) * units[m.group(2)], float(m.group(3)) / 1e3))
+    return Curve(samples, *shape)
+
+
+def credit_seconds(curve, x, e, ns, line_per_rank, scale):
+    """What one later chunk of x bytes per rank saves under the rule (>= 0)."""
+    inter = x * (e - ns) / e
+    if inter <= 0:
+        return 0.0
+    rate = curve.link_rate(x * curve.nranks / e)
+    if rate >= line_per_rank:
+        return 0.0
+    launch = max(curve.alpha + PER_PEER_LATENCY_SECONDS * (e - curve.nranks),
+                 0.25 * curve.alpha)
+    saved = scale * (inter / rate - inter / line_per_rank)
+    return max(0.0, saved - (max(launch, curve.floor) - launch))
+
+
+def replay_run(reply, curve, t, line_rate):
+    """Rows (kind, K, calibrated before, after, measured, uncalibrated before, after)."""
+    plan = reply["plan"]
+    d, g, e, ns, ops = plan_shape(plan)
+    scale = float(plan.get("evidence", {}).get("calibration", {})
+                  .get("network_scale_ratio", 1) or 1)
+    rows = []
+    for c in reply["candidates"]:
+        if c["measured_seconds"] <= 0:
+            continue
+        kind, k = c["kind"].lower(), int(c["chunks_effective"])
+        cal, unc = c["predicted_seconds"], c["uncalibrated_seconds"]
+        cal_after, unc_after = cal, unc
+        if kind == "tp_dedup_pipelined" and k > 1:
+            x = d / (t * k)
+            cal_after -= ops * (k - 1) * credit_seconds(curve, x, e, ns, line_rate / g, scale)
+            unc_after -= ops * (k - 1) * credit_seconds(curve, x, e, ns, line_rate / g, 1)
+        rows.append((kind, k, cal, cal_after, c["measured_seconds"], unc, unc_after))
+    return rows
+
+
+def uncalibrated_pick_regret(rows, col):
+    pick = min(rows, key=lambda r: r[col])
+    return pick, pick[4] / min(r[4] for r in rows) - 1
+
+
+def main(argv):
+    args = [a for a in argv[1:] if not a.startswith("--")]
+    flags = dict(a[2:].split("=", 1) for a in argv[1:] if a.startswith("--"))
+    if len(args) != 1:
+        print(__doc__.strip().splitlines()[4].strip(), file=sys.stderr)
+        return 2
+    out = args[0]
+    groups = collections.defaultdict(lambda: collections.defaultdict(list))
+    for path in sorted(glob.glob(os.path.join(out, "*-score-*mib.json"))):
+        m = NAME.match(os.path.basename(path))
+        config, layout, mib = m.group(1), m.group(2), int(m.group(4))
+        rate = re.search(r"([0-9.]+)([mg]bit)$", config)
+        line_rate = float(flags.get("line_rate", 0)) or float(rate.group(1)) * RATES[rate.group(2)]
+        curve = read_curve(os.path.join(out, f"{config}-bench.txt"))
+        with open(os.path.join(out, f"job-{config.split('x')[0]}n-{mib}mib-{layout}.yaml")) as f:
+            t = int(re.search(r"tensor_parallel_size:\s*(\d+)", f.read()).group(1))
+        reply = load(path)
+        rows = replay_run(reply, curve, t, line_rate)
+        print(f"== {config} {layout} {mib} MiB: curve alpha {curve.alpha * 1e3:.3f} ms, launch "
+              f"floor {curve.floor * 1e3:.3f} ms, line {line_rate / 1e6:.1f} MB/s per node, "
+              f"reply's regret {100 * float(reply.get('regret_ratio', 0)):.1f}%")
+        print(f"   {'candidate':<24}{'measured':>9}{'cal':>8}{'err':>7}{'after':>8}{'err':>7}"
+              f"{'unc':>8}{'err':>7}{'after':>8}{'err':>7}")
+        for kind, k, cal, cal_a, meas, unc, unc_a in rows:
+            print(f"   {kind + ' K=' + str(k):<24}{meas:>9.3f}"
+                  + "".join(f"{v:>8.3f}{100 * (v / meas - 1):>+6.1f}%"
+                            for v in (cal, cal_a, unc, unc_a)))
+        g = groups[(config, layout)]
+        for label, col in (("cal before", 2), ("cal after", 3)):
+            _, _, pick, regret = score(rows, col)
+            if label == "cal before":
+                regret = float(reply.get("regret_ratio", regret))  # verify's, as the summary
+            g[label].append((regret, [abs(r[col] / r[4] - 1) for r in rows]))
+            print(f"   {label}: takes {pick[0]} K={pick[1]}, regret {100 * regret:.1f}%")
+        for label, col in (("unc before", 5), ("unc after", 6)):
+            pick, regret = uncalibrated_pick_regret(rows, col)
+            g[label].append((regret, [abs(r[col] / r[4] - 1) for r in rows]))
+            print(f"   {label}: takes {pick[0]} K={pick[1]}, regret {100 * regret:.1f}%")
+    print("\nscored runs per configuration and layout: median |error|, max |error|, regret "
+          "(bars: calibrated 10% / 25% / 5%, uncalibrated 20% / 25% / 5%)")
+    worse = []
+    for (config, layout), g in sorted(groups.items()):
+        cells = {}
+        for label, runs in g.items():
+            errs = [e for _, es in runs for e in es]
+            cells[label] = (statistics.median(errs), max(errs), max(r for r, _ in runs))
+        for kind in ("cal", "unc"):
+            b, a = cells[f"{kind} before"], cells[f"{kind} after"]
+            print(f"  {config:10s} {layout:7s} {kind}  before "
+                  + " ".join(f"{100 * v:5.1f}%" for v in b) + "   after "
+                  + " ".join(f"{100 * v:5.1f}%" for v in a))
+            bars = (0.10 if kind == "cal" else 0.20, 0.25, 0.05)
+            for name, vb, va, bar in zip(("median", "max", "regret"), b, a, bars):
+                if va > vb + 5e-4 and va > bar:
+                    worse.append(f"{config} {layout} {kind} {name}: "
+                                 f"{100 * vb:.1f}% -> {100 * va:.1f}% (bar {100 * bar:.0f}%)")
+                elif va > vb + 5e-4:
+                    worse.append(f"{config} {layout} {kind} {name}: "
+                                 f"{100 * vb:.1f}% -> {100 * va:.1f}% (within the bar)")
+    for w in worse:
+        print("WORSE:", w)
+    print("every row as good or better" if not worse else f"{len(worse)} cell(s) worse")
+    return 1 if worse else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
