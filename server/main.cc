@@ -59,9 +59,10 @@ ABSL_FLAG(std::string, db, "",
           "in memory only");
 ABSL_FLAG(std::string, store, "sqlite",
           "where nodes and curves are kept: sqlite (--db, or memory without "
-          "it) or etcd (--etcd_endpoints; one planner replica until leader "
-          "election is wired; --db then keeps decisions and the audit log "
-          "only)");
+          "it; one replica) or etcd (--etcd_endpoints; several replicas may "
+          "run: they elect one leader, which alone serves, and the others "
+          "answer UNAVAILABLE naming it; --db then keeps decisions and the "
+          "audit log only)");
 ABSL_FLAG(std::string, etcd_endpoints, "",
           "with --store=etcd: host:port of the etcd members, comma-separated "
           "(1..16)");
@@ -73,6 +74,18 @@ ABSL_FLAG(std::string, etcd_cert_file, "",
           "with --store=etcd: PEM client certificate chain presented to etcd");
 ABSL_FLAG(std::string, etcd_key_file, "",
           "with --store=etcd: PEM private key of --etcd_cert_file");
+ABSL_FLAG(double, leader_lease_seconds, 10,
+          "with --store=etcd: the election lease's TTL, how long a dead "
+          "leader keeps leading at most before another replica takes over "
+          "(whole seconds, 1..3600; SIGTERM hands over at once)");
+ABSL_FLAG(std::string, replica_id, "",
+          "with --store=etcd: this replica's name in the election, unique "
+          "among the replicas ([A-Za-z0-9._-]; e.g. the pod name); empty = "
+          "<hostname>-<pid>");
+ABSL_FLAG(std::string, advertise_address, "",
+          "with --store=etcd: the host:port this replica publishes as the "
+          "leader's address (followers name it in their refusals); empty = "
+          "--listen's host with the bound port, the hostname for 0.0.0.0");
 ABSL_FLAG(bool, etcd_insecure, false,
           "with --store=etcd: plaintext to etcd, no certificates (loopback "
           "tests and demos only)");
@@ -368,6 +381,14 @@ absl::Status StoreFromFlags(monta::PlannerOptions* options) {
   options->etcd.security.flag_prefix = "--etcd_";
   options->etcd.security.insecure_flag = "--etcd_insecure";
   options->etcd_prefix = absl::GetFlag(FLAGS_etcd_prefix);
+  const double lease = absl::GetFlag(FLAGS_leader_lease_seconds);
+  if (!(lease >= 1 && lease <= 3600) || lease != static_cast<int>(lease)) {
+    return absl::InvalidArgumentError(
+        "--leader_lease_seconds: expected whole seconds in 1..3600");
+  }
+  options->leader_lease = absl::Seconds(lease);
+  options->replica_id = absl::GetFlag(FLAGS_replica_id);
+  options->advertise_address = absl::GetFlag(FLAGS_advertise_address);
   return absl::OkStatus();
 }
 

@@ -1,6 +1,9 @@
 #include "server/planner_server.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <iostream>
 #include <map>
 #include <utility>
@@ -8,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "common/bandwidth/collective_proto.h"
 #include "common/proto_names.h"
 #include "common/rpc_metrics.h"
@@ -20,6 +24,48 @@
 #include "server/listen_probe.h"
 
 namespace monta {
+
+namespace {
+
+// The election's keys sit under the store's prefix, without its last '/'.
+std::string ElectionPrefix(const std::string& etcd_prefix) {
+  return std::string(absl::StripSuffix(etcd_prefix, "/"));
+}
+
+// host:port of --listen with the bound port; a wildcard host becomes the
+// hostname.
+std::string AdvertisedAddress(const std::string& listen, int port) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
+    char name[256] = {};
+    gethostname(name, sizeof(name) - 1);
+    host = name;
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace
+
+// The registry's observer with --store=etcd: commits under the fence of the
+// term that runs now; while this replica follows it drops the changes (a
+// follower's registry is reloaded from etcd when it leads).
+class PlannerServer::TermWriter : public registry::RegistryObserver {
+ public:
+  void Set(std::unique_ptr<store::RegistryWriter> writer) {
+    absl::MutexLock lock(&mu_);
+    writer_ = std::move(writer);
+  }
+  std::vector<monta::v1::BandwidthCurve> Changed(
+      const std::vector<registry::Change>& changes) override {
+    absl::MutexLock lock(&mu_);
+    if (writer_ == nullptr) return {};
+    return writer_->Changed(changes);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::unique_ptr<store::RegistryWriter> writer_ ABSL_GUARDED_BY(mu_);
+};
 
 PlannerServer::PlannerServer(PlannerOptions options)
     : options_(std::move(options)) {}
@@ -35,6 +81,7 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(
   if (absl::Status started = s->StartGrpc(); !started.ok()) return started;
   if (absl::Status started = s->StartWebhook(); !started.ok()) return started;
   s->WatchStore();
+  if (absl::Status started = s->StartElection(); !started.ok()) return started;
   PlannerServer* self = s.get();
   s->maintenance_ = std::thread([self] { self->Maintain(); });
   return s;
@@ -65,11 +112,9 @@ absl::Status PlannerServer::OpenRegistry() {
     if (absl::Status opened = OpenStore(); !opened.ok()) return opened;
   }
   if (options_.store == "etcd") {
-    absl::StatusOr<store::Fence> fence = OpenEtcdStore();
-    if (!fence.ok()) return fence.status();
-    registry_writer_ =
-        std::make_unique<store::RegistryWriter>(etcd_store_.get(), *fence);
-    registry_->SetObserver(registry_writer_.get());
+    if (absl::Status opened = OpenEtcdStore(); !opened.ok()) return opened;
+    term_writer_ = std::make_unique<TermWriter>();
+    registry_->SetObserver(term_writer_.get());
   } else if (!options_.db_path.empty()) {
     // The one writer of the file from now on (a planner opened on it before
     // is fenced off).
@@ -108,38 +153,153 @@ absl::Status PlannerServer::OpenStore() {
   return OpenAndLoadStore();
 }
 
-absl::StatusOr<store::Fence> PlannerServer::OpenEtcdStore() {
+absl::Status PlannerServer::OpenEtcdStore() {
   const auto failed = [](const absl::Status& status) {
     return absl::Status(status.code(),
                         absl::StrCat("--store=etcd: ", status.message()));
   };
+  replica_id_ = options_.replica_id;
+  if (replica_id_.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
+      std::snprintf(host, sizeof(host), "planner");
+    }
+    replica_id_ = absl::StrCat(host, "-", getpid());
+  }
+  if (absl::Status s = election::ValidateReplicaId(replica_id_, "--replica_id");
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<std::unique_ptr<etcd::Client>> client =
       etcd::Client::Create(options_.etcd);
   if (!client.ok()) return failed(client.status());
   etcd_client_ = *std::move(client);
   etcd_store::EtcdStoreOptions store_options;
   store_options.prefix = options_.etcd_prefix;
+  // The election's fence: the leader's candidate key's create revision.
+  store_options.fence_key =
+      election::CandidateKey(ElectionPrefix(options_.etcd_prefix), replica_id_);
+  store_options.leader_epoch = [this]() -> absl::StatusOr<int64_t> {
+    std::optional<int64_t> epoch =
+        election_ != nullptr ? election_->epoch() : std::nullopt;
+    if (!epoch.has_value()) {
+      return election::NotLeaderError(0, "this replica does not lead");
+    }
+    return *epoch;
+  };
   absl::StatusOr<std::unique_ptr<etcd_store::EtcdStore>> store =
       etcd_store::EtcdStore::Open(etcd_client_.get(), store_options);
   if (!store.ok()) return failed(store.status());
   etcd_store_ = *std::move(store);
-  metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
-  if (absl::Status loaded =
-          store::LoadInto(*etcd_store_, *registry_,
-                          [planner_metrics](const std::string& site) {
-                            planner_metrics->RecordDiscardedError(site);
-                          });
-      !loaded.ok()) {
-    return failed(loaded);
-  }
-  // The one writer under the prefix from now on (one replica: the
-  // standalone fence; a planner started on it before is fenced off).
-  absl::StatusOr<store::Fence> fence = etcd_store_->Lead();
-  if (!fence.ok()) return failed(fence.status());
   std::cerr << "monta-planner: --store=etcd: " << options_.etcd_prefix << " on "
-            << absl::StrJoin(options_.etcd.endpoints, ",") << ", writer epoch "
-            << fence->epoch << std::endl;
-  return fence;
+            << absl::StrJoin(options_.etcd.endpoints, ",") << ", replica "
+            << replica_id_ << std::endl;
+  return absl::OkStatus();
+}
+
+absl::Status PlannerServer::StartElection() {
+  if (etcd_store_ == nullptr) return absl::OkStatus();
+  advertise_address_ = options_.advertise_address;
+  if (advertise_address_.empty()) {
+    advertise_address_ = AdvertisedAddress(options_.grpc_address, grpc_port_);
+  }
+  server_->GetHealthCheckService()->SetServingStatus(
+      monta::v1::Planner::service_full_name(), false);
+  election::ElectionOptions election_options;
+  election_options.prefix = ElectionPrefix(options_.etcd_prefix);
+  election_options.replica_id = replica_id_;
+  election_options.value = advertise_address_;
+  election_options.lease_ttl = options_.leader_lease;
+  election_options.on_leading = [this](int64_t epoch) { StartLeading(epoch); };
+  election_options.on_stopped_leading = [this](int64_t epoch,
+                                               const absl::Status& why) {
+    StopLeading(epoch, std::string(why.message()));
+  };
+  absl::StatusOr<std::unique_ptr<election::Election>> started =
+      election::Election::Start(etcd_client_.get(), election_options);
+  if (!started.ok()) {
+    return absl::Status(
+        started.status().code(),
+        absl::StrCat("--store=etcd: election: ", started.status().message()));
+  }
+  election_ = *std::move(started);
+  std::cerr << "monta-planner: replica " << replica_id_ << " campaigns as "
+            << advertise_address_ << " (lease "
+            << absl::FormatDuration(options_.leader_lease) << ")" << std::endl;
+  return absl::OkStatus();
+}
+
+void PlannerServer::StartLeading(int64_t epoch) {
+  absl::MutexLock lock(&term_mu_);
+  if (term_epoch_ == epoch || election_ == nullptr ||
+      election_->epoch() != epoch) {
+    return;
+  }
+  const MonoTime started = std::chrono::steady_clock::now();
+  // The registry as etcd holds it now, not as this replica last saw it.
+  registry_->Clear();
+  metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
+  absl::Status loaded = store::LoadInto(
+      *etcd_store_, *registry_, [planner_metrics](const std::string& site) {
+        planner_metrics->RecordDiscardedError(site);
+      });
+  absl::StatusOr<store::Fence> fence =
+      loaded.ok() ? etcd_store_->Lead() : absl::StatusOr<store::Fence>(loaded);
+  if (!fence.ok()) {
+    // Maintain retries while the election says this replica leads.
+    std::cerr << "monta-planner: elected with epoch " << epoch
+              << " but cannot lead yet: " << fence.status() << std::endl;
+    planner_metrics_->RecordDiscardedError("start_leading");
+    return;
+  }
+  term_writer_->Set(
+      std::make_unique<store::RegistryWriter>(etcd_store_.get(), *fence));
+  term_epoch_ = epoch;
+  coordinator_->SetLeader(advertise_address_);
+  coordinator_->Lead(epoch);
+  server_->GetHealthCheckService()->SetServingStatus(
+      monta::v1::Planner::service_full_name(), true);
+  std::cerr << "monta-planner: leading with epoch " << epoch << " ("
+            << registry_->List(Instant::Now(), false).size()
+            << " nodes reloaded from etcd in "
+            << absl::FormatDuration(
+                   MonoSince(started, std::chrono::steady_clock::now()))
+            << ")" << std::endl;
+}
+
+void PlannerServer::StopLeading(int64_t epoch, const std::string& why) {
+  absl::MutexLock lock(&term_mu_);
+  // At once: no task handed out or accepted from here on, the running ones
+  // fail "leader changed", the open task streams end UNAVAILABLE.
+  coordinator_->Follow(why, Instant::Now());
+  if (term_writer_ != nullptr) term_writer_->Set(nullptr);
+  if (server_ != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(
+        monta::v1::Planner::service_full_name(), false);
+  }
+  if (gateway_ != nullptr) gateway_->EndDeniedWatches();
+  if (term_epoch_ == 0) return;
+  term_epoch_ = 0;
+  std::cerr << "monta-planner: stopped leading epoch " << epoch << ": " << why
+            << std::endl;
+}
+
+void PlannerServer::FollowElection() {
+  if (election_ == nullptr) return;
+  if (std::optional<int64_t> epoch = election_->epoch(); epoch.has_value()) {
+    StartLeading(*epoch);  // a no-op once the term runs
+    return;
+  }
+  absl::StatusOr<std::optional<election::Candidate>> leader =
+      election::ReadLeader(*etcd_client_, ElectionPrefix(options_.etcd_prefix));
+  if (leader.ok()) {
+    coordinator_->SetLeader(leader->has_value() ? (*leader)->value : "");
+  }
+}
+
+std::optional<int64_t> PlannerServer::leader_epoch() const {
+  if (election_ == nullptr) return std::nullopt;
+  return election_->epoch();
 }
 
 absl::Status PlannerServer::OpenAndLoadStore() {
@@ -173,6 +333,9 @@ void PlannerServer::StartCoordinator() {
       };
   coordinator_ = std::make_unique<coordination::Coordinator>(
       registry_.get(), coordinator_options);
+  // With an election nobody leads here until it says so.
+  if (etcd_store_ != nullptr)
+    coordinator_->Follow("campaigning", Instant::Now());
   held_bytes_ = std::make_shared<metrics::HeldBytesCollector>();
   coordination::Coordinator* coordinator = coordinator_.get();
   held_bytes_->Add("rendezvous", [coordinator] {
@@ -409,9 +572,17 @@ void PlannerServer::WatchStore() {
   if (store_ == nullptr && etcd_store_ == nullptr) return;
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
-  const auto listener = [health, planner_metrics](const std::string& operation,
-                                                  const absl::Status& status) {
+  coordination::Coordinator* coordinator = coordinator_.get();
+  const bool elected = etcd_store_ != nullptr;
+  const auto listener = [health, planner_metrics, coordinator, elected](
+                            const std::string& operation,
+                            const absl::Status& status) {
     if (!status.ok()) planner_metrics->RecordStoreError(operation);
+    if (elected && etcd_store::IsFenced(status)) {
+      // etcd refused this term's fence: another replica leads. Stop at once
+      // (the election's own notice follows within moments).
+      coordinator->Follow(std::string(status.message()), Instant::Now());
+    }
     // Every failure (not only the first): a success of another operation
     // may have marked the service SERVING in between.
     health->SetServingStatus(monta::v1::Planner::service_full_name(),
@@ -447,10 +618,12 @@ void PlannerServer::Maintain() {
   MonoTime last_fabric = MonoTime::min();
   while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) {
     const Instant now = Instant::Now();
+    FollowElection();
     coordinator_->ExpireOverdue(now);
     // WatchTasks streams hold no thread that could notice an expired lease.
     gateway_->ExpireWatches(now);
-    if (options_.bench_interval > absl::ZeroDuration() &&
+    const bool leading = coordinator_->CheckLeading().ok();
+    if (leading && options_.bench_interval > absl::ZeroDuration() &&
         MonoSince(last_periodic, now.mono) >= options_.bench_interval) {
       last_periodic = now.mono;
       SchedulePeriodicBenchmarks(now);
@@ -467,7 +640,8 @@ void PlannerServer::Maintain() {
       last_fabric = now.mono;
       RefreshFabric(now);
     }
-    RemoveGoneNodes(now);
+    // A follower's registry is not the cluster's: it reloads when it leads.
+    if (leading) RemoveGoneNodes(now);
     if (last_prune == MonoTime::min() ||
         MonoSince(last_prune, now.mono) >= options_.prune_interval) {
       last_prune = now.mono;
@@ -594,6 +768,20 @@ void PlannerServer::SchedulePeriodicBenchmarks(Instant now) {
 void PlannerServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
+  if (election_ != nullptr) {
+    // Hand over at once (the next replica leads when it sees the key go),
+    // not after the lease's TTL.
+    const MonoTime started = std::chrono::steady_clock::now();
+    const absl::Status resigned = election_->Resign();
+    std::cerr << "monta-planner: resigned from the election in "
+              << absl::FormatDuration(
+                     MonoSince(started, std::chrono::steady_clock::now()))
+              << (resigned.ok()
+                      ? std::string()
+                      : absl::StrCat(" (", resigned.message(),
+                                     "; the key goes with its lease)"))
+              << std::endl;
+  }
   stop_.Notify();
   // Start may have failed part way: each member is null until its step ran.
   if (store_ != nullptr) store_->SetWriteListener(nullptr);

@@ -6,12 +6,15 @@
 #define MONTA_SERVER_PLANNER_SERVER_H_
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/grpc_security.h"
@@ -26,6 +29,7 @@
 #include "server/api/deny_list.h"
 #include "server/api/planner_service.h"
 #include "server/bench/coordinator.h"
+#include "server/election/election.h"
 #include "server/etcd/client.h"
 #include "server/etcd_store/etcd_store.h"
 #include "server/fabric/fabric.h"
@@ -89,13 +93,24 @@ struct PlannerOptions {
   fabric::FabricOptions fabric;
   absl::Duration fabric_refresh = absl::Seconds(10);
   // Where nodes and curves are kept: "sqlite" (db_path, or memory without
-  // it) or "etcd" (EtcdStore under etcd_prefix on the etcd of `etcd`; a
-  // single replica until leader election is wired: the replica takes the
-  // standalone fence, and db_path, when set, keeps decisions, verifications
-  // and the audit log only).
+  // it; one replica, no election) or "etcd" (EtcdStore under etcd_prefix on
+  // the etcd of `etcd`; db_path, when set, keeps decisions, verifications
+  // and the audit log only). With etcd every replica campaigns
+  // (server/election, under etcd_prefix without its last '/'); only the
+  // leader serves: it reloads the registry from etcd when it starts leading,
+  // writes under the election's fence and coordinates benchmarks; a follower
+  // refuses every Monta RPC with UNAVAILABLE naming the leader's address.
   std::string store = "sqlite";
   etcd::ClientOptions etcd;
   std::string etcd_prefix = "/monta/v1/";
+  // With etcd: the election's lease TTL (how long a dead leader keeps
+  // leading at most), this replica's candidate name (unique among the
+  // replicas; empty: <hostname>-<pid>) and the address it publishes for
+  // clients (empty: the gRPC listen address with its bound port, the
+  // hostname for a wildcard host).
+  absl::Duration leader_lease = absl::Seconds(10);
+  std::string replica_id;
+  std::string advertise_address;
   // SQLite file for nodes and curve history; empty keeps state in memory only.
   std::string db_path;
   // A corrupt db_path (not a database, quick_check fails, a row does not
@@ -144,6 +159,9 @@ class PlannerServer {
   prometheus::Registry& metrics() { return *metrics_; }
   const fabric::Fabric& fabric() const { return *fabric_; }
   metrics::PlannerMetrics& planner_metrics() { return *planner_metrics_; }
+  // With --store=etcd: the epoch this replica leads with now (nullopt while
+  // it follows, or without an election).
+  std::optional<int64_t> leader_epoch() const;
 
   // Stops accepting calls, ends streams, waits up to `grace` for calls in
   // flight. Safe after a Start that failed part way (the destructor calls it).
@@ -159,8 +177,19 @@ class PlannerServer {
   // file aside first when options_.db_reset_corrupt says so.
   absl::Status OpenStore();
   absl::Status OpenAndLoadStore();
-  // --store=etcd: connects, checks the schema, loads the registry and leads.
-  absl::StatusOr<store::Fence> OpenEtcdStore();
+  // --store=etcd: connects and checks the schema; the registry is loaded
+  // when this replica starts leading.
+  absl::Status OpenEtcdStore();
+  // --store=etcd, once gRPC listens: campaigns (server/election).
+  absl::Status StartElection();
+  // The election's callbacks, and the maintenance loop's retry of a term
+  // whose start failed: reload the registry from etcd, take the term's fence
+  // and coordinate; or stop at once (tasks fail "leader changed").
+  void StartLeading(int64_t epoch);
+  void StopLeading(int64_t epoch, const std::string& why);
+  // A follower's look at who leads (named in its refusals); a leader whose
+  // term did not start retries it.
+  void FollowElection();
   void StartCoordinator();
   // Reads options_.deny_list_file (none when empty).
   absl::Status LoadDenyList();
@@ -219,6 +248,17 @@ class PlannerServer {
   // (store_, if any, then holds decisions and the audit log only).
   std::unique_ptr<etcd::Client> etcd_client_;
   std::unique_ptr<etcd_store::EtcdStore> etcd_store_;
+  // With --store=etcd: the registry's observer, writing under the current
+  // term's fence (nothing while following), and the election.
+  class TermWriter;
+  std::unique_ptr<TermWriter> term_writer_;
+  std::unique_ptr<election::Election> election_;
+  std::string replica_id_;
+  std::string advertise_address_;
+  // Serializes StartLeading and StopLeading; the epoch whose term runs (0:
+  // none).
+  absl::Mutex term_mu_;
+  int64_t term_epoch_ ABSL_GUARDED_BY(term_mu_) = 0;
   // The registry's observer: its changes committed to store_ under the fence
   // store_->Lead() gave this process. Destroyed before store_.
   std::unique_ptr<store::RegistryWriter> registry_writer_;

@@ -27,9 +27,12 @@ TEST(EtcdStorePlannerTest, NodesAndCurvesSurviveAPlannerRestartOnEtcd) {
   const std::vector<std::string> store_flags = {
       "--store=etcd",
       "--etcd_endpoints=" + absl::StrJoin((*etcd)->endpoints(), ","),
-      "--etcd_insecure", "--etcd_prefix=/planner-test/"};
+      "--etcd_insecure", "--etcd_prefix=/planner-test/",
+      "--leader_lease_seconds=2"};
   LocalCluster cluster;
   ASSERT_TRUE(cluster.StartPlanner(store_flags).ok());
+  // The one replica leads once the election says so.
+  ASSERT_TRUE(cluster.WaitForPlannerHealth("SERVING", absl::Seconds(20)));
   ASSERT_TRUE(cluster.StartAgent("node-a").ok());
   ASSERT_TRUE(cluster.StartAgent("node-b").ok());
   // The node's JSON, or a non-object while montactl fails (not registered
@@ -65,6 +68,9 @@ TEST(EtcdStorePlannerTest, NodesAndCurvesSurviveAPlannerRestartOnEtcd) {
   std::vector<std::string> restart_flags = store_flags;
   restart_flags.push_back("--bench_on_register=false");
   ASSERT_TRUE(cluster.StartPlanner(restart_flags, port).ok());
+  // It leads once the killed replica's election key ran out (2 s).
+  ASSERT_TRUE(cluster.WaitForPlannerHealth("SERVING", absl::Seconds(20)))
+      << ReadFile(cluster.planner().log_path());
   for (const char* name : {"node-a", "node-b"}) {
     nlohmann::json node =
         json(cluster.Montactl({"--output=json", "node", name}));
@@ -88,13 +94,13 @@ TEST(EtcdStorePlannerTest, FailedCommitsMakeThePlannerNotServingUntilOneLands) {
   auto etcd = EtcdCluster::Start(std::move(options));
   ASSERT_TRUE(etcd.ok()) << etcd.status();
   LocalCluster cluster;
-  ASSERT_TRUE(
-      cluster
-          .StartPlanner({"--store=etcd",
-                         "--etcd_endpoints=" + (*etcd)->endpoint(0),
-                         "--etcd_insecure", "--bench_on_register=false"})
-          .ok());
-  EXPECT_EQ(cluster.Montactl({"health", "monta.v1.Planner"}).out, "SERVING\n");
+  ASSERT_TRUE(cluster
+                  .StartPlanner({"--store=etcd",
+                                 "--etcd_endpoints=" + (*etcd)->endpoint(0),
+                                 "--etcd_insecure", "--bench_on_register=false",
+                                 "--leader_lease_seconds=2"})
+                  .ok());
+  ASSERT_TRUE(cluster.WaitForPlannerHealth("SERVING", absl::Seconds(20)));
   (*etcd)->Kill(0);
   ASSERT_TRUE(cluster.StartAgent("node-a").ok());  // registers: a node commit
   EXPECT_TRUE(cluster.WaitForPlannerHealth("NOT_SERVING", absl::Seconds(30)))

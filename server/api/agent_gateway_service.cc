@@ -29,6 +29,7 @@ grpc::ServerUnaryReactor* AgentGatewayService::Register(
   reply->set_lease_seconds(absl::ToDoubleSeconds(registry_->options().lease));
   reply->set_heartbeat_interval_seconds(
       absl::ToDoubleSeconds(registry_->options().heartbeat_interval));
+  reply->set_leader_epoch(coordinator_->epoch());
   if (on_registered_) on_registered_(request->node_name());
   return FinishUnary(context, grpc::Status::OK);
 }
@@ -43,6 +44,7 @@ grpc::ServerUnaryReactor* AgentGatewayService::Heartbeat(
   absl::Status status = registry_->Heartbeat(*request, Instant::Now());
   if (status.ok()) {
     reply->set_lease_seconds(absl::ToDoubleSeconds(registry_->options().lease));
+    reply->set_leader_epoch(coordinator_->epoch());
   }
   return FinishUnary(context, ToGrpc(status));
 }
@@ -104,6 +106,9 @@ grpc::ServerUnaryReactor* AgentGatewayService::RendezvousSet(
   if (grpc::Status s = authz_->RequireTaskMember(*context, request->task_id());
       !s.ok())
     return FinishUnary(context, s);
+  if (absl::Status s = coordinator_->CheckEpoch(request->leader_epoch());
+      !s.ok())
+    return FinishUnary(context, ToGrpc(s));
   return FinishUnary(context, ToGrpc(coordinator_->Set(
                                   *request, authz_->Accountable(*context))));
 }
@@ -115,6 +120,9 @@ grpc::ServerUnaryReactor* AgentGatewayService::RendezvousGet(
   if (grpc::Status s = authz_->RequireTaskMember(*context, request->task_id());
       !s.ok())
     return FinishUnary(context, s);
+  if (absl::Status s = coordinator_->CheckEpoch(request->leader_epoch());
+      !s.ok())
+    return FinishUnary(context, ToGrpc(s));
   absl::StatusOr<absl::Duration> wait =
       coordination::Coordinator::GetWait(*request);
   if (!wait.ok()) return FinishUnary(context, ToGrpc(wait.status()));
@@ -146,6 +154,9 @@ grpc::ServerUnaryReactor* AgentGatewayService::ReportBenchmark(
     monta::v1::ReportBenchmarkReply* reply) {
   if (grpc::Status s = authz_->RequireReporter(*context, *request); !s.ok())
     return FinishUnary(context, s);
+  if (absl::Status s = coordinator_->CheckEpoch(request->leader_epoch());
+      !s.ok())
+    return FinishUnary(context, ToGrpc(s));
   return FinishUnary(context,
                      ToGrpc(coordinator_->Report(*request, Instant::Now())));
 }

@@ -167,8 +167,13 @@ grpc::Status Authorizer::CheckNode(const Principal& caller,
                              "spiffe://monta/node/<that name> may"));
 }
 
+grpc::Status Authorizer::Leading() const {
+  return ToGrpc(coordinator_->CheckLeading());
+}
+
 grpc::Status Authorizer::RequireNode(const grpc::ServerContextBase& context,
                                      absl::string_view node_name) const {
+  if (grpc::Status s = Leading(); !s.ok()) return s;
   if (!enforce_) return grpc::Status::OK;
   absl::StatusOr<Principal> caller = Caller(context);
   if (!caller.ok()) return ToGrpc(caller.status());
@@ -177,6 +182,7 @@ grpc::Status Authorizer::RequireNode(const grpc::ServerContextBase& context,
 
 grpc::Status Authorizer::RequireTaskMember(
     const grpc::ServerContextBase& context, const std::string& task_id) const {
+  if (grpc::Status s = Leading(); !s.ok()) return s;
   if (!enforce_) return grpc::Status::OK;
   absl::StatusOr<Principal> caller = Caller(context);
   if (!caller.ok()) return ToGrpc(caller.status());
@@ -194,6 +200,7 @@ grpc::Status Authorizer::RequireTaskMember(
 grpc::Status Authorizer::RequireReporter(
     const grpc::ServerContextBase& context,
     const monta::v1::ReportBenchmarkRequest& request) const {
+  if (grpc::Status s = Leading(); !s.ok()) return s;
   if (!enforce_) return grpc::Status::OK;
   absl::StatusOr<Principal> caller = Caller(context);
   if (!caller.ok()) return ToGrpc(caller.status());
@@ -225,6 +232,7 @@ grpc::Status Authorizer::RequireReporter(
 
 grpc::Status Authorizer::RequireOperator(
     const grpc::ServerContextBase& context) const {
+  if (grpc::Status s = Leading(); !s.ok()) return s;
   if (!enforce_) return grpc::Status::OK;
   absl::StatusOr<Principal> caller = Caller(context);
   if (!caller.ok()) return ToGrpc(caller.status());
@@ -239,6 +247,7 @@ grpc::Status Authorizer::RequireOperator(
 
 grpc::Status Authorizer::RequireAuthenticated(
     const grpc::ServerContextBase& context) const {
+  if (grpc::Status s = Leading(); !s.ok()) return s;
   if (!enforce_) return grpc::Status::OK;
   absl::StatusOr<Principal> caller = Caller(context);
   return caller.ok() ? grpc::Status::OK : ToGrpc(caller.status());

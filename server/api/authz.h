@@ -76,6 +76,11 @@ class Authorizer {
 
   bool enforced() const { return enforce_; }
 
+  // Every Require* below first asks the coordinator whether this replica
+  // leads (Coordinator::CheckLeading): a follower refuses every Monta call
+  // with UNAVAILABLE naming the leader, so clients move to it (issue 20:
+  // followers are leader-only until they keep a watch-fed cache).
+
   // Register, Heartbeat, Deregister, WatchTasks: the caller is `node_name`.
   grpc::Status RequireNode(const grpc::ServerContextBase& context,
                            absl::string_view node_name) const;
@@ -108,6 +113,8 @@ class Authorizer {
   // PERMISSION_DENIED when the deny list names `caller` (or its certificate).
   absl::Status CheckDenied(const grpc::AuthContext& auth,
                            const Principal& caller) const;
+  // OK while this replica leads (always without an election).
+  grpc::Status Leading() const;
   // The caller as node `node_name` (PERMISSION_DENIED otherwise).
   grpc::Status CheckNode(const Principal& caller,
                          absl::string_view node_name) const;

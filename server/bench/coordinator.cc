@@ -237,7 +237,9 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::Enqueue(
   WakeOnExit wake(this);
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("planner is shutting down");
+  if (!leading_) return NotLeadingLocked();
   if (absl::Status s = CheckPendingBounds(spec.nodes()); !s.ok()) return s;
+  spec.set_leader_epoch(epoch_);
   Task task;
   const std::string id =
       absl::StrCat("bench-", absl::ToUnixMillis(now.wall), "-", next_id_++);
@@ -333,7 +335,7 @@ std::optional<monta::v1::BenchmarkTask> Coordinator::NextTask(
 std::optional<monta::v1::BenchmarkTask> Coordinator::TryNextTask(
     const std::string& node_name) {
   absl::MutexLock lock(&mu_);
-  if (shutdown_) return std::nullopt;
+  if (shutdown_ || !leading_) return std::nullopt;
   auto queue = queues_.find(node_name);
   if (queue == queues_.end()) return std::nullopt;
   std::optional<monta::v1::BenchmarkTask> next;
@@ -824,6 +826,58 @@ void Coordinator::Shutdown() {
 bool Coordinator::ShuttingDown() const {
   absl::ReaderMutexLock lock(&mu_);
   return shutdown_;
+}
+
+void Coordinator::Lead(int64_t epoch) {
+  WakeOnExit wake(this);
+  absl::MutexLock lock(&mu_);
+  leading_ = true;
+  epoch_ = epoch;
+  wake_everyone_ = true;
+}
+
+void Coordinator::Follow(const std::string& why, Instant now) {
+  WakeOnExit wake(this);
+  absl::MutexLock lock(&mu_);
+  leading_ = false;
+  wake_everyone_ = true;
+  const std::string reason = absl::StrCat("leader changed: ", why);
+  for (auto& [id, task] : tasks_) {
+    if (!IsFinished(task.status)) {
+      Finish(task, monta::v1::TASK_STATE_FAILED, reason, now);
+    }
+  }
+  // The queues name only finished tasks now: a later term starts empty.
+  queues_.clear();
+}
+
+void Coordinator::SetLeader(const std::string& leader) {
+  absl::MutexLock lock(&mu_);
+  leader_ = leader;
+}
+
+absl::Status Coordinator::NotLeadingLocked() const {
+  return absl::UnavailableError(absl::StrCat(
+      "not the leader (leader: ", leader_.empty() ? "unknown" : leader_, ")"));
+}
+
+absl::Status Coordinator::CheckLeading() const {
+  absl::ReaderMutexLock lock(&mu_);
+  if (leading_) return absl::OkStatus();
+  return NotLeadingLocked();
+}
+
+absl::Status Coordinator::CheckEpoch(int64_t epoch) const {
+  absl::ReaderMutexLock lock(&mu_);
+  if (epoch == 0 || (leading_ && epoch == epoch_)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "leader changed: the task's leader_epoch is ", epoch,
+      ", this planner leads with ", leading_ ? absl::StrCat(epoch_) : "none"));
+}
+
+int64_t Coordinator::epoch() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return epoch_;
 }
 
 std::string Coordinator::MissingRanks(const Task& task) const {

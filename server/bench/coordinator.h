@@ -215,6 +215,26 @@ class Coordinator {
   void Shutdown();
   bool ShuttingDown() const;
 
+  // Leadership among planner replicas (issue 20 item 5; the planner drives
+  // it from server/election). A coordinator leads from construction with
+  // epoch 0 (one replica, no election). Follow() stops it at once: every
+  // unfinished task fails with "leader changed: <why>" (its agents' waits
+  // end ABORTED), no task is handed out, scheduled or accepted until
+  // Lead(epoch), which starts with no tasks of an older term.
+  void Lead(int64_t epoch);
+  void Follow(const std::string& why, Instant now);
+  // Who leads now as far as this replica knows (an address; empty: unknown),
+  // named in CheckLeading's refusal.
+  void SetLeader(const std::string& leader);
+  // OK while leading; UNAVAILABLE "not the leader (leader: <address>)"
+  // otherwise.
+  absl::Status CheckLeading() const;
+  // OK for 0 (an agent that names no epoch) and the epoch this coordinator
+  // leads with; FAILED_PRECONDITION "leader changed" otherwise.
+  absl::Status CheckEpoch(int64_t epoch) const;
+  // The epoch tasks are handed out under (0: no election).
+  int64_t epoch() const;
+
   // Key an agent sets when one of its ranks starts working on a task:
   // "join/<rank>".
   static std::string JoinKey(int rank);
@@ -277,6 +297,7 @@ class Coordinator {
   // Adds `bytes` to (or, negative, takes them from) `setter` and the total.
   void CountRendezvous(const std::string& setter, int64_t bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status NotLeadingLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::string MissingRanks(const Task& task) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The task named `task_id`, or NOT_FOUND naming it. The pointer lives while
@@ -325,6 +346,9 @@ class Coordinator {
   size_t rendezvous_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, size_t> rendezvous_bytes_of_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  bool leading_ ABSL_GUARDED_BY(mu_) = true;
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string leader_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace monta::coordination

@@ -477,6 +477,58 @@ TEST_F(CoordinatorTest, ShutdownFailsUnfinishedTasksAndRefusesNewOnes) {
             absl::StatusCode::kUnavailable);
 }
 
+TEST_F(CoordinatorTest, AFollowerFailsItsTasksLeaderChangedAndHandsOutNone) {
+  // Without an election: leading, epoch 0, any epoch 0 call accepted.
+  EXPECT_TRUE(coordinator_.CheckLeading().ok());
+  EXPECT_TRUE(coordinator_.CheckEpoch(0).ok());
+  coordinator_.Lead(7);
+  auto running = coordinator_.Schedule(Pair(), now_);
+  ASSERT_TRUE(running.ok());
+  auto pending = coordinator_.Schedule(Pair(), now_);
+  ASSERT_TRUE(pending.ok());
+  std::optional<monta::v1::BenchmarkTask> task =
+      coordinator_.NextTask("a", absl::Seconds(1));
+  ASSERT_TRUE(task.has_value());
+  EXPECT_EQ(task->leader_epoch(), 7);
+  EXPECT_TRUE(coordinator_.CheckEpoch(7).ok());
+  EXPECT_EQ(coordinator_.CheckEpoch(6).code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  coordinator_.SetLeader("10.0.0.2:7400");
+  coordinator_.Follow("lease lost", now_);
+  for (const auto& id : {running->task_id(), pending->task_id()}) {
+    auto status = coordinator_.Status(id);
+    ASSERT_TRUE(status.ok());
+    EXPECT_EQ(status->state(), monta::v1::TASK_STATE_FAILED);
+    EXPECT_EQ(status->reason(), "leader changed: lease lost");
+  }
+  const absl::Status refused = coordinator_.CheckLeading();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(refused.message().find("not the leader (leader: 10.0.0.2:7400)"),
+            std::string::npos)
+      << refused;
+  EXPECT_EQ(coordinator_.CheckEpoch(7).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(coordinator_.Schedule(Pair(), now_).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(coordinator_.TryNextTask("b").has_value());
+  monta::v1::RendezvousGetRequest get;
+  get.set_task_id(running->task_id());
+  get.set_key("join/3");
+  EXPECT_EQ(coordinator_.TryGet(get).status().code(),
+            absl::StatusCode::kAborted);
+
+  // Leading again (a later epoch): nothing of the old term comes back.
+  coordinator_.Lead(9);
+  EXPECT_FALSE(coordinator_.TryNextTask("b").has_value());
+  auto next = coordinator_.Schedule(Pair(), now_);
+  ASSERT_TRUE(next.ok());
+  task = coordinator_.TryNextTask("b");
+  ASSERT_TRUE(task.has_value());
+  EXPECT_EQ(task->task_id(), next->task_id());
+  EXPECT_EQ(task->leader_epoch(), 9);
+}
+
 void ExpectExhausted(const absl::Status& s, const std::string& flag) {
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_NE(s.message().find(flag), std::string::npos) << s;

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -95,6 +96,11 @@ absl::Status Fenced(int64_t epoch, const std::string& why) {
 }
 
 }  // namespace
+
+bool IsFenced(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kFailedPrecondition &&
+         absl::StartsWith(status.message(), "etcd store: fenced");
+}
 
 std::string EncodeMutations(const std::vector<Mutation>& mutations) {
   std::string out;

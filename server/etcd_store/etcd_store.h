@@ -164,6 +164,10 @@ class EtcdStore : public store::Store {
   bool failing_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// True for the FAILED_PRECONDITION a Commit under a fence that no longer
+// holds gets (the replica lost its leadership, or a newer Lead took over).
+bool IsFenced(const absl::Status& status);
+
 // The log value of one commit, and back (DATA_LOSS when malformed).
 std::string EncodeMutations(const std::vector<store::Mutation>& mutations);
 absl::StatusOr<std::vector<store::Mutation>> DecodeMutations(

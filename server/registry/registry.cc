@@ -647,6 +647,13 @@ void Registry::Restore(const NodeInfo& node, Instant now) {
   entry.gone = node.state() == monta::v1::NODE_STATE_GONE;
 }
 
+void Registry::Clear() {
+  absl::MutexLock deliver(&deliver_mu_);
+  absl::MutexLock lock(&mu_);
+  nodes_.clear();
+  pending_.clear();
+}
+
 NodeInfo Registry::Snapshot(const Entry& entry, Instant now) const {
   NodeInfo info = entry.info;
   // Monotonic while this process heard the node; for a restored node only the

@@ -186,6 +186,10 @@ class Registry {
   // Restores a node read back from the store (no lease: it starts stale, and
   // is removed options().gone_after after `now` unless its agent returns).
   void Restore(const monta::v1::NodeInfo& node, Instant now);
+  // Forgets every node, curve and exclusion, and the changes not yet handed
+  // to the observer, without telling it (waits for a hand-over in flight): a
+  // planner replica that leads again reloads the store's state instead.
+  void Clear() ABSL_LOCKS_EXCLUDED(deliver_mu_, mu_);
 
   const RegistryOptions& options() const { return options_; }
 
