@@ -26,7 +26,10 @@
 #include "common/signals.h"
 #include "prometheus/registry.h"
 
-ABSL_FLAG(std::string, planner, "127.0.0.1:7400", "planner gRPC address");
+ABSL_FLAG(std::string, planner, "127.0.0.1:7400",
+          "planner gRPC address (host:port), or the replicas of a planner on "
+          "etcd comma-separated: the agent moves to the next one when a "
+          "replica is down or not the leader");
 ABSL_FLAG(std::string, node_name, "",
           "node name; default: $NODE_NAME (Kubernetes downward API), else the "
           "hostname");

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/grpc_status.h"
 #include "common/status_proto.h"
 #include "grpcpp/create_channel.h"
@@ -74,7 +75,44 @@ AgentRuntime::AgentRuntime(AgentOptions options)
   if (options_.instance_id.empty()) options_.instance_id = RandomInstanceId();
   std::random_device rd;
   rng_.seed((static_cast<uint64_t>(rd()) << 32) | rd());
+  endpoints_ = absl::StrSplit(options_.planner_address, ',', absl::SkipEmpty());
+  if (endpoints_.empty()) endpoints_.push_back(options_.planner_address);
   Reconnect();
+}
+
+std::string AgentRuntime::endpoint() {
+  absl::MutexLock lock(&mu_);
+  return endpoints_[endpoint_index_];
+}
+
+std::string AgentRuntime::MoveOn() {
+  if (endpoints_.size() > 1) {
+    absl::MutexLock lock(&mu_);
+    endpoint_index_ = (endpoint_index_ + 1) % endpoints_.size();
+  }
+  Reconnect();
+  return endpoint();
+}
+
+void AgentRuntime::SeeEpoch(int64_t epoch) {
+  int64_t seen = newest_epoch_.load();
+  while (epoch > seen && !newest_epoch_.compare_exchange_weak(seen, epoch)) {
+  }
+}
+
+bool AgentRuntime::AcceptTask(const monta::v1::BenchmarkTask& task) {
+  const int64_t newest = newest_epoch_.load();
+  if (task.leader_epoch() < newest) {
+    ++stale_tasks_;
+    Log(options_.node_name,
+        absl::StrCat("ignoring task ", task.task_id(), " of leader epoch ",
+                     task.leader_epoch(), ": epoch ", newest,
+                     " leads now (the old leader's tasks failed \"leader "
+                     "changed\")"));
+    return false;
+  }
+  SeeEpoch(task.leader_epoch());
+  return true;
 }
 
 void AgentRuntime::Reconnect() {
@@ -89,7 +127,7 @@ void AgentRuntime::Reconnect() {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   auto channel = grpc::CreateCustomChannel(
-      options_.planner_address,
+      endpoint(),
       options_.credentials != nullptr ? options_.credentials
                                       : grpc::InsecureChannelCredentials(),
       args);
@@ -176,6 +214,7 @@ absl::Status AgentRuntime::RegisterOnce() {
       !status.ok()) {
     return status;
   }
+  SeeEpoch(reply.leader_epoch());
   absl::MutexLock lock(&mu_);
   if (reply.heartbeat_interval_seconds() > 0) {
     heartbeat_interval_ = absl::Seconds(reply.heartbeat_interval_seconds());
@@ -184,29 +223,41 @@ absl::Status AgentRuntime::RegisterOnce() {
   return absl::OkStatus();
 }
 
+bool AgentRuntime::TryRegister(int& attempt) {
+  absl::Status status = RegisterOnce();
+  if (status.ok()) {
+    attempt = 0;
+    registered_ = true;
+    ++registrations_;
+    Log(options_.node_name,
+        absl::StrCat(
+            "registered with ", endpoint(), " as instance ",
+            options_.instance_id,
+            newest_epoch_.load() > 0
+                ? absl::StrCat(" (leader epoch ", newest_epoch_.load(), ")")
+                : std::string()));
+    return true;
+  }
+  registered_ = false;
+  const absl::Duration wait = Backoff(attempt++);
+  // Down, or a follower naming the leader: try the next replica.
+  const std::string next = endpoints_.size() > 1 && absl::IsUnavailable(status)
+                               ? MoveOn()
+                               : endpoint();
+  Log(options_.node_name,
+      absl::StrCat("register failed (", status.ToString(), "); retrying with ",
+                   next, " in ", absl::FormatDuration(wait)));
+  stop_.WaitForNotificationWithTimeout(wait);
+  return false;
+}
+
 void AgentRuntime::LeaseLoop() {
   int attempt = 0;
   bool need_register = true;
   while (!stop_.HasBeenNotified()) {
     if (need_register) {
-      absl::Status status = RegisterOnce();
-      if (status.ok()) {
-        need_register = false;
-        attempt = 0;
-        registered_ = true;
-        ++registrations_;
-        Log(options_.node_name,
-            absl::StrCat("registered with ", options_.planner_address,
-                         " as instance ", options_.instance_id));
-      } else {
-        registered_ = false;
-        const absl::Duration wait = Backoff(attempt++);
-        Log(options_.node_name,
-            absl::StrCat("register failed (", status.ToString(),
-                         "); retrying in ", absl::FormatDuration(wait)));
-        stop_.WaitForNotificationWithTimeout(wait);
-        continue;
-      }
+      if (!TryRegister(attempt)) continue;
+      need_register = false;
     }
     absl::Duration interval;
     bool refresh_topology;
@@ -232,6 +283,7 @@ void AgentRuntime::LeaseLoop() {
     auto context = NewContext();
     grpc::Status status = stub()->Heartbeat(context.get(), request, &reply);
     if (status.ok()) {
+      SeeEpoch(reply.leader_epoch());
       if (attempt > 0) Log(options_.node_name, "heartbeat ok again");
       attempt = 0;
       registered_ = true;
@@ -248,6 +300,15 @@ void AgentRuntime::LeaseLoop() {
                        "); registering again"));
       registered_ = false;
       need_register = true;
+    } else if (endpoints_.size() > 1 &&
+               status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      // The replica died or no longer leads: register with the next one.
+      registered_ = false;
+      need_register = true;
+      const std::string next = MoveOn();
+      Log(options_.node_name,
+          absl::StrCat("heartbeat failed (", status.error_message(),
+                       "); moving to ", next));
     } else {
       registered_ = false;
       ++attempt;
@@ -284,12 +345,14 @@ void AgentRuntime::WatchLoop() {
       attempt = 0;
       Log(options_.node_name,
           absl::StrCat("task ", task.task_id(), " received"));
+      if (!AcceptTask(task)) continue;
       if (options_.runner) {
         options_.runner(task, watch_stub.get(), cancel_);
       } else {
         monta::v1::ReportBenchmarkRequest report;
         report.set_task_id(task.task_id());
         report.set_node_name(options_.node_name);
+        report.set_leader_epoch(task.leader_epoch());
         // The planner accepts a node's result only naming exactly its ranks.
         const auto& nodes = task.nodes();
         const int first_rank =

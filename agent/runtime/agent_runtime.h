@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -61,6 +62,10 @@ void DiscardError(const std::string& node, const std::string& site,
                   const DiscardedErrorSink& sink);
 
 struct AgentOptions {
+  // The planner: host:port, or several comma-separated (the replicas of a
+  // planner on etcd). With several, a call refused UNAVAILABLE (the replica
+  // is down, or not the leader) moves the agent to the next one, where it
+  // registers again.
   std::string planner_address = "127.0.0.1:7400";
   // How to reach the planner: mutual TLS with this node's certificate (see
   // common/grpc_security.h); null = plaintext (monta-agent sets it always,
@@ -99,15 +104,31 @@ class AgentRuntime {
   // count).
   int registrations() const { return registrations_.load(); }
   const std::string& instance_id() const { return options_.instance_id; }
+  // The newest leader epoch this agent has seen (RegisterReply,
+  // HeartbeatReply, tasks); 0 from a planner without an election.
+  int64_t newest_epoch() const { return newest_epoch_.load(); }
+  // Tasks ignored because their epoch was older than newest_epoch().
+  int stale_tasks() const { return stale_tasks_.load(); }
 
  private:
   void LeaseLoop();
   void WatchLoop();
   absl::Status RegisterOnce();
+  // RegisterOnce with the loop's bookkeeping: true when registered; else it
+  // logged, moved to the next replica on UNAVAILABLE and waited its backoff.
+  bool TryRegister(int& attempt);
   absl::Duration Backoff(int attempt);
   std::unique_ptr<grpc::ClientContext> NewContext() const;
   // Replaces the channel (after the planner became unreachable).
   void Reconnect();
+  // With several planner endpoints: the next one (and a new channel); with
+  // one, Reconnect. Returns the endpoint now used.
+  std::string MoveOn();
+  std::string endpoint();
+  // Remembers `epoch` when it is the newest seen.
+  void SeeEpoch(int64_t epoch);
+  // False (logged, counted) for a task of an older epoch than the newest seen.
+  bool AcceptTask(const monta::v1::BenchmarkTask& task);
   std::shared_ptr<monta::v1::AgentGateway::Stub> stub();
 
   AgentOptions options_;
@@ -117,11 +138,16 @@ class AgentRuntime {
   Cancellation cancel_;
   std::atomic<bool> registered_{false};
   std::atomic<int> registrations_{0};
+  std::atomic<int64_t> newest_epoch_{0};
+  std::atomic<int> stale_tasks_{0};
+  // options_.planner_address split at ','.
+  std::vector<std::string> endpoints_;
   std::thread lease_thread_;
   std::thread watch_thread_;
 
   absl::Mutex mu_;
   std::shared_ptr<monta::v1::AgentGateway::Stub> stub_ ABSL_GUARDED_BY(mu_);
+  size_t endpoint_index_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(5);
   MonoTime last_topology_ ABSL_GUARDED_BY(mu_) = MonoTime();
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);

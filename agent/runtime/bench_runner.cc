@@ -255,9 +255,11 @@ RankResult RunRank(const monta::v1::BenchmarkTask& task, int rank,
 
 // Set and Get address a key the same way: by task and key.
 template <typename Request>
-Request RendezvousRequest(const std::string& task_id, absl::string_view key) {
+Request RendezvousRequest(const std::string& task_id, int64_t leader_epoch,
+                          absl::string_view key) {
   Request request;
   request.set_task_id(task_id);
+  request.set_leader_epoch(leader_epoch);
   request.set_key(std::string(key));
   return request;
 }
@@ -266,8 +268,11 @@ Request RendezvousRequest(const std::string& task_id, absl::string_view key) {
 
 RpcRendezvousStore::RpcRendezvousStore(
     monta::v1::AgentGateway::StubInterface* stub, std::string task_id,
-    Cancellation* cancel)
-    : stub_(stub), task_id_(std::move(task_id)), cancel_(cancel) {}
+    Cancellation* cancel, int64_t leader_epoch)
+    : stub_(stub),
+      task_id_(std::move(task_id)),
+      cancel_(cancel),
+      leader_epoch_(leader_epoch) {}
 
 grpc::Status RpcRendezvousStore::Call(
     grpc::ClientContext& context, const std::function<grpc::Status()>& rpc) {
@@ -283,8 +288,8 @@ grpc::Status RpcRendezvousStore::Call(
 
 absl::Status RpcRendezvousStore::Set(absl::string_view key,
                                      absl::string_view value) {
-  auto request =
-      RendezvousRequest<monta::v1::RendezvousSetRequest>(task_id_, key);
+  auto request = RendezvousRequest<monta::v1::RendezvousSetRequest>(
+      task_id_, leader_epoch_, key);
   request.set_value(std::string(value));
   monta::v1::RendezvousSetReply reply;
   grpc::ClientContext context;
@@ -300,8 +305,8 @@ absl::StatusOr<std::string> RpcRendezvousStore::Get(absl::string_view key,
     // Slices keep every RPC short-lived, so a planner restart costs one slice.
     const absl::Duration wait = std::clamp(
         deadline - absl::Now(), absl::ZeroDuration(), absl::Seconds(5));
-    auto request =
-        RendezvousRequest<monta::v1::RendezvousGetRequest>(task_id_, key);
+    auto request = RendezvousRequest<monta::v1::RendezvousGetRequest>(
+        task_id_, leader_epoch_, key);
     request.set_wait_seconds(absl::ToDoubleSeconds(wait));
     monta::v1::RendezvousGetReply reply;
     grpc::ClientContext context;
@@ -339,8 +344,8 @@ absl::Status MeasureNode(const monta::v1::BenchmarkTask& task, int node_index,
   const int rpn = task.ranks_per_node();
   const int first_rank = node_index * rpn;
   for (int i = 0; i < rpn; ++i) report->add_ranks(first_rank + i);
-  auto store =
-      std::make_shared<RpcRendezvousStore>(stub, task.task_id(), &cancel);
+  auto store = std::make_shared<RpcRendezvousStore>(
+      stub, task.task_id(), &cancel, task.leader_epoch());
   std::vector<RankResult> results(rpn);
   std::vector<std::thread> threads;
   for (int i = 0; i < rpn; ++i) {
@@ -396,6 +401,7 @@ TaskRunner MakeBenchRunner(BenchRunnerOptions options) {
     monta::v1::ReportBenchmarkRequest report;
     report.set_task_id(task.task_id());
     report.set_node_name(options.node_name);
+    report.set_leader_epoch(task.leader_epoch());
     absl::Status outcome;
     if (node_index >= nodes.size() || task.ranks_per_node() < 1) {
       outcome = absl::InvalidArgumentError(

@@ -19,9 +19,11 @@ namespace monta::agent {
 // stopping) ends the wait at once.
 class RpcRendezvousStore : public comm::RendezvousStore {
  public:
-  // `stub` and `cancel` (may be null) must outlive the store.
+  // `stub` and `cancel` (may be null) must outlive the store. Every call
+  // names the task's `leader_epoch` (BenchmarkTask.leader_epoch).
   RpcRendezvousStore(monta::v1::AgentGateway::StubInterface* stub,
-                     std::string task_id, Cancellation* cancel = nullptr);
+                     std::string task_id, Cancellation* cancel = nullptr,
+                     int64_t leader_epoch = 0);
   absl::Status Set(absl::string_view key, absl::string_view value) override;
   absl::StatusOr<std::string> Get(absl::string_view key,
                                   absl::Time deadline) override;
@@ -34,6 +36,7 @@ class RpcRendezvousStore : public comm::RendezvousStore {
   monta::v1::AgentGateway::StubInterface* const stub_;
   const std::string task_id_;
   Cancellation* const cancel_;
+  const int64_t leader_epoch_;
 };
 
 struct BenchRunnerOptions {
