@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/admission/test_certs.h"
 
@@ -96,12 +98,32 @@ absl::Status LocalCluster::StartPlanner(
   return absl::OkStatus();
 }
 
+absl::StatusOr<int> LocalCluster::StartReplica(
+    const std::vector<std::string>& flags) {
+  // StartPlanner's process and ports, kept aside: the replica goes into
+  // replicas_ and the cluster's planner() stays as it was.
+  Process previous = std::move(planner_);
+  const int previous_port = grpc_port_;
+  const int previous_metrics = metrics_port_;
+  absl::Status started = StartPlanner(flags);
+  const int port = grpc_port_;
+  if (started.ok()) replicas_[port] = std::move(planner_);
+  planner_ = std::move(previous);
+  grpc_port_ = previous_port;
+  metrics_port_ = previous_metrics;
+  if (!started.ok()) return started;
+  return port;
+}
+
 absl::Status LocalCluster::StartAgent(const std::string& node,
                                       const std::vector<std::string>& flags) {
-  std::vector<std::string> argv = {
-      Runfile("agent/monta-agent"),
-      absl::StrCat("--planner=", planner_address()),
-      absl::StrCat("--node_name=", node)};
+  std::vector<std::string> argv = {Runfile("agent/monta-agent")};
+  if (std::none_of(flags.begin(), flags.end(), [](const std::string& flag) {
+        return absl::StartsWith(flag, "--planner=");
+      })) {
+    argv.push_back(absl::StrCat("--planner=", planner_address()));
+  }
+  argv.push_back(absl::StrCat("--node_name=", node));
   for (const std::string& flag : NodeTlsFlags(node)) argv.push_back(flag);
   argv.insert(argv.end(), flags.begin(), flags.end());
   absl::StatusOr<Process> p =

@@ -32,6 +32,14 @@ class LocalCluster {
   int metrics_port() const { return metrics_port_; }
   std::string planner_address() const;
 
+  // Starts one more planner with `flags` on a free port (a replica of a
+  // planner on etcd: its store and election flags are the caller's), kept
+  // beside planner(); returns its gRPC port. UsePlanner(port) points
+  // planner_address() (montactl, agents started after it) at a replica.
+  absl::StatusOr<int> StartReplica(const std::vector<std::string>& flags);
+  Process& replica(int port) { return replicas_.at(port); }
+  void UsePlanner(int port) { grpc_port_ = port; }
+
   // The --tls_* flags of the planner, of node `node`'s agent (its certificate
   // is made on first use) and of an operator (montactl); empty after a
   // certificate could not be made (StartPlanner reports why).
@@ -39,7 +47,8 @@ class LocalCluster {
   std::vector<std::string> NodeTlsFlags(const std::string& node);
   std::vector<std::string> OperatorTlsFlags() const;
 
-  // Starts an agent named `node` against the planner.
+  // Starts an agent named `node` against the planner (`flags` may name
+  // another --planner, e.g. several replicas).
   absl::Status StartAgent(const std::string& node,
                           const std::vector<std::string>& flags = {});
   Process& agent(const std::string& node) { return agents_.at(node); }
@@ -68,6 +77,7 @@ class LocalCluster {
   int metrics_port_ = 0;
   int planner_starts_ = 0;
   std::map<std::string, Process> agents_;
+  std::map<int, Process> replicas_;
 };
 
 }  // namespace monta::testing
