@@ -274,6 +274,14 @@ TEST(StartupFailureTest, BadStoreFlags) {
                 PlannerFlags({"--store=etcd", "--etcd_endpoints=127.0.0.1:1",
                               "--etcd_insecure"}),
                 {"--store=etcd", "127.0.0.1:1"});
+  ExpectRefused("server/monta-planner",
+                PlannerFlags({"--store=etcd", "--etcd_endpoints=127.0.0.1:1",
+                              "--etcd_insecure", "--leader_lease_seconds=0.5"}),
+                {"--leader_lease_seconds", "1..3600"});
+  ExpectRefused("server/monta-planner",
+                PlannerFlags({"--store=etcd", "--etcd_endpoints=127.0.0.1:1",
+                              "--etcd_insecure", "--replica_id=a/b"}),
+                {"--replica_id"});
 }
 
 TEST(StartupFailureTest, DatabaseDirectoryMissing) {
