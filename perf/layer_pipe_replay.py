@@ -3,7 +3,8 @@
 without rerunning it (issue 18; the node-link twin of docs/MODEL.md §12's rule for a shared
 uplink, perf/fabric_pipe_replay.py).
 
-  perf/layer_pipe_replay.py DIR [--line_rate=B/s]
+  perf/layer_pipe_replay.py DIR [--line_rate=B/s | --rule=curve [--capped=0] [--drop_kib=N]
+      [--alpha=small|rising] [--alpha_scale=S] [--bound=F]]
 
 DIR holds verify_bench.sh's files (<config>-<layout>-<calibrate|score>-<N>mib.json,
 <config>-bench.txt, job-2n-<N>mib-<layout>.yaml). Per scored run: every candidate's
@@ -30,6 +31,17 @@ register no NIC (the agent reads InfiniBand ports; a network namespace has none)
 that cluster the model's rule never applies: the replay asks what it would do if the
 shaped rate were registered.
 
+--rule=curve replays issue 18's chunk-pricing candidates instead (parse_rule): each chunk's
+inter-node AllToAll (tp_dedup's one, tp_dedup_pipelined's K; flat is left as priced) from a
+variant of the curve, the difference to the model's price times ops and chunks (exact while
+the network bounds the op; the calibration's network scale kept, its latency scale not
+refitted), and a chunk bound from the curve's efficiency at the chunk's size (a K it bounds
+is left out of the scored run, as verify's default sweep would). Every row prints that
+efficiency (the uncapped link rate at the chunk's size over the rate at the largest sample).
+The null rule (--rule=curve alone) reproduces every prediction; its "after" regret is the
+medians' pick, the fair baseline for the calibrated regret (the "before" one is verify's,
+from paired iterations).
+
 Regret: the measured candidate each prediction would pick (calibrated: the fastest
 predicted, the smallest pipelined K within 0.5% of the fastest K, docs/MODEL.md §5;
 uncalibrated: the fastest predicted, as perf/verify_summary.py) over the fastest measured,
@@ -53,18 +65,29 @@ RATES = {"mbit": 1e6 / 8, "gbit": 1e9 / 8}
 
 
 class Curve:
-    """The inter-node AllToAll curve as server/model/bandwidth_curve.cc forms it."""
+    """The inter-node AllToAll curve as server/model/bandwidth_curve.cc forms it (stall=None:
+    every swept sample kept; capped=False: LinkRateAt without its top-rate cap)."""
 
-    def __init__(self, samples, nranks, ranks_per_node):
+    def __init__(self, samples, nranks, ranks_per_node, stall=STALL_FACTOR, capped=True,
+                 small_alpha=False):
         self.nranks = nranks
         self.share = (nranks - ranks_per_node) / nranks
         (x1, t1), (x2, t2) = samples[-2], samples[-1]
         beta = (t2 - t1) / (x2 - x1)
         alpha = max(0.0, statistics.median(t - beta * x for x, t in samples))
-        kept = [s for k, s in enumerate(samples)
-                if s[1] <= STALL_FACTOR * (alpha + beta * s[0]) or k + 1 == len(samples)]
+        kept = [s for k, s in enumerate(samples) if stall is None
+                or s[1] <= stall * (alpha + beta * s[0]) or k + 1 == len(samples)]
+        self.swept, self.ranks_per_node, self.capped = samples, ranks_per_node, capped
+        self.small_alpha = small_alpha
         self.samples = kept
         self.alpha = min(alpha, kept[0][1])
+        if small_alpha:  # the latency of the line through the two smallest kept samples
+            pair = kept
+            if small_alpha == "rising":  # ... that are not slower than the next one
+                pair = kept[next((i for i in range(len(kept) - 1)
+                                  if kept[i][1] < kept[i + 1][1]), 0):]
+            (xa, ta), (xb, tb) = pair[0], pair[1]
+            self.alpha = min(max(0.0, ta - xa * (tb - ta) / (xb - xa)), ta)
         x0, t0 = samples[0]
         self.floor = max(self.alpha, t0 - beta * x0)
 
@@ -86,7 +109,14 @@ class Curve:
         busy = max(t - self.alpha, 0.01 * t)
         xl, tl = self.samples[-1]
         cap = self.share * xl / max(tl - self.alpha, 0.01 * tl)
-        return min(self.share * x / busy, cap)
+        return min(self.share * x / busy, cap) if self.capped else self.share * x / busy
+
+    def top_rate(self):
+        """The link rate at the largest swept size (LinkRateAt's cap)."""
+        return self.link_rate(self.samples[-1][0])
+
+    def variant(self, **kw):
+        return Curve(self.swept, self.nranks, self.ranks_per_node, **kw)
 
 
 def read_curve(path):
@@ -112,14 +142,45 @@ def credit_seconds(curve, x, e, ns, line_per_rank, scale):
     rate = curve.link_rate(x * curve.nranks / e)
     if rate >= line_per_rank:
         return 0.0
-    launch = max(curve.alpha + PER_PEER_LATENCY_SECONDS * (e - curve.nranks),
-                 0.25 * curve.alpha)
+    launch = launch_seconds(curve, e)
     saved = scale * (inter / rate - inter / line_per_rank)
     return max(0.0, saved - (max(launch, curve.floor) - launch))
 
 
-def replay_run(reply, curve, t, line_rate):
-    """Rows (kind, K, calibrated before, after, measured, uncalibrated before, after)."""
+def chunk_shape(kind, k, d, t):
+    """(chunks, bytes per rank per chunk) of a candidate's AllToAll; None for flat (its
+    message is not a chunk: the curve rules leave it as priced)."""
+    if kind == "tp_dedup_pipelined" or kind == "tp_dedup":
+        return k, d / (t * k)
+    return None
+
+
+def curve_delta_seconds(curve, new, x, e, ns, scale, alpha_scale):
+    """One chunk's price under the curve `new` (and its launch latency times alpha_scale)
+    minus under the model's curve, while the network bounds it."""
+    inter = x * (e - ns) / e
+    if inter <= 0:
+        return 0.0
+    y = x * curve.nranks / e
+    return (scale * inter * (1 / new.link_rate(y) - 1 / curve.link_rate(y))
+            + alpha_scale * launch_seconds(new, e) - launch_seconds(curve, e))
+
+
+def launch_seconds(curve, e):
+    """AllToAllLatencySeconds for a group of e (the cpu-gloo profile's per-peer latency)."""
+    return max(curve.alpha + PER_PEER_LATENCY_SECONDS * (e - curve.nranks), 0.25 * curve.alpha)
+
+
+def chunk_efficiency(curve, x, e):
+    """The uncapped curve's link rate at the chunk's size over its rate at the largest size."""
+    free = curve.variant(capped=False)
+    return free.link_rate(x * curve.nranks / e) / free.top_rate()
+
+
+def replay_run(reply, curve, t, line_rate, rule):
+    """Rows (kind, K, calibrated before, after, measured, uncalibrated before, after); with
+    rule["bound"] the pipelined K whose chunk's efficiency is below it are not run (None
+    after)."""
     plan = reply["plan"]
     d, g, e, ns, ops = plan_shape(plan)
     scale = float(plan.get("evidence", {}).get("calibration", {})
@@ -131,12 +192,44 @@ def replay_run(reply, curve, t, line_rate):
         kind, k = c["kind"].lower(), int(c["chunks_effective"])
         cal, unc = c["predicted_seconds"], c["uncalibrated_seconds"]
         cal_after, unc_after = cal, unc
-        if kind == "tp_dedup_pipelined" and k > 1:
+        shape = chunk_shape(kind, k, d, t)
+        if rule["name"] == "pipe" and kind == "tp_dedup_pipelined" and k > 1:
             x = d / (t * k)
             cal_after -= ops * (k - 1) * credit_seconds(curve, x, e, ns, line_rate / g, scale)
             unc_after -= ops * (k - 1) * credit_seconds(curve, x, e, ns, line_rate / g, 1)
+        elif rule["name"] == "curve" and shape:
+            n, x = shape
+            new = rule["curve"](curve)
+            cal_after += ops * n * curve_delta_seconds(curve, new, x, e, ns, scale,
+                                                       rule["alpha_scale"])
+            unc_after += ops * n * curve_delta_seconds(curve, new, x, e, ns, 1,
+                                                       rule["alpha_scale"])
+        if (rule.get("bound") and kind == "tp_dedup_pipelined" and k > 1
+                and chunk_efficiency(curve, d / (t * k), e) < rule["bound"]):
+            cal_after = unc_after = None
         rows.append((kind, k, cal, cal_after, c["measured_seconds"], unc, unc_after))
     return rows
+
+
+def parse_rule(flags):
+    """--rule=pipe (the node-link steady state, above) or --rule=curve: every chunk's
+    inter-node AllToAll from the curve variant --capped=0|1 (0: the log-log interpolation at
+    the chunk's own size without LinkRateAt's top-rate cap), --drop_kib=N (without the swept
+    sample of N KiB), --alpha=small (the curve's latency from the line through its two smallest
+    kept samples, not the robust line's; rising: skip a smallest sample slower than its next),
+    --alpha_scale=S (launch latency times S); --bound=F with either: no
+    pipelined K whose chunk moves below F of the curve's top link rate."""
+    name = flags.get("rule", "pipe")
+    capped = flags.get("capped", "1") != "0"
+    drop = float(flags.get("drop_kib", 0)) * 1024
+
+    def curve_of(c):
+        swept = [p for p in c.swept if p[0] != drop]
+        return Curve(swept, c.nranks, c.ranks_per_node, capped=capped,
+                     small_alpha={"small": True, "rising": "rising"}.get(flags.get("alpha"), False))
+
+    return {"name": name, "curve": curve_of, "alpha_scale": float(flags.get("alpha_scale", 1)),
+            "bound": float(flags.get("bound", 0))}
 
 
 def uncalibrated_pick_regret(rows, col):
@@ -151,6 +244,7 @@ def main(argv):
         print(__doc__.strip().splitlines()[4].strip(), file=sys.stderr)
         return 2
     out = args[0]
+    rule = parse_rule(flags)
     groups = collections.defaultdict(lambda: collections.defaultdict(list))
     for path in sorted(glob.glob(os.path.join(out, "*-score-*mib.json"))):
         m = NAME.match(os.path.basename(path))
@@ -161,26 +255,32 @@ def main(argv):
         with open(os.path.join(out, f"job-{config.split('x')[0]}n-{mib}mib-{layout}.yaml")) as f:
             t = int(re.search(r"tensor_parallel_size:\s*(\d+)", f.read()).group(1))
         reply = load(path)
-        rows = replay_run(reply, curve, t, line_rate)
+        rows = replay_run(reply, curve, t, line_rate, rule)
+        d, _, e, _, _ = plan_shape(reply["plan"])
         print(f"== {config} {layout} {mib} MiB: curve alpha {curve.alpha * 1e3:.3f} ms, launch "
               f"floor {curve.floor * 1e3:.3f} ms, line {line_rate / 1e6:.1f} MB/s per node, "
               f"reply's regret {100 * float(reply.get('regret_ratio', 0)):.1f}%")
         print(f"   {'candidate':<24}{'measured':>9}{'cal':>8}{'err':>7}{'after':>8}{'err':>7}"
-              f"{'unc':>8}{'err':>7}{'after':>8}{'err':>7}")
+              f"{'unc':>8}{'err':>7}{'after':>8}{'err':>7}{'chunk eff':>10}")
         for kind, k, cal, cal_a, meas, unc, unc_a in rows:
+            eff = chunk_efficiency(curve, d / (t * k), e) if kind != "flat" else None
             print(f"   {kind + ' K=' + str(k):<24}{meas:>9.3f}"
-                  + "".join(f"{v:>8.3f}{100 * (v / meas - 1):>+6.1f}%"
-                            for v in (cal, cal_a, unc, unc_a)))
+                  + "".join(f"{v:>8.3f}{100 * (v / meas - 1):>+6.1f}%" if v is not None
+                            else f"{'not run':>15}" for v in (cal, cal_a, unc, unc_a))
+                  + (f"{eff:>10.2f}" if eff is not None else ""))
         g = groups[(config, layout)]
+        run = [r for r in rows if r[3] is not None]
         for label, col in (("cal before", 2), ("cal after", 3)):
-            _, _, pick, regret = score(rows, col)
+            rs = rows if col == 2 else run
+            _, _, pick, regret = score(rs, col)
             if label == "cal before":
                 regret = float(reply.get("regret_ratio", regret))  # verify's, as the summary
-            g[label].append((regret, [abs(r[col] / r[4] - 1) for r in rows]))
+            g[label].append((regret, [abs(r[col] / r[4] - 1) for r in rs]))
             print(f"   {label}: takes {pick[0]} K={pick[1]}, regret {100 * regret:.1f}%")
         for label, col in (("unc before", 5), ("unc after", 6)):
-            pick, regret = uncalibrated_pick_regret(rows, col)
-            g[label].append((regret, [abs(r[col] / r[4] - 1) for r in rows]))
+            rs = rows if col == 5 else run
+            pick, regret = uncalibrated_pick_regret(rs, col)
+            g[label].append((regret, [abs(r[col] / r[4] - 1) for r in rs]))
             print(f"   {label}: takes {pick[0]} K={pick[1]}, regret {100 * regret:.1f}%")
     print("\nscored runs per configuration and layout: median |error|, max |error|, regret "
           "(bars: calibrated 10% / 25% / 5%, uncalibrated 20% / 25% / 5%)")
