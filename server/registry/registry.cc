@@ -636,7 +636,11 @@ bool Registry::Superseded(const BandwidthCurve& older) const {
 void Registry::Restore(const NodeInfo& node, Instant now) {
   absl::MutexLock lock(&mu_);
   Entry& entry = nodes_[node.name()];
+  // Curves come on their own (RestoreCurve): the ones it holds stay.
+  google::protobuf::RepeatedPtrField<BandwidthCurve> curves =
+      std::move(*entry.info.mutable_curves());
   entry.info = node;
+  *entry.info.mutable_curves() = std::move(curves);
   TrimEvents(entry.info, options_.max_events_per_node);
   entry.heard.reset();
   entry.quiet_since = now.mono;

@@ -185,6 +185,9 @@ class Registry {
 
   // Restores a node read back from the store (no lease: it starts stale, and
   // is removed options().gone_after after `now` unless its agent returns).
+  // `node`'s curves are ignored: the curves a known node holds stay (a
+  // follower applies a node's change without losing them); RestoreCurve adds
+  // curves.
   void Restore(const monta::v1::NodeInfo& node, Instant now);
   // Forgets every node, curve and exclusion, and the changes not yet handed
   // to the observer, without telling it (waits for a hand-over in flight): a

@@ -39,9 +39,11 @@ std::vector<monta::v1::BandwidthCurve> RegistryWriter::Changed(
 
 absl::Status LoadInto(
     Store& store, registry::Registry& registry,
-    const std::function<void(const std::string& site)>& on_discarded) {
+    const std::function<void(const std::string& site)>& on_discarded,
+    int64_t* revision) {
   absl::StatusOr<Snapshot> snapshot = store.List();
   if (!snapshot.ok()) return snapshot.status();
+  if (revision != nullptr) *revision = snapshot->revision;
   const Instant now = Instant::Now();
   for (const auto& node : snapshot->nodes) registry.Restore(node, now);
   // Later curves number above every stored row, restored or not.

@@ -17,7 +17,8 @@
 //
 // The registry (memory) stays the source of truth of a running replica:
 // RegistryWriter hands its changes to Commit outside the registry's lock, and
-// LoadInto fills a registry from List at start.
+// LoadInto fills a registry from List at start; a follower replica keeps one
+// in step with Watch (follower.h).
 #ifndef MONTA_SERVER_STORE_STORE_H_
 #define MONTA_SERVER_STORE_STORE_H_
 
@@ -128,10 +129,12 @@ class RegistryWriter : public registry::RegistryObserver {
 // every stored one). A stored curve the registry refuses (its node is no
 // longer stored: history only) is logged and reported to
 // `on_discarded("load_curve")` when set. Call it before the registry writes
-// through a RegistryWriter. Restores nothing when List fails.
+// through a RegistryWriter. Restores nothing when List fails. With
+// `revision`, sets it to the listed revision (a Watch after it follows on).
 absl::Status LoadInto(
     Store& store, registry::Registry& registry,
-    const std::function<void(const std::string& site)>& on_discarded = {});
+    const std::function<void(const std::string& site)>& on_discarded = {},
+    int64_t* revision = nullptr);
 
 }  // namespace monta::store
 

@@ -1,0 +1,135 @@
+#include "server/store/follower.h"
+
+#include <iostream>
+#include <utility>
+#include <vector>
+
+#include "common/clock.h"
+
+namespace monta::store {
+
+Follower::Follower(Store* store, registry::Registry* registry,
+                   FollowerOptions options)
+    : store_(store), registry_(registry), options_(std::move(options)) {}
+
+absl::Duration Follower::Step() {
+  uint64_t generation = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (paused_) {
+      watch_.reset();
+      return options_.poll;
+    }
+    generation = generation_;
+  }
+  if (watch_ == nullptr) return Relist();
+  absl::StatusOr<std::vector<Event>> events = watch_->Next(options_.poll);
+  if (!events.ok() &&
+      events.status().code() == absl::StatusCode::kDeadlineExceeded) {
+    return absl::ZeroDuration();
+  }
+  absl::MutexLock lock(&mu_);
+  if (paused_ || generation != generation_) {
+    watch_.reset();
+    return absl::ZeroDuration();
+  }
+  if (!events.ok()) {
+    // OUT_OF_RANGE: compacted past this watch; anything else: list again too.
+    std::cerr << "monta-planner: follower: watch after revision " << revision_
+              << " ended (" << events.status() << "); listing again"
+              << std::endl;
+    watch_.reset();
+    in_sync_ = false;
+    return events.status().code() == absl::StatusCode::kOutOfRange
+               ? absl::ZeroDuration()
+               : options_.poll;
+  }
+  for (const Event& event : *events) {
+    if (!Apply(event)) {
+      watch_.reset();
+      in_sync_ = false;
+      return absl::ZeroDuration();
+    }
+    revision_ = event.revision;
+  }
+  return absl::ZeroDuration();
+}
+
+absl::Duration Follower::Relist() {
+  absl::MutexLock lock(&mu_);
+  if (paused_) return options_.poll;
+  in_sync_ = false;
+  registry_->Clear();
+  int64_t revision = 0;
+  if (absl::Status loaded =
+          LoadInto(*store_, *registry_, options_.on_discarded, &revision);
+      !loaded.ok()) {
+    std::cerr << "monta-planner: follower: list: " << loaded << std::endl;
+    return options_.poll;
+  }
+  absl::StatusOr<std::unique_ptr<ChangeWatch>> watch = store_->Watch(revision);
+  if (!watch.ok()) {
+    std::cerr << "monta-planner: follower: watch after revision " << revision
+              << ": " << watch.status() << std::endl;
+    return options_.poll;
+  }
+  watch_ = *std::move(watch);
+  revision_ = revision;
+  ++lists_;
+  in_sync_ = true;
+  return absl::ZeroDuration();
+}
+
+bool Follower::Apply(const Event& event) {
+  const Instant now = Instant::Now();
+  for (const Mutation& mutation : event.mutations) {
+    switch (mutation.kind) {
+      case Mutation::Kind::kNode:
+        registry_->Restore(mutation.node, now);
+        break;
+      case Mutation::Kind::kCurve:
+        if (absl::Status added = registry_->RestoreCurve(mutation.curve);
+            !added.ok()) {
+          std::cerr << "monta-planner: follower: curve of task "
+                    << mutation.curve.task_id() << " at revision "
+                    << event.revision << ": " << added << "; listing again"
+                    << std::endl;
+          return false;
+        }
+        break;
+      case Mutation::Kind::kNodeRemoved:
+      case Mutation::Kind::kCurvesForgotten:
+        return false;
+    }
+  }
+  return true;
+}
+
+void Follower::Pause() {
+  absl::MutexLock lock(&mu_);
+  paused_ = true;
+  in_sync_ = false;
+  ++generation_;
+}
+
+void Follower::Resume() {
+  absl::MutexLock lock(&mu_);
+  paused_ = false;
+}
+
+bool Follower::in_sync() const {
+  absl::MutexLock lock(&mu_);
+  return in_sync_;
+}
+
+int64_t Follower::revision() const {
+  absl::MutexLock lock(&mu_);
+  return revision_;
+}
+
+int64_t Follower::lists() const {
+  absl::MutexLock lock(&mu_);
+  return lists_;
+}
+
+}  // namespace monta::store

@@ -1,0 +1,89 @@
+// A follower replica's watch-fed cache (issue 20 item 6): keeps a registry in
+// step with a store. Step lists the store at one revision into the registry
+// (LoadInto), then applies the mutations of every later commit the store's
+// watch returns, in order. A watch that fell behind what the store keeps
+// (OUT_OF_RANGE), or any other watch failure, lists again; so do the rare
+// mutations a cache cannot apply on its own (a node removed with its curves,
+// curves an operator forgot: the store alone knows which older curve is
+// current again).
+//
+// in_sync(): the registry holds a listed revision and the watch after it
+// runs. It is false from the start, while paused, and from a failed watch or
+// a relist until the next List landed: readers refuse then (UNAVAILABLE), so
+// a client moves to another replica rather than read a registry being
+// refilled.
+//
+// A leader pauses its follower (Pause: returns once no change is being
+// applied, so the leader may reload the registry itself) and resumes it when
+// it stops leading (the next Step lists again).
+#ifndef MONTA_SERVER_STORE_FOLLOWER_H_
+#define MONTA_SERVER_STORE_FOLLOWER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/registry/registry.h"
+#include "server/store/store.h"
+
+namespace monta::store {
+
+struct FollowerOptions {
+  // How long one Step waits for the watch's next commits.
+  absl::Duration poll = absl::Milliseconds(200);
+  // Told of a stored curve the registry refused (LoadInto's on_discarded).
+  std::function<void(const std::string& site)> on_discarded;
+};
+
+class Follower {
+ public:
+  // `store` and `registry` are not owned and must outlive this.
+  Follower(Store* store, registry::Registry* registry,
+           FollowerOptions options = {});
+
+  // One step of the one thread that follows: lists when not in sync, else
+  // applies the commits the watch returns within options.poll. Returns how
+  // long the caller should wait before the next Step (zero after a watch
+  // wait; options.poll while paused or after a failure).
+  absl::Duration Step() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Stops applying (waits for a change being applied); in_sync() is false
+  // until Resume and the next List.
+  void Pause() ABSL_LOCKS_EXCLUDED(mu_);
+  void Resume() ABSL_LOCKS_EXCLUDED(mu_);
+
+  bool in_sync() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The store revision the registry holds (0 before the first List).
+  int64_t revision() const ABSL_LOCKS_EXCLUDED(mu_);
+  // How many times it listed (the first List included).
+  int64_t lists() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  // Clears the registry and lists the store into it, then watches after the
+  // listed revision.
+  absl::Duration Relist() ABSL_LOCKS_EXCLUDED(mu_);
+  // Applies `event` unless it needs a List: false then.
+  bool Apply(const Event& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Store* const store_;
+  registry::Registry* const registry_;
+  const FollowerOptions options_;
+  // Step's thread only.
+  std::unique_ptr<ChangeWatch> watch_;
+
+  mutable absl::Mutex mu_;
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
+  bool in_sync_ ABSL_GUARDED_BY(mu_) = false;
+  // Moves on every Pause: a Step that read an older one applies nothing.
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t revision_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t lists_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace monta::store
+
+#endif  // MONTA_SERVER_STORE_FOLLOWER_H_

@@ -1,0 +1,162 @@
+#include "server/store/follower.h"
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "gtest/gtest.h"
+#include "server/store/sqlite_store.h"
+
+namespace monta::store {
+namespace {
+
+Mutation Node(const std::string& name, const std::string& hostname = "") {
+  Mutation m;
+  m.kind = Mutation::Kind::kNode;
+  m.node.set_name(name);
+  m.node.set_instance_id("i-" + name);
+  m.node.mutable_topology()->set_hostname(hostname);
+  return m;
+}
+
+Mutation Curve(const std::string& task, uint64_t sequence) {
+  Mutation m;
+  m.kind = Mutation::Kind::kCurve;
+  m.curve.set_collective(monta::v1::COLLECTIVE_ALLTOALL);
+  m.curve.set_scope(monta::v1::SCOPE_INTER_NODE);
+  m.curve.set_nranks(4);
+  m.curve.add_nodes("a");
+  m.curve.add_nodes("b");
+  m.curve.set_task_id(task);
+  m.curve.set_sequence(sequence);
+  m.curve.add_points()->set_message_bytes(1024);
+  return m;
+}
+
+Mutation NodeRemoved(const std::string& name) {
+  Mutation m;
+  m.kind = Mutation::Kind::kNodeRemoved;
+  m.node_name = name;
+  return m;
+}
+
+class FollowerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* dir = std::getenv("TEST_TMPDIR");
+    const std::string path =
+        std::string(dir != nullptr ? dir : "/tmp") + "/follower-" +
+        ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".db";
+    std::remove(path.c_str());
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+    auto fence = store_->Lead();
+    ASSERT_TRUE(fence.ok()) << fence.status();
+    fence_ = *fence;
+    FollowerOptions options;
+    options.poll = absl::Milliseconds(20);
+    follower_ = std::make_unique<Follower>(store_.get(), &cache_, options);
+  }
+
+  int64_t Commit(const std::vector<Mutation>& mutations) {
+    auto committed = store_->Commit(fence_, mutations);
+    EXPECT_TRUE(committed.ok()) << committed.status();
+    return committed.ok() ? committed->revision : -1;
+  }
+
+  // Steps until the cache holds `revision` (a bounded number of steps, not a
+  // time).
+  void StepTo(int64_t revision) {
+    for (int i = 0; i < 200; ++i) {
+      follower_->Step();
+      if (follower_->in_sync() && follower_->revision() >= revision) return;
+    }
+    FAIL() << "the follower did not reach revision " << revision << " (at "
+           << follower_->revision() << ")";
+  }
+
+  std::vector<std::string> CurveTasks(const std::string& node) {
+    auto info = cache_.Get(node, Instant::Now());
+    std::vector<std::string> out;
+    if (!info.ok()) return out;
+    for (const auto& c : info->curves()) out.push_back(c.task_id());
+    return out;
+  }
+
+  std::unique_ptr<SqliteStore> store_;
+  Fence fence_;
+  registry::Registry cache_{registry::RegistryOptions{}};
+  std::unique_ptr<Follower> follower_;
+};
+
+TEST_F(FollowerTest, ListsThenAppliesEachCommitInOrder) {
+  Commit({Node("a"), Node("b"), Curve("t1", 1)});
+  EXPECT_FALSE(follower_->in_sync());
+  follower_->Step();  // the List
+  ASSERT_TRUE(follower_->in_sync());
+  EXPECT_EQ(CurveTasks("a"), std::vector<std::string>{"t1"});
+  EXPECT_EQ(follower_->lists(), 1);
+
+  // A newer curve of the same measurement replaces t1; a node's change keeps
+  // the curves it holds; a new node appears.
+  Commit({Curve("t2", 2)});
+  const int64_t last = Commit({Node("a", "host-a"), Node("c")});
+  StepTo(last);
+  EXPECT_EQ(CurveTasks("a"), std::vector<std::string>{"t2"});
+  EXPECT_EQ(CurveTasks("b"), std::vector<std::string>{"t2"});
+  auto a = cache_.Get("a", Instant::Now());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->topology().hostname(), "host-a");
+  EXPECT_TRUE(cache_.Get("c", Instant::Now()).ok());
+  EXPECT_EQ(follower_->lists(), 1) << "no List after the first";
+}
+
+TEST_F(FollowerTest, NodeRemovedListsAgain) {
+  Commit({Node("a"), Node("b"), Curve("t1", 1)});
+  follower_->Step();
+  const int64_t removed = Commit({NodeRemoved("b")});
+  StepTo(removed);
+  // The Step that saw the removal listed again at or after it.
+  for (int i = 0; i < 10 && follower_->lists() < 2; ++i) follower_->Step();
+  EXPECT_EQ(follower_->lists(), 2);
+  EXPECT_TRUE(follower_->in_sync());
+  EXPECT_FALSE(cache_.Get("b", Instant::Now()).ok());
+  EXPECT_TRUE(CurveTasks("a").empty()) << "t1 named b: gone with it";
+}
+
+TEST_F(FollowerTest, PausedAppliesNothingAndListsOnResume) {
+  Commit({Node("a"), Node("b")});
+  follower_->Step();
+  ASSERT_TRUE(follower_->in_sync());
+  follower_->Pause();
+  EXPECT_FALSE(follower_->in_sync());
+  const int64_t last = Commit({Node("c")});
+  for (int i = 0; i < 5; ++i) follower_->Step();
+  EXPECT_FALSE(follower_->in_sync());
+  EXPECT_FALSE(cache_.Get("c", Instant::Now()).ok());
+  follower_->Resume();
+  StepTo(last);
+  EXPECT_TRUE(cache_.Get("c", Instant::Now()).ok());
+  EXPECT_EQ(follower_->lists(), 2);
+}
+
+TEST_F(FollowerTest, WatchFallenBehindTheStoreListsAgain) {
+  Commit({Node("a"), Node("b")});
+  follower_->Step();
+  // More commits than the store keeps for watches while nobody steps.
+  int64_t last = 0;
+  for (size_t i = 0; i < SqliteStore::kWatchHistory + 10; ++i) {
+    last = Commit({Curve("t" + std::to_string(i), i + 1)});
+  }
+  StepTo(last);
+  EXPECT_EQ(follower_->lists(), 2) << "OUT_OF_RANGE: listed again";
+  EXPECT_EQ(CurveTasks("a"),
+            std::vector<std::string>{
+                "t" + std::to_string(SqliteStore::kWatchHistory + 9)});
+}
+
+}  // namespace
+}  // namespace monta::store
