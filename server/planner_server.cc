@@ -84,6 +84,9 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(
   if (absl::Status started = s->StartElection(); !started.ok()) return started;
   PlannerServer* self = s.get();
   s->maintenance_ = std::thread([self] { self->Maintain(); });
+  if (s->follower_ != nullptr) {
+    s->follow_thread_ = std::thread([self] { self->FollowStore(); });
+  }
   return s;
 }
 
@@ -191,6 +194,13 @@ absl::Status PlannerServer::OpenEtcdStore() {
       etcd_store::EtcdStore::Open(etcd_client_.get(), store_options);
   if (!store.ok()) return failed(store.status());
   etcd_store_ = *std::move(store);
+  store::FollowerOptions follower_options;
+  metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
+  follower_options.on_discarded = [planner_metrics](const std::string& site) {
+    planner_metrics->RecordDiscardedError(site);
+  };
+  follower_ = std::make_unique<store::Follower>(
+      etcd_store_.get(), registry_.get(), std::move(follower_options));
   std::cerr << "monta-planner: --store=etcd: " << options_.etcd_prefix << " on "
             << absl::StrJoin(options_.etcd.endpoints, ",") << ", replica "
             << replica_id_ << std::endl;
@@ -205,6 +215,7 @@ absl::Status PlannerServer::StartElection() {
   }
   server_->GetHealthCheckService()->SetServingStatus(
       monta::v1::Planner::service_full_name(), false);
+  server_->GetHealthCheckService()->SetServingStatus(kReadService, false);
   election::ElectionOptions election_options;
   election_options.prefix = ElectionPrefix(options_.etcd_prefix);
   election_options.replica_id = replica_id_;
@@ -236,7 +247,9 @@ void PlannerServer::StartLeading(int64_t epoch) {
     return;
   }
   const MonoTime started = std::chrono::steady_clock::now();
-  // The registry as etcd holds it now, not as this replica last saw it.
+  // The registry as etcd holds it now, not as this replica's cache last saw
+  // it: the follower stops applying first.
+  follower_->Pause();
   registry_->Clear();
   metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
   absl::Status loaded = store::LoadInto(
@@ -278,6 +291,8 @@ void PlannerServer::StopLeading(int64_t epoch, const std::string& why) {
         monta::v1::Planner::service_full_name(), false);
   }
   if (gateway_ != nullptr) gateway_->EndDeniedWatches();
+  // The cache lists again and follows the new leader's commits.
+  if (follower_ != nullptr) follower_->Resume();
   if (term_epoch_ == 0) return;
   term_epoch_ = 0;
   std::cerr << "monta-planner: stopped leading epoch " << epoch << ": " << why
@@ -295,6 +310,28 @@ void PlannerServer::FollowElection() {
   if (leader.ok()) {
     coordinator_->SetLeader(leader->has_value() ? (*leader)->value : "");
   }
+}
+
+void PlannerServer::FollowStore() {
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  std::optional<bool> readable;
+  absl::Duration wait = absl::ZeroDuration();
+  while (!stop_.WaitForNotificationWithTimeout(wait)) {
+    wait = follower_->Step();
+    const bool now_readable = Readable().ok();
+    if (readable != now_readable) {
+      health->SetServingStatus(kReadService, now_readable);
+      readable = now_readable;
+    }
+  }
+}
+
+absl::Status PlannerServer::Readable() const {
+  absl::Status leading = coordinator_->CheckLeading();
+  if (leading.ok() || (follower_ != nullptr && follower_->in_sync())) {
+    return absl::OkStatus();
+  }
+  return leading;
 }
 
 std::optional<int64_t> PlannerServer::leader_epoch() const {
@@ -480,7 +517,7 @@ absl::Status PlannerServer::StartGrpc() {
   if (!credentials.ok()) return credentials.status();
   authz_ = std::make_unique<api::Authorizer>(
       !options_.grpc_security.insecure, coordinator_.get(), deny_list_.get(),
-      planner_metrics_.get());
+      planner_metrics_.get(), [this] { return Readable(); });
   gateway_ = std::make_unique<api::AgentGatewayService>(
       registry_.get(), coordinator_.get(), authz_.get(),
       std::move(on_registered));
@@ -540,6 +577,7 @@ absl::Status PlannerServer::StartGrpc() {
   }
   server_->GetHealthCheckService()->SetServingStatus(
       monta::v1::Planner::service_full_name(), true);
+  server_->GetHealthCheckService()->SetServingStatus(kReadService, true);
   return absl::OkStatus();
 }
 
@@ -587,6 +625,8 @@ void PlannerServer::WatchStore() {
     // may have marked the service SERVING in between.
     health->SetServingStatus(monta::v1::Planner::service_full_name(),
                              status.ok());
+    // An elected replica's read health is FollowStore's.
+    if (!elected) health->SetServingStatus(kReadService, status.ok());
   };
   if (store_ != nullptr) store_->SetWriteListener(listener);
   if (etcd_store_ != nullptr) etcd_store_->SetWriteListener(listener);
@@ -640,7 +680,7 @@ void PlannerServer::Maintain() {
       last_fabric = now.mono;
       RefreshFabric(now);
     }
-    // A follower's registry is not the cluster's: it reloads when it leads.
+    // A follower's registry is its cache of etcd: only the leader removes.
     if (leading) RemoveGoneNodes(now);
     if (last_prune == MonoTime::min() ||
         MonoSince(last_prune, now.mono) >= options_.prune_interval) {
@@ -783,6 +823,8 @@ void PlannerServer::Shutdown(absl::Duration grace) {
               << std::endl;
   }
   stop_.Notify();
+  // Within one watch poll; it sets health, so before the server goes.
+  if (follow_thread_.joinable()) follow_thread_.join();
   // Start may have failed part way: each member is null until its step ran.
   if (store_ != nullptr) store_->SetWriteListener(nullptr);
   if (etcd_store_ != nullptr) etcd_store_->SetWriteListener(nullptr);

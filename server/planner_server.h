@@ -36,6 +36,7 @@
 #include "server/metrics/planner_metrics.h"
 #include "server/planning/calibration.h"
 #include "server/registry/registry.h"
+#include "server/store/follower.h"
 #include "server/store/sqlite_store.h"
 #include "server/store/store.h"
 #include "server/verify/verifier.h"
@@ -137,6 +138,13 @@ struct PlannerOptions {
   bool webhook_log_decisions = true;
 };
 
+// The gRPC health service name that says whether a replica answers the
+// read-only RPCs (GetStrategy, ListNodes, GetNode, ListProfiles, GetFabric,
+// ListCurves): SERVING on the leader and on a follower whose watch-fed cache
+// is in sync (store::Follower); monta.v1.Planner stays SERVING on the leader
+// only. Without an election both follow the store's health.
+inline constexpr char kReadService[] = "monta.v1.Planner.read";
+
 class PlannerServer {
  public:
   // Starts serving. Fails, with one line naming the flag's value and the
@@ -190,6 +198,12 @@ class PlannerServer {
   // A follower's look at who leads (named in its refusals); a leader whose
   // term did not start retries it.
   void FollowElection();
+  // --store=etcd: the follower thread's loop (follower_->Step) and the read
+  // health it keeps (kReadService: SERVING while leading or in sync).
+  void FollowStore();
+  // OK when this replica may answer read-only RPCs: it leads, or its
+  // follower's cache is in sync; else why not (the leader named).
+  absl::Status Readable() const;
   void StartCoordinator();
   // Reads options_.deny_list_file (none when empty).
   absl::Status LoadDenyList();
@@ -253,6 +267,10 @@ class PlannerServer {
   class TermWriter;
   std::unique_ptr<TermWriter> term_writer_;
   std::unique_ptr<election::Election> election_;
+  // With --store=etcd: the registry as etcd holds it while this replica
+  // follows (paused while it leads), and the thread that steps it.
+  std::unique_ptr<store::Follower> follower_;
+  std::thread follow_thread_;
   std::string replica_id_;
   std::string advertise_address_;
   // Serializes StartLeading and StopLeading; the epoch whose term runs (0:

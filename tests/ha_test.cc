@@ -6,24 +6,35 @@
 // SIGKILLed: another replica leads, its registry reloaded from etcd (the
 // nodes and curves acknowledged before the kill are there), and it
 // coordinates a benchmark the agents finish. Then that leader gets SIGTERM:
-// it resigns and the last replica leads. Followers refuse with UNAVAILABLE
-// naming the leader. The measured times are logged, not asserted (timed bars
-// belong in perf/).
+// it resigns and the last replica leads. Followers refuse the leader-only
+// RPCs with UNAVAILABLE naming the leader, and answer the read RPCs from
+// their watch-fed caches (issue 20 item 6): the same nodes, curves and
+// strategy as the leader. A client looping GetStrategy over all three
+// replicas (the next one on UNAVAILABLE) through the leader's SIGKILL fails
+// no call. The measured times are logged, not asserted (timed bars belong in
+// perf/).
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "proto/monta/v1/planner.grpc.pb.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/etcd_cluster.h"
+#include "tests/testing/grpc_clients.h"
+#include "tests/testing/paper_job.h"
 
 namespace monta::testing {
 namespace {
@@ -98,8 +109,8 @@ class HaTest : public ::testing::Test {
       ports_.push_back(*port);
     }
   }
-  // A follower refuses, naming the leader's address (it looks who leads
-  // once a second).
+  // A follower refuses the leader-only RPCs (here RunBenchmark), naming the
+  // leader's address (it looks who leads once a second).
   void ExpectFollowersNameTheLeader(int leader) {
     for (int port : ports_) {
       if (port == leader) continue;
@@ -107,7 +118,7 @@ class HaTest : public ::testing::Test {
       CommandResult refused;
       EXPECT_TRUE(WaitFor(
           [&] {
-            refused = cluster_.Montactl({"nodes"});
+            refused = cluster_.Montactl({"bench", "--fabric", "--dry_run"});
             return refused.err.find(absl::StrCat(
                        "not the leader (leader: 127.0.0.1:", leader, ")")) !=
                    std::string::npos;
@@ -164,8 +175,127 @@ class HaTest : public ::testing::Test {
     return out;
   }
 
+  // An operator's Planner stub per replica, in ports_ order.
+  void ConnectToReplicas() {
+    for (int port : ports_) {
+      cluster_.UsePlanner(port);
+      stubs_.push_back(monta::v1::Planner::NewStub(
+          PlannerChannel(cluster_, cluster_.OperatorTlsFlags())));
+    }
+  }
+  // The paper's job on the two nodes: their curves price it.
+  static monta::v1::StrategyRequest JobOnBothNodes() {
+    return PaperJobOnNodes({"node-a", "node-b"});
+  }
+  // A reply without what differs between two calls on the same state (the
+  // time the decision took, the curves' ages).
+  static std::string Comparable(monta::v1::StrategyReply reply) {
+    reply.clear_decision_seconds();
+    for (auto& curve : *reply.mutable_evidence()->mutable_curves()) {
+      curve.clear_age_seconds();
+    }
+    return reply.DebugString();
+  }
+  grpc::Status Strategy(size_t replica, monta::v1::StrategyReply* reply) {
+    const monta::v1::StrategyRequest request = JobOnBothNodes();
+    return stubs_[replica]->GetStrategy(ContextWithDeadline(5).get(), request,
+                                        reply);
+  }
+  // Every follower answers the read RPCs from its cache: ListNodes and
+  // GetNode (montactl node) show the curves the leader committed, GetStrategy
+  // gives the leader's strategy.
+  void ExpectFollowersAnswerLikeTheLeader(
+      int leader,
+      const std::map<std::string, std::vector<std::string>>& curves) {
+    const size_t leader_index =
+        std::find(ports_.begin(), ports_.end(), leader) - ports_.begin();
+    monta::v1::StrategyReply from_leader;
+    const grpc::Status led = Strategy(leader_index, &from_leader);
+    ASSERT_TRUE(led.ok()) << led.error_message();
+    EXPECT_GT(from_leader.evidence().curves_size(), 0)
+        << from_leader.DebugString();
+    for (size_t i = 0; i < ports_.size(); ++i) {
+      if (ports_[i] == leader) continue;
+      cluster_.UsePlanner(ports_[i]);
+      EXPECT_TRUE(WaitFor(
+          [&] {
+            return CurvesOf("node-a") == curves.at("node-a") &&
+                   CurvesOf("node-b") == curves.at("node-b");
+          },
+          absl::Seconds(10)))
+          << "follower :" << ports_[i] << "\n"
+          << Logs();
+      const CommandResult nodes = cluster_.Montactl({"nodes"});
+      EXPECT_EQ(nodes.exit_code, 0) << nodes.err;
+      EXPECT_NE(nodes.out.find("node-a"), std::string::npos) << nodes.out;
+      EXPECT_NE(nodes.out.find("node-b"), std::string::npos) << nodes.out;
+      monta::v1::StrategyReply from_follower;
+      const grpc::Status followed = Strategy(i, &from_follower);
+      ASSERT_TRUE(followed.ok()) << followed.error_message();
+      EXPECT_EQ(Comparable(from_follower), Comparable(from_leader));
+    }
+    cluster_.UsePlanner(leader);
+  }
+
   LocalCluster cluster_;
   std::vector<int> ports_;
+  std::vector<std::unique_ptr<monta::v1::Planner::Stub>> stubs_;
+};
+
+// A client of all replicas: GetStrategy in a loop, each call trying the
+// replicas in turn from the one that answered last, moving on at UNAVAILABLE
+// (down, or not readable). A call fails when every replica refused it.
+class StrategyLoop {
+ public:
+  explicit StrategyLoop(
+      std::function<grpc::Status(size_t, monta::v1::StrategyReply*)> call,
+      size_t replicas)
+      : call_(std::move(call)), replicas_(replicas) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~StrategyLoop() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  int calls() const { return calls_; }
+  int failed() const { return failed_; }
+  int moved() const { return moved_; }
+  double max_seconds() const { return max_seconds_; }
+  std::string last_error() const { return last_error_; }
+
+ private:
+  void Run() {
+    size_t at = 0;
+    while (!stop_) {
+      const Clock::time_point start = Clock::now();
+      bool ok = false;
+      for (size_t tried = 0; tried < replicas_ && !ok; ++tried) {
+        monta::v1::StrategyReply reply;
+        const grpc::Status s = call_(at, &reply);
+        ok = s.ok();
+        if (ok) break;
+        last_error_ = s.error_message();
+        if (s.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+        at = (at + 1) % replicas_;
+        ++moved_;
+      }
+      ++calls_;
+      if (!ok) ++failed_;
+      max_seconds_ = std::max(max_seconds_, SecondsSince(start));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  const std::function<grpc::Status(size_t, monta::v1::StrategyReply*)> call_;
+  const size_t replicas_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  // The loop's thread's until Stop joined it.
+  int calls_ = 0;
+  int failed_ = 0;
+  int moved_ = 0;
+  double max_seconds_ = 0;
+  std::string last_error_;
 };
 
 TEST_F(HaTest, LeaderKillAndGracefulStopHandOverWithNodesAndCurves) {
@@ -185,9 +315,18 @@ TEST_F(HaTest, LeaderKillAndGracefulStopHandOverWithNodesAndCurves) {
   ASSERT_TRUE(cluster_.StartAgent("node-b", {planners}).ok());
   std::map<std::string, std::vector<std::string>> acknowledged =
       WaitForOwnCurves();
+  ConnectToReplicas();
+  ExpectFollowersAnswerLikeTheLeader(first, acknowledged);
 
   // SIGKILL the leader: another replica leads after the lease (+ etcd's
-  // expiry check), its registry reloaded from etcd, and coordinates.
+  // expiry check), its registry reloaded from etcd, and coordinates. A
+  // client of all three replicas reads strategies throughout.
+  StrategyLoop reader(
+      [this](size_t i, monta::v1::StrategyReply* reply) {
+        return Strategy(i, reply);
+      },
+      ports_.size());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const Clock::time_point killed = Clock::now();
   cluster_.replica(first).Signal(SIGKILL);
   ASSERT_TRUE(cluster_.replica(first).Wait(absl::Seconds(5)).ok());
@@ -199,6 +338,13 @@ TEST_F(HaTest, LeaderKillAndGracefulStopHandOverWithNodesAndCurves) {
   for (const char* node : {"node-a", "node-b"}) {
     EXPECT_EQ(CurvesOf(node), acknowledged[node]) << node << "\n" << Logs();
   }
+  reader.Stop();
+  std::cerr << "ha_test: GetStrategy over all replicas through the SIGKILL: "
+            << reader.calls() << " calls, " << reader.failed() << " failed, "
+            << reader.moved() << " moves to the next replica, slowest call "
+            << reader.max_seconds() << " s" << std::endl;
+  EXPECT_GT(reader.calls(), 0);
+  EXPECT_EQ(reader.failed(), 0) << reader.last_error();
   const std::string task_id = BenchmarkBothNodes();
   ASSERT_FALSE(task_id.empty());
   std::cerr << "ha_test: leader SIGKILL -> new leader in " << elected_s

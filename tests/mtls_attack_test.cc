@@ -151,18 +151,7 @@ class MtlsAttackTest : public ::testing::Test {
   }
   static monta::v1::StrategyReply PlanOn(
       const std::vector<std::string>& nodes) {
-    monta::v1::StrategyRequest request = testing::PaperJobRequest();
-    monta::v1::MoeJob& job = *request.mutable_job();
-    job.set_world_size(4);
-    job.set_tensor_parallel_size(2);
-    job.set_data_parallel_size(2);
-    job.set_expert_parallel_size(2);
-    request.mutable_placement()->clear_profile();
-    request.mutable_placement()->set_nodes(0);
-    for (const std::string& node : nodes) {
-      request.mutable_placement()->add_node_names(node);
-    }
-    request.mutable_placement()->set_gpus_per_node(2);
+    const monta::v1::StrategyRequest request = testing::PaperJobOnNodes(nodes);
     monta::v1::StrategyReply reply;
     const grpc::Status s =
         Planner("reader")->GetStrategy(Context().get(), request, &reply);

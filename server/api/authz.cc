@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -121,11 +122,13 @@ std::string PeerCertificateSerial(const grpc::AuthContext& context) {
 Authorizer::Authorizer(bool enforce,
                        const coordination::Coordinator* coordinator,
                        const DenyList* deny_list,
-                       metrics::PlannerMetrics* metrics)
+                       metrics::PlannerMetrics* metrics,
+                       std::function<absl::Status()> readable)
     : enforce_(enforce),
       coordinator_(coordinator),
       deny_list_(deny_list),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      readable_(std::move(readable)) {}
 
 absl::StatusOr<Principal> Authorizer::Caller(
     const grpc::ServerContextBase& context) const {
@@ -247,7 +250,9 @@ grpc::Status Authorizer::RequireOperator(
 
 grpc::Status Authorizer::RequireAuthenticated(
     const grpc::ServerContextBase& context) const {
-  if (grpc::Status s = Leading(); !s.ok()) return s;
+  if (grpc::Status s = readable_ ? ToGrpc(readable_()) : Leading(); !s.ok()) {
+    return s;
+  }
   if (!enforce_) return grpc::Status::OK;
   absl::StatusOr<Principal> caller = Caller(context);
   return caller.ok() ? grpc::Status::OK : ToGrpc(caller.status());

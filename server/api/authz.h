@@ -22,6 +22,7 @@
 #ifndef MONTA_SERVER_API_AUTHZ_H_
 #define MONTA_SERVER_API_AUTHZ_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -69,17 +70,21 @@ class Authorizer {
   // owned, must outlive this) answers which nodes a task has. With
   // `deny_list` (may be null; not owned), a caller it names is refused every
   // call (PERMISSION_DENIED, counted in `metrics` when not null) from the
-  // moment the list names it.
+  // moment the list names it. `readable` (when set) says whether this replica
+  // may answer read-only RPCs (RequireAuthenticated): a follower whose cache
+  // is in sync may; without it only the leader may.
   Authorizer(bool enforce, const coordination::Coordinator* coordinator,
              const DenyList* deny_list = nullptr,
-             metrics::PlannerMetrics* metrics = nullptr);
+             metrics::PlannerMetrics* metrics = nullptr,
+             std::function<absl::Status()> readable = nullptr);
 
   bool enforced() const { return enforce_; }
 
-  // Every Require* below first asks the coordinator whether this replica
-  // leads (Coordinator::CheckLeading): a follower refuses every Monta call
-  // with UNAVAILABLE naming the leader, so clients move to it (issue 20:
-  // followers are leader-only until they keep a watch-fed cache).
+  // Every Require* below but RequireAuthenticated first asks the coordinator
+  // whether this replica leads (Coordinator::CheckLeading): a follower
+  // refuses them with UNAVAILABLE naming the leader, so clients move to it.
+  // RequireAuthenticated (the read-only RPCs) asks `readable` instead: a
+  // follower answers reads from its watch-fed cache (issue 20 item 6).
 
   // Register, Heartbeat, Deregister, WatchTasks: the caller is `node_name`.
   grpc::Status RequireNode(const grpc::ServerContextBase& context,
@@ -94,7 +99,7 @@ class Authorizer {
       const monta::v1::ReportBenchmarkRequest& request) const;
   // RunBenchmark and other RPCs that make the cluster do work: an operator.
   grpc::Status RequireOperator(const grpc::ServerContextBase& context) const;
-  // Read-only RPCs: any authenticated caller.
+  // Read-only RPCs: any authenticated caller, on a replica that is readable.
   grpc::Status RequireAuthenticated(
       const grpc::ServerContextBase& context) const;
 
@@ -123,6 +128,7 @@ class Authorizer {
   const coordination::Coordinator* const coordinator_;
   const DenyList* const deny_list_;
   metrics::PlannerMetrics* const metrics_;
+  const std::function<absl::Status()> readable_;
 };
 
 }  // namespace monta::api

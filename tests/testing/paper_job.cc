@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/job_file.h"
@@ -49,6 +50,23 @@ std::string PaperJobJson() {
     std::abort();
   }
   return json;
+}
+
+monta::v1::StrategyRequest PaperJobOnNodes(
+    const std::vector<std::string>& nodes) {
+  monta::v1::StrategyRequest request = PaperJobRequest();
+  monta::v1::MoeJob& job = *request.mutable_job();
+  job.set_world_size(4);
+  job.set_tensor_parallel_size(2);
+  job.set_data_parallel_size(2);
+  job.set_expert_parallel_size(2);
+  request.mutable_placement()->clear_profile();
+  request.mutable_placement()->set_nodes(0);
+  for (const std::string& node : nodes) {
+    request.mutable_placement()->add_node_names(node);
+  }
+  request.mutable_placement()->set_gpus_per_node(2);
+  return request;
 }
 
 }  // namespace monta::testing

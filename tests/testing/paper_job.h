@@ -12,6 +12,7 @@
 #define MONTA_TESTS_TESTING_PAPER_JOB_H_
 
 #include <string>
+#include <vector>
 
 #include "proto/monta/v1/strategy.pb.h"
 
@@ -27,6 +28,11 @@ monta::v1::StrategyRequest PaperJobRequest();
 // The same request as the compact JSON of a `monta.io/moe` annotation (proto
 // field names, only the fields the example sets).
 std::string PaperJobJson();
+
+// The example shrunk to 2 GPUs on each of `nodes` (tp 2, dp 2, ep 2 for two
+// nodes): a request the registered nodes' curves price.
+monta::v1::StrategyRequest PaperJobOnNodes(
+    const std::vector<std::string>& nodes);
 
 }  // namespace monta::testing
 
