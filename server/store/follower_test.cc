@@ -8,38 +8,17 @@
 #include "common/clock.h"
 #include "gtest/gtest.h"
 #include "server/store/sqlite_store.h"
+#include "server/store/test_mutations.h"
 
 namespace monta::store {
 namespace {
 
-Mutation Node(const std::string& name, const std::string& hostname = "") {
-  Mutation m;
-  m.kind = Mutation::Kind::kNode;
-  m.node.set_name(name);
-  m.node.set_instance_id("i-" + name);
-  m.node.mutable_topology()->set_hostname(hostname);
-  return m;
-}
+using test_mutations::CurveAdded;
+using test_mutations::Node;
+using test_mutations::NodeRemoved;
 
 Mutation Curve(const std::string& task, uint64_t sequence) {
-  Mutation m;
-  m.kind = Mutation::Kind::kCurve;
-  m.curve.set_collective(monta::v1::COLLECTIVE_ALLTOALL);
-  m.curve.set_scope(monta::v1::SCOPE_INTER_NODE);
-  m.curve.set_nranks(4);
-  m.curve.add_nodes("a");
-  m.curve.add_nodes("b");
-  m.curve.set_task_id(task);
-  m.curve.set_sequence(sequence);
-  m.curve.add_points()->set_message_bytes(1024);
-  return m;
-}
-
-Mutation NodeRemoved(const std::string& name) {
-  Mutation m;
-  m.kind = Mutation::Kind::kNodeRemoved;
-  m.node_name = name;
-  return m;
+  return CurveAdded(test_mutations::Curve(task, sequence));
 }
 
 class FollowerTest : public ::testing::Test {

@@ -6,6 +6,7 @@
 
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "server/store/test_mutations.h"
 
 namespace monta::store {
 
@@ -20,40 +21,10 @@ namespace {
 // Long enough for any host: a watch that does not deliver within it fails.
 constexpr absl::Duration kPatience = absl::Seconds(30);
 
-Mutation Node(const std::string& name) {
-  Mutation m;
-  m.kind = Mutation::Kind::kNode;
-  m.node.set_name(name);
-  m.node.set_instance_id("i-" + name);
-  return m;
-}
-
-monta::v1::BandwidthCurve Curve(const std::string& task, uint64_t sequence,
-                                std::vector<std::string> nodes = {"a", "b"}) {
-  monta::v1::BandwidthCurve c;
-  c.set_collective(monta::v1::COLLECTIVE_ALLTOALL);
-  c.set_scope(monta::v1::SCOPE_INTER_NODE);
-  c.set_nranks(4);
-  for (const std::string& n : nodes) c.add_nodes(n);
-  c.set_task_id(task);
-  c.set_sequence(sequence);
-  c.add_points()->set_message_bytes(1024);
-  return c;
-}
-
-Mutation CurveAdded(const monta::v1::BandwidthCurve& curve) {
-  Mutation m;
-  m.kind = Mutation::Kind::kCurve;
-  m.curve = curve;
-  return m;
-}
-
-Mutation NodeRemoved(const std::string& name) {
-  Mutation m;
-  m.kind = Mutation::Kind::kNodeRemoved;
-  m.node_name = name;
-  return m;
-}
+using test_mutations::Curve;
+using test_mutations::CurveAdded;
+using test_mutations::Node;
+using test_mutations::NodeRemoved;
 
 std::vector<std::string> Names(const Snapshot& s) {
   std::vector<std::string> out;
