@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <iostream>
 #include <map>
 #include <utility>
@@ -32,14 +31,19 @@ std::string ElectionPrefix(const std::string& etcd_prefix) {
   return std::string(absl::StripSuffix(etcd_prefix, "/"));
 }
 
+// This machine's hostname; empty when the system has none.
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "";
+  return name;
+}
+
 // host:port of --listen with the bound port; a wildcard host becomes the
 // hostname.
 std::string AdvertisedAddress(const std::string& listen, int port) {
   std::string host = listen.substr(0, listen.rfind(':'));
   if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
-    char name[256] = {};
-    gethostname(name, sizeof(name) - 1);
-    host = name;
+    host = HostName();
   }
   return absl::StrCat(host, ":", port);
 }
@@ -163,11 +167,8 @@ absl::Status PlannerServer::OpenEtcdStore() {
   };
   replica_id_ = options_.replica_id;
   if (replica_id_.empty()) {
-    char host[256] = {};
-    if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
-      std::snprintf(host, sizeof(host), "planner");
-    }
-    replica_id_ = absl::StrCat(host, "-", getpid());
+    const std::string host = HostName();
+    replica_id_ = absl::StrCat(host.empty() ? "planner" : host, "-", getpid());
   }
   if (absl::Status s = election::ValidateReplicaId(replica_id_, "--replica_id");
       !s.ok()) {
@@ -195,10 +196,7 @@ absl::Status PlannerServer::OpenEtcdStore() {
   if (!store.ok()) return failed(store.status());
   etcd_store_ = *std::move(store);
   store::FollowerOptions follower_options;
-  metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
-  follower_options.on_discarded = [planner_metrics](const std::string& site) {
-    planner_metrics->RecordDiscardedError(site);
-  };
+  follower_options.on_discarded = DiscardedRecorder();
   follower_ = std::make_unique<store::Follower>(
       etcd_store_.get(), registry_.get(), std::move(follower_options));
   std::cerr << "monta-planner: --store=etcd: " << options_.etcd_prefix << " on "
@@ -251,11 +249,8 @@ void PlannerServer::StartLeading(int64_t epoch) {
   // it: the follower stops applying first.
   follower_->Pause();
   registry_->Clear();
-  metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
-  absl::Status loaded = store::LoadInto(
-      *etcd_store_, *registry_, [planner_metrics](const std::string& site) {
-        planner_metrics->RecordDiscardedError(site);
-      });
+  absl::Status loaded =
+      store::LoadInto(*etcd_store_, *registry_, DiscardedRecorder());
   absl::StatusOr<store::Fence> fence =
       loaded.ok() ? etcd_store_->Lead() : absl::StatusOr<store::Fence>(loaded);
   if (!fence.ok()) {
@@ -339,20 +334,23 @@ std::optional<int64_t> PlannerServer::leader_epoch() const {
   return election_->epoch();
 }
 
+std::function<void(const std::string&)> PlannerServer::DiscardedRecorder() {
+  metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
+  return [planner_metrics](const std::string& site) {
+    planner_metrics->RecordDiscardedError(site);
+  };
+}
+
 absl::Status PlannerServer::OpenAndLoadStore() {
   absl::StatusOr<std::unique_ptr<store::SqliteStore>> store =
       store::SqliteStore::Open(options_.db_path);
   if (!store.ok()) return store.status();
-  metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
   // LoadInto restores nothing when it fails, so a retry starts clean. With
   // --store=etcd the registry comes from etcd (OpenEtcdStore).
   if (absl::Status loaded =
           options_.store == "etcd"
               ? absl::OkStatus()
-              : store::LoadInto(**store, *registry_,
-                                [planner_metrics](const std::string& site) {
-                                  planner_metrics->RecordDiscardedError(site);
-                                });
+              : store::LoadInto(**store, *registry_, DiscardedRecorder());
       !loaded.ok()) {
     return absl::DataLossError(
         absl::StrCat("--db ", options_.db_path, ": ", loaded.message()));

@@ -5,6 +5,7 @@
 #ifndef MONTA_SERVER_PLANNER_SERVER_H_
 #define MONTA_SERVER_PLANNER_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -185,6 +186,9 @@ class PlannerServer {
   // file aside first when options_.db_reset_corrupt says so.
   absl::Status OpenStore();
   absl::Status OpenAndLoadStore();
+  // Counts a stored curve the registry refused on load (LoadInto's and the
+  // follower's on_discarded).
+  std::function<void(const std::string&)> DiscardedRecorder();
   // --store=etcd: connects and checks the schema; the registry is loaded
   // when this replica starts leading.
   absl::Status OpenEtcdStore();
