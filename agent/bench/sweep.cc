@@ -17,22 +17,42 @@ using ::monta::bandwidth::Collective;
 
 namespace {
 
-// Times `run` over warm-up and timed iterations; returns each timed
+// Every warm-up of every run, then the timed iterations round robin
+// (iteration i of every run before iteration i+1 of any); returns each run's
+// timed iterations in us, in order. With `notify`, options.on_iteration hears
+// each (run, iteration, warm-up) before it runs.
+absl::StatusOr<std::vector<std::vector<double>>> RoundRobinUs(
+    const std::vector<std::function<absl::Status()>>& runs,
+    const SweepOptions& options, bool notify) {
+  auto heard = [&options, notify](size_t w, int i, bool warmup) {
+    if (notify && options.on_iteration) options.on_iteration(w, i, warmup);
+  };
+  for (size_t w = 0; w < runs.size(); ++w) {
+    for (int i = 0; i < options.warmup_iterations; ++i) {
+      heard(w, i, true);
+      if (absl::Status s = runs[w](); !s.ok()) return s;
+    }
+  }
+  std::vector<std::vector<double>> samples(runs.size());
+  for (int i = 0; i < std::max(1, options.iterations); ++i) {
+    for (size_t w = 0; w < runs.size(); ++w) {
+      heard(w, i, false);
+      const absl::Time start = absl::Now();
+      if (absl::Status s = runs[w](); !s.ok()) return s;
+      samples[w].push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+    }
+  }
+  return samples;
+}
+
+// Times `run` alone over warm-up and timed iterations; returns each timed
 // iteration in us, in order.
 absl::StatusOr<std::vector<double>> IterationsUs(
     const SweepOptions& options, const std::function<absl::Status()>& run) {
-  for (int i = 0; i < options.warmup_iterations; ++i) {
-    absl::Status s = run();
-    if (!s.ok()) return s;
-  }
-  std::vector<double> samples;
-  for (int i = 0; i < std::max(1, options.iterations); ++i) {
-    const absl::Time start = absl::Now();
-    absl::Status s = run();
-    if (!s.ok()) return s;
-    samples.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
-  }
-  return samples;
+  absl::StatusOr<std::vector<std::vector<double>>> samples =
+      RoundRobinUs({run}, options, /*notify=*/false);
+  if (!samples.ok()) return samples.status();
+  return std::move(samples->front());
 }
 
 // The median of IterationsUs.
@@ -155,31 +175,6 @@ absl::StatusOr<Prepared> Prepare(const JobWorkload& w, BufferPool& pool) {
   return p;
 }
 
-// Every warm-up of every workload, then the timed iterations round robin;
-// returns each workload's timed iterations in us, in order.
-absl::StatusOr<std::vector<std::vector<double>>> RoundRobinUs(
-    std::vector<Prepared>& prepared, const SweepOptions& options) {
-  auto notify = [&options](size_t w, int i, bool warmup) {
-    if (options.on_iteration) options.on_iteration(w, i, warmup);
-  };
-  for (size_t w = 0; w < prepared.size(); ++w) {
-    for (int i = 0; i < options.warmup_iterations; ++i) {
-      notify(w, i, true);
-      if (absl::Status s = prepared[w].Run(); !s.ok()) return s;
-    }
-  }
-  std::vector<std::vector<double>> samples(prepared.size());
-  for (int i = 0; i < std::max(1, options.iterations); ++i) {
-    for (size_t w = 0; w < prepared.size(); ++w) {
-      notify(w, i, false);
-      const absl::Time start = absl::Now();
-      if (absl::Status s = prepared[w].Run(); !s.ok()) return s;
-      samples[w].push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
-    }
-  }
-  return samples;
-}
-
 }  // namespace
 
 absl::StatusOr<std::vector<SweepPoint>> MeasureInterleaved(
@@ -200,8 +195,10 @@ absl::StatusOr<std::vector<SweepPoint>> MeasureInterleaved(
     if (!p.ok()) return p.status();
     prepared.push_back(*std::move(p));
   }
+  std::vector<std::function<absl::Status()>> runs;
+  for (Prepared& p : prepared) runs.push_back([&p] { return p.Run(); });
   absl::StatusOr<std::vector<std::vector<double>>> samples =
-      RoundRobinUs(prepared, options);
+      RoundRobinUs(runs, options, /*notify=*/true);
   if (!samples.ok()) return samples.status();
   std::vector<SweepPoint> points;
   for (size_t w = 0; w < prepared.size(); ++w) {
