@@ -29,9 +29,6 @@ JobFabricView::Source SourceOf(const v1::FabricLink& link, int nodes_below,
   s.declared = link.declared_bytes_per_second() > 0 ||
                link.declared_oversubscription_ratio() > 0;
   *bytes_per_second = link.declared_bytes_per_second();
-  if (*bytes_per_second <= 0) {
-    s.oversubscription_ratio = link.declared_oversubscription_ratio();
-  }
   return s;
 }
 
@@ -102,7 +99,9 @@ void ResolveCapacities(double node_link_bytes_per_second, JobFabricView& view) {
       declared = s.nodes_below * node_link_bytes_per_second /
                  s.declared_oversubscription_ratio;
     }
-    if (cap <= 0 && s.oversubscription_ratio > 0) cap = declared;
+    // Neither measured nor declared in bytes: the declared oversubscription's
+    // capacity (0 when none is declared either).
+    if (cap <= 0) cap = declared;
   };
   for (size_t r = 0; r < view.fabric.racks.size(); ++r) {
     model::JobFabric::Rack& rack = view.fabric.racks[r];

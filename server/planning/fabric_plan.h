@@ -28,7 +28,6 @@ struct JobFabricView {
   struct Source {
     std::string task_id;
     bool declared = false;
-    double oversubscription_ratio = 0;
     int nodes_below = 0;  // nodes under the uplink in the whole tree
     // The map's declared oversubscription, kept when a measurement prices
     // the uplink: it gives the declared capacity (docs/MODEL.md §12).
