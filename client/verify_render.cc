@@ -217,6 +217,23 @@ const char* OutcomeText(v1::CalibrationOutcome outcome) {
   }
 }
 
+// The candidate the model picks without calibration and its regret, when
+// the reply names one.
+std::string UncalibratedPick(const v1::VerifyReply& reply) {
+  for (const auto& c : reply.candidates()) {
+    if (!c.uncalibrated_chosen()) continue;
+    return absl::StrFormat(
+        "uncalibrated, the model picks %s K=%d: regret %.1f%%%s\n",
+        ShortName(c.kind()), c.chunks_requested(),
+        reply.uncalibrated_regret_ratio() * 100,
+        reply.uncalibrated_regret_ratio() > 0 &&
+                reply.uncalibrated_regret_within_noise()
+            ? " (inside the noise of the two runs)"
+            : "");
+  }
+  return "";
+}
+
 // Regret, errors, and what the run did to the calibration.
 std::string Summary(const v1::VerifyReply& reply) {
   std::string out = absl::StrFormat(
@@ -226,6 +243,7 @@ std::string Summary(const v1::VerifyReply& reply) {
           ? " (inside the noise of the two runs)"
           : "",
       reply.median_error_ratio() * 100, reply.max_error_ratio() * 100);
+  absl::StrAppend(&out, UncalibratedPick(reply));
   if (reply.loopback_only()) {
     absl::StrAppend(&out,
                     "these nodes do not cross a link: their benchmark "

@@ -45,6 +45,25 @@ TEST(VerifyRenderTest, TableHasEveryCandidateAndTheScores) {
   EXPECT_NE(t.find("+11.1%"), std::string::npos) << t;  // flat 200 vs 180
   EXPECT_NE(t.find("regret of the plan: 6.7%"), std::string::npos) << t;
   EXPECT_EQ(t.find("calibration"), std::string::npos);
+  EXPECT_EQ(t.find("uncalibrated"), std::string::npos) << t;
+}
+
+TEST(VerifyRenderTest, TableShowsTheUncalibratedPickAndItsRegret) {
+  v1::VerifyReply r = Reply();
+  r.mutable_candidates(2)->set_uncalibrated_chosen(
+      true);  // tp_dedup_pipelined K=1
+  r.set_uncalibrated_regret_ratio(0.184);
+  std::string t = VerifyTable(r);
+  EXPECT_NE(
+      t.find("uncalibrated, the model picks tp_dedup_pipelined K=1: regret "
+             "18.4%\n"),
+      std::string::npos)
+      << t;
+  r.set_uncalibrated_regret_within_noise(true);
+  t = VerifyTable(r);
+  EXPECT_NE(t.find("regret 18.4% (inside the noise of the two runs)"),
+            std::string::npos)
+      << t;
 }
 
 TEST(VerifyRenderTest, TableShowsScopeSpreadNoiseAndLoopback) {

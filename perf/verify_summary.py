@@ -9,8 +9,10 @@ round robin, docs/MODEL.md §11; and whether it is inside the pairs' noise), the
 beside it (measured(chosen) / measured(fastest) - 1, from the medians), and the |error| of every
 candidate's prediction: calibrated on other sizes (the scored runs ran with
 --skip_calibration after the calibrating ones) and uncalibrated (the same runs'
-uncalibrated_seconds; the uncalibrated plan's regret is that of the candidate with the
-smallest uncalibrated prediction, from the medians: the reply carries no iterations). Then per
+uncalibrated_seconds; the uncalibrated plan's regret is the reply's
+uncalibrated_regret_ratio, the candidate with the smallest uncalibrated prediction against the
+fastest from paired iterations as verify estimates the plan's, or, for a reply from before the
+field (no candidate is uncalibrated_chosen), the ratio of the two medians). Then per
 configuration and layout, over its scored sizes: median and max |error| and the largest
 regret, both ways; the bars score verify's (paired) regret.
 
@@ -58,11 +60,20 @@ def scores(reply):
     errs = [abs(c["error_ratio"]) for c in cands]
     unc = [abs(c["uncalibrated_seconds"] / c["measured_seconds"] - 1)
            for c in cands if c["uncalibrated_seconds"] > 0]
+    return errs, unc, float(reply.get("regret_ratio", 0)), uncalibrated_regret(reply)[0]
+
+
+def uncalibrated_regret(reply):
+    """(regret, inside the noise) of the uncalibrated model's pick: the reply's paired one
+    when it names the pick, else (an older reply) from the medians."""
+    cands = [c for c in reply.get("candidates", []) if c["measured_seconds"] > 0]
+    if any(c.get("uncalibrated_chosen") for c in reply.get("candidates", [])):
+        return (float(reply.get("uncalibrated_regret_ratio", 0)),
+                bool(reply.get("uncalibrated_regret_within_noise")))
     fastest = min(c["measured_seconds"] for c in cands)
     pick = min((c for c in cands if c["uncalibrated_seconds"] > 0),
                key=lambda c: c["uncalibrated_seconds"], default=None)
-    unc_regret = pick["measured_seconds"] / fastest - 1 if pick else 0.0
-    return errs, unc, float(reply.get("regret_ratio", 0)), unc_regret
+    return (pick["measured_seconds"] / fastest - 1 if pick else 0.0), False
 
 
 def row(config, layout, role, mib, reply):
@@ -73,6 +84,7 @@ def row(config, layout, role, mib, reply):
     errs, unc, regret, unc_regret = scores(reply)
     spread = max((c["spread_ratio"] for c in cands), default=0)
     noise = " (noise)" if regret > 0 and reply.get("regret_within_noise") else ""
+    unc_noise = " (noise)" if unc_regret > 0 and uncalibrated_regret(reply)[1] else ""
     unpaired = unpaired_regret(reply)
     print(f"{config:10s} {layout:7s} {role:9s} {mib:3d} "
           + " ".join(f"{1e3 * best[k]:9.1f}" for k in KINDS)
@@ -80,7 +92,7 @@ def row(config, layout, role, mib, reply):
           f" {100 * regret:6.1f}%{noise:8s} {100 * unpaired:6.1f}%"
           f" {100 * statistics.median(errs):6.1f}%"
           f" {100 * max(errs):6.1f}%  {100 * statistics.median(unc) if unc else 0:6.1f}%"
-          f" {100 * max(unc) if unc else 0:6.1f}% {100 * unc_regret:6.1f}%"
+          f" {100 * max(unc) if unc else 0:6.1f}% {100 * unc_regret:6.1f}%{unc_noise:8s}"
           f" {100 * spread:6.0f}%  {reply.get('calibration_outcome', '-').replace('CALIBRATION_OUTCOME_', '').lower()}")
     return errs, unc, regret, unc_regret
 
@@ -90,7 +102,7 @@ def main(out_dir):
     groups = collections.defaultdict(lambda: ([], [], [], []))
     print("config     layout  run       MiB   flat ms  dedup ms   pipe ms   hier ms  "
           "chosen (K)              regret         unpaired cal med  cal max  unc med  unc max "
-          "unc regret spread calibration")
+          "unc regret        spread calibration")
     def order(path):
         m = NAME.match(os.path.basename(path))
         return (m.group(1), m.group(2), m.group(3), int(m.group(4))) if m else ("",) * 3 + (0,)

@@ -75,6 +75,35 @@ class LocalVerifyTest : public ::testing::Test {
   const std::string job_ = Runfile("examples/cpu-dev.yaml");
 };
 
+// The reply names one uncalibrated pick, the smallest uncalibrated
+// prediction, and scores it as the plan's choice is scored: where the two
+// are one candidate, the two regrets are one number; the fastest has none.
+void ExpectUncalibratedPick(const nlohmann::json& v) {
+  const nlohmann::json* pick = nullptr;
+  int picks = 0;
+  double smallest = 0;
+  for (const auto& c : v["candidates"]) {
+    const double u = c.value("uncalibrated_seconds", 0.0);
+    if (u > 0 && (smallest == 0 || u < smallest)) smallest = u;
+    if (c.value("uncalibrated_chosen", false)) {
+      ++picks;
+      pick = &c;
+    }
+  }
+  ASSERT_EQ(picks, 1) << v.dump(1);
+  EXPECT_EQ((*pick)["uncalibrated_seconds"].get<double>(), smallest);
+  const double regret = v.value("uncalibrated_regret_ratio", 0.0);
+  EXPECT_GE(regret, 0);
+  if (pick->value("chosen", false)) {
+    EXPECT_EQ(regret, v.value("regret_ratio", 0.0)) << v.dump(1);
+    EXPECT_EQ(v.value("uncalibrated_regret_within_noise", false),
+              v.value("regret_within_noise", false));
+  }
+  if (pick->value("best", false)) {
+    EXPECT_EQ(regret, 0) << v.dump(1);
+  }
+}
+
 TEST_F(LocalVerifyTest, LoopbackNodesAreMeasuredButTeachNothing) {
   const nlohmann::json before = Plan();
   ASSERT_FALSE(before.is_null());
@@ -103,6 +132,7 @@ TEST_F(LocalVerifyTest, LoopbackNodesAreMeasuredButTeachNothing) {
       // montactl prints zeros too: no calibration, no calibrated time.
       EXPECT_EQ(c.value("calibrated_seconds", 0.0), 0.0) << c.dump(1);
     }
+    ExpectUncalibratedPick(v);
   }
   // Three runs later, the plan for these nodes is the one before them.
   const nlohmann::json after = Plan();

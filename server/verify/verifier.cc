@@ -21,6 +21,7 @@
 #include "server/planning/decide_strategy.h"
 #include "server/planning/strategy_planner.h"
 #include "server/verify/regret.h"
+#include "server/verify/score.h"
 
 namespace monta::verify {
 namespace {
@@ -254,33 +255,6 @@ absl::Status FillMeasured(const v1::BenchmarkTaskStatus& status,
     FillSpread(curve.points(0), max_spread_ratio, &row);
   }
   return absl::OkStatus();
-}
-
-// Best, regret and the error summary over the runs.
-void Score(std::vector<Run>& runs, v1::VerifyReply* reply) {
-  Run* best = nullptr;
-  const Run* chosen = nullptr;
-  std::vector<double> errors;
-  for (Run& r : runs) {
-    if (best == nullptr ||
-        r.row.measured_seconds() < best->row.measured_seconds()) {
-      best = &r;
-    }
-    if (r.row.chosen()) chosen = &r;
-    errors.push_back(std::abs(r.row.error_ratio()));
-  }
-  if (best != nullptr) best->row.set_best(true);
-  if (best != nullptr && chosen != nullptr) {
-    // From iterations that ran side by side when the agents sent them.
-    const Regret regret =
-        PlanRegret({chosen->row.measured_seconds(), chosen->iteration_seconds},
-                   {best->row.measured_seconds(), best->iteration_seconds});
-    reply->set_regret_ratio(regret.ratio);
-    reply->set_regret_within_noise(regret.within_noise);
-  }
-  reply->set_median_error_ratio(bandwidth::Median(errors));
-  reply->set_max_error_ratio(
-      errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end()));
 }
 
 // Runs the dispatches as one benchmark task on the job's nodes and fills
@@ -580,8 +554,12 @@ absl::StatusOr<v1::VerifyReply> Verifier::Verify(
     if (metrics_ != nullptr) metrics_->RecordVerify(ran, scope, nullptr);
     return ran;
   }
-  Score(runs, &reply);
-  for (const Run& r : runs) *reply.add_candidates() = r.row;
+  std::vector<std::vector<double>> iterations;
+  for (Run& r : runs) {
+    *reply.add_candidates() = std::move(r.row);
+    iterations.push_back(std::move(r.iteration_seconds));
+  }
+  ScoreRun(iterations, &reply);
   JudgeLinks(*registry_, now, &reply);
   Calibrate(request, lookup, *job, options_, absl::Now(), knowledge_, &reply);
   // A run that may not calibrate on loopback does not answer later plans
