@@ -4,7 +4,7 @@ without rerunning it (issue 18; the node-link twin of docs/MODEL.md §12's rule 
 uplink, perf/fabric_pipe_replay.py).
 
   perf/layer_pipe_replay.py DIR [--line_rate=B/s | --rule=curve [--capped=0] [--drop_kib=N]
-      [--alpha=small|rising] [--alpha_scale=S] [--bound=F]]
+      [--alpha=small|rising|envelope] [--alpha_scale=S] [--bound=F]]
 
 DIR holds verify_bench.sh's files (<config>-<layout>-<calibrate|score>-<N>mib.json,
 <config>-bench.txt, job-2n-<N>mib-<layout>.yaml). Per scored run: every candidate's
@@ -44,8 +44,11 @@ from paired iterations).
 
 Regret: the measured candidate each prediction would pick (calibrated: the fastest
 predicted, the smallest pipelined K within 0.5% of the fastest K, docs/MODEL.md §5;
-uncalibrated: the fastest predicted, as perf/verify_summary.py) over the fastest measured,
-from the medians (the replies carry no iterations). The planner searches every K up to its
+uncalibrated: the fastest predicted, verify's uncalibrated_chosen) over the fastest
+measured, from the medians (the replies carry no iterations). The before column prints the
+regret as perf/verify_summary.py scores it (verify's, paired where the reply has it) and, in
+[..], the medians' pick of the before predictions: a rule's after regret is compared with
+the latter, like for like. The planner searches every K up to its
 bound; the replay can only pick among the K the run measured. A replay, not the model.
 """
 import collections
@@ -57,7 +60,7 @@ import statistics
 import sys
 
 from fabric_pipe_replay import plan_shape, score
-from verify_summary import NAME, load
+from verify_summary import NAME, load, uncalibrated_regret
 
 PER_PEER_LATENCY_SECONDS = 10e-6  # the cpu-gloo profile's (server/model/hardware_profile.cc)
 STALL_FACTOR = 1.5  # server/model/bandwidth_curve.cc kStallFactor
@@ -81,7 +84,9 @@ class Curve:
         self.small_alpha = small_alpha
         self.samples = kept
         self.alpha = min(alpha, kept[0][1])
-        if small_alpha:  # the latency of the line through the two smallest kept samples
+        if small_alpha == "envelope":  # the line's lower envelope: a stall only adds time
+            self.alpha = max(0.0, min(t - beta * x for x, t in samples))
+        elif small_alpha:  # the latency of the line through the two smallest kept samples
             pair = kept
             if small_alpha == "rising":  # ... that are not slower than the next one
                 pair = kept[next((i for i in range(len(kept) - 1)
@@ -216,7 +221,8 @@ def parse_rule(flags):
     inter-node AllToAll from the curve variant --capped=0|1 (0: the log-log interpolation at
     the chunk's own size without LinkRateAt's top-rate cap), --drop_kib=N (without the swept
     sample of N KiB), --alpha=small (the curve's latency from the line through its two smallest
-    kept samples, not the robust line's; rising: skip a smallest sample slower than its next),
+    kept samples, not the robust line's; rising: skip a smallest sample slower than its next;
+    envelope: max(0, the smallest t - beta x over the swept samples), beta the robust line's),
     --alpha_scale=S (launch latency times S); --bound=F with either: no
     pipelined K whose chunk moves below F of the curve's top link rate."""
     name = flags.get("rule", "pipe")
@@ -226,13 +232,20 @@ def parse_rule(flags):
     def curve_of(c):
         swept = [p for p in c.swept if p[0] != drop]
         return Curve(swept, c.nranks, c.ranks_per_node, capped=capped,
-                     small_alpha={"small": True, "rising": "rising"}.get(flags.get("alpha"), False))
+                     small_alpha={"small": True, "rising": "rising", "envelope": "envelope"}
+                     .get(flags.get("alpha"), False))
 
     return {"name": name, "curve": curve_of, "alpha_scale": float(flags.get("alpha_scale", 1)),
             "bound": float(flags.get("bound", 0))}
 
 
-def uncalibrated_pick_regret(rows, col):
+def pick_regret(kind, rows, col):
+    """The measured candidate a prediction column picks and its regret from the medians:
+    calibrated, the planner's rule (score: the §5 chunk tolerance); uncalibrated, the
+    smallest prediction, the earlier row on a tie (verify's uncalibrated_chosen)."""
+    if kind == "cal":
+        _, _, pick, regret = score(rows, col)
+        return pick, regret
     pick = min(rows, key=lambda r: r[col])
     return pick, pick[4] / min(r[4] for r in rows) - 1
 
@@ -270,33 +283,38 @@ def main(argv):
                   + (f"{eff:>10.2f}" if eff is not None else ""))
         g = groups[(config, layout)]
         run = [r for r in rows if r[3] is not None]
-        for label, col in (("cal before", 2), ("cal after", 3)):
-            rs = rows if col == 2 else run
-            _, _, pick, regret = score(rs, col)
-            if label == "cal before":
-                regret = float(reply.get("regret_ratio", regret))  # verify's, as the summary
-            g[label].append((regret, [abs(r[col] / r[4] - 1) for r in rs]))
-            print(f"   {label}: takes {pick[0]} K={pick[1]}, regret {100 * regret:.1f}%")
-        for label, col in (("unc before", 5), ("unc after", 6)):
-            rs = rows if col == 5 else run
-            pick, regret = uncalibrated_pick_regret(rs, col)
-            g[label].append((regret, [abs(r[col] / r[4] - 1) for r in rs]))
-            print(f"   {label}: takes {pick[0]} K={pick[1]}, regret {100 * regret:.1f}%")
-    print("\nscored runs per configuration and layout: median |error|, max |error|, regret "
-          "(bars: calibrated 10% / 25% / 5%, uncalibrated 20% / 25% / 5%)")
+        for kind, col in (("cal", 2), ("unc", 5)):
+            for label, c, rs in ((f"{kind} before", col, rows), (f"{kind} after", col + 1, run)):
+                pick, regret = pick_regret(kind, rs, c)
+                # The before regret as perf/verify_summary.py scores it (verify's, paired
+                # where the reply has it), and the medians' pick beside it: the after
+                # regret is the medians' pick, so the two are compared like for like.
+                shown = regret
+                if label == "cal before":
+                    shown = float(reply.get("regret_ratio", regret))
+                elif label == "unc before":
+                    shown = uncalibrated_regret(reply)[0]
+                g[label].append((shown, regret, [abs(r[c] / r[4] - 1) for r in rs]))
+                print(f"   {label}: takes {pick[0]} K={pick[1]}, regret {100 * shown:.1f}%"
+                      + (f" (medians' pick {100 * regret:.1f}%)" if shown != regret else ""))
+    print("\nscored runs per configuration and layout: median |error|, max |error|, regret as "
+          "the summary scores it [the medians' pick], before and after (bars: calibrated "
+          "10% / 25% / 5%, uncalibrated 20% / 25% / 5%); regret compared medians to medians")
     worse = []
     for (config, layout), g in sorted(groups.items()):
         cells = {}
         for label, runs in g.items():
-            errs = [e for _, es in runs for e in es]
-            cells[label] = (statistics.median(errs), max(errs), max(r for r, _ in runs))
+            errs = [e for _, _, es in runs for e in es]
+            cells[label] = (statistics.median(errs), max(errs), max(r for r, _, _ in runs),
+                            max(r for _, r, _ in runs))
         for kind in ("cal", "unc"):
             b, a = cells[f"{kind} before"], cells[f"{kind} after"]
             print(f"  {config:10s} {layout:7s} {kind}  before "
-                  + " ".join(f"{100 * v:5.1f}%" for v in b) + "   after "
-                  + " ".join(f"{100 * v:5.1f}%" for v in a))
+                  + " ".join(f"{100 * v:5.1f}%" for v in b[:3]) + f" [{100 * b[3]:5.1f}%]"
+                  + "   after " + " ".join(f"{100 * v:5.1f}%" for v in a[:3]))
             bars = (0.10 if kind == "cal" else 0.20, 0.25, 0.05)
-            for name, vb, va, bar in zip(("median", "max", "regret"), b, a, bars):
+            for name, vb, va, bar in zip(("median", "max", "regret"), (b[0], b[1], b[3]),
+                                         a, bars):
                 if va > vb + 5e-4 and va > bar:
                     worse.append(f"{config} {layout} {kind} {name}: "
                                  f"{100 * vb:.1f}% -> {100 * va:.1f}% (bar {100 * bar:.0f}%)")
