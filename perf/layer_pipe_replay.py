@@ -4,7 +4,7 @@ without rerunning it (issue 18; the node-link twin of docs/MODEL.md §12's rule 
 uplink, perf/fabric_pipe_replay.py).
 
   perf/layer_pipe_replay.py DIR [--line_rate=B/s | --rule=curve [--capped=0] [--drop_kib=N]
-      [--alpha=small|rising|envelope] [--alpha_scale=S] [--bound=F]]
+      [--alpha=small|rising|envelope|least] [--alpha_scale=S] [--bound=F]]
 
 DIR holds verify_bench.sh's files (<config>-<layout>-<calibrate|score>-<N>mib.json,
 <config>-bench.txt, job-2n-<N>mib-<layout>.yaml). Per scored run: every candidate's
@@ -88,11 +88,14 @@ class Curve:
             self.alpha = max(0.0, min(t - beta * x for x, t in samples))
         elif small_alpha:  # the latency of the line through the two smallest kept samples
             pair = kept
-            if small_alpha == "rising":  # ... that are not slower than the next one
+            if small_alpha in ("rising", "least"):  # ... that are not slower than the next one
                 pair = kept[next((i for i in range(len(kept) - 1)
                                   if kept[i][1] < kept[i + 1][1]), 0):]
             (xa, ta), (xb, tb) = pair[0], pair[1]
+            robust = self.alpha
             self.alpha = min(max(0.0, ta - xa * (tb - ta) / (xb - xa)), ta)
+            if small_alpha == "least":  # never above the robust line's
+                self.alpha = min(self.alpha, robust)
         x0, t0 = samples[0]
         self.floor = max(self.alpha, t0 - beta * x0)
 
@@ -222,7 +225,8 @@ def parse_rule(flags):
     the chunk's own size without LinkRateAt's top-rate cap), --drop_kib=N (without the swept
     sample of N KiB), --alpha=small (the curve's latency from the line through its two smallest
     kept samples, not the robust line's; rising: skip a smallest sample slower than its next;
-    envelope: max(0, the smallest t - beta x over the swept samples), beta the robust line's),
+    envelope: max(0, the smallest t - beta x over the swept samples), beta the robust line's;
+    least: the smaller of rising's and the robust line's),
     --alpha_scale=S (launch latency times S); --bound=F with either: no
     pipelined K whose chunk moves below F of the curve's top link rate."""
     name = flags.get("rule", "pipe")
@@ -232,7 +236,8 @@ def parse_rule(flags):
     def curve_of(c):
         swept = [p for p in c.swept if p[0] != drop]
         return Curve(swept, c.nranks, c.ranks_per_node, capped=capped,
-                     small_alpha={"small": True, "rising": "rising", "envelope": "envelope"}
+                     small_alpha={"small": True, "rising": "rising", "envelope": "envelope",
+                                  "least": "least"}
                      .get(flags.get("alpha"), False))
 
     return {"name": name, "curve": curve_of, "alpha_scale": float(flags.get("alpha_scale", 1)),
