@@ -16,9 +16,7 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -35,6 +33,7 @@
 #include "tests/testing/etcd_cluster.h"
 #include "tests/testing/grpc_clients.h"
 #include "tests/testing/paper_job.h"
+#include "tests/testing/strategy_loop.h"
 
 namespace monta::testing {
 namespace {
@@ -240,62 +239,6 @@ class HaTest : public ::testing::Test {
   LocalCluster cluster_;
   std::vector<int> ports_;
   std::vector<std::unique_ptr<monta::v1::Planner::Stub>> stubs_;
-};
-
-// A client of all replicas: GetStrategy in a loop, each call trying the
-// replicas in turn from the one that answered last, moving on at UNAVAILABLE
-// (down, or not readable). A call fails when every replica refused it.
-class StrategyLoop {
- public:
-  explicit StrategyLoop(
-      std::function<grpc::Status(size_t, monta::v1::StrategyReply*)> call,
-      size_t replicas)
-      : call_(std::move(call)), replicas_(replicas) {
-    thread_ = std::thread([this] { Run(); });
-  }
-  ~StrategyLoop() { Stop(); }
-  void Stop() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-  int calls() const { return calls_; }
-  int failed() const { return failed_; }
-  int moved() const { return moved_; }
-  double max_seconds() const { return max_seconds_; }
-  std::string last_error() const { return last_error_; }
-
- private:
-  void Run() {
-    size_t at = 0;
-    while (!stop_) {
-      const Clock::time_point start = Clock::now();
-      bool ok = false;
-      for (size_t tried = 0; tried < replicas_ && !ok; ++tried) {
-        monta::v1::StrategyReply reply;
-        const grpc::Status s = call_(at, &reply);
-        ok = s.ok();
-        if (ok) break;
-        last_error_ = s.error_message();
-        if (s.error_code() != grpc::StatusCode::UNAVAILABLE) break;
-        at = (at + 1) % replicas_;
-        ++moved_;
-      }
-      ++calls_;
-      if (!ok) ++failed_;
-      max_seconds_ = std::max(max_seconds_, SecondsSince(start));
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-  const std::function<grpc::Status(size_t, monta::v1::StrategyReply*)> call_;
-  const size_t replicas_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-  // The loop's thread's until Stop joined it.
-  int calls_ = 0;
-  int failed_ = 0;
-  int moved_ = 0;
-  double max_seconds_ = 0;
-  std::string last_error_;
 };
 
 TEST_F(HaTest, LeaderKillAndGracefulStopHandOverWithNodesAndCurves) {
