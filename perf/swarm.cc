@@ -391,6 +391,10 @@ void Swarm::OnHeartbeat(int i, absl::Time sent, const grpc::Status& status) {
   }
   absl::MutexLock lock(&a.mu);
   if (status.ok()) {
+    if (measuring_) {
+      absl::MutexLock stats(&stats_mu_);
+      ++stats_.heartbeats_by_target[a.target];
+    }
     a.heartbeat_attempt = 0;
     NoteAlive(a, sent);
     Schedule(now + interval(), i, Kind::kHeartbeat);

@@ -110,6 +110,8 @@ struct Stats {
   int64_t tasks = 0;
   int64_t registrations = 0;
   int64_t target_moves = 0;  // UNAVAILABLE: on to the next replica
+  // Successful heartbeats while measuring, per target.
+  std::map<int, int64_t> heartbeats_by_target;
   double max_lag_ms = 0;
 };
 

@@ -1,0 +1,730 @@
+// Issue 20's Done-when bars for planner replicas on etcd, measured on one box:
+// 3 real etcd 3.4 members and 3 monta-planner replicas on --store=etcd (child
+// processes on free loopback ports), a swarm of simulated agents (perf/swarm)
+// that knows all three replicas, and a client looping GetStrategy over all
+// three (the next one on UNAVAILABLE). In order:
+//   1. the cold registration storm: every agent registers (the time until all
+//      hold a lease);
+//   2. the steady state: heartbeat latency, etcd writes per second (the
+//      members' etcd_mvcc_put_total + etcd_mvcc_delete_total), then follower
+//      cache lag (a probe node registered on the leader, polled with GetNode
+//      on a follower until it shows);
+//   3. --rounds rounds, each: SIGSTOP of one etcd member (the next each round)
+//      and SIGKILL of the leading replica at the same moment, SIGCONT after
+//      --etcd_pause_seconds; the time until another replica coordinates
+//      (health monta.v1.Planner SERVING); the killed one restarted; then
+//      SIGTERM of the leader and the time until another coordinates; the
+//      stopped one restarted;
+//   4. loss: every node whose registration was acknowledged to the swarm (and
+//      every probe) listed by ListNodes on the final leader and on a follower.
+// One table (or --json) prints each number beside its bar. Only the leader
+// accepts agents today (followers answer the agent gateway UNAVAILABLE), so
+// the whole swarm heartbeats through one replica; the table says so.
+//
+//   bazel build -c opt //server:monta-planner //perf:ha_bench
+//   bazel-bin/perf/ha_bench --agents=20000 --rounds=5   (the issue's size)
+//   bazel-bin/perf/ha_bench --agents=50 --rounds=1 --leader_lease_seconds=2
+//       --steady_seconds=3 --settle_seconds=1 --lag_probes=3   (a smoke run)
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "nlohmann/json.hpp"
+#include "perf/swarm.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "proto/monta/v1/agent.grpc.pb.h"
+#include "proto/monta/v1/planner.grpc.pb.h"
+#include "tests/testing/etcd_cluster.h"
+#include "tests/testing/grpc_clients.h"
+#include "tests/testing/paper_job.h"
+#include "tests/testing/process.h"
+#include "tests/testing/strategy_loop.h"
+
+ABSL_FLAG(int, agents, 1000,
+          "simulated agents (the issue's bar is for 20,000)");
+ABSL_FLAG(int, rounds, 5,
+          "rounds of leader SIGKILL + etcd member SIGSTOP, "
+          "each followed by a leader SIGTERM");
+ABSL_FLAG(int, leader_lease_seconds, 10,
+          "the replicas' --leader_lease_seconds (the deployment's 10 s)");
+ABSL_FLAG(double, etcd_pause_seconds, 3,
+          "how long one etcd member is SIGSTOPped each round");
+ABSL_FLAG(double, register_rate, 5000,
+          "registrations per second of the cold storm (agents start spread "
+          "at this rate)");
+ABSL_FLAG(double, settle_seconds, 10,
+          "unmeasured time after the storm before the steady state");
+ABSL_FLAG(double, steady_seconds, 30,
+          "the steady-state window (heartbeat latency, etcd writes)");
+ABSL_FLAG(int, lag_probes, 10,
+          "probe nodes registered on the leader, each polled on a follower");
+ABSL_FLAG(int, agents_per_channel, 50,
+          "agents sharing one channel (one TCP connection) per replica");
+ABSL_FLAG(std::string, planner_binary, "bazel-bin/server/monta-planner",
+          "the planner the replicas run");
+ABSL_FLAG(std::string, planner_args, "",
+          "extra flags for every replica, space separated (e.g. "
+          "\"--heartbeat_seconds=5 --lease_seconds=15\")");
+ABSL_FLAG(std::string, log_dir, "",
+          "the replicas' logs; empty: /tmp/ha-bench-<pid> (kept)");
+ABSL_FLAG(bool, json, false, "print the report as JSON");
+
+namespace monta::perf {
+namespace {
+
+using monta::testing::EtcdCluster;
+using monta::testing::Process;
+
+constexpr char kLeaderService[] = "monta.v1.Planner";
+constexpr char kReadService[] = "monta.v1.Planner.read";
+
+// ------------------------------------------------------------- replicas --
+
+struct Replica {
+  int index = 0;
+  int port = 0;
+  int metrics_port = 0;
+  std::vector<std::string> argv;
+  std::string log_path;
+  Process process;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health;
+  std::unique_ptr<monta::v1::Planner::Stub> planner;
+  std::unique_ptr<monta::v1::AgentGateway::Stub> gateway;
+  std::string address() const { return absl::StrCat("127.0.0.1:", port); }
+};
+
+std::vector<std::string> ReplicaArgv(int i, int port, int metrics_port,
+                                     const EtcdCluster& etcd) {
+  std::vector<std::string> argv = {
+      // The replica dies with the bench, also when the bench is killed.
+      "/usr/bin/setpriv",
+      "--pdeathsig",
+      "KILL",
+      absl::GetFlag(FLAGS_planner_binary),
+      absl::StrCat("--listen=127.0.0.1:", port),
+      absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port),
+      "--store=etcd",
+      "--etcd_endpoints=" + absl::StrJoin(etcd.endpoints(), ","),
+      "--etcd_insecure",
+      absl::StrCat("--etcd_prefix=/ha-bench-", getpid(), "/"),
+      absl::StrCat("--leader_lease_seconds=",
+                   absl::GetFlag(FLAGS_leader_lease_seconds)),
+      absl::StrCat("--replica_id=replica-", i),
+  };
+  for (std::string& flag :
+       SwarmPlannerFlags(absl::GetFlag(FLAGS_planner_args))) {
+    argv.push_back(std::move(flag));
+  }
+  return argv;
+}
+
+absl::Status StartProcess(Replica& r) {
+  absl::StatusOr<Process> p = Process::Start(r.argv, r.log_path);
+  if (!p.ok()) return p.status();
+  r.process = *std::move(p);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<Replica>>> StartReplicas(
+    const EtcdCluster& etcd, const std::string& log_dir) {
+  std::vector<std::unique_ptr<Replica>> replicas;
+  for (int i = 0; i < 3; ++i) {
+    auto r = std::make_unique<Replica>();
+    r->index = i;
+    r->port = monta::testing::FreeLoopbackPort();
+    r->metrics_port = monta::testing::FreeLoopbackPort();
+    r->argv = ReplicaArgv(i, r->port, r->metrics_port, etcd);
+    r->log_path = absl::StrCat(log_dir, "/replica-", i, ".log");
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+    auto channel = grpc::CreateCustomChannel(
+        r->address(), grpc::InsecureChannelCredentials(), args);
+    r->health = grpc::health::v1::Health::NewStub(channel);
+    r->planner = monta::v1::Planner::NewStub(channel);
+    r->gateway = monta::v1::AgentGateway::NewStub(channel);
+    if (absl::Status s = StartProcess(*r); !s.ok()) return s;
+    replicas.push_back(std::move(r));
+  }
+  return replicas;
+}
+
+// The replica says `service` is SERVING (one health Check, 500 ms deadline).
+bool Serving(Replica& r, const char* service) {
+  grpc::ClientContext context;
+  context.set_deadline(GrpcDeadline(absl::Milliseconds(500)));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse reply;
+  return r.health->Check(&context, request, &reply).ok() &&
+         reply.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+}
+
+// A replica other than `except` that coordinates (its leader health service
+// SERVING), polled every 10 ms up to `timeout`; -1 when none did. `tick` runs
+// at each poll.
+int WaitForLeader(std::vector<std::unique_ptr<Replica>>& replicas, int except,
+                  absl::Duration timeout,
+                  const std::function<void()>& tick = nullptr) {
+  const absl::Time end = absl::Now() + timeout;
+  while (absl::Now() < end) {
+    if (tick) tick();
+    for (auto& r : replicas) {
+      if (r->index != except && r->process.running() &&
+          Serving(*r, kLeaderService)) {
+        return r->index;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return -1;
+}
+
+// A follower (not `leader`) whose cache is in sync (read health SERVING), up
+// to `timeout`; -1 when none.
+int WaitForFollower(std::vector<std::unique_ptr<Replica>>& replicas, int leader,
+                    absl::Duration timeout) {
+  int found = -1;
+  monta::testing::WaitFor(
+      [&] {
+        for (auto& r : replicas) {
+          if (r->index != leader && r->process.running() &&
+              Serving(*r, kReadService)) {
+            found = r->index;
+            return true;
+          }
+        }
+        return false;
+      },
+      timeout);
+  return found;
+}
+
+// Waits for the replica's exit (up to `timeout`) and starts it again; then
+// waits until its cache is in sync (it follows) or it leads.
+absl::Status Restart(Replica& r, absl::Duration timeout) {
+  if (!r.process.Wait(timeout).ok()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("replica ", r.index, " did not exit; see ", r.log_path));
+  }
+  if (absl::Status s = StartProcess(r); !s.ok()) return s;
+  if (!monta::testing::WaitFor([&] { return Serving(r, kReadService); },
+                               absl::Seconds(60))) {
+    return absl::UnavailableError(absl::StrCat(
+        "restarted replica ", r.index, " never in sync; see ", r.log_path));
+  }
+  return absl::OkStatus();
+}
+
+// ----------------------------------------------------------------- phases --
+
+struct Report {
+  int agents = 0;
+  int rounds = 0;
+  int lease_ttl_seconds = 0;
+  double storm_seconds = -1;
+  int registered_after_storm = 0;
+  Stats steady;
+  double etcd_writes_per_second = -1;
+  double etcd_txns_per_second = -1;
+  double etcd_proposals_per_second = -1;
+  // Key writes during the storm: shows the counters count the planner's
+  // Txns (at least one node put per agent).
+  double etcd_writes_storm = -1;
+  std::vector<int32_t> lag_us;
+  int lag_probes_missing = 0;
+  std::vector<double> failover_seconds;  // -1: no new leader
+  std::vector<double> handover_seconds;
+  int strategy_calls = 0;
+  int strategy_failed = 0;
+  int strategy_moves = 0;
+  double strategy_p50_ms = 0;
+  double strategy_p99_ms = 0;
+  std::string strategy_last_error;
+  int acknowledged = 0;
+  int lost_on_leader = -1;
+  int lost_on_follower = -1;
+  int64_t target_moves = 0;
+  std::vector<std::string> errors;
+};
+
+// etcd's counters so far, the most any member counts (every member applies
+// every write; a paused one lags): key writes (etcd_mvcc_put_total +
+// etcd_mvcc_delete_total), Txns and raft proposals committed. All -1 when no
+// member's /metrics could be read.
+struct EtcdCounters {
+  double writes = -1;
+  double txns = -1;
+  double proposals = -1;
+};
+
+EtcdCounters ReadEtcdCounters(const EtcdCluster& etcd) {
+  using monta::testing::MetricValue;
+  EtcdCounters c;
+  for (int i = 0; i < etcd.size(); ++i) {
+    const std::string endpoint = etcd.endpoint(i);
+    int port = 0;
+    if (!absl::SimpleAtoi(endpoint.substr(endpoint.rfind(':') + 1), &port)) {
+      continue;
+    }
+    const std::string text = Scrape(port);
+    const double puts = MetricValue(text, "etcd_mvcc_put_total");
+    const double deletes = MetricValue(text, "etcd_mvcc_delete_total");
+    const double txns = MetricValue(text, "etcd_mvcc_txn_total");
+    const double proposals =
+        MetricValue(text, "etcd_server_proposals_committed_total");
+    if (puts < 0 || deletes < 0 || txns < 0 || proposals < 0) continue;
+    c.writes = std::max(c.writes, puts + deletes);
+    c.txns = std::max(c.txns, txns);
+    c.proposals = std::max(c.proposals, proposals);
+  }
+  return c;
+}
+
+// The steady state: heartbeat latency and etcd's writes over the window.
+void MeasureSteady(Swarm& swarm, const EtcdCluster& etcd, Report* report) {
+  absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_settle_seconds)));
+  const EtcdCounters before = ReadEtcdCounters(etcd);
+  const absl::Time start = absl::Now();
+  swarm.SetMeasuring(true);
+  absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_steady_seconds)));
+  swarm.SetMeasuring(false);
+  const EtcdCounters after = ReadEtcdCounters(etcd);
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  report->steady = swarm.TakeStats();
+  if (before.writes < 0 || after.writes < 0) {
+    report->errors.push_back("steady: no etcd member's /metrics readable");
+    return;
+  }
+  report->etcd_writes_per_second = (after.writes - before.writes) / seconds;
+  report->etcd_txns_per_second = (after.txns - before.txns) / seconds;
+  report->etcd_proposals_per_second =
+      (after.proposals - before.proposals) / seconds;
+}
+
+// Registers node `name` through the leader's agent gateway; true when
+// acknowledged.
+bool RegisterProbe(Replica& leader, const std::string& name) {
+  grpc::ClientContext context;
+  context.set_deadline(GrpcDeadline(absl::Seconds(5)));
+  monta::v1::RegisterRequest request;
+  request.set_node_name(name);
+  request.set_instance_id(absl::StrCat(name, "-", getpid()));
+  request.set_agent_version("ha-bench-probe");
+  request.set_bench_address("127.0.0.1:19999");
+  *request.mutable_topology() = SwarmTopology(name);
+  monta::v1::RegisterReply reply;
+  return leader.gateway->Register(&context, request, &reply).ok();
+}
+
+bool FollowerHas(Replica& follower, const std::string& name) {
+  grpc::ClientContext context;
+  context.set_deadline(GrpcDeadline(absl::Seconds(1)));
+  monta::v1::GetNodeRequest request;
+  request.set_name(name);
+  monta::v1::NodeInfo node;
+  return follower.planner->GetNode(&context, request, &node).ok();
+}
+
+// Follower cache lag: each probe registered on the leader, then GetNode on a
+// follower every 2 ms until it shows (up to 10 s); one probe a second.
+// Returns the probes' names (acknowledged ones).
+std::vector<std::string> MeasureLag(
+    std::vector<std::unique_ptr<Replica>>& replicas, Report* report) {
+  std::vector<std::string> probes;
+  const int leader = WaitForLeader(replicas, -1, absl::Seconds(30));
+  const int follower = WaitForFollower(replicas, leader, absl::Seconds(30));
+  if (leader < 0 || follower < 0) {
+    report->errors.push_back("lag: no leader or no follower in sync");
+    return probes;
+  }
+  for (int p = 0; p < absl::GetFlag(FLAGS_lag_probes); ++p) {
+    const std::string name = absl::StrFormat("ha-probe-%03d", p);
+    if (!RegisterProbe(*replicas[leader], name)) {
+      report->errors.push_back(absl::StrCat("lag: ", name, " not registered"));
+      continue;
+    }
+    const absl::Time acked = absl::Now();
+    probes.push_back(name);
+    bool shown = false;
+    while (!shown && absl::Now() - acked < absl::Seconds(10)) {
+      shown = FollowerHas(*replicas[follower], name);
+      if (!shown) absl::SleepFor(absl::Milliseconds(2));
+    }
+    if (shown) {
+      report->lag_us.push_back(absl::ToInt64Microseconds(absl::Now() - acked));
+    } else {
+      ++report->lag_probes_missing;
+    }
+    absl::SleepFor(absl::Seconds(1));
+  }
+  return probes;
+}
+
+// One round: SIGSTOP etcd member `round % 3` and SIGKILL the leader together,
+// SIGCONT after --etcd_pause_seconds; time to another leader; restart. Then
+// SIGTERM the leader; time to another; restart.
+absl::Status Round(int round, EtcdCluster& etcd,
+                   std::vector<std::unique_ptr<Replica>>& replicas,
+                   Report* report) {
+  const absl::Duration ttl =
+      absl::Seconds(absl::GetFlag(FLAGS_leader_lease_seconds));
+  const absl::Duration wait = ttl * 3 + absl::Seconds(30);
+  const int leader = WaitForLeader(replicas, -1, wait);
+  if (leader < 0) return absl::UnavailableError("no leader before the round");
+  const int member = round % etcd.size();
+  const absl::Duration pause =
+      absl::Seconds(absl::GetFlag(FLAGS_etcd_pause_seconds));
+  etcd.Pause(member);
+  bool paused = true;
+  const absl::Time killed = absl::Now();
+  replicas[leader]->process.Signal(SIGKILL);
+  const auto resume = [&] {
+    if (paused && absl::Now() - killed >= pause) {
+      etcd.Resume(member);
+      paused = false;
+    }
+  };
+  const int next = WaitForLeader(replicas, leader, wait, resume);
+  report->failover_seconds.push_back(
+      next < 0 ? -1 : absl::ToDoubleSeconds(absl::Now() - killed));
+  while (paused) {
+    resume();
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  if (absl::Status s = Restart(*replicas[leader], absl::Seconds(10)); !s.ok())
+    return s;
+  if (next < 0) return absl::UnavailableError("no leader after the SIGKILL");
+  std::cerr << "ha_bench: round " << round << ": SIGKILL of replica " << leader
+            << " -> replica " << next << " leads after "
+            << report->failover_seconds.back() << " s (etcd member " << member
+            << " paused " << absl::FormatDuration(pause) << ")\n";
+  const absl::Time stopped = absl::Now();
+  replicas[next]->process.Signal(SIGTERM);
+  const int third = WaitForLeader(replicas, next, wait);
+  report->handover_seconds.push_back(
+      third < 0 ? -1 : absl::ToDoubleSeconds(absl::Now() - stopped));
+  if (absl::Status s = Restart(*replicas[next], absl::Seconds(60)); !s.ok())
+    return s;
+  if (third < 0) return absl::UnavailableError("no leader after the SIGTERM");
+  std::cerr << "ha_bench: round " << round << ": SIGTERM of replica " << next
+            << " -> replica " << third << " leads after "
+            << report->handover_seconds.back() << " s\n";
+  return absl::OkStatus();
+}
+
+// Acknowledged names `replica` does not list; -1 when it does not answer.
+int Lost(Replica& replica, const std::vector<std::string>& acknowledged) {
+  absl::StatusOr<std::vector<monta::v1::NodeInfo>> nodes =
+      ListAllNodes(*replica.planner, /*include_gone=*/true);
+  if (!nodes.ok()) return -1;
+  std::set<std::string> names;
+  for (const auto& node : *nodes) names.insert(node.name());
+  int lost = 0;
+  for (const std::string& name : acknowledged) lost += names.count(name) == 0;
+  return lost;
+}
+
+// Loss on the final leader and on a follower in sync (polled up to 30 s: its
+// cache may trail the leader).
+void MeasureLoss(std::vector<std::unique_ptr<Replica>>& replicas,
+                 const std::vector<std::string>& acknowledged, Report* report) {
+  report->acknowledged = acknowledged.size();
+  const int leader = WaitForLeader(replicas, -1, absl::Seconds(60));
+  if (leader < 0) {
+    report->errors.push_back("loss: no leader at the end");
+    return;
+  }
+  report->lost_on_leader = Lost(*replicas[leader], acknowledged);
+  const int follower = WaitForFollower(replicas, leader, absl::Seconds(60));
+  if (follower < 0) {
+    report->errors.push_back("loss: no follower in sync at the end");
+    return;
+  }
+  monta::testing::WaitFor(
+      [&] {
+        report->lost_on_follower = Lost(*replicas[follower], acknowledged);
+        return report->lost_on_follower == 0;
+      },
+      absl::Seconds(30));
+}
+
+// ----------------------------------------------------------------- report --
+
+struct Row {
+  std::string name;
+  double value;
+  std::string bar;
+  int pass;  // 1 yes, 0 no, -1 no bar (information)
+};
+
+double Max(const std::vector<double>& v) {
+  double m = v.empty() ? -1 : v[0];
+  for (double x : v) m = (x < 0 || m < 0) ? -1 : std::max(m, x);
+  return m;
+}
+
+// One row per bar, in the order of the issue's Done-when list.
+std::vector<Row> Rows(Report& r) {
+  const double ttl = r.lease_ttl_seconds;
+  const double failover = Max(r.failover_seconds);
+  const double handover = Max(r.handover_seconds);
+  const double hb_p50 = Percentile(r.steady.heartbeat_us, 0.50);
+  const double hb_p99 = Percentile(r.steady.heartbeat_us, 0.99);
+  const double lag_p50 = Percentile(r.lag_us, 0.50);
+  const double lag_p99 = Percentile(r.lag_us, 0.99);
+  int64_t hb_errors = r.steady.deadline_misses;
+  for (const auto& [what, n] : r.steady.heartbeat_errors) hb_errors += n;
+  const auto within = [](double v, double bar) { return v >= 0 && v <= bar; };
+  return {
+      {"failover_sigkill_max_s", failover,
+       absl::StrFormat("<= TTL + 3 = %g s", ttl + 3),
+       within(failover, ttl + 3)},
+      {"handover_sigterm_max_s", handover, "<= 2 s", within(handover, 2)},
+      {"strategy_calls", static_cast<double>(r.strategy_calls), "", -1},
+      {"strategy_failed_calls", static_cast<double>(r.strategy_failed), "0",
+       r.strategy_calls > 0 && r.strategy_failed == 0},
+      {"strategy_p99_ms", r.strategy_p99_ms, "<= 500 ms",
+       r.strategy_calls > 0 && r.strategy_p99_ms <= 500},
+      {"registrations_acknowledged", static_cast<double>(r.acknowledged), "",
+       -1},
+      {"lost_on_leader", static_cast<double>(r.lost_on_leader), "0",
+       r.lost_on_leader == 0},
+      {"lost_on_follower", static_cast<double>(r.lost_on_follower), "0",
+       r.lost_on_follower == 0},
+      {"registration_storm_s", r.storm_seconds, "<= 60 s (for 20,000)",
+       r.registered_after_storm == r.agents && within(r.storm_seconds, 60)},
+      {"heartbeat_p50_ms", hb_p50, "", -1},
+      {"heartbeat_p99_ms", hb_p99, "<= 100 ms",
+       !r.steady.heartbeat_us.empty() && hb_p99 <= 100},
+      {"heartbeat_errors_steady", static_cast<double>(hb_errors), "", -1},
+      {"etcd_writes_per_s", r.etcd_writes_per_second, "< 50/s",
+       r.etcd_writes_per_second >= 0 && r.etcd_writes_per_second < 50},
+      {"etcd_txns_per_s", r.etcd_txns_per_second, "", -1},
+      {"etcd_proposals_per_s", r.etcd_proposals_per_second, "", -1},
+      {"etcd_writes_during_storm", r.etcd_writes_storm, "", -1},
+      {"follower_lag_p50_ms", lag_p50, "", -1},
+      {"follower_lag_p99_ms", lag_p99, "<= 1000 ms",
+       !r.lag_us.empty() && r.lag_probes_missing == 0 && lag_p99 <= 1000},
+  };
+}
+
+nlohmann::json ToJson(Report& r, const std::vector<Row>& rows) {
+  nlohmann::json j;
+  j["agents"] = r.agents;
+  j["rounds"] = r.rounds;
+  j["leader_lease_seconds"] = r.lease_ttl_seconds;
+  // Which replicas took the steady state's heartbeats (today: the leader only;
+  // a follower answers the agent gateway UNAVAILABLE).
+  std::vector<int64_t> by_replica(3, 0);
+  for (const auto& [target, n] : r.steady.heartbeats_by_target) {
+    if (target >= 0 && target < 3) by_replica[target] = n;
+  }
+  const int accepting = static_cast<int>(std::count_if(
+      by_replica.begin(), by_replica.end(), [](int64_t n) { return n > 0; }));
+  j["steady_heartbeats_by_replica"] = by_replica;
+  j["agents_accepted_by"] =
+      accepting == 1
+          ? "one replica, the leader (followers answer the agent gateway "
+            "UNAVAILABLE)"
+          : absl::StrCat(accepting, " replicas");
+  j["failover_seconds"] = r.failover_seconds;
+  j["handover_seconds"] = r.handover_seconds;
+  j["strategy_moves"] = r.strategy_moves;
+  j["strategy_p50_ms"] = r.strategy_p50_ms;
+  j["swarm_target_moves"] = r.target_moves;
+  j["registered_after_storm"] = r.registered_after_storm;
+  j["lag_probes_missing"] = r.lag_probes_missing;
+  j["loss_covers"] = "node registrations (swarm agents and lag probes)";
+  j["loadavg_1m"] = LoadAverage();
+  if (!r.strategy_last_error.empty()) {
+    j["strategy_last_error"] = r.strategy_last_error;
+  }
+  j["errors"] = r.errors;
+  nlohmann::json table = nlohmann::json::array();
+  for (const Row& row : rows) {
+    table.push_back({{"name", row.name},
+                     {"value", row.value},
+                     {"bar", row.bar},
+                     {"pass", row.pass < 0 ? nlohmann::json()
+                                           : nlohmann::json(row.pass == 1)}});
+  }
+  j["rows"] = table;
+  return j;
+}
+
+void PrintTable(const nlohmann::json& j) {
+  std::cout << absl::StrFormat(
+      "ha_bench: %d agents, %d rounds, leader lease %d s, load %.2f\n"
+      "agents are accepted by %s; steady heartbeats per replica: %s\n",
+      j["agents"].get<int>(), j["rounds"].get<int>(),
+      j["leader_lease_seconds"].get<int>(), j["loadavg_1m"].get<double>(),
+      j["agents_accepted_by"].get<std::string>(),
+      j["steady_heartbeats_by_replica"].dump());
+  std::cout << absl::StrFormat("%-28s %14s  %-22s %s\n", "metric", "value",
+                               "bar", "pass");
+  for (const auto& row : j["rows"]) {
+    const std::string pass = row["pass"].is_null()     ? "-"
+                             : row["pass"].get<bool>() ? "yes"
+                                                       : "NO";
+    std::cout << absl::StrFormat(
+        "%-28s %14.3f  %-22s %s\n", row["name"].get<std::string>(),
+        row["value"].get<double>(), row["bar"].get<std::string>(), pass);
+  }
+  for (const auto& e : j["errors"]) {
+    std::cout << "error: " << e.get<std::string>() << "\n";
+  }
+}
+
+// ------------------------------------------------------------------- main --
+
+// The storm: every agent registers; its duration and etcd's key writes.
+void Storm(Swarm& swarm, const EtcdCluster& etcd, Report* report) {
+  const EtcdCounters before = ReadEtcdCounters(etcd);
+  const absl::Time start = absl::Now();
+  swarm.Start(absl::GetFlag(FLAGS_register_rate), 0);
+  while (swarm.Registered() < report->agents &&
+         absl::Now() - start < absl::Minutes(5)) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  report->registered_after_storm = swarm.Registered();
+  report->storm_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const EtcdCounters after = ReadEtcdCounters(etcd);
+  if (before.writes >= 0 && after.writes >= 0) {
+    report->etcd_writes_storm = after.writes - before.writes;
+  }
+  std::cerr << "ha_bench: " << report->registered_after_storm << " of "
+            << report->agents << " registered in " << report->storm_seconds
+            << " s\n";
+}
+
+// The swarm and the strategy client over the replicas, through every phase.
+void RunPhases(EtcdCluster& etcd,
+               std::vector<std::unique_ptr<Replica>>& replicas,
+               Report* report) {
+  SwarmOptions options;
+  for (auto& r : replicas) options.targets.push_back(r->address());
+  options.agents = report->agents;
+  options.agents_per_channel = absl::GetFlag(FLAGS_agents_per_channel);
+  Swarm swarm(std::move(options));
+  Storm(swarm, etcd, report);
+  const monta::v1::StrategyRequest job = monta::testing::PaperJobRequest();
+  monta::testing::StrategyLoop reader(
+      [&](size_t i, monta::v1::StrategyReply* reply) {
+        grpc::ClientContext context;
+        context.set_deadline(GrpcDeadline(absl::Seconds(5)));
+        return replicas[i]->planner->GetStrategy(&context, job, reply);
+      },
+      replicas.size());
+  MeasureSteady(swarm, etcd, report);
+  std::vector<std::string> probes = MeasureLag(replicas, report);
+  for (int round = 0; round < report->rounds; ++round) {
+    if (absl::Status s = Round(round, etcd, replicas, report); !s.ok()) {
+      report->errors.push_back(
+          absl::StrCat("round ", round, ": ", s.message()));
+      break;
+    }
+  }
+  reader.Stop();
+  report->strategy_calls = reader.calls();
+  report->strategy_failed = reader.failed();
+  report->strategy_moves = reader.moved();
+  report->strategy_p50_ms = reader.QuantileSeconds(0.50) * 1e3;
+  report->strategy_p99_ms = reader.QuantileSeconds(0.99) * 1e3;
+  report->strategy_last_error = reader.last_error();
+  std::vector<std::string> acknowledged = swarm.Acknowledged();
+  acknowledged.insert(acknowledged.end(), probes.begin(), probes.end());
+  MeasureLoss(replicas, acknowledged, report);
+  report->target_moves = swarm.TakeStats().target_moves;
+  swarm.Stop();
+}
+
+int Main() {
+  Report report;
+  report.agents = absl::GetFlag(FLAGS_agents);
+  report.rounds = absl::GetFlag(FLAGS_rounds);
+  report.lease_ttl_seconds = absl::GetFlag(FLAGS_leader_lease_seconds);
+  if (report.agents < 1 || report.rounds < 0 || report.lease_ttl_seconds < 1 ||
+      absl::GetFlag(FLAGS_register_rate) <= 0 ||
+      absl::GetFlag(FLAGS_agents_per_channel) < 1) {
+    std::cerr << "ha_bench: --agents, --leader_lease_seconds, --register_rate "
+                 "and --agents_per_channel must be > 0, --rounds >= 0\n";
+    return 2;
+  }
+  std::string log_dir = absl::GetFlag(FLAGS_log_dir);
+  if (log_dir.empty()) log_dir = absl::StrCat("/tmp/ha-bench-", getpid());
+  monta::testing::Run({"/bin/mkdir", "-p", log_dir});
+  if (absl::Status s = EtcdCluster::Available(); !s.ok()) {
+    std::cerr << "ha_bench: " << s << "\n";
+    return 1;
+  }
+  EtcdCluster::Options etcd_options;
+  etcd_options.members = 3;
+  absl::StatusOr<std::unique_ptr<EtcdCluster>> etcd =
+      EtcdCluster::Start(std::move(etcd_options));
+  if (!etcd.ok()) {
+    std::cerr << "ha_bench: etcd: " << etcd.status() << "\n";
+    return 1;
+  }
+  auto replicas = StartReplicas(**etcd, log_dir);
+  if (!replicas.ok()) {
+    std::cerr << "ha_bench: replicas: " << replicas.status() << "\n";
+    return 1;
+  }
+  if (WaitForLeader(*replicas, -1, absl::Seconds(60)) < 0) {
+    std::cerr << "ha_bench: no replica leads; logs in " << log_dir << "\n";
+    return 1;
+  }
+  std::cerr << "ha_bench: 3 etcd members, 3 replicas, logs in " << log_dir
+            << "\n";
+  RunPhases(**etcd, *replicas, &report);
+  for (auto& r : *replicas) {
+    r->process.Signal(SIGKILL);
+    r->process.Wait(absl::Seconds(10)).IgnoreError();
+  }
+  const std::vector<Row> rows = Rows(report);
+  const nlohmann::json j = ToJson(report, rows);
+  if (absl::GetFlag(FLAGS_json)) {
+    std::cout << j.dump(2) << std::endl;
+  } else {
+    PrintTable(j);
+  }
+  return report.errors.empty() ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace monta::perf
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "3 etcd members, 3 planner replicas on --store=etcd, a swarm of "
+      "simulated agents and a GetStrategy client; leader kills, etcd member "
+      "pauses, graceful stops; one table of issue 20's bars. See the file's "
+      "header.");
+  absl::ParseCommandLine(argc, argv);
+  // One Mutex per agent: Debian's Abseil would walk its deadlock graph on
+  // every acquisition (as swarm_bench).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  signal(SIGPIPE, SIG_IGN);
+  return monta::perf::Main();
+}
