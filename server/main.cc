@@ -17,6 +17,7 @@
 #include "common/port_file.h"
 #include "common/signals.h"
 #include "server/fabric/node_labels.h"
+#include "server/migrate_from_sqlite.h"
 #include "server/planner_server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7400",
@@ -89,6 +90,14 @@ ABSL_FLAG(std::string, advertise_address, "",
 ABSL_FLAG(bool, etcd_insecure, false,
           "with --store=etcd: plaintext to etcd, no certificates (loopback "
           "tests and demos only)");
+ABSL_FLAG(std::string, migrate_from_sqlite, "",
+          "with --store=etcd: copy this SQLite store file (a --db) into "
+          "--etcd_prefix (nodes, the kept curve history, decisions, "
+          "verifications, the audit log), print the counts per kind and exit; "
+          "no server starts. Stop the SQLite planner first");
+ABSL_FLAG(bool, migrate_into_nonempty, false,
+          "with --migrate_from_sqlite: copy into a prefix that already holds "
+          "keys (refused otherwise), putting the file's records over them");
 ABSL_FLAG(bool, db_reset_corrupt, false,
           "when --db is corrupt (not a SQLite database, PRAGMA quick_check "
           "fails, a row does not parse), rename it to <db>.corrupt-<UTC time> "
@@ -456,6 +465,23 @@ absl::StatusOr<monta::PlannerOptions> OptionsFromFlags() {
   return options;
 }
 
+// --migrate_from_sqlite: only the store's flags matter; no server starts.
+int Migrate() {
+  monta::PlannerOptions options;
+  if (absl::Status s = StoreFromFlags(&options); !s.ok()) {
+    std::cerr << "monta-planner: " << s.message() << "\n";
+    return 2;
+  }
+  if (options.store != "etcd") {
+    std::cerr << "monta-planner: --migrate_from_sqlite needs --store=etcd "
+                 "(and --etcd_endpoints)\n";
+    return 2;
+  }
+  return monta::MigrateFromSqlite(absl::GetFlag(FLAGS_migrate_from_sqlite),
+                                  options.etcd, options.etcd_prefix,
+                                  absl::GetFlag(FLAGS_migrate_into_nonempty));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -475,6 +501,7 @@ int main(int argc, char** argv) {
   // The unit tests keep it; the production binaries skip it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
+  if (!absl::GetFlag(FLAGS_migrate_from_sqlite).empty()) return Migrate();
   absl::StatusOr<monta::PlannerOptions> options = OptionsFromFlags();
   if (!options.ok()) {
     std::cerr << "monta-planner: " << options.status().message() << "\n";

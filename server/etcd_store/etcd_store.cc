@@ -490,28 +490,36 @@ absl::Status ParseKey(
 
 absl::StatusOr<int64_t> EtcdStore::ReadInto(int64_t revision,
                                             Mirror& out) const {
+  // The curves, then the nodes at the curves' revision: the other keys of
+  // the prefix (records/, the election's) are not the registry's.
   size_t keys = 0;
-  etcd::ListRequest request;
-  request.key = options_.prefix;
-  request.range_end = etcd::PrefixEnd(options_.prefix);
-  request.revision = revision;
-  return client_->ListPages(
-      request, [&](std::vector<etcd::KeyValue> page) -> absl::Status {
-        keys += page.size();
-        if (keys > options_.max_keys) {
-          return absl::ResourceExhaustedError(
-              absl::StrCat("etcd store ", options_.prefix, ": more than ",
-                           options_.max_keys, " keys"));
-        }
-        for (const etcd::KeyValue& kv : page) {
-          if (absl::Status s =
-                  ParseKey(options_.prefix, kv, out.nodes, out.curves);
-              !s.ok()) {
-            return s;
+  int64_t listed = revision;
+  for (const char* kind : {"curves/", "nodes/"}) {
+    etcd::ListRequest request;
+    request.key = options_.prefix + kind;
+    request.range_end = etcd::PrefixEnd(request.key);
+    request.revision = listed;
+    absl::StatusOr<int64_t> at = client_->ListPages(
+        request, [&](std::vector<etcd::KeyValue> page) -> absl::Status {
+          keys += page.size();
+          if (keys > options_.max_keys) {
+            return absl::ResourceExhaustedError(
+                absl::StrCat("etcd store ", options_.prefix, ": more than ",
+                             options_.max_keys, " keys"));
           }
-        }
-        return absl::OkStatus();
-      });
+          for (const etcd::KeyValue& kv : page) {
+            if (absl::Status s =
+                    ParseKey(options_.prefix, kv, out.nodes, out.curves);
+                !s.ok()) {
+              return s;
+            }
+          }
+          return absl::OkStatus();
+        });
+    if (!at.ok()) return at.status();
+    listed = *at;
+  }
+  return listed;
 }
 
 absl::StatusOr<Snapshot> EtcdStore::List(int64_t revision) {

@@ -943,6 +943,88 @@ absl::StatusOr<int64_t> SqliteStore::Count(const char* table) {
 
 absl::StatusOr<int64_t> SqliteStore::CurveCount() { return Count("curves"); }
 
+absl::Status SqliteStore::ForEachCurve(
+    const std::function<absl::Status(monta::v1::BandwidthCurve)>& visit) {
+  absl::MutexLock lock(&mu_);
+  Statement rows(db_,
+                 "SELECT id, sequence, received_unix_seconds, curve FROM "
+                 "curves ORDER BY sequence, id");
+  if (rows.get() == nullptr) return SqliteError(db_, "reading curves");
+  int step = SQLITE_ROW;
+  while ((step = sqlite3_step(rows.get())) == SQLITE_ROW) {
+    absl::StatusOr<monta::v1::BandwidthCurve> curve = CurveOfRow(rows.get(), 1);
+    if (!curve.ok()) {
+      return absl::DataLossError(absl::StrCat(
+          "sqlite: curve row ", sqlite3_column_int64(rows.get(), 0), ": ",
+          curve.status().message()));
+    }
+    if (absl::Status s = visit(*std::move(curve)); !s.ok()) return s;
+  }
+  return step == SQLITE_DONE
+             ? absl::OkStatus()
+             : absl::Status(CodeOf(db_),
+                            absl::StrCat("sqlite: reading curves: ",
+                                         sqlite3_errmsg(db_)));
+}
+
+const char* SqliteStore::LogTableName(LogTable table) {
+  switch (table) {
+    case LogTable::kDecisions:
+      return "decisions";
+    case LogTable::kVerifications:
+      return "verifications";
+    case LogTable::kAudit:
+      return "audit_log";
+  }
+  return "";
+}
+
+absl::Status SqliteStore::ForEachLogRow(
+    LogTable table, const std::function<absl::Status(LogRow)>& visit) {
+  const char* sql = nullptr;
+  switch (table) {
+    case LogTable::kDecisions:
+      sql =
+          "SELECT id, decided_unix_seconds, request, reply FROM decisions "
+          "ORDER BY id";
+      break;
+    case LogTable::kVerifications:
+      sql =
+          "SELECT id, verified_unix_seconds, request, reply FROM "
+          "verifications ORDER BY id";
+      break;
+    case LogTable::kAudit:
+      sql =
+          "SELECT id, at_unix_seconds, identity, action, target, detail "
+          "FROM audit_log ORDER BY id";
+      break;
+  }
+  absl::MutexLock lock(&mu_);
+  Statement rows(db_, sql);
+  const std::string name = LogTableName(table);
+  if (rows.get() == nullptr) return SqliteError(db_, "reading " + name);
+  const int columns = sqlite3_column_count(rows.get());
+  int step = SQLITE_ROW;
+  while ((step = sqlite3_step(rows.get())) == SQLITE_ROW) {
+    LogRow row;
+    row.id = sqlite3_column_int64(rows.get(), 0);
+    row.at_unix_seconds = sqlite3_column_double(rows.get(), 1);
+    for (int c = 2; c < columns; ++c) {
+      const void* bytes = sqlite3_column_blob(rows.get(), c);
+      const int size = sqlite3_column_bytes(rows.get(), c);
+      row.fields.emplace_back(
+          bytes != nullptr ? static_cast<const char*>(bytes) : "",
+          static_cast<size_t>(size));
+    }
+    if (absl::Status s = visit(std::move(row)); !s.ok()) return s;
+  }
+  return step == SQLITE_DONE
+             ? absl::OkStatus()
+             : absl::Status(CodeOf(db_),
+                            absl::StrCat("sqlite: reading ", name, ": ",
+                                         sqlite3_errmsg(db_)));
+}
+
 absl::StatusOr<int64_t> SqliteStore::DecisionCount() {
   return Count("decisions");
 }

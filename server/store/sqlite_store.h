@@ -102,6 +102,28 @@ class SqliteStore : public Store, public DecisionLog, public AuditLog {
   absl::StatusOr<int64_t> PruneDecisions(absl::Time older_than,
                                          int64_t max_rows);
 
+  // Reading the whole file, to copy it elsewhere (monta-planner
+  // --migrate_from_sqlite). Each stops at the first error of `visit`, or of
+  // reading, and returns it.
+  //
+  // Every curve row, history included, oldest sequence first.
+  absl::Status ForEachCurve(
+      const std::function<absl::Status(monta::v1::BandwidthCurve)>& visit);
+  // One row of the decisions, verifications or audit_log table.
+  enum class LogTable { kDecisions, kVerifications, kAudit };
+  struct LogRow {
+    int64_t id = 0;
+    double at_unix_seconds = 0;  // decided / verified / at
+    // kDecisions: the StrategyRequest and StrategyReply (serialized);
+    // kVerifications: the VerifyRequest and VerifyReply; kAudit: identity,
+    // action, target, detail.
+    std::vector<std::string> fields;
+  };
+  // The table's rows, oldest (lowest id) first.
+  absl::Status ForEachLogRow(LogTable table,
+                             const std::function<absl::Status(LogRow)>& visit);
+  static const char* LogTableName(LogTable table);
+
   // Rows in the curve and decision history.
   absl::StatusOr<int64_t> CurveCount();
   absl::StatusOr<int64_t> DecisionCount();
