@@ -75,7 +75,9 @@ absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(
     // Ports of all members first, so that two members never pick one.
     for (Member& m : cluster->members_) m.client_port = FreeLoopbackPort();
     for (Member& m : cluster->members_) m.peer_port = FreeLoopbackPort();
-    last = absl::OkStatus();
+    last = cluster->options_.restore_snapshot.empty()
+               ? absl::OkStatus()
+               : cluster->RestoreSnapshot();
     for (int i = 0; i < n && last.ok(); ++i) last = cluster->StartMember(i);
     if (last.ok()) {
       last = cluster->WaitHealthy(cluster->options_.start_timeout);
@@ -85,6 +87,47 @@ absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(
     if (!absl::StrContains(last.message(), "address already in use")) break;
   }
   return last;
+}
+
+absl::Status EtcdCluster::RestoreSnapshot() {
+  std::vector<std::string> peers;
+  for (const Member& peer : members_) {
+    peers.push_back(absl::StrCat(peer.name, "=", Url(false, peer.peer_port)));
+  }
+  for (const Member& m : members_) {
+    const CommandResult r =
+        Run({kEtcdctl, "snapshot", "restore", options_.restore_snapshot,
+             absl::StrCat("--name=", m.name),
+             absl::StrCat("--data-dir=", m.data_dir),
+             absl::StrCat("--initial-cluster=", absl::StrJoin(peers, ",")),
+             absl::StrCat("--initial-cluster-token=", dir_),
+             absl::StrCat("--initial-advertise-peer-urls=",
+                          Url(false, m.peer_port))},
+            absl::Seconds(60));
+    if (r.exit_code != 0) {
+      return absl::InternalError(absl::StrCat("etcdctl snapshot restore into ",
+                                              m.data_dir, ": ", r.out, r.err));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EtcdCluster::SaveSnapshot(int i, const std::string& path) const {
+  std::vector<std::string> argv = {
+      kEtcdctl, "--command-timeout=30s",
+      absl::StrCat("--endpoints=",
+                   Url(options_.tls != nullptr, members_[i].client_port))};
+  for (std::string& f : EtcdctlFlags()) argv.push_back(std::move(f));
+  for (const std::string& arg :
+       {std::string("snapshot"), std::string("save"), path}) {
+    argv.push_back(arg);
+  }
+  const CommandResult r = Run(argv, absl::Seconds(60));
+  if (r.exit_code != 0) {
+    return absl::InternalError(
+        absl::StrCat("etcdctl snapshot save ", path, ": ", r.out, r.err));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status EtcdCluster::StartMember(int i) {

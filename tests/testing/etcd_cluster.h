@@ -40,6 +40,10 @@ class EtcdCluster {
     // plaintext on loopback.
     std::unique_ptr<Tls> tls;
     absl::Duration start_timeout = absl::Seconds(30);
+    // An `etcdctl snapshot save` file: each member's data directory is
+    // restored from it (`etcdctl snapshot restore` with this cluster's names
+    // and peer URLs) before the members start, as deploy/README.md's restore.
+    std::string restore_snapshot;
   };
 
   // /usr/bin/etcd, or why it cannot run here.
@@ -71,6 +75,9 @@ class EtcdCluster {
   // (etcdctl endpoint status); UNAVAILABLE when they name none or disagree.
   absl::StatusOr<int> LeaderIndex() const;
 
+  // `etcdctl snapshot save` of member i into `path`.
+  absl::Status SaveSnapshot(int i, const std::string& path) const;
+
   // The last `bytes` of member i's log, for failure messages.
   std::string LogTail(int i, size_t bytes = 4000) const;
 
@@ -86,6 +93,9 @@ class EtcdCluster {
 
   explicit EtcdCluster(Options options);
   absl::Status StartMember(int i);
+  // etcdctl snapshot restore of options_.restore_snapshot into every
+  // member's data directory.
+  absl::Status RestoreSnapshot();
   std::vector<std::string> EtcdctlFlags() const;
 
   Options options_;
