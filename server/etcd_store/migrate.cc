@@ -207,9 +207,10 @@ std::string MigrationReport::Summary() const {
   for (const KindCount& k : kinds) {
     absl::StrAppend(&out, k.kind, ": read ", k.read, ", in etcd ", k.written);
     if (k.not_copied > 0) {
-      absl::StrAppend(&out, " (", k.not_copied,
-                      " rows older than the newest curve_history of their "
-                      "measurement not copied: the etcd store keeps those)");
+      absl::StrAppend(
+          &out, " (", k.not_copied,
+          " older rows not copied: the etcd store keeps the newest ",
+          curve_history, " of each measurement)");
     }
     out.push_back('\n');
   }
@@ -228,6 +229,7 @@ absl::StatusOr<MigrationReport> MigrateFromSqlite(
       EtcdStore::Open(&client, options.store);
   if (!to.ok()) return to.status();
   MigrationReport report;
+  report.curve_history = options.store.curve_history;
   if (absl::Status s = CopyNodesAndCurves(from, **to, report); !s.ok()) {
     return s;
   }

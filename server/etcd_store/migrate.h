@@ -45,6 +45,7 @@ struct KindCount {
 
 struct MigrationReport {
   std::vector<KindCount> kinds;
+  int curve_history = 0;  // curves kept per measurement
   // One line per kind: "nodes: read 3, in etcd 3".
   std::string Summary() const;
 };
