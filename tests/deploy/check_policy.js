@@ -1,7 +1,7 @@
 // Checks the rendered manifests against Monta's deployment contract (what the schemas
 // cannot say): webhook conventions, cross-object references, least privilege, the
 // agent's node identity and host access, and the GPU overlay's choices.
-// usage: node check_policy.js base|gpu|dev RENDERED.yaml   (NODE_PATH = tests/deploy/node_modules)
+// usage: node check_policy.js base|gpu|dev|ha RENDERED.yaml   (NODE_PATH = tests/deploy/node_modules)
 "use strict";
 const fs = require("fs");
 const yaml = require("js-yaml");
@@ -40,7 +40,9 @@ one("Namespace", NS);
 const planner = one("Deployment", "monta-planner");
 const pc = container(planner, "planner");
 const pspec = podSpec(planner);
-check(planner.spec.replicas === 1, "planner: one replica (state lives in the process)");
+const ha = variant === "ha";
+check(planner.spec.replicas === (ha ? 3 : 1),
+  ha ? "ha planner: three replicas" : "planner: one replica (state lives in the process)");
 check(pspec.serviceAccountName === "monta-planner", "planner: own ServiceAccount");
 check(pspec.securityContext.runAsNonRoot === true, "planner: runAsNonRoot");
 check(pc.securityContext.readOnlyRootFilesystem === true, "planner: read-only root fs");
@@ -51,6 +53,10 @@ check(JSON.stringify(pc.securityContext.capabilities) === JSON.stringify({ drop:
 for (const p of ["startupProbe", "readinessProbe", "livenessProbe"]) {
   check(pc[p] && pc[p].grpc && pc[p].grpc.port === 7404, `planner: ${p} is a grpc probe on the health port 7404`);
 }
+// A replica is ready while it leads or its cache is in sync (every replica serves reads
+// and the webhook); without an election the plain service says the same.
+check(((pc.readinessProbe || {}).grpc || {}).service === (ha ? "monta.v1.Planner.read" : undefined),
+  ha ? "ha planner: readiness on monta.v1.Planner.read" : "planner: readiness on the default health service");
 check(pc.resources && pc.resources.requests && pc.resources.requests.cpu && pc.resources.requests.memory &&
   pc.resources.limits && pc.resources.limits.memory, "planner: cpu/memory requests and a memory limit");
 for (const [name, port] of [["grpc", 7400], ["metrics", 7401], ["webhook", 8443], ["health", 7404]]) {
@@ -77,6 +83,83 @@ const pdb = one("PodDisruptionBudget", "monta-planner");
 check(matches(pdb.spec.selector.matchLabels, planner.spec.template.metadata.labels), "PDB selects the planner");
 check(pdb.spec.maxUnavailable === 1 && pdb.spec.minAvailable === undefined,
   "PDB: one replica may be evicted (a drain never blocks)");
+
+// --- store: SQLite in the pod, or etcd (the ha overlay) -----------------------------------
+if (!ha) {
+  check(flag("store") === undefined && objs.every((o) => o.kind !== "StatefulSet"),
+    `${variant}: one planner on SQLite, no etcd`);
+} else {
+  check(flag("store") === "etcd", "ha planner: --store=etcd");
+  const env = Object.fromEntries((pc.env || []).map((e) => [e.name, e]));
+  check(env.POD_NAME && env.POD_NAME.valueFrom.fieldRef.fieldPath === "metadata.name" &&
+    flag("replica_id") === "$(POD_NAME)", "ha planner: --replica_id is the pod's name");
+  const strategy = planner.spec.strategy || {};
+  check(strategy.type === "RollingUpdate" && (strategy.rollingUpdate || {}).maxUnavailable === 1,
+    "ha planner: rolling update, one replica away at a time (two keep serving)");
+  const anti = (((pspec.affinity || {}).podAntiAffinity || {}).requiredDuringSchedulingIgnoredDuringExecution || []);
+  check(anti.some((t) => t.topologyKey === "kubernetes.io/hostname" &&
+    matches(t.labelSelector.matchLabels, planner.spec.template.metadata.labels)),
+    "ha planner: replicas on different nodes (required pod anti-affinity)");
+  // Mutual TLS to etcd with etcd's own CA, from a mounted cert-manager secret.
+  const etcdClient = one("Certificate", "monta-etcd-planner");
+  const etcdCa = one("Certificate", "monta-etcd-ca");
+  check(etcdCa.spec.isCA === true && (etcdClient.spec.issuerRef || {}).name === "monta-etcd-ca" &&
+    one("Issuer", "monta-etcd-ca").spec.ca.secretName === etcdCa.spec.secretName,
+    "ha: the planner's etcd client certificate comes from etcd's own CA");
+  check((etcdClient.spec.usages || []).includes("client auth"), "ha: etcd client certificate for client auth");
+  const etcdVol = (pspec.volumes || []).find((v) => v.secret && v.secret.secretName === etcdClient.spec.secretName);
+  const etcdMount = etcdVol && (pc.volumeMounts || []).find((m) => m.name === etcdVol.name);
+  check(etcdMount && etcdMount.readOnly === true && flag("etcd_ca_file") === `${etcdMount.mountPath}/ca.crt` &&
+    flag("etcd_cert_file") === `${etcdMount.mountPath}/tls.crt` && flag("etcd_key_file") === `${etcdMount.mountPath}/tls.key`,
+    "ha planner: --etcd_ca_file/--etcd_cert_file/--etcd_key_file point into the mounted client certificate");
+  check(!args.includes("--etcd_insecure"), "ha planner: never --etcd_insecure");
+  // etcd: three members, one per node, mutual TLS for clients and peers.
+  const etcd = one("StatefulSet", "monta-etcd");
+  const ec = container(etcd, "etcd");
+  const espec = podSpec(etcd);
+  const ecmd = ec.command || [];
+  const eflag = (name) => (ecmd.find((a) => a.startsWith(`--${name}=`)) || "").split("=").slice(1).join("=");
+  check(etcd.spec.replicas === 3 && etcd.spec.podManagementPolicy === "Parallel", "ha etcd: three members, started together");
+  const members = [0, 1, 2].map((i) => `monta-etcd-${i}.${etcd.spec.serviceName}.${NS}.svc`);
+  check(JSON.stringify(flag("etcd_endpoints").split(",")) === JSON.stringify(members.map((m) => `${m}:2379`)),
+    "ha planner: --etcd_endpoints names the three members' stable DNS names");
+  check(eflag("initial-cluster") === members.map((m, i) => `monta-etcd-${i}=https://${m}:2380`).join(","),
+    "ha etcd: --initial-cluster names the three members over https");
+  const headless = one("Service", etcd.spec.serviceName);
+  check(headless.spec.clusterIP === "None" && headless.spec.publishNotReadyAddresses === true &&
+    matches(headless.spec.selector, etcd.spec.template.metadata.labels), "ha etcd: headless Service of the members");
+  for (const f of ["--client-cert-auth", "--peer-client-cert-auth"]) check(ecmd.includes(f), `ha etcd: ${f}`);
+  const server = one("Certificate", "monta-etcd-server");
+  check((server.spec.issuerRef || {}).name === "monta-etcd-ca" &&
+    (server.spec.dnsNames || []).includes(`*.${etcd.spec.serviceName}.${NS}.svc`),
+    "ha etcd: server certificate from etcd's CA covers the members' names");
+  const stls = (espec.volumes || []).find((v) => v.secret && v.secret.secretName === server.spec.secretName);
+  const stlsMount = stls && (ec.volumeMounts || []).find((m) => m.name === stls.name);
+  check(stlsMount && stlsMount.readOnly === true &&
+    ["trusted-ca-file", "peer-trusted-ca-file"].every((f) => eflag(f) === `${stlsMount.mountPath}/ca.crt`) &&
+    ["cert-file", "peer-cert-file"].every((f) => eflag(f) === `${stlsMount.mountPath}/tls.crt`) &&
+    ["key-file", "peer-key-file"].every((f) => eflag(f) === `${stlsMount.mountPath}/tls.key`),
+    "ha etcd: client and peer TLS files from the mounted server certificate");
+  check(eflag("listen-client-urls").startsWith("https://") && eflag("listen-peer-urls").startsWith("https://"),
+    "ha etcd: clients and peers over https only");
+  check(eflag("auto-compaction-mode") === "periodic" && eflag("auto-compaction-retention"),
+    "ha etcd: automatic compaction");
+  const eanti = (((espec.affinity || {}).podAntiAffinity || {}).requiredDuringSchedulingIgnoredDuringExecution || []);
+  check(eanti.some((t) => t.topologyKey === "kubernetes.io/hostname"), "ha etcd: members on different nodes");
+  check((etcd.spec.volumeClaimTemplates || []).some((t) => (ec.volumeMounts || []).some((m) => m.name === t.metadata.name &&
+    eflag("data-dir").startsWith(m.mountPath))), "ha etcd: --data-dir on the member's own volume");
+  check(ec.securityContext.readOnlyRootFilesystem === true && espec.securityContext.runAsNonRoot === true &&
+    JSON.stringify(ec.securityContext.capabilities) === JSON.stringify({ drop: ["ALL"] }), "ha etcd: hardened like the planner");
+  const epdb = one("PodDisruptionBudget", "monta-etcd");
+  check(epdb.spec.minAvailable === 2 && matches(epdb.spec.selector.matchLabels, etcd.spec.template.metadata.labels),
+    "ha etcd: PDB keeps two of three (the quorum)");
+  const enp = one("NetworkPolicy", "monta-etcd");
+  check((enp.spec.ingress || []).some((r) => (r.ports || []).some((p) => p.port === 2379) &&
+    (r.from || []).every((f) => f.podSelector && matches(f.podSelector.matchLabels, planner.spec.template.metadata.labels))),
+    "ha etcd: clients from the planner pods");
+  check((enp.spec.ingress || []).every((r) => !(r.ports || []).some((p) => p.port === 2379 || p.port === 2380) ||
+    (r.from || []).every((f) => f.podSelector && !f.namespaceSelector)), "ha etcd: 2379/2380 only from pods of this namespace");
+}
 
 // --- webhook TLS (cert-manager) ---------------------------------------------------------
 const cert = one("Certificate", "monta-planner-webhook");

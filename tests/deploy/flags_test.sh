@@ -14,8 +14,6 @@ declare -A PENDING=()
 src="$(cd "$HERE_SRC/../.." && pwd)"
 [[ -f "$src/server/main.cc" && -f "$src/agent/main.cc" ]] || skip "source tree not found at $src"
 need_kubectl
-out="$SCRATCH/gpu.yaml"
-render overlays/gpu "$out"
 
 defined() { # defined DIR... : flag names defined by ABSL_FLAG in non-test .cc files
   # Joined into one line first: clang-format may break ABSL_FLAG( across lines.
@@ -37,6 +35,10 @@ args_of() { # args_of CONTAINER_NAME
 }
 
 bad=0
+for overlay in gpu ha; do
+out="$SCRATCH/$overlay.yaml"
+render "overlays/$overlay" "$out"
+echo "deploy/overlays/$overlay:"
 for c in planner agent; do
   flags="$planner_flags"; [[ $c == agent ]] && flags="$agent_flags"
   args="$(args_of "$c")"
@@ -52,6 +54,7 @@ for c in planner agent; do
       bad=1
     fi
   done <<<"$args"
+done
 done
 ((bad == 0)) || fail "unknown flags"
 echo "PASSED: flags"

@@ -10,11 +10,13 @@ need_kubectl
 echo "kubectl: $KUBECTL ($("$KUBECTL" version --client --short 2>/dev/null || true))"
 # No ClusterRole: the planner has no Kubernetes client (deploy/base/planner-rbac.yaml).
 want="DaemonSet Deployment Issuer Certificate MutatingWebhookConfiguration Namespace NetworkPolicy PodDisruptionBudget PodMonitor PrometheusRule Service ServiceAccount ServiceMonitor ValidatingWebhookConfiguration"
-for dir in base overlays/gpu overlays/dev; do
+for dir in base overlays/gpu overlays/dev overlays/ha; do
   out="$SCRATCH/${dir//\//_}.yaml"
   render "$dir" "$out"
   kinds="$(sed -n 's/^kind: //p' "$out" | sort -u | tr '\n' ' ')"
-  for k in $want; do
+  more=""
+  [[ $dir == overlays/ha ]] && more="StatefulSet"  # etcd's three members
+  for k in $want $more; do
     grep -qx "kind: $k" "$out" || fail "deploy/$dir: no $k (rendered kinds: $kinds)"
   done
   echo "deploy/$dir: $(grep -c '^kind:' "$out") objects: $kinds"

@@ -8,7 +8,7 @@ source "$lib"
 
 need_kubectl
 need_node
-for v in base gpu dev; do
+for v in base gpu dev ha; do
   dir="overlays/$v"; [[ $v == base ]] && dir=base
   out="$SCRATCH/$v.yaml"
   render "$dir" "$out"

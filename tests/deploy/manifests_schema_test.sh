@@ -9,7 +9,7 @@ source "$lib"
 need_kubectl
 need_node
 files=()
-for dir in base overlays/gpu overlays/dev; do
+for dir in base overlays/gpu overlays/dev overlays/ha; do
   out="$SCRATCH/${dir//\//_}.yaml"
   render "$dir" "$out"
   files+=("$out")
