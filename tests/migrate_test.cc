@@ -96,30 +96,11 @@ std::map<int64_t, SqliteStore::LogRow> Rows(SqliteStore& db,
   return rows;
 }
 
-TEST(MigrateTest, EverySqliteRecordLandsInEtcd) {
-  const std::string file = TempDir() + "/planner.db";
-  WriteFile(file);
-  if (HasFatalFailure()) return;
-  auto etcd = EtcdCluster::Start({});
-  ASSERT_TRUE(etcd.ok()) << etcd.status();
-
-  CommandResult r = Migrate(file, **etcd);
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_TRUE(absl::StrContains(r.out, "nodes: read 3, in etcd 3")) << r.out;
-  // The newest 8 of (a,b)'s 12 rows, and (b,c)'s 2.
-  EXPECT_TRUE(absl::StrContains(r.out,
-                                "curves: read 14, in etcd 10 (4 older rows not "
-                                "copied: the etcd store keeps the newest 8"))
-      << r.out;
-  EXPECT_TRUE(absl::StrContains(r.out, "decisions: read 300, in etcd 300"))
-      << r.out;
-  EXPECT_TRUE(absl::StrContains(r.out, "verifications: read 5, in etcd 5"))
-      << r.out;
-  EXPECT_TRUE(absl::StrContains(r.out, "audit: read 3, in etcd 3")) << r.out;
-
-  // What etcd holds, read back through the etcd store and the records' keys.
+// The etcd store lists the file's nodes and current curves, and the records'
+// keys hold its rows (a sample compared field by field).
+void ExpectEtcdHoldsTheFile(const std::string& file, const EtcdCluster& etcd) {
   etcd::ClientOptions client_options;
-  client_options.endpoints = {(*etcd)->endpoint(0)};
+  client_options.endpoints = {etcd.endpoint(0)};
   client_options.security.insecure = true;
   auto client = etcd::Client::Create(client_options);
   ASSERT_TRUE(client.ok());
@@ -172,20 +153,22 @@ TEST(MigrateTest, EverySqliteRecordLandsInEtcd) {
   ASSERT_TRUE(last.ParseFromString(
       Rows(**db, SqliteStore::LogTable::kDecisions).at(kDecisions).fields[1]));
   EXPECT_EQ(last.decision_seconds(), kDecisions - 1);
+}
 
-  // Again: refused, the prefix holds the first copy.
-  r = Migrate(file, **etcd);
+// Again: refused; a missing file and a missing --store=etcd too.
+void ExpectRefusals(const std::string& file, const EtcdCluster& etcd) {
+  CommandResult r = Migrate(file, etcd);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(absl::StrContains(r.err, "is not empty")) << r.err;
   EXPECT_TRUE(absl::StrContains(r.err, "--migrate_into_nonempty")) << r.err;
   // Told to: the same keys, put again; nothing doubles.
-  r = Migrate(file, **etcd, {"--migrate_into_nonempty"});
+  r = Migrate(file, etcd, {"--migrate_into_nonempty"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(absl::StrContains(r.out, "curves: read 14, in etcd 10")) << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "decisions: read 300, in etcd 300"))
       << r.out;
   // A file that is not there is not created and migrated empty.
-  r = Migrate(TempDir() + "/missing.db", **etcd, {"--migrate_into_nonempty"});
+  r = Migrate(TempDir() + "/missing.db", etcd, {"--migrate_into_nonempty"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(absl::StrContains(r.err, "No such file")) << r.err;
   // Without --store=etcd there is nowhere to copy to.
@@ -193,13 +176,15 @@ TEST(MigrateTest, EverySqliteRecordLandsInEtcd) {
       {Runfile("server/monta-planner"), "--migrate_from_sqlite=" + file});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(absl::StrContains(r.err, "needs --store=etcd")) << r.err;
+}
 
-  // A planner on the prefix serves the migrated nodes.
+// A planner on the prefix serves the migrated nodes.
+void ExpectAPlannerServesTheNodes(const EtcdCluster& etcd) {
   LocalCluster cluster;
   ASSERT_TRUE(
       cluster
           .StartPlanner(
-              {"--store=etcd", "--etcd_endpoints=" + (*etcd)->endpoint(0),
+              {"--store=etcd", "--etcd_endpoints=" + etcd.endpoint(0),
                "--etcd_insecure", absl::StrCat("--etcd_prefix=", kPrefix),
                "--bench_on_register=false", "--leader_lease_seconds=2"})
           .ok());
@@ -211,6 +196,33 @@ TEST(MigrateTest, EverySqliteRecordLandsInEtcd) {
     EXPECT_TRUE(absl::StrContains(node.out, absl::StrCat("host-", name)))
         << node.out;
   }
+}
+
+TEST(MigrateTest, EverySqliteRecordLandsInEtcd) {
+  const std::string file = TempDir() + "/planner.db";
+  WriteFile(file);
+  if (HasFatalFailure()) return;
+  auto etcd = EtcdCluster::Start({});
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+
+  CommandResult r = Migrate(file, **etcd);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "nodes: read 3, in etcd 3")) << r.out;
+  // The newest 8 of (a,b)'s 12 rows, and (b,c)'s 2.
+  EXPECT_TRUE(absl::StrContains(r.out,
+                                "curves: read 14, in etcd 10 (4 older rows not "
+                                "copied: the etcd store keeps the newest 8"))
+      << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "decisions: read 300, in etcd 300"))
+      << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "verifications: read 5, in etcd 5"))
+      << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "audit: read 3, in etcd 3")) << r.out;
+
+  ExpectEtcdHoldsTheFile(file, **etcd);
+  if (HasFatalFailure()) return;
+  ExpectRefusals(file, **etcd);
+  ExpectAPlannerServesTheNodes(**etcd);
 }
 
 }  // namespace
