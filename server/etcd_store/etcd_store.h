@@ -13,14 +13,17 @@
 //                             the commit that adds a newer one)
 //   P log                     the mutations of the last commit (encoded by
 //                             this file): Watch reads its puts
+//   P records/<table>/<id>    rows of a SQLite file's decisions,
+//                             verifications and audit log, copied by
+//                             --migrate_from_sqlite (migrate.h); not read here
 //
-// List is one paged list of P at one etcd revision. Commit is ONE etcd Txn:
-// its compare is the fence, its operations the net puts and deletes of the
-// batch and the log put; the revision is etcd's. The writer keeps a mirror of
-// what it stored (loaded at Lead, updated by its own commits; dropped and
-// listed again after any failed commit), so a commit reads nothing: while its
-// fence holds nobody else writes. Watch is etcd's watch of P log from the
-// revision after: every commit in revision order; a compacted revision is
+// List is a paged list of P curves/ and P nodes/ at one etcd revision. Commit
+// is ONE etcd Txn: its compare is the fence, its operations the net puts and
+// deletes of the batch and the log put; the revision is etcd's. The writer
+// keeps a mirror of what it stored (loaded at Lead, updated by its own commits;
+// dropped and listed again after any failed commit), so a commit reads nothing:
+// while its fence holds nobody else writes. Watch is etcd's watch of P log from
+// the revision after: every commit in revision order; a compacted revision is
 // OUT_OF_RANGE ("list again").
 //
 // The fence. Standalone (no fence_key): Lead puts P writer, the epoch is that
