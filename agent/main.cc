@@ -23,6 +23,7 @@
 #include "common/http/http_server.h"
 #include "common/http/metrics_endpoint.h"
 #include "common/port_file.h"
+#include "common/replicas/endpoints.h"
 #include "common/signals.h"
 #include "prometheus/registry.h"
 
@@ -168,6 +169,12 @@ absl::Status CheckCertificateNamesNode(
 absl::StatusOr<monta::agent::AgentOptions> AgentOptionsFromFlags() {
   monta::agent::AgentOptions options;
   options.planner_address = absl::GetFlag(FLAGS_planner);
+  if (absl::StatusOr<monta::replicas::Endpoints> planners =
+          monta::replicas::Endpoints::Parse(options.planner_address,
+                                            "--planner");
+      !planners.ok()) {
+    return planners.status();
+  }
   absl::StatusOr<monta::GrpcSecurityOptions> security =
       monta::GrpcSecurityFromFlags();
   if (!security.ok()) return security.status();

@@ -1,10 +1,11 @@
 // montactl: the command line for a Monta planner.
 //
-//   montactl [--planner ADDR] [--output table|json] COMMAND [ARGS]
+//   montactl [--planner ADDR[,ADDR...]] [--output table|json] COMMAND [ARGS]
 //
 // Commands: health, nodes, node NAME, topology NODE, topology --fabric,
 // profiles, plan, bench, verify, curves NODE, forget.
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -30,12 +31,19 @@
 #include "common/job_file.h"
 #include "common/proto_json.h"
 #include "common/proto_names.h"
+#include "common/replicas/endpoints.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/monta/v1/planner.grpc.pb.h"
 
-ABSL_FLAG(std::string, planner, "127.0.0.1:7400", "planner gRPC address");
+ABSL_FLAG(std::string, planner, "127.0.0.1:7400",
+          "planner gRPC address (host:port), or a planner's replicas "
+          "comma-separated: a call answered UNAVAILABLE (down, or a follower "
+          "refusing a leader-only call) is made again on the leader the "
+          "follower named when listed, else the next replica; a "
+          "dns:///NAME:PORT target resolving to several replicas is called "
+          "round robin");
 ABSL_FLAG(std::string, output, "table", "output format: table or json");
 ABSL_FLAG(double, timeout_seconds, 10, "RPC deadline");
 ABSL_FLAG(bool, all, false, "nodes: include gone (deregistered) nodes");
@@ -90,10 +98,61 @@ namespace {
 using monta::client::ShortDuration;
 using monta::client::Table;
 
+// The planner's replicas montactl may call, one channel each (made on first
+// use), and which one it calls now (common/replicas).
+class Planners {
+ public:
+  Planners(monta::replicas::Endpoints endpoints,
+           std::shared_ptr<grpc::ChannelCredentials> credentials)
+      : endpoints_(std::move(endpoints)),
+        credentials_(std::move(credentials)) {}
+
+  std::shared_ptr<grpc::Channel> Channel(const std::string& endpoint) {
+    std::shared_ptr<grpc::Channel>& channel = channels_[endpoint];
+    if (channel == nullptr) {
+      // A large cluster's fabric tree or node list is more than gRPC's
+      // default 4 MiB a reply.
+      grpc::ChannelArguments args;
+      args.SetMaxReceiveMessageSize(256 << 20);
+      monta::replicas::UseRoundRobinForDns(endpoint, &args);
+      channel = grpc::CreateCustomChannel(endpoint, credentials_, args);
+    }
+    return channel;
+  }
+
+  // `rpc` on the replica called now; after UNAVAILABLE again on the leader
+  // a follower named (when listed), else the next replica.
+  grpc::Status Call(
+      const std::function<grpc::Status(std::shared_ptr<grpc::Channel>)>& rpc) {
+    return monta::replicas::CallWithFailover(
+        endpoints_,
+        [&](const std::string& endpoint) { return rpc(Channel(endpoint)); });
+  }
+
+  const monta::replicas::Endpoints& endpoints() const { return endpoints_; }
+
+ private:
+  monta::replicas::Endpoints endpoints_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
+};
+
 struct Context {
-  std::shared_ptr<grpc::Channel> channel;
+  Planners* planners = nullptr;
   bool json = false;
 };
+
+// A Planner RPC through ctx's replicas: `rpc` gets a stub on the replica
+// called now (and a fresh one on each retry).
+grpc::Status CallPlanner(
+    const Context& ctx,
+    const std::function<grpc::Status(monta::v1::Planner::Stub&)>& rpc) {
+  return ctx.planners->Call([&](std::shared_ptr<grpc::Channel> channel) {
+    std::unique_ptr<monta::v1::Planner::Stub> stub =
+        monta::v1::Planner::NewStub(channel);
+    return rpc(*stub);
+  });
+}
 
 std::unique_ptr<grpc::ClientContext> RpcContext() {
   auto context = std::make_unique<grpc::ClientContext>();
@@ -118,14 +177,32 @@ int PrintJson(const google::protobuf::Message& message) {
   return 0;
 }
 
+// With several replicas: SERVING when any replica serves `service` (the
+// planner is up when its leader is, its reads when any replica's are); else
+// the last answer.
 int Health(const Context& ctx, const std::vector<std::string>& args) {
-  auto stub = grpc::health::v1::Health::NewStub(ctx.channel);
   grpc::health::v1::HealthCheckRequest request;
   if (!args.empty()) request.set_service(args[0]);
   grpc::health::v1::HealthCheckResponse reply;
-  auto context = RpcContext();
-  grpc::Status status = stub->Check(context.get(), request, &reply);
-  if (!status.ok()) return Fail("health check", status);
+  bool answered = false;
+  grpc::Status failed;
+  for (const std::string& endpoint : ctx.planners->endpoints().all()) {
+    auto stub =
+        grpc::health::v1::Health::NewStub(ctx.planners->Channel(endpoint));
+    grpc::health::v1::HealthCheckResponse answer;
+    auto context = RpcContext();
+    grpc::Status checked = stub->Check(context.get(), request, &answer);
+    if (!checked.ok()) {
+      failed = checked;
+      continue;
+    }
+    answered = true;
+    reply = answer;
+    if (reply.status() == grpc::health::v1::HealthCheckResponse::SERVING) {
+      break;
+    }
+  }
+  if (!answered) return Fail("health check", failed);
   if (ctx.json) return PrintJson(reply);
   std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
                    reply.status())
@@ -166,15 +243,16 @@ std::string CurveSummary(const monta::v1::NodeInfo& node) {
 }
 
 int Nodes(const Context& ctx, const std::vector<std::string>& args) {
-  auto stub = monta::v1::Planner::NewStub(ctx.channel);
   monta::v1::ListNodesRequest request;
   request.set_include_gone(absl::GetFlag(FLAGS_all));
   // Every page, merged into one reply (JSON prints it whole).
   monta::v1::ListNodesReply reply;
   do {
     monta::v1::ListNodesReply page;
-    auto context = RpcContext();
-    grpc::Status status = stub->ListNodes(context.get(), request, &page);
+    grpc::Status status = CallPlanner(ctx, [&](monta::v1::Planner::Stub& stub) {
+      auto context = RpcContext();
+      return stub.ListNodes(context.get(), request, &page);
+    });
     if (!status.ok()) return Fail("list nodes", status);
     if (!page.next_page_token().empty() &&
         page.next_page_token() == request.page_token()) {
@@ -204,11 +282,12 @@ int Nodes(const Context& ctx, const std::vector<std::string>& args) {
 
 grpc::Status GetNode(const Context& ctx, const std::string& name,
                      monta::v1::NodeInfo* node) {
-  auto stub = monta::v1::Planner::NewStub(ctx.channel);
   monta::v1::GetNodeRequest request;
   request.set_name(name);
-  auto context = RpcContext();
-  return stub->GetNode(context.get(), request, node);
+  return CallPlanner(ctx, [&](monta::v1::Planner::Stub& stub) {
+    auto context = RpcContext();
+    return stub.GetNode(context.get(), request, node);
+  });
 }
 
 // For `montactl COMMAND NAME`: reads node NAME into `node`. 0 on success, else
@@ -235,10 +314,11 @@ int Node(const Context& ctx, const std::vector<std::string>& args) {
 
 // montactl topology --fabric: the whole tree.
 int FabricTree(const Context& ctx) {
-  auto stub = monta::v1::Planner::NewStub(ctx.channel);
   monta::v1::FabricReply reply;
-  auto context = RpcContext();
-  grpc::Status status = stub->GetFabric(context.get(), {}, &reply);
+  grpc::Status status = CallPlanner(ctx, [&](monta::v1::Planner::Stub& stub) {
+    auto context = RpcContext();
+    return stub.GetFabric(context.get(), {}, &reply);
+  });
   if (!status.ok()) return Fail("get fabric", status);
   if (ctx.json) return PrintJson(reply);
   std::cout << monta::client::FabricText(reply);
@@ -290,10 +370,11 @@ int Topology(const Context& ctx, const std::vector<std::string>& args) {
 }
 
 int Profiles(const Context& ctx, const std::vector<std::string>& args) {
-  auto stub = monta::v1::Planner::NewStub(ctx.channel);
   monta::v1::ListProfilesReply reply;
-  auto context = RpcContext();
-  grpc::Status status = stub->ListProfiles(context.get(), {}, &reply);
+  grpc::Status status = CallPlanner(ctx, [&](monta::v1::Planner::Stub& stub) {
+    auto context = RpcContext();
+    return stub.ListProfiles(context.get(), {}, &reply);
+  });
   if (!status.ok()) return Fail("list profiles", status);
   if (ctx.json) return PrintJson(reply);
   Table summary({"PROFILE", "VERSION", "GPUS/NODE", "NICS/NODE", "NIC RATE",
@@ -375,10 +456,11 @@ std::optional<monta::v1::StrategyRequest> RequestFromFlags(
 int Plan(const Context& ctx, const std::vector<std::string>& args) {
   std::optional<monta::v1::StrategyRequest> request = RequestFromFlags("plan");
   if (!request) return 2;
-  auto stub = monta::v1::Planner::NewStub(ctx.channel);
   monta::v1::StrategyReply reply;
-  auto context = RpcContext();
-  grpc::Status status = stub->GetStrategy(context.get(), *request, &reply);
+  grpc::Status status = CallPlanner(ctx, [&](monta::v1::Planner::Stub& stub) {
+    auto context = RpcContext();
+    return stub.GetStrategy(context.get(), *request, &reply);
+  });
   if (!status.ok()) return Fail("plan", status);
   if (ctx.json) return PrintJson(reply);
   std::cout << monta::client::PlanText(reply);
@@ -413,12 +495,13 @@ int Verify(const Context& ctx, const std::vector<std::string>& args) {
   request.set_calibrate_on_loopback(absl::GetFlag(FLAGS_calibrate_on_loopback));
   const double timeout = absl::GetFlag(FLAGS_verify_timeout_seconds);
   request.set_timeout_seconds(timeout);
-  auto stub = monta::v1::Planner::NewStub(ctx.channel);
   monta::v1::VerifyReply reply;
-  grpc::ClientContext context;
-  context.set_deadline(
-      absl::ToChronoTime(absl::Now() + absl::Seconds(timeout + 15)));
-  grpc::Status status = stub->Verify(&context, request, &reply);
+  grpc::Status status = CallPlanner(ctx, [&](monta::v1::Planner::Stub& stub) {
+    grpc::ClientContext context;
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + absl::Seconds(timeout + 15)));
+    return stub.Verify(&context, request, &reply);
+  });
   if (!status.ok()) return Fail("verify", status);
   const std::string svg_path = absl::GetFlag(FLAGS_svg);
   if (!svg_path.empty()) {
@@ -449,10 +532,11 @@ int BenchFabric(const Context& ctx) {
   monta::v1::RunBenchmarkRequest request = SweepRequest();
   request.set_fabric_levels(true);
   request.set_dry_run(absl::GetFlag(FLAGS_dry_run));
-  auto stub = monta::v1::Planner::NewStub(ctx.channel);
   monta::v1::RunBenchmarkReply reply;
-  auto context = RpcContext();
-  grpc::Status status = stub->RunBenchmark(context.get(), request, &reply);
+  grpc::Status status = CallPlanner(ctx, [&](monta::v1::Planner::Stub& stub) {
+    auto context = RpcContext();
+    return stub.RunBenchmark(context.get(), request, &reply);
+  });
   if (!status.ok()) return Fail("bench --fabric", status);
   if (ctx.json) return PrintJson(reply);
   std::cout << monta::client::LevelTasksText(reply, request.dry_run());
@@ -477,13 +561,14 @@ int Bench(const Context& ctx, const std::vector<std::string>& args) {
   monta::v1::RunBenchmarkRequest request = SweepRequest();
   for (const auto& n : nodes) request.add_nodes(n);
   request.set_wait(absl::GetFlag(FLAGS_wait));
-  auto stub = monta::v1::Planner::NewStub(ctx.channel);
   monta::v1::RunBenchmarkReply reply;
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(
-      absl::Now() +
-      absl::Seconds(absl::GetFlag(FLAGS_bench_timeout_seconds) + 15)));
-  grpc::Status status = stub->RunBenchmark(&context, request, &reply);
+  grpc::Status status = CallPlanner(ctx, [&](monta::v1::Planner::Stub& stub) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(
+        absl::Now() +
+        absl::Seconds(absl::GetFlag(FLAGS_bench_timeout_seconds) + 15)));
+    return stub.RunBenchmark(&context, request, &reply);
+  });
   if (!status.ok()) return Fail("bench", status);
   if (ctx.json) return PrintJson(reply);
   const auto& s = reply.status();
@@ -547,12 +632,13 @@ int Curves(const Context& ctx, const std::vector<std::string>& args) {
     std::cerr << "montactl: usage: montactl curves NODE\n";
     return 2;
   }
-  auto stub = monta::v1::Planner::NewStub(ctx.channel);
   monta::v1::ListCurvesRequest request;
   request.set_node_name(args[0]);
   monta::v1::ListCurvesReply reply;
-  auto context = RpcContext();
-  grpc::Status status = stub->ListCurves(context.get(), request, &reply);
+  grpc::Status status = CallPlanner(ctx, [&](monta::v1::Planner::Stub& stub) {
+    auto context = RpcContext();
+    return stub.ListCurves(context.get(), request, &reply);
+  });
   if (!status.ok()) return Fail("list curves", status);
   if (ctx.json) return PrintJson(reply);
   // Newest first: the planner's sequence orders evidence; RECEIVED is when
@@ -597,13 +683,14 @@ int Forget(const Context& ctx, const std::vector<std::string>& args) {
     std::cerr << "montactl: usage: montactl forget (--task ID | --node NAME)\n";
     return 2;
   }
-  auto stub = monta::v1::Planner::NewStub(ctx.channel);
   monta::v1::ForgetCurvesRequest request;
   request.set_task_id(task);
   request.set_node_name(node);
   monta::v1::ForgetCurvesReply reply;
-  auto context = RpcContext();
-  grpc::Status status = stub->ForgetCurves(context.get(), request, &reply);
+  grpc::Status status = CallPlanner(ctx, [&](monta::v1::Planner::Stub& stub) {
+    auto context = RpcContext();
+    return stub.ForgetCurves(context.get(), request, &reply);
+  });
   if (!status.ok()) return Fail("forget", status);
   if (ctx.json) return PrintJson(reply);
   std::cout << "forgot " << reply.forgotten_size() << " curve(s)\n";
@@ -625,7 +712,8 @@ int Forget(const Context& ctx, const std::vector<std::string>& args) {
 // What `montactl --help` says above the flags.
 constexpr char kUsage[] =
     "Monta's command-line client.\n\n"
-    "Usage: montactl [--planner ADDR] (--tls_ca_file F --tls_cert_file F "
+    "Usage: montactl [--planner ADDR[,ADDR...]] (--tls_ca_file F "
+    "--tls_cert_file F "
     "--tls_key_file F | --insecure) [--output table|json] COMMAND [ARGS]\n"
     "commands:\n"
     "  health            planner health (gRPC health checking)\n"
@@ -688,12 +776,15 @@ int main(int argc, char** argv) {
     std::cerr << "montactl: " << credentials.status().message() << "\n";
     return 2;
   }
-  // A large cluster's fabric tree or node list is more than gRPC's default
-  // 4 MiB a reply.
-  grpc::ChannelArguments channel_args;
-  channel_args.SetMaxReceiveMessageSize(256 << 20);
-  ctx.channel = grpc::CreateCustomChannel(absl::GetFlag(FLAGS_planner),
-                                          *credentials, channel_args);
+  absl::StatusOr<monta::replicas::Endpoints> endpoints =
+      monta::replicas::Endpoints::Parse(absl::GetFlag(FLAGS_planner),
+                                        "--planner");
+  if (!endpoints.ok()) {
+    std::cerr << "montactl: " << endpoints.status().message() << "\n";
+    return 2;
+  }
+  Planners planners(*std::move(endpoints), *credentials);
+  ctx.planners = &planners;
   const std::string command = args[0];
   args.erase(args.begin());
   using Handler = int (*)(const Context&, const std::vector<std::string>&);

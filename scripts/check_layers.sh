@@ -112,6 +112,8 @@ check //client/... allow '^//(client|common|proto|third_party)[:/]' \
   "client may depend only on proto/ and common/"
 check //common/... allow '^//(common|proto|third_party)[:/]' \
   "common/ is shared by every room and may depend only on proto/ and third_party/"
+check //common/replicas/... allow '^//(common/replicas|third_party)[:/]' \
+  "common/replicas (a planner's replicas as clients name them) may depend only on third_party/ (Abseil, gRPC): the agent and montactl share it"
 check //common/http/... allow '^//(common/http|third_party)[:/]' \
   "common/http (the HTTP edge) may depend only on third_party/, so every binary can serve HTTP without pulling in the contract"
 check //proto/... allow '^//(proto|third_party)[:/]' \

@@ -11,8 +11,9 @@
 // their watch-fed caches (issue 20 item 6): the same nodes, curves and
 // strategy as the leader. A client looping GetStrategy over all three
 // replicas (the next one on UNAVAILABLE) through the leader's SIGKILL fails
-// no call. The measured times are logged, not asserted (timed bars belong in
-// perf/).
+// no call; neither does montactl given a dead address, a follower and the
+// leader (--planner=dead,follower,leader). The measured times are logged, not
+// asserted (timed bars belong in perf/).
 #include <signal.h>
 
 #include <algorithm>
@@ -236,6 +237,36 @@ class HaTest : public ::testing::Test {
     cluster_.UsePlanner(leader);
   }
 
+  // montactl --planner=dead,follower,leader: a read is answered by the
+  // follower (past the dead address), a leader-only call (ForgetCurves of a
+  // task nobody ran) goes past the follower's refusal to the leader it named.
+  void ExpectMontactlPastDeadAndFollower(int leader) {
+    const int follower = ports_[0] == leader ? ports_[1] : ports_[0];
+    const std::string planners =
+        absl::StrCat("--planner=127.0.0.1:", FreeLoopbackPort(),
+                     ",127.0.0.1:", follower, ",127.0.0.1:", leader);
+    const CommandResult nodes =
+        cluster_.Montactl({planners, "--output=json", "nodes"});
+    EXPECT_EQ(nodes.exit_code, 0) << nodes.err;
+    EXPECT_NE(nodes.out.find("node-b"), std::string::npos) << nodes.out;
+    const CommandResult forget =
+        cluster_.Montactl({planners, "forget", "--task=no-such-task"});
+    EXPECT_EQ(forget.exit_code, 0) << forget.err << "\n" << Logs();
+    EXPECT_NE(forget.out.find("forgot 0 curve(s)"), std::string::npos)
+        << forget.out;
+    // Not the follower alone: it refuses the call.
+    const CommandResult refused =
+        cluster_.Montactl({absl::StrCat("--planner=127.0.0.1:", follower),
+                           "forget", "--task=no-such-task"});
+    EXPECT_NE(refused.exit_code, 0);
+    EXPECT_NE(refused.err.find("not the leader"), std::string::npos)
+        << refused.err;
+    // Health over the list: the leader serves monta.v1.Planner.
+    const CommandResult health =
+        cluster_.Montactl({planners, "health", "monta.v1.Planner"});
+    EXPECT_EQ(health.out, "SERVING\n") << health.err;
+  }
+
   LocalCluster cluster_;
   std::vector<int> ports_;
   std::vector<std::unique_ptr<monta::v1::Planner::Stub>> stubs_;
@@ -260,6 +291,7 @@ TEST_F(HaTest, LeaderKillAndGracefulStopHandOverWithNodesAndCurves) {
       WaitForOwnCurves();
   ConnectToReplicas();
   ExpectFollowersAnswerLikeTheLeader(first, acknowledged);
+  ExpectMontactlPastDeadAndFollower(first);
 
   // SIGKILL the leader: another replica leads after the lease (+ etcd's
   // expiry check), its registry reloaded from etcd, and coordinates. A

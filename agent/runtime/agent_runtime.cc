@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "common/grpc_status.h"
 #include "common/status_proto.h"
 #include "grpcpp/create_channel.h"
@@ -70,25 +69,41 @@ std::string RandomInstanceId() {
   return absl::StrFormat("%08x%08x", rd(), rd());
 }
 
+namespace {
+
+// --planner's replicas (monta-agent checks the flag; a list that does not
+// parse is dialled as given, and gRPC says why it fails).
+replicas::Endpoints PlannerEndpoints(const std::string& address) {
+  absl::StatusOr<replicas::Endpoints> parsed =
+      replicas::Endpoints::Parse(address, "planner_address");
+  return parsed.ok() ? *std::move(parsed) : replicas::Endpoints({address});
+}
+
+}  // namespace
+
 AgentRuntime::AgentRuntime(AgentOptions options)
-    : options_(std::move(options)) {
+    : options_(std::move(options)),
+      endpoints_(PlannerEndpoints(options_.planner_address)) {
   if (options_.instance_id.empty()) options_.instance_id = RandomInstanceId();
   std::random_device rd;
   rng_.seed((static_cast<uint64_t>(rd()) << 32) | rd());
-  endpoints_ = absl::StrSplit(options_.planner_address, ',', absl::SkipEmpty());
-  if (endpoints_.empty()) endpoints_.push_back(options_.planner_address);
   Reconnect();
 }
 
 std::string AgentRuntime::endpoint() {
   absl::MutexLock lock(&mu_);
-  return endpoints_[endpoint_index_];
+  return endpoints_.current();
 }
 
-std::string AgentRuntime::MoveOn() {
-  if (endpoints_.size() > 1) {
+size_t AgentRuntime::endpoint_count() {
+  absl::MutexLock lock(&mu_);
+  return endpoints_.size();
+}
+
+std::string AgentRuntime::MoveOn(absl::string_view message) {
+  {
     absl::MutexLock lock(&mu_);
-    endpoint_index_ = (endpoint_index_ + 1) % endpoints_.size();
+    endpoints_.MoveOn(message);
   }
   Reconnect();
   return endpoint();
@@ -241,8 +256,8 @@ bool AgentRuntime::TryRegister(int& attempt) {
   registered_ = false;
   const absl::Duration wait = Backoff(attempt++);
   // Down, or a follower naming the leader: try the next replica.
-  const std::string next = endpoints_.size() > 1 && absl::IsUnavailable(status)
-                               ? MoveOn()
+  const std::string next = endpoint_count() > 1 && absl::IsUnavailable(status)
+                               ? MoveOn(status.message())
                                : endpoint();
   Log(options_.node_name,
       absl::StrCat("register failed (", status.ToString(), "); retrying with ",
@@ -300,12 +315,13 @@ void AgentRuntime::LeaseLoop() {
                        "); registering again"));
       registered_ = false;
       need_register = true;
-    } else if (endpoints_.size() > 1 &&
+    } else if (endpoint_count() > 1 &&
                status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      // The replica died or no longer leads: register with the next one.
+      // The replica died or no longer leads: register with the leader it
+      // named, else the next one.
       registered_ = false;
       need_register = true;
-      const std::string next = MoveOn();
+      const std::string next = MoveOn(status.error_message());
       Log(options_.node_name,
           absl::StrCat("heartbeat failed (", status.error_message(),
                        "); moving to ", next));

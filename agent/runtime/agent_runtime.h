@@ -16,9 +16,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/replicas/endpoints.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/monta/v1/agent.grpc.pb.h"
@@ -121,10 +123,12 @@ class AgentRuntime {
   std::unique_ptr<grpc::ClientContext> NewContext() const;
   // Replaces the channel (after the planner became unreachable).
   void Reconnect();
-  // With several planner endpoints: the next one (and a new channel); with
-  // one, Reconnect. Returns the endpoint now used.
-  std::string MoveOn();
+  // After an UNAVAILABLE `message` with several planner endpoints: the leader
+  // it names when listed, else the next one (replicas::Endpoints), and a new
+  // channel; with one, Reconnect. Returns the endpoint now used.
+  std::string MoveOn(absl::string_view message);
   std::string endpoint();
+  size_t endpoint_count();
   // Remembers `epoch` when it is the newest seen.
   void SeeEpoch(int64_t epoch);
   // False (logged, counted) for a task of an older epoch than the newest seen.
@@ -140,14 +144,13 @@ class AgentRuntime {
   std::atomic<int> registrations_{0};
   std::atomic<int64_t> newest_epoch_{0};
   std::atomic<int> stale_tasks_{0};
-  // options_.planner_address split at ','.
-  std::vector<std::string> endpoints_;
   std::thread lease_thread_;
   std::thread watch_thread_;
 
   absl::Mutex mu_;
   std::shared_ptr<monta::v1::AgentGateway::Stub> stub_ ABSL_GUARDED_BY(mu_);
-  size_t endpoint_index_ ABSL_GUARDED_BY(mu_) = 0;
+  // options_.planner_address split at ','.
+  replicas::Endpoints endpoints_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(5);
   MonoTime last_topology_ ABSL_GUARDED_BY(mu_) = MonoTime();
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);

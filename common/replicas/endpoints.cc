@@ -1,0 +1,104 @@
+#include "common/replicas/endpoints.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace monta::replicas {
+namespace {
+
+constexpr absl::string_view kLeaderIs = "not the leader (leader: ";
+
+}  // namespace
+
+std::string LeaderNamed(absl::string_view message) {
+  const size_t at = message.find(kLeaderIs);
+  if (at == absl::string_view::npos) return "";
+  absl::string_view rest = message.substr(at + kLeaderIs.size());
+  const size_t end = rest.find(')');
+  if (end == absl::string_view::npos) return "";
+  const std::string leader(rest.substr(0, end));
+  return leader == "unknown" ? "" : leader;
+}
+
+bool IsDnsTarget(absl::string_view target) {
+  return absl::StartsWith(target, "dns:");
+}
+
+void UseRoundRobinForDns(absl::string_view target,
+                         grpc::ChannelArguments* args) {
+  if (!IsDnsTarget(target)) return;
+  args->SetServiceConfigJSON(
+      R"({"loadBalancingConfig": [{"round_robin": {}}]})");
+}
+
+absl::StatusOr<Endpoints> Endpoints::Parse(absl::string_view list,
+                                           absl::string_view flag) {
+  std::vector<std::string> endpoints;
+  for (absl::string_view part : absl::StrSplit(list, ',')) {
+    part = absl::StripAsciiWhitespace(part);
+    if (part.empty()) continue;
+    if (std::any_of(part.begin(), part.end(), [](char c) {
+          return absl::ascii_isspace(static_cast<unsigned char>(c)) ||
+                 absl::ascii_iscntrl(static_cast<unsigned char>(c));
+        })) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag,
+          ": expected comma-separated gRPC targets (host:port), got "
+          "one with a space or control character in it"));
+    }
+    endpoints.emplace_back(part);
+  }
+  if (endpoints.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag,
+                     ": expected a gRPC target (host:port), or several "
+                     "comma-separated, got none"));
+  }
+  return Endpoints(std::move(endpoints));
+}
+
+const std::string& Endpoints::MoveOn(absl::string_view message) {
+  const std::string leader = LeaderNamed(message);
+  if (!leader.empty() && leader != current()) {
+    auto named = std::find(endpoints_.begin(), endpoints_.end(), leader);
+    if (named != endpoints_.end()) {
+      index_ = named - endpoints_.begin();
+      return current();
+    }
+  }
+  index_ = (index_ + 1) % endpoints_.size();
+  return current();
+}
+
+int Endpoints::attempts() const {
+  int attempts = 1;  // a named leader
+  for (const std::string& e : endpoints_) {
+    attempts += IsDnsTarget(e) ? kDnsAttempts : 1;
+  }
+  return attempts;
+}
+
+grpc::Status CallWithFailover(
+    Endpoints& endpoints,
+    const std::function<grpc::Status(const std::string& endpoint)>& call,
+    const std::function<void(const std::string& from, const std::string& to,
+                             const grpc::Status& status)>& on_move) {
+  grpc::Status status;
+  for (int attempt = 0, limit = endpoints.attempts(); attempt < limit;
+       ++attempt) {
+    status = call(endpoints.current());
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return status;
+    if (attempt + 1 == limit) break;
+    const std::string from = endpoints.current();
+    const std::string& to = endpoints.MoveOn(status.error_message());
+    if (on_move) on_move(from, to, status);
+  }
+  return status;
+}
+
+}  // namespace monta::replicas
