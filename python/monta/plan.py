@@ -29,7 +29,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from monta import rpc
 from monta.errors import PlanError
@@ -286,19 +286,25 @@ class Plan:
         )
 
     @staticmethod
-    def request(planner_address: str, job: Any, placement: Any = None,
+    def request(planner_address: Union[str, Sequence[str]], job: Any, placement: Any = None,
                 options: Any = None, timeout_s: float = 10.0) -> "Plan":
         """Asks the planner (GetStrategy over gRPC) for `job`.
 
-        job / placement / options: dicts in the proto's JSON form (field names as in
-        proto/monta/v1/strategy.proto) or the messages themselves. Raises PlanError when the
-        planner refuses the job or cannot be reached."""
+        planner_address: host:port, or a planner's replicas as a list or a comma string
+        ("a:7400,b:7400,c:7400"): a replica that is down or refuses UNAVAILABLE is passed
+        over for the leader it named, else the next (monta.rpc.get_strategy_reply; a
+        "dns:///name:port" target is called round robin). job / placement / options: dicts
+        in the proto's JSON form (field names as in proto/monta/v1/strategy.proto) or the
+        messages themselves. Raises PlanError when the planner refuses the job or no
+        replica can be reached."""
         request, reply = rpc.get_strategy_reply(planner_address, job, placement, options,
                                                 timeout_s)
-        return plan_from_reply(planner_address, request, reply)
+        shown = planner_address if isinstance(planner_address, str) \
+            else ",".join(planner_address)
+        return plan_from_reply(shown, request, reply)
 
     @staticmethod
-    def resolve(planner_address: Optional[str] = None, job: Any = None,
+    def resolve(planner_address: Union[str, Sequence[str], None] = None, job: Any = None,
                 placement: Any = None, environ: Optional[Mapping[str, str]] = None,
                 timeout_s: float = 10.0) -> "Plan":
         """The env's plan; else the planner's (when an address and a job are given); else
