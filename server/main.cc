@@ -87,6 +87,10 @@ ABSL_FLAG(std::string, advertise_address, "",
           "with --store=etcd: the host:port this replica publishes as the "
           "leader's address (followers name it in their refusals); empty = "
           "--listen's host with the bound port, the hostname for 0.0.0.0");
+ABSL_FLAG(double, follower_max_lag_seconds, 5,
+          "with --store=etcd: a follower answers reads (monta.v1.Planner.read "
+          "SERVING) only while its cache holds every commit older than this "
+          "(0.5..3600; monta_store_follower_lag_seconds)");
 ABSL_FLAG(bool, etcd_insecure, false,
           "with --store=etcd: plaintext to etcd, no certificates (loopback "
           "tests and demos only)");
@@ -398,6 +402,12 @@ absl::Status StoreFromFlags(monta::PlannerOptions* options) {
   options->leader_lease = absl::Seconds(lease);
   options->replica_id = absl::GetFlag(FLAGS_replica_id);
   options->advertise_address = absl::GetFlag(FLAGS_advertise_address);
+  const double lag = absl::GetFlag(FLAGS_follower_max_lag_seconds);
+  if (!(lag >= 0.5 && lag <= 3600)) {
+    return absl::InvalidArgumentError(
+        "--follower_max_lag_seconds: expected seconds in 0.5..3600");
+  }
+  options->follower_max_lag = absl::Seconds(lag);
   return absl::OkStatus();
 }
 

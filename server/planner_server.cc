@@ -313,6 +313,9 @@ void PlannerServer::FollowStore() {
   absl::Duration wait = absl::ZeroDuration();
   while (!stop_.WaitForNotificationWithTimeout(wait)) {
     wait = follower_->Step();
+    const store::Follower::Lag lag = follower_->lag();
+    planner_metrics_->SetFollowerLag(absl::ToDoubleSeconds(lag.seconds),
+                                     lag.revisions);
     const bool now_readable = Readable().ok();
     if (readable != now_readable) {
       health->SetServingStatus(kReadService, now_readable);
@@ -323,10 +326,17 @@ void PlannerServer::FollowStore() {
 
 absl::Status PlannerServer::Readable() const {
   absl::Status leading = coordinator_->CheckLeading();
-  if (leading.ok() || (follower_ != nullptr && follower_->in_sync())) {
-    return absl::OkStatus();
+  if (leading.ok() || follower_ == nullptr || !follower_->in_sync()) {
+    return leading;
   }
-  return leading;
+  const absl::Duration lag = follower_->lag().seconds;
+  if (lag <= options_.follower_max_lag) return absl::OkStatus();
+  // Still naming the leader: a client goes there.
+  return absl::UnavailableError(absl::StrCat(
+      leading.message(), "; this replica's cache is ",
+      absl::FormatDuration(absl::Trunc(lag, absl::Milliseconds(100))),
+      " behind the store (--follower_max_lag_seconds ",
+      absl::ToDoubleSeconds(options_.follower_max_lag), ")"));
 }
 
 std::optional<int64_t> PlannerServer::leader_epoch() const {
@@ -582,6 +592,9 @@ absl::Status PlannerServer::StartGrpc() {
 absl::Status PlannerServer::StartWebhook() {
   if (options_.webhook_address.empty()) return absl::OkStatus();
   admission::AdmissionOptions admission_options;
+  // A follower answers reviews from its cache only when it would answer
+  // GetStrategy: before its first list it would plan on an empty registry.
+  admission_options.ready = [this] { return Readable(); };
   if (options_.webhook_log_decisions) {
     admission_options.log = [](const std::string& line) {
       std::cerr << "monta-planner: " << line << std::endl;

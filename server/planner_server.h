@@ -111,6 +111,9 @@ struct PlannerOptions {
   // clients (empty: the gRPC listen address with its bound port, the
   // hostname for a wildcard host).
   absl::Duration leader_lease = absl::Seconds(10);
+  // A follower is readable while its cache lags the store by at most this
+  // (store::Follower::lag).
+  absl::Duration follower_max_lag = absl::Seconds(5);
   std::string replica_id;
   std::string advertise_address;
   // SQLite file for nodes and curve history; empty keeps state in memory only.

@@ -261,10 +261,15 @@ class HaTest : public ::testing::Test {
     EXPECT_NE(refused.exit_code, 0);
     EXPECT_NE(refused.err.find("not the leader"), std::string::npos)
         << refused.err;
-    // Health over the list: the leader serves monta.v1.Planner.
+    // Health over the list: the leader serves monta.v1.Planner; the
+    // follower alone serves reads (its cache within --follower_max_lag).
     const CommandResult health =
         cluster_.Montactl({planners, "health", "monta.v1.Planner"});
     EXPECT_EQ(health.out, "SERVING\n") << health.err;
+    const CommandResult reads =
+        cluster_.Montactl({absl::StrCat("--planner=127.0.0.1:", follower),
+                           "health", "monta.v1.Planner.read"});
+    EXPECT_EQ(reads.out, "SERVING\n") << reads.err;
   }
 
   LocalCluster cluster_;

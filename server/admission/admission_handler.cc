@@ -343,8 +343,17 @@ AdmissionHandler::AdmissionHandler(Decider decide,
 HttpReply AdmissionHandler::Handle(Operation op, absl::string_view body) const {
   const auto start = std::chrono::steady_clock::now();
   ReviewOutcome outcome;
+  absl::Status ready = options_.ready ? options_.ready() : absl::OkStatus();
   try {
-    outcome = Review(op, body);
+    if (!ready.ok()) {
+      outcome.reply.status = 503;
+      outcome.reply.content_type = "text/plain";
+      outcome.reply.body = absl::StrCat(
+          "monta-planner: not ready to plan: ", ready.message(), "\n");
+      outcome.result = "error";
+    } else {
+      outcome = Review(op, body);
+    }
   } catch (const std::exception& e) {
     // Only a bug gets here (the review is read defensively); never crash the
     // planner over one review.

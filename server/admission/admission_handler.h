@@ -64,6 +64,12 @@ struct AdmissionOptions {
   std::function<void(const std::string&)> log;
   // Clock for the decision's timestamp; null = absl::Now.
   std::function<absl::Time()> now;
+  // Whether this replica may plan now; null = always. While it answers an
+  // error (a follower replica before its first list, or lagging), every
+  // review gets HTTP 503 naming why, planned by nobody: the API server
+  // applies the webhook's failurePolicy instead of this replica answering
+  // from a registry not loaded yet.
+  std::function<absl::Status()> ready;
 };
 
 // One answered review: the HTTP reply and the metrics' result label

@@ -483,6 +483,41 @@ TEST_F(AdmissionHandlerTest, PlannerFailureAdmitsWithWarning) {
   EXPECT_EQ(AdmissionCount("validate", "error"), 1);
 }
 
+// A replica that is not ready (a follower before its first list) plans
+// nothing and answers 503, so the API server applies the failurePolicy; once
+// ready it plans as ever.
+TEST_F(AdmissionHandlerTest, NotReadyAnswers503WithoutPlanning) {
+  bool ready = false;
+  int decided = 0;
+  AdmissionOptions options;
+  options.ready = [&ready]() -> absl::Status {
+    if (ready) return absl::OkStatus();
+    return absl::UnavailableError("not the leader (leader: 10.0.0.2:7400)");
+  };
+  AdmissionHandler handler(
+      [&](const monta::v1::StrategyRequest& request, bool record) {
+        ++decided;
+        return RegistryDecider(&registry_, nullptr)(request, record);
+      },
+      &metrics_, options);
+  const json review = Review(Pod(MoeAnnotation(PaperSpec())));
+  for (Operation op : {Operation::kMutate, Operation::kValidate}) {
+    HttpReply reply = handler.Handle(op, review.dump());
+    EXPECT_EQ(reply.status, 503);
+    EXPECT_EQ(reply.content_type, "text/plain");
+    EXPECT_TRUE(absl::StrContains(reply.body, "not ready to plan"))
+        << reply.body;
+    EXPECT_TRUE(absl::StrContains(reply.body, "10.0.0.2:7400")) << reply.body;
+  }
+  EXPECT_EQ(decided, 0);
+  EXPECT_EQ(AdmissionCount("mutate", "error"), 1);
+  ready = true;
+  HttpReply reply = handler.Handle(Operation::kMutate, review.dump());
+  EXPECT_EQ(reply.status, 200) << reply.body;
+  EXPECT_EQ(decided, 1);
+  EXPECT_EQ(json::parse(reply.body)["response"]["allowed"], true);
+}
+
 TEST_F(AdmissionHandlerTest, MalformedReviewsGetHttp400) {
   const json good = Review(Pod(MoeAnnotation(PaperSpec())));
   json no_uid = good;

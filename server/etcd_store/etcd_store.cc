@@ -737,6 +737,15 @@ absl::StatusOr<Committed> EtcdStore::CommitLocked(
   return committed;
 }
 
+absl::StatusOr<int64_t> EtcdStore::NewestRevision() {
+  etcd::RangeRequest request;
+  request.key = options_.prefix + "log";
+  request.keys_only = true;
+  absl::StatusOr<etcd::RangeResult> log = client_->Range(request);
+  if (!log.ok()) return log.status();
+  return log->kvs.empty() ? 0 : log->kvs.front().mod_revision;
+}
+
 absl::StatusOr<std::unique_ptr<ChangeWatch>> EtcdStore::Watch(
     int64_t after_revision) {
   if (after_revision < 0) {

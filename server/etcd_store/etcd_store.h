@@ -110,6 +110,8 @@ class EtcdStore : public store::Store {
       const std::vector<store::Mutation>& mutations) override;
   absl::StatusOr<std::unique_ptr<store::ChangeWatch>> Watch(
       int64_t after_revision) override;
+  // P log's mod revision (its key only, not the mutations it holds).
+  absl::StatusOr<int64_t> NewestRevision() override;
 
   // Told of every failed Commit (`operation`: registry::ChangeOperation of
   // its first mutation) and of the first successful one after a failure

@@ -96,6 +96,9 @@ class OwningStore : public Store {
       int64_t after_revision) override {
     return store_->Watch(after_revision);
   }
+  absl::StatusOr<int64_t> NewestRevision() override {
+    return store_->NewestRevision();
+  }
   etcd::Client& client() { return *client_; }
   EtcdStore& store() { return *store_; }
 

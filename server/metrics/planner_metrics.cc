@@ -342,8 +342,28 @@ PlannerMetrics::PlannerMetrics(prometheus::Registry& registry)
                              .Help("Entries (node names and certificate "
                                    "serials) of the deny list in force")
                              .Register(registry)
-                             .Add({})) {
+                             .Add({})),
+      follower_lag_seconds_(
+          prometheus::BuildGauge()
+              .Name("monta_store_follower_lag_seconds")
+              .Help("How stale this follower replica's cache may be: every "
+                    "commit older than this is applied (0 on the leader "
+                    "and with SQLite)")
+              .Register(registry)
+              .Add({})),
+      follower_revisions_behind_(
+          prometheus::BuildGauge()
+              .Name("monta_store_follower_revisions_behind")
+              .Help("The store's newest commit minus the one this "
+                    "follower's cache applied, at its last probe")
+              .Register(registry)
+              .Add({})) {
   CreateSeries();
+}
+
+void PlannerMetrics::SetFollowerLag(double seconds, int64_t revisions) {
+  follower_lag_seconds_.Set(seconds);
+  follower_revisions_behind_.Set(static_cast<double>(revisions));
 }
 
 void PlannerMetrics::CreateSeries() {

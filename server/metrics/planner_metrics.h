@@ -128,6 +128,11 @@ class PlannerMetrics {
   // monta_denied_calls_total{entry}: a call refused because the deny list
   // names the caller; `entry` is the matching entry (bounded by the list).
   void RecordDeniedCall(const std::string& entry);
+  // monta_store_follower_lag_seconds: how stale a follower replica's cache
+  // may be (every commit older than this is applied; store::Follower::lag);
+  // monta_store_follower_revisions_behind: the store's newest commit minus
+  // the one applied, at the last probe. Both 0 on the leader and with SQLite.
+  void SetFollowerLag(double seconds, int64_t revisions);
   // monta_deny_list_loads_total{result}: a read of --deny_list_file; when
   // `ok`, monta_deny_list_entries becomes `entries`.
   void RecordDenyListLoad(bool ok, size_t entries);
@@ -164,6 +169,8 @@ class PlannerMetrics {
   prometheus::Family<prometheus::Counter>& denied_calls_;
   prometheus::Family<prometheus::Counter>& deny_list_loads_;
   prometheus::Gauge& deny_list_entries_;
+  prometheus::Gauge& follower_lag_seconds_;
+  prometheus::Gauge& follower_revisions_behind_;
 };
 
 // "flat", "tp_dedup", ... for a StrategyKind; "none" for unspecified.

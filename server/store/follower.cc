@@ -1,5 +1,6 @@
 #include "server/store/follower.h"
 
+#include <algorithm>
 #include <iostream>
 #include <utility>
 #include <vector>
@@ -10,7 +11,11 @@ namespace monta::store {
 
 Follower::Follower(Store* store, registry::Registry* registry,
                    FollowerOptions options)
-    : store_(store), registry_(registry), options_(std::move(options)) {}
+    : store_(store), registry_(registry), options_(std::move(options)) {
+  caught_up_at_ = options_.now();
+  probed_at_ = caught_up_at_;
+  next_probe_ = caught_up_at_;
+}
 
 absl::Duration Follower::Step() {
   uint64_t generation = 0;
@@ -23,6 +28,7 @@ absl::Duration Follower::Step() {
     generation = generation_;
   }
   if (watch_ == nullptr) return Relist();
+  Probe(generation);
   absl::StatusOr<std::vector<Event>> events = watch_->Next(options_.poll);
   if (!events.ok() &&
       events.status().code() == absl::StatusCode::kDeadlineExceeded) {
@@ -52,12 +58,36 @@ absl::Duration Follower::Step() {
     }
     revision_ = event.revision;
   }
+  Reached();
   return absl::ZeroDuration();
+}
+
+void Follower::Probe(uint64_t generation) {
+  const MonoTime asked = options_.now();
+  if (asked < next_probe_) return;
+  next_probe_ = MonoAfter(asked, options_.probe);
+  // Outside the lock: a network call on etcd. A failed probe changes
+  // nothing: the lag grows until one answers.
+  absl::StatusOr<int64_t> newest = store_->NewestRevision();
+  if (!newest.ok()) return;
+  absl::MutexLock lock(&mu_);
+  if (paused_ || generation != generation_ || !in_sync_) return;
+  probed_revision_ = *newest;
+  probed_at_ = asked;
+  Reached();
+}
+
+void Follower::Reached() {
+  if (revision_ >= probed_revision_ && probed_at_ > caught_up_at_) {
+    caught_up_at_ = probed_at_;
+  }
 }
 
 absl::Duration Follower::Relist() {
   absl::MutexLock lock(&mu_);
   if (paused_) return options_.poll;
+  // The List holds every commit made before it started.
+  const MonoTime started = options_.now();
   in_sync_ = false;
   registry_->Clear();
   int64_t revision = 0;
@@ -77,6 +107,9 @@ absl::Duration Follower::Relist() {
   revision_ = revision;
   ++lists_;
   in_sync_ = true;
+  caught_up_at_ = std::max(caught_up_at_, started);
+  probed_revision_ = revision;
+  probed_at_ = started;
   return absl::ZeroDuration();
 }
 
@@ -115,6 +148,8 @@ void Follower::Pause() {
 void Follower::Resume() {
   absl::MutexLock lock(&mu_);
   paused_ = false;
+  // The registry was the leader's own until now.
+  caught_up_at_ = std::max(caught_up_at_, options_.now());
 }
 
 bool Follower::in_sync() const {
@@ -125,6 +160,13 @@ bool Follower::in_sync() const {
 int64_t Follower::revision() const {
   absl::MutexLock lock(&mu_);
   return revision_;
+}
+
+Follower::Lag Follower::lag() const {
+  absl::MutexLock lock(&mu_);
+  if (paused_) return Lag{absl::ZeroDuration(), 0};
+  return Lag{MonoSince(caught_up_at_, options_.now()),
+             std::max<int64_t>(0, probed_revision_ - revision_)};
 }
 
 int64_t Follower::lists() const {

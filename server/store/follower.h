@@ -16,6 +16,17 @@
 // A leader pauses its follower (Pause: returns once no change is being
 // applied, so the leader may reload the registry itself) and resumes it when
 // it stops leading (the next Step lists again).
+//
+// Lag (lag()): how stale the cache may be. Every options.probe Step asks the
+// store its newest commit (Store::NewestRevision); the registry is caught up
+// as of the instant a probe started once it applied that revision (a List
+// catches it up as of the List's start). lag().seconds is the time since the
+// newest such instant, so every commit made before now - lag is applied: it
+// grows while the watch falls behind, while the store cannot be asked (a
+// replica cut off from etcd) and until the first List, and stays below about
+// options.probe while following. lag().revisions is the newest probe's commit
+// minus the revision applied. Zero while paused (a leader writes the store
+// itself).
 #ifndef MONTA_SERVER_STORE_FOLLOWER_H_
 #define MONTA_SERVER_STORE_FOLLOWER_H_
 
@@ -27,6 +38,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "server/registry/registry.h"
 #include "server/store/store.h"
 
@@ -35,6 +47,12 @@ namespace monta::store {
 struct FollowerOptions {
   // How long one Step waits for the watch's next commits.
   absl::Duration poll = absl::Milliseconds(200);
+  // How often Step asks the store its newest commit (lag()).
+  absl::Duration probe = absl::Seconds(1);
+  // The monotonic clock lag() is measured on (tests step their own).
+  std::function<MonoTime()> now = [] {
+    return std::chrono::steady_clock::now();
+  };
   // Told of a stored curve the registry refused (LoadInto's on_discarded).
   std::function<void(const std::string& site)> on_discarded;
 };
@@ -62,12 +80,22 @@ class Follower {
   // How many times it listed (the first List included).
   int64_t lists() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  struct Lag {
+    absl::Duration seconds;  // the cache holds every commit before now - this
+    int64_t revisions = 0;   // the newest probed commit minus the applied one
+  };
+  Lag lag() const ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   // Clears the registry and lists the store into it, then watches after the
   // listed revision.
   absl::Duration Relist() ABSL_LOCKS_EXCLUDED(mu_);
   // Applies `event` unless it needs a List: false then.
   bool Apply(const Event& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks the store its newest commit when a probe is due (Step's thread).
+  void Probe(uint64_t generation) ABSL_LOCKS_EXCLUDED(mu_);
+  // The registry holds revision_ now: a probe it reached is caught up.
+  void Reached() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Store* const store_;
   registry::Registry* const registry_;
@@ -82,6 +110,14 @@ class Follower {
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t revision_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t lists_ ABSL_GUARDED_BY(mu_) = 0;
+  // Every commit made before caught_up_at_ is applied.
+  MonoTime caught_up_at_ ABSL_GUARDED_BY(mu_);
+  // The newest probe (the store's newest commit, and when it was asked), not
+  // reached yet when probed_revision_ > revision_.
+  int64_t probed_revision_ ABSL_GUARDED_BY(mu_) = 0;
+  MonoTime probed_at_ ABSL_GUARDED_BY(mu_);
+  // Step's thread only.
+  MonoTime next_probe_;
 };
 
 }  // namespace monta::store

@@ -29,6 +29,7 @@ class FollowerTest : public ::testing::Test {
         std::string(dir != nullptr ? dir : "/tmp") + "/follower-" +
         ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".db";
     std::remove(path.c_str());
+    path_ = path;
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
@@ -37,6 +38,7 @@ class FollowerTest : public ::testing::Test {
     fence_ = *fence;
     FollowerOptions options;
     options.poll = absl::Milliseconds(20);
+    options.now = [this] { return clock_; };
     follower_ = std::make_unique<Follower>(store_.get(), &cache_, options);
   }
 
@@ -65,6 +67,10 @@ class FollowerTest : public ::testing::Test {
     return out;
   }
 
+  std::string path_;
+  // The follower's clock for lag(): moved by the tests, never read from a
+  // real clock.
+  MonoTime clock_ = std::chrono::steady_clock::now();
   std::unique_ptr<SqliteStore> store_;
   Fence fence_;
   registry::Registry cache_{registry::RegistryOptions{}};
@@ -135,6 +141,47 @@ TEST_F(FollowerTest, WatchFallenBehindTheStoreListsAgain) {
   EXPECT_EQ(CurveTasks("a"),
             std::vector<std::string>{
                 "t" + std::to_string(SqliteStore::kWatchHistory + 9)});
+}
+
+// Lag: the time since the cache last held every commit the store had, on
+// the follower's own clock (stepped here), and the revisions it misses.
+TEST_F(FollowerTest, LagIsTheTimeSinceTheCacheLastHeldTheNewestCommit) {
+  const int64_t first = Commit({Node("a")});
+  // Before the first List it counts from the start.
+  clock_ += std::chrono::seconds(2);
+  EXPECT_EQ(follower_->lag().seconds, absl::Seconds(2));
+  follower_->Step();  // the List: caught up as of its start
+  ASSERT_TRUE(follower_->in_sync());
+  EXPECT_EQ(follower_->lag().seconds, absl::ZeroDuration());
+  clock_ += std::chrono::seconds(3);
+  EXPECT_EQ(follower_->lag().seconds, absl::Seconds(3));
+  follower_->Step();  // a probe: the store's newest is applied
+  EXPECT_EQ(follower_->lag().seconds, absl::ZeroDuration());
+  EXPECT_EQ(follower_->lag().revisions, 0);
+
+  // A commit this follower's watch never delivers: another process's (a
+  // second handle on the file; SQLite's watch sees its own process's
+  // commits), as a watch cut off from the store would miss it.
+  auto other = SqliteStore::Open(path_);
+  ASSERT_TRUE(other.ok()) << other.status();
+  auto other_fence = (*other)->Lead();
+  ASSERT_TRUE(other_fence.ok()) << other_fence.status();
+  auto missed = (*other)->Commit(*other_fence, {Node("b")});
+  ASSERT_TRUE(missed.ok()) << missed.status();
+  clock_ += std::chrono::seconds(2);
+  follower_->Step();  // the probe sees it; the watch brings nothing
+  EXPECT_EQ(follower_->revision(), first);
+  EXPECT_EQ(follower_->lag().revisions, missed->revision - first);
+  EXPECT_EQ(follower_->lag().seconds, absl::Seconds(2));
+  clock_ += std::chrono::seconds(10);
+  follower_->Step();
+  EXPECT_EQ(follower_->lag().seconds, absl::Seconds(12));
+  EXPECT_TRUE(follower_->in_sync());  // in sync, yet too far behind to read
+
+  // A leader's registry is the store's writer: no lag while paused.
+  follower_->Pause();
+  EXPECT_EQ(follower_->lag().seconds, absl::ZeroDuration());
+  EXPECT_EQ(follower_->lag().revisions, 0);
 }
 
 }  // namespace

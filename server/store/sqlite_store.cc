@@ -549,6 +549,11 @@ absl::StatusOr<Snapshot> SqliteStore::List(int64_t revision) {
   return snapshot;
 }
 
+absl::StatusOr<int64_t> SqliteStore::NewestRevision() {
+  absl::MutexLock lock(&mu_);
+  return MetaInt("revision");
+}
+
 absl::StatusOr<Committed> SqliteStore::Commit(
     const Fence& fence, const std::vector<Mutation>& mutations) {
   if (mutations.empty()) {

@@ -80,6 +80,7 @@ class SqliteStore : public Store, public DecisionLog, public AuditLog {
   // on stderr, counted and told to the listener, like every write.
   absl::StatusOr<Fence> Lead() override;
   absl::StatusOr<Snapshot> List(int64_t revision = 0) override;
+  absl::StatusOr<int64_t> NewestRevision() override;
   absl::StatusOr<Committed> Commit(
       const Fence& fence, const std::vector<Mutation>& mutations) override;
   absl::StatusOr<std::unique_ptr<ChangeWatch>> Watch(

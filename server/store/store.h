@@ -105,6 +105,11 @@ class Store {
   // watch waits for it).
   virtual absl::StatusOr<std::unique_ptr<ChangeWatch>> Watch(
       int64_t after_revision) = 0;
+
+  // The revision of the newest commit (the last Committed.revision; 0 before
+  // any), at most a List's revision: a follower that applied it holds every
+  // commit (how far behind a cache is: store::Follower).
+  virtual absl::StatusOr<int64_t> NewestRevision() = 0;
 };
 
 // Checks one mutation's shape (what a Commit refuses with INVALID_ARGUMENT).

@@ -63,6 +63,10 @@ TEST_P(StoreContractTest, EachCommitIsOneNewRevisionThatListSees) {
   auto listed = store_->List();
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_EQ(listed->revision, r2);
+  // The newest commit's revision, what a follower compares its own with.
+  absl::StatusOr<int64_t> newest = store_->NewestRevision();
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  EXPECT_EQ(*newest, r2);
   EXPECT_EQ(Names(*listed), (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(listed->nodes[0].instance_id(), "i-a");
   // A node is stored without its curves: they are stored on their own.
