@@ -282,6 +282,11 @@ TEST(StartupFailureTest, BadStoreFlags) {
                 PlannerFlags({"--store=etcd", "--etcd_endpoints=127.0.0.1:1",
                               "--etcd_insecure", "--replica_id=a/b"}),
                 {"--replica_id"});
+  ExpectRefused(
+      "server/monta-planner",
+      PlannerFlags({"--store=etcd", "--etcd_endpoints=127.0.0.1:1",
+                    "--etcd_insecure", "--follower_max_lag_seconds=0"}),
+      {"--follower_max_lag_seconds", "0.5..3600"});
 }
 
 TEST(StartupFailureTest, DatabaseDirectoryMissing) {
