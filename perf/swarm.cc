@@ -176,13 +176,13 @@ Swarm::Swarm(SwarmOptions options) : options_(std::move(options)) {
   const std::string run = absl::StrFormat("%08x", std::random_device{}());
   agents_.reserve(n);
   for (int i = 0; i < n; ++i) {
-    agents_.push_back(std::make_unique<Agent>());
+    // Agent i starts at targets[i % size].
+    agents_.push_back(std::make_unique<Agent>(
+        replicas::Endpoints(options_.targets, static_cast<size_t>(i))));
     Agent& a = *agents_[i];
     a.name = absl::StrFormat("swarm-%05d", i);
     a.instance_id = absl::StrCat(run, "-", i);
     a.channel = i / per_channel;
-    absl::MutexLock lock(&a.mu);
-    a.target = i % options_.targets.size();
   }
   scheduler_ = std::thread([this] { Loop(); });
 }
@@ -393,7 +393,7 @@ void Swarm::OnHeartbeat(int i, absl::Time sent, const grpc::Status& status) {
   if (status.ok()) {
     if (measuring_) {
       absl::MutexLock stats(&stats_mu_);
-      ++stats_.heartbeats_by_target[a.target];
+      ++stats_.heartbeats_by_target[a.endpoints.index()];
     }
     a.heartbeat_attempt = 0;
     NoteAlive(a, sent);
@@ -418,7 +418,7 @@ bool Swarm::MoveOn(Agent& a, const grpc::Status& status) {
       status.error_code() != grpc::StatusCode::UNAVAILABLE) {
     return false;
   }
-  a.target = (a.target + 1) % options_.targets.size();
+  a.endpoints.MoveOn(status.error_message());
   absl::MutexLock stats(&stats_mu_);
   ++stats_.target_moves;
   return true;

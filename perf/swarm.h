@@ -2,9 +2,11 @@
 // agent): each agent registers, heartbeats at the interval the planner gives
 // it and holds one WatchTasks stream, as agent/runtime does (same backoff,
 // registers again on NOT_FOUND / FAILED_PRECONDITION). With several planner
-// replicas (targets) an agent moves to the next one when a registration or a
-// heartbeat answers UNAVAILABLE (the replica is down, or not the leader) and
-// registers there, as the agent's --planner=a,b,c does. Optionally a
+// replicas (targets) an agent moves on when a registration or a heartbeat
+// answers UNAVAILABLE (the replica is down, or a follower: "not the leader
+// (leader: X)") and registers there: through common/replicas' Endpoints, as
+// the agent's --planner=a,b,c does (to the leader a follower names when it is
+// a target, else the next target). Optionally a
 // GetStrategy load at a fixed rate on the first target. Used by
 // perf/swarm_bench (one planner) and perf/ha_bench (three replicas on etcd).
 #ifndef MONTA_PERF_SWARM_H_
@@ -26,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/replicas/endpoints.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/monta/v1/agent.grpc.pb.h"
 #include "proto/monta/v1/planner.grpc.pb.h"
@@ -78,12 +81,13 @@ struct Event {
 };
 
 struct Agent {
+  explicit Agent(replicas::Endpoints targets) : endpoints(std::move(targets)) {}
   std::string name;
   std::string instance_id;
   int channel = 0;
   absl::Mutex mu;
-  // The target (planner replica) the agent talks to now.
-  int target ABSL_GUARDED_BY(mu) = 0;
+  // The planner replicas; current() is the one the agent talks to now.
+  replicas::Endpoints endpoints ABSL_GUARDED_BY(mu);
   // The agent believes it holds the lease (its last Register or Heartbeat
   // succeeded).
   bool registered ABSL_GUARDED_BY(mu) = false;
@@ -109,7 +113,8 @@ struct Stats {
   int64_t watch_lease_ends = 0;  // streams ended "lease expired"
   int64_t tasks = 0;
   int64_t registrations = 0;
-  int64_t target_moves = 0;  // UNAVAILABLE: on to the next replica
+  // UNAVAILABLE: on to the leader a follower named, else the next replica.
+  int64_t target_moves = 0;
   // Successful heartbeats while measuring, per target.
   std::map<int, int64_t> heartbeats_by_target;
   double max_lag_ms = 0;
@@ -169,7 +174,8 @@ class Swarm {
                     double interval_seconds);
   void Heartbeat(int i);
   void OnHeartbeat(int i, absl::Time sent, const grpc::Status& status);
-  // UNAVAILABLE with several targets: the next one, where it registers.
+  // UNAVAILABLE with several targets: the leader a follower named, else the
+  // next one (replicas::Endpoints::MoveOn), where it registers.
   bool MoveOn(Agent& a, const grpc::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(a.mu);
   void Watch(int i);
@@ -177,7 +183,7 @@ class Swarm {
   void NoteAlive(Agent& a, absl::Time sent) ABSL_EXCLUSIVE_LOCKS_REQUIRED(a.mu);
   monta::v1::AgentGateway::Stub& Gateway(const Agent& a)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(a.mu) {
-    return *gateways_[a.target][a.channel];
+    return *gateways_[a.endpoints.index()][a.channel];
   }
   monta::v1::AgentGateway::Stub& GatewayOf(Agent& a) {
     absl::MutexLock lock(&a.mu);

@@ -1,6 +1,6 @@
 // A planner's replicas as a client names them (issue 20 item 6): the agent
-// (agent/runtime) and montactl (client/) share this, so both move between
-// replicas the same way.
+// (agent/runtime), montactl (client/) and perf/swarm's simulated agents share
+// this, so all move between replicas the same way.
 //
 // A list "a,b,c" of gRPC targets (host:port, or any target gRPC resolves:
 // "dns:///name:port", "ipv4:..."). A client talks to current(); after an
@@ -63,6 +63,8 @@ class Endpoints {
   const std::vector<std::string>& all() const { return endpoints_; }
   size_t size() const { return endpoints_.size(); }
   const std::string& current() const { return endpoints_[index_]; }
+  // current()'s position in all().
+  size_t index() const { return index_; }
 
   // After current() answered UNAVAILABLE with `message`: the leader it named
   // when listed (and not current()), else the next target (current() again
@@ -73,13 +75,15 @@ class Endpoints {
   // kDnsAttempts for a "dns:" target, plus one for a named leader.
   int attempts() const;
 
-  // `endpoints` as given (at least one; Parse checks a flag's text).
-  explicit Endpoints(std::vector<std::string> endpoints)
-      : endpoints_(std::move(endpoints)) {}
+  // `endpoints` as given (at least one; Parse checks a flag's text), starting
+  // at endpoints[start % size] (a client spreading its calls over them).
+  explicit Endpoints(std::vector<std::string> endpoints, size_t start = 0)
+      : endpoints_(std::move(endpoints)),
+        index_(endpoints_.empty() ? 0 : start % endpoints_.size()) {}
 
  private:
   std::vector<std::string> endpoints_;
-  size_t index_ = 0;
+  size_t index_;
 };
 
 // Makes `call` on endpoints.current(), moving on (MoveOn) after each

@@ -50,6 +50,17 @@ TEST(EndpointsTest, MovesToTheNamedLeaderWhenListedElseTheNext) {
             "10.0.0.3:7400");
 }
 
+TEST(EndpointsTest, StartsWhereToldAndKnowsItsIndex) {
+  // perf/swarm spreads agents: agent i starts at the (i % size)th replica.
+  Endpoints e({"a:1", "b:2", "c:3"}, 4);
+  EXPECT_EQ(e.current(), "b:2");
+  EXPECT_EQ(e.index(), 1u);
+  EXPECT_EQ(e.MoveOn("not the leader (leader: a:1)"), "a:1");
+  EXPECT_EQ(e.index(), 0u);
+  EXPECT_EQ(e.MoveOn("Socket closed"), "b:2");
+  EXPECT_EQ(e.index(), 1u);
+}
+
 TEST(EndpointsTest, AttemptsCountDnsNamesAsSeveral) {
   EXPECT_EQ(Endpoints::Parse("a:1,b:2,c:3", "x")->attempts(), 4);
   EXPECT_EQ(Endpoints::Parse("a:1", "x")->attempts(), 2);
