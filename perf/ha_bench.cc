@@ -6,9 +6,12 @@
 //   1. the cold registration storm: every agent registers (the time until all
 //      hold a lease);
 //   2. the steady state: heartbeat latency, etcd writes per second (the
-//      members' etcd_mvcc_put_total + etcd_mvcc_delete_total), then follower
-//      cache lag (a probe node registered on the leader, polled with GetNode
-//      on a follower until it shows);
+//      members' etcd_mvcc_put_total + etcd_mvcc_delete_total) and the most
+//      the followers exported as monta_store_follower_lag_seconds (their
+//      /metrics, read every --lag_scrape_seconds: the lag they know of
+//      themselves, a bound that stays below about their 1 s store probe);
+//      then follower cache lag polled from outside (a probe node registered
+//      on the leader, polled with GetNode on a follower until it shows);
 //   3. --rounds rounds, each: SIGSTOP of one etcd member (the next each round)
 //      and SIGKILL of the leading replica at the same moment, SIGCONT after
 //      --etcd_pause_seconds; the time until another replica coordinates
@@ -77,6 +80,9 @@ ABSL_FLAG(double, steady_seconds, 30,
           "the steady-state window (heartbeat latency, etcd writes)");
 ABSL_FLAG(int, lag_probes, 10,
           "probe nodes registered on the leader, each polled on a follower");
+ABSL_FLAG(double, lag_scrape_seconds, 0.5,
+          "how often the steady state reads the followers' "
+          "monta_store_follower_lag_seconds from their /metrics");
 ABSL_FLAG(int, agents_per_channel, 50,
           "agents sharing one channel (one TCP connection) per replica");
 ABSL_FLAG(std::string, planner_binary, "bazel-bin/server/monta-planner",
@@ -96,6 +102,7 @@ using monta::testing::Process;
 
 constexpr char kLeaderService[] = "monta.v1.Planner";
 constexpr char kReadService[] = "monta.v1.Planner.read";
+constexpr char kFollowerLagSeries[] = "monta_store_follower_lag_seconds";
 
 // ------------------------------------------------------------- replicas --
 
@@ -251,8 +258,13 @@ struct Report {
   // Key writes during the storm: shows the counters count the planner's
   // Txns (at least one node put per agent).
   double etcd_writes_storm = -1;
-  std::vector<int32_t> lag_us;
+  std::vector<int32_t> lag_us;  // polled: probe registered, GetNode shows it
   int lag_probes_missing = 0;
+  // Exported: the most any follower's /metrics said
+  // (monta_store_follower_lag_seconds) during the steady state; how many
+  // follower scrapes held the series.
+  double lag_exported_max_seconds = -1;
+  int lag_exported_samples = 0;
   std::vector<double> failover_seconds;  // -1: no new leader
   std::vector<double> handover_seconds;
   int strategy_calls = 0;
@@ -301,14 +313,45 @@ EtcdCounters ReadEtcdCounters(const EtcdCluster& etcd) {
   return c;
 }
 
-// The steady state: heartbeat latency and etcd's writes over the window.
-void MeasureSteady(Swarm& swarm, const EtcdCluster& etcd, Report* report) {
+// Reads monta_store_follower_lag_seconds from the /metrics of every running
+// replica but `leader` (which exports 0); the largest into the report.
+void SampleExportedLag(std::vector<std::unique_ptr<Replica>>& replicas,
+                       int leader, Report* report) {
+  for (auto& r : replicas) {
+    if (r->index == leader || !r->process.running()) continue;
+    const double lag = monta::testing::MetricValue(Scrape(r->metrics_port),
+                                                   kFollowerLagSeries);
+    if (lag < 0) continue;
+    ++report->lag_exported_samples;
+    report->lag_exported_max_seconds =
+        std::max(report->lag_exported_max_seconds, lag);
+  }
+}
+
+// The steady state: heartbeat latency and etcd's writes over the window, and
+// the followers' exported lag read every --lag_scrape_seconds during it.
+void MeasureSteady(Swarm& swarm, const EtcdCluster& etcd,
+                   std::vector<std::unique_ptr<Replica>>& replicas,
+                   Report* report) {
   absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_settle_seconds)));
+  const int leader = WaitForLeader(replicas, -1, absl::Seconds(30));
+  if (leader < 0) report->errors.push_back("steady: no leader");
+  const absl::Duration scrape_every =
+      absl::Seconds(absl::GetFlag(FLAGS_lag_scrape_seconds));
   const EtcdCounters before = ReadEtcdCounters(etcd);
   const absl::Time start = absl::Now();
+  const absl::Time end =
+      start + absl::Seconds(absl::GetFlag(FLAGS_steady_seconds));
   swarm.SetMeasuring(true);
-  absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_steady_seconds)));
+  for (absl::Time now = start; now < end; now = absl::Now()) {
+    SampleExportedLag(replicas, leader, report);
+    absl::SleepFor(std::min(scrape_every, end - absl::Now()));
+  }
   swarm.SetMeasuring(false);
+  if (report->lag_exported_samples == 0) {
+    report->errors.push_back(absl::StrCat(
+        "steady: no follower's /metrics held ", kFollowerLagSeries));
+  }
   const EtcdCounters after = ReadEtcdCounters(etcd);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   report->steady = swarm.TakeStats();
@@ -526,6 +569,9 @@ std::vector<Row> Rows(Report& r) {
       {"follower_lag_p50_ms", lag_p50, "", -1},
       {"follower_lag_p99_ms", lag_p99, "<= 1000 ms",
        !r.lag_us.empty() && r.lag_probes_missing == 0 && lag_p99 <= 1000},
+      {"follower_lag_exported_max_ms",
+       r.lag_exported_max_seconds < 0 ? -1 : r.lag_exported_max_seconds * 1e3,
+       "", -1},
   };
 }
 
@@ -555,6 +601,14 @@ nlohmann::json ToJson(Report& r, const std::vector<Row>& rows) {
   j["swarm_target_moves"] = r.target_moves;
   j["registered_after_storm"] = r.registered_after_storm;
   j["lag_probes_missing"] = r.lag_probes_missing;
+  j["lag_exported_samples"] = r.lag_exported_samples;
+  j["follower_lag_sources"] =
+      "follower_lag_p50/p99_ms: polled, a probe node registered on the "
+      "leader until GetNode on a follower shows it; "
+      "follower_lag_exported_max_ms: the most the followers' own "
+      "monta_store_follower_lag_seconds (/metrics) said in the steady state, "
+      "a bound (every older commit is applied) that stays below about their "
+      "1 s store probe";
   j["loss_covers"] = "node registrations (swarm agents and lag probes)";
   j["loadavg_1m"] = LoadAverage();
   if (!r.strategy_last_error.empty()) {
@@ -591,6 +645,7 @@ void PrintTable(const nlohmann::json& j) {
         "%-28s %14.3f  %-22s %s\n", row["name"].get<std::string>(),
         row["value"].get<double>(), row["bar"].get<std::string>(), pass);
   }
+  std::cout << j["follower_lag_sources"].get<std::string>() << "\n";
   for (const auto& e : j["errors"]) {
     std::cout << "error: " << e.get<std::string>() << "\n";
   }
@@ -636,7 +691,7 @@ void RunPhases(EtcdCluster& etcd,
         return replicas[i]->planner->GetStrategy(&context, job, reply);
       },
       replicas.size());
-  MeasureSteady(swarm, etcd, report);
+  MeasureSteady(swarm, etcd, replicas, report);
   std::vector<std::string> probes = MeasureLag(replicas, report);
   for (int round = 0; round < report->rounds; ++round) {
     if (absl::Status s = Round(round, etcd, replicas, report); !s.ok()) {
@@ -666,9 +721,11 @@ int Main() {
   report.lease_ttl_seconds = absl::GetFlag(FLAGS_leader_lease_seconds);
   if (report.agents < 1 || report.rounds < 0 || report.lease_ttl_seconds < 1 ||
       absl::GetFlag(FLAGS_register_rate) <= 0 ||
-      absl::GetFlag(FLAGS_agents_per_channel) < 1) {
-    std::cerr << "ha_bench: --agents, --leader_lease_seconds, --register_rate "
-                 "and --agents_per_channel must be > 0, --rounds >= 0\n";
+      absl::GetFlag(FLAGS_agents_per_channel) < 1 ||
+      !(absl::GetFlag(FLAGS_lag_scrape_seconds) > 0)) {
+    std::cerr << "ha_bench: --agents, --leader_lease_seconds, --register_rate, "
+                 "--agents_per_channel and --lag_scrape_seconds must be > 0, "
+                 "--rounds >= 0\n";
     return 2;
   }
   std::string log_dir = absl::GetFlag(FLAGS_log_dir);

@@ -23,7 +23,8 @@ want = ["failover_sigkill_max_s", "handover_sigterm_max_s", "strategy_calls",
         "registration_storm_s", "heartbeat_p50_ms", "heartbeat_p99_ms",
         "heartbeat_errors_steady", "etcd_writes_per_s", "etcd_txns_per_s",
         "etcd_proposals_per_s", "etcd_writes_during_storm",
-        "follower_lag_p50_ms", "follower_lag_p99_ms"]
+        "follower_lag_p50_ms", "follower_lag_p99_ms",
+        "follower_lag_exported_max_ms"]
 missing = [name for name in want if name not in rows]
 assert not missing, f"rows missing: {missing}"
 assert not report["errors"], report["errors"]
@@ -37,5 +38,8 @@ assert report["registered_after_storm"] == 50, report
 # The etcd counters are read and count the planner's commits.
 assert rows["etcd_writes_during_storm"]["value"] >= 50, rows
 assert rows["etcd_writes_per_s"]["value"] >= 0, rows
+# The followers' own monta_store_follower_lag_seconds was read from /metrics.
+assert report["lag_exported_samples"] > 0, report
+assert rows["follower_lag_exported_max_ms"]["value"] >= 0, rows
 print("ha_bench smoke: every row, 0 lost")
 PY
