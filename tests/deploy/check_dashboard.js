@@ -21,7 +21,7 @@ const counters = ["monta_strategy_decisions_total", "monta_benchmark_tasks_total
   "monta_rpc_requests_total", "monta_agent_benchmark_runs_total", "monta_verify_runs_total"];
 const gauges = ["monta_node_state", "monta_node_lease_age_seconds", "monta_collective_busbw_bytes_per_second",
   "monta_alltoall_efficiency_ratio", "monta_curve_age_seconds", "monta_agent_registered",
-  "monta_prediction_error_ratio", "monta_plan_regret_ratio"];
+  "monta_prediction_error_ratio", "monta_plan_regret_ratio", "monta_store_follower_lag_seconds"];
 const histograms = ["monta_strategy_decision_duration_seconds", "monta_strategy_predicted_speedup_ratio",
   "monta_admission_duration_seconds", "monta_rpc_duration_seconds"];
 const builtins = ["up", "scrape_duration_seconds", "scrape_samples_scraped"];
