@@ -107,14 +107,18 @@ class Planners {
       : endpoints_(std::move(endpoints)),
         credentials_(std::move(credentials)) {}
 
-  std::shared_ptr<grpc::Channel> Channel(const std::string& endpoint) {
-    std::shared_ptr<grpc::Channel>& channel = channels_[endpoint];
+  // `pinned`: pick_first even for a "dns:" name, so that a listing's pages
+  // stay on one address behind it (page tokens are one replica's).
+  std::shared_ptr<grpc::Channel> Channel(const std::string& endpoint,
+                                         bool pinned = false) {
+    std::shared_ptr<grpc::Channel>& channel =
+        (pinned ? pinned_channels_ : channels_)[endpoint];
     if (channel == nullptr) {
       // A large cluster's fabric tree or node list is more than gRPC's
       // default 4 MiB a reply.
       grpc::ChannelArguments args;
       args.SetMaxReceiveMessageSize(256 << 20);
-      monta::replicas::UseRoundRobinForDns(endpoint, &args);
+      if (!pinned) monta::replicas::UseRoundRobinForDns(endpoint, &args);
       channel = grpc::CreateCustomChannel(endpoint, credentials_, args);
     }
     return channel;
@@ -129,13 +133,43 @@ class Planners {
         [&](const std::string& endpoint) { return rpc(Channel(endpoint)); });
   }
 
+  // Every page of a listing on one replica (replicas::ListAllPages: when the
+  // replica changes, `restart` drops what was kept and it starts over).
+  // `page` gets a pinned channel and the page token; it sets the next token.
+  grpc::Status ListAllPages(
+      const std::function<grpc::Status(
+          std::shared_ptr<grpc::Channel>, grpc::ClientContext*,
+          const std::string& page_token, std::string* next_page_token)>& page,
+      const std::function<void()>& restart);
+
   const monta::replicas::Endpoints& endpoints() const { return endpoints_; }
 
  private:
   monta::replicas::Endpoints endpoints_;
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
+  std::map<std::string, std::shared_ptr<grpc::Channel>> pinned_channels_;
 };
+
+std::unique_ptr<grpc::ClientContext> RpcContext();
+
+grpc::Status Planners::ListAllPages(
+    const std::function<grpc::Status(
+        std::shared_ptr<grpc::Channel>, grpc::ClientContext*,
+        const std::string& page_token, std::string* next_page_token)>& page,
+    const std::function<void()>& restart) {
+  return monta::replicas::ListAllPages(
+      endpoints_,
+      [&](const std::string& endpoint, const std::string& page_token,
+          std::string* next_page_token, std::string* peer) {
+        auto context = RpcContext();
+        grpc::Status status = page(Channel(endpoint, /*pinned=*/true),
+                                   context.get(), page_token, next_page_token);
+        *peer = context->peer();
+        return status;
+      },
+      restart);
+}
 
 struct Context {
   Planners* planners = nullptr;
@@ -245,26 +279,30 @@ std::string CurveSummary(const monta::v1::NodeInfo& node) {
 int Nodes(const Context& ctx, const std::vector<std::string>& args) {
   monta::v1::ListNodesRequest request;
   request.set_include_gone(absl::GetFlag(FLAGS_all));
-  // Every page, merged into one reply (JSON prints it whole).
+  // Every page, merged into one reply (JSON prints it whole), all from one
+  // replica: when the replica changes the listing starts over there.
   monta::v1::ListNodesReply reply;
-  do {
-    monta::v1::ListNodesReply page;
-    grpc::Status status = CallPlanner(ctx, [&](monta::v1::Planner::Stub& stub) {
-      auto context = RpcContext();
-      return stub.ListNodes(context.get(), request, &page);
-    });
-    if (!status.ok()) return Fail("list nodes", status);
-    if (!page.next_page_token().empty() &&
-        page.next_page_token() == request.page_token()) {
-      return Fail("list nodes",
-                  grpc::Status(grpc::StatusCode::INTERNAL,
-                               "the planner repeated a page token"));
-    }
-    for (auto& node : *page.mutable_nodes()) {
-      *reply.add_nodes() = std::move(node);
-    }
-    request.set_page_token(page.next_page_token());
-  } while (!request.page_token().empty());
+  grpc::Status status = ctx.planners->ListAllPages(
+      [&](std::shared_ptr<grpc::Channel> channel, grpc::ClientContext* context,
+          const std::string& page_token, std::string* next_page_token) {
+        request.set_page_token(page_token);
+        monta::v1::ListNodesReply page;
+        grpc::Status called = monta::v1::Planner::NewStub(channel)->ListNodes(
+            context, request, &page);
+        if (!called.ok()) return called;
+        if (!page.next_page_token().empty() &&
+            page.next_page_token() == page_token) {
+          return grpc::Status(grpc::StatusCode::INTERNAL,
+                              "the planner repeated a page token");
+        }
+        for (auto& node : *page.mutable_nodes()) {
+          *reply.add_nodes() = std::move(node);
+        }
+        *next_page_token = page.next_page_token();
+        return grpc::Status::OK;
+      },
+      [&] { reply.clear_nodes(); });
+  if (!status.ok()) return Fail("list nodes", status);
   if (ctx.json) return PrintJson(reply);
   Table table({"NAME", "STATE", "LEASE AGE", "GPUS", "NICS", "CPUS", "CURVES",
                "VERSION"});

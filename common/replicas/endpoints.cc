@@ -101,4 +101,52 @@ grpc::Status CallWithFailover(
   return status;
 }
 
+grpc::Status ListAllPages(Endpoints& endpoints, const PageCall& page,
+                          const std::function<void()>& restart) {
+  std::string token;      // the next page's; "" for the first
+  std::string listed_on;  // the endpoint that answered the first page
+  std::string listed_peer;
+  int restarts = 0;
+  const int max_restarts = endpoints.attempts();
+  // Drops what was listed; false when the listing started over too often.
+  const auto start_over = [&] {
+    if (++restarts > max_restarts) return false;
+    restart();
+    token.clear();
+    return true;
+  };
+  const grpc::Status kept_changing(
+      grpc::StatusCode::UNAVAILABLE,
+      absl::StrCat("the replica answering the listing changed ", max_restarts,
+                   " times (a page token is one replica's); not listing "
+                   "again"));
+  while (true) {
+    std::string next;
+    std::string peer;
+    bool gave_up = false;
+    const grpc::Status status =
+        CallWithFailover(endpoints, [&](const std::string& endpoint) {
+          if (!token.empty() && endpoint != listed_on && !start_over()) {
+            gave_up = true;  // not UNAVAILABLE: CallWithFailover stops
+            return grpc::Status(grpc::StatusCode::ABORTED, "");
+          }
+          next.clear();
+          peer.clear();
+          return page(endpoint, token, &next, &peer);
+        });
+    if (gave_up) return kept_changing;
+    if (!status.ok()) return status;
+    if (token.empty()) {
+      listed_on = endpoints.current();
+      listed_peer = peer;
+    } else if (!peer.empty() && !listed_peer.empty() && peer != listed_peer) {
+      // Another address behind the same name answered this page.
+      if (!start_over()) return kept_changing;
+      continue;
+    }
+    if (next.empty()) return status;
+    token = std::move(next);
+  }
+}
+
 }  // namespace monta::replicas

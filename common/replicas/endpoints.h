@@ -96,6 +96,28 @@ grpc::Status CallWithFailover(
     const std::function<void(const std::string& from, const std::string& to,
                              const grpc::Status& status)>& on_move = {});
 
+// One page of a listing whose pages are chained by page tokens (ListNodes):
+// `page_token` ("" for the first page) sent to `endpoint`; the reply's next
+// token into *next_page_token ("" after the last page) and the address that
+// answered (grpc::ClientContext::peer(); "" when unknown) into *peer. The
+// caller keeps the page's items itself.
+using PageCall = std::function<grpc::Status(
+    const std::string& endpoint, const std::string& page_token,
+    std::string* next_page_token, std::string* peer)>;
+
+// A whole listing on one replica. A page token is the replica's that issued
+// it and is never sent to another: when a page call moves on (UNAVAILABLE,
+// CallWithFailover) to another endpoint, the listing starts over from the
+// first page there. Behind one "dns:" name the replica is told by the peer
+// that answered: a page from another address than the first page's (the
+// token went to another replica behind the name, which this cannot prevent;
+// call such a name on a pick_first channel to keep to one) starts the listing
+// over too. Each start over calls `restart` (drop the items kept so far).
+// After endpoints.attempts() start overs: UNAVAILABLE saying the replica kept
+// changing. Otherwise the status of the last page call.
+grpc::Status ListAllPages(Endpoints& endpoints, const PageCall& page,
+                          const std::function<void()>& restart);
+
 }  // namespace monta::replicas
 
 #endif  // MONTA_COMMON_REPLICAS_ENDPOINTS_H_

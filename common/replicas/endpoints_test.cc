@@ -1,5 +1,6 @@
 #include "common/replicas/endpoints.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,140 @@ TEST(CallWithFailoverTest, StopsAtAnotherErrorAndAfterItsAttempts) {
   });
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(calls, e->attempts());
+}
+
+// Replicas that list "<name>-0", "<name>-1", ... two items a page; a page
+// token is "<name>:<next index>" and a replica refuses another's token
+// (INVALID_ARGUMENT, as a planner would not know it). `down` answers
+// UNAVAILABLE from its `down_after`th call on.
+struct PagedReplicas {
+  int items = 5;
+  std::map<std::string, int> down_after;  // endpoint -> calls it answers
+  std::map<std::string, int> calls;
+  std::vector<std::string> foreign_tokens;  // tokens sent to another replica
+  std::vector<std::string> kept;
+  int restarts = 0;
+
+  grpc::Status Page(const std::string& endpoint, const std::string& token,
+                    std::string* next, std::string* peer) {
+    const int call = calls[endpoint]++;
+    auto down = down_after.find(endpoint);
+    if (down != down_after.end() && call >= down->second) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "Socket closed");
+    }
+    *peer = "ipv4:" + endpoint;
+    int from = 0;
+    if (!token.empty()) {
+      const size_t colon = token.rfind(':');
+      if (token.substr(0, colon) != endpoint) {
+        foreign_tokens.push_back(token);
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "page_token");
+      }
+      from = std::stoi(token.substr(colon + 1));
+    }
+    for (int i = from; i < std::min(items, from + 2); ++i) {
+      kept.push_back(endpoint + "-" + std::to_string(i));
+    }
+    if (from + 2 < items) *next = endpoint + ":" + std::to_string(from + 2);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status List(Endpoints& endpoints) {
+    return ListAllPages(
+        endpoints,
+        [this](const std::string& endpoint, const std::string& token,
+               std::string* next,
+               std::string* peer) { return Page(endpoint, token, next, peer); },
+        [this] {
+          ++restarts;
+          kept.clear();
+        });
+  }
+};
+
+TEST(ListAllPagesTest, ListsEveryPageOnOneReplica) {
+  Endpoints e({"a:1", "b:2"});
+  PagedReplicas r;
+  ASSERT_TRUE(r.List(e).ok());
+  EXPECT_EQ(r.kept, (std::vector<std::string>{"a:1-0", "a:1-1", "a:1-2",
+                                              "a:1-3", "a:1-4"}));
+  EXPECT_EQ(r.restarts, 0);
+  EXPECT_EQ(r.calls["a:1"], 3);
+}
+
+TEST(ListAllPagesTest, StartsOverOnTheNextReplicaWithoutSendingItTheToken) {
+  Endpoints e({"a:1", "b:2", "c:3"});
+  PagedReplicas r;
+  r.down_after["a:1"] = 1;  // answers the first page, then goes away
+  ASSERT_TRUE(r.List(e).ok());
+  EXPECT_TRUE(r.foreign_tokens.empty()) << r.foreign_tokens.front();
+  // b's items only, from its first page: none of a's kept.
+  EXPECT_EQ(r.kept, (std::vector<std::string>{"b:2-0", "b:2-1", "b:2-2",
+                                              "b:2-3", "b:2-4"}));
+  EXPECT_EQ(r.restarts, 1);
+  EXPECT_EQ(e.current(), "b:2");
+}
+
+TEST(ListAllPagesTest, StartsOverWhenAnotherAddressBehindTheNameAnswers) {
+  // One "dns:" name; the page calls reach two addresses behind it.
+  Endpoints e({"dns:///planner:7400"});
+  int call = 0;
+  int restarts = 0;
+  std::vector<std::string> kept;
+  const grpc::Status status = ListAllPages(
+      e,
+      [&](const std::string&, const std::string& token, std::string* next,
+          std::string* peer) {
+        // Calls 0 and 1 (first page, then its token) on 10.0.0.1; the
+        // second answered by 10.0.0.2; from then on 10.0.0.2 only.
+        *peer = ++call == 1 ? "ipv4:10.0.0.1:7400" : "ipv4:10.0.0.2:7400";
+        kept.push_back(*peer + (token.empty() ? " first" : " second"));
+        if (token.empty()) *next = "t";
+        return grpc::Status::OK;
+      },
+      [&] {
+        ++restarts;
+        kept.clear();
+      });
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(restarts, 1);
+  EXPECT_EQ(kept, (std::vector<std::string>{"ipv4:10.0.0.2:7400 first",
+                                            "ipv4:10.0.0.2:7400 second"}));
+}
+
+TEST(ListAllPagesTest, FailsClearlyWhenTheReplicaKeepsChanging) {
+  Endpoints e({"a:1", "b:2"});
+  PagedReplicas r;
+  // Each replica answers one page per listing and then fails once.
+  int calls = 0;
+  const grpc::Status status = ListAllPages(
+      e,
+      [&](const std::string& endpoint, const std::string& token,
+          std::string* next, std::string* peer) {
+        if (++calls % 2 == 0) {
+          return grpc::Status(grpc::StatusCode::UNAVAILABLE, "Socket closed");
+        }
+        return r.Page(endpoint, token, next, peer);
+      },
+      [&] { ++r.restarts; });
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(status.error_message().find("page token is one replica's"),
+            std::string::npos)
+      << status.error_message();
+  EXPECT_EQ(r.restarts, e.attempts());
+  EXPECT_TRUE(r.foreign_tokens.empty());
+}
+
+TEST(ListAllPagesTest, AnErrorOtherThanUnavailableEndsTheListing) {
+  Endpoints e({"a:1", "b:2"});
+  const grpc::Status status = ListAllPages(
+      e,
+      [](const std::string&, const std::string&, std::string*, std::string*) {
+        return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "no");
+      },
+      [] {});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(e.current(), "a:1");
 }
 
 }  // namespace
