@@ -761,4 +761,84 @@ absl::StatusOr<std::unique_ptr<ChangeWatch>> EtcdStore::Watch(
   return std::unique_ptr<ChangeWatch>(new EtcdChangeWatch(*std::move(watch)));
 }
 
+absl::Status EtcdStore::WriteTasks(const Fence& fence,
+                                   const store::TaskWrites& writes) {
+  if (absl::Status s = store::ValidateTaskWrites(writes); !s.ok()) return s;
+  if (writes.empty()) return absl::OkStatus();
+  if (fence.epoch <= 0) return Fenced(fence.epoch, "was never handed out");
+  absl::MutexLock lock(&mu_);
+  absl::Status written = WriteTasksLocked(fence, writes);
+  if (!written.ok()) {
+    std::cerr << "monta-planner: etcd store " << options_.prefix << ": writing "
+              << writes.size() << " benchmark tasks failed: " << written
+              << std::endl;
+  }
+  if (listener_ && (!written.ok() || failing_)) listener_("task", written);
+  failing_ = !written.ok();
+  return written;
+}
+
+absl::Status EtcdStore::WriteTasksLocked(const Fence& fence,
+                                         const store::TaskWrites& writes) {
+  const etcd::ClientOptions& limits = client_->options();
+  const size_t max_ops = static_cast<size_t>(limits.max_txn_ops);
+  const int64_t max_bytes =
+      limits.max_request_bytes - etcd::kRaftEnvelopeBytes - kTxnOverheadBytes;
+  const etcd::Compare compare = FenceCompare(fence);
+  std::vector<etcd::TxnRequest> txns(1);
+  int64_t bytes = 0;
+  for (const auto& [id, record] : writes) {
+    const std::string key = absl::StrCat(options_.prefix, "tasks/", id);
+    const int64_t op_bytes = static_cast<int64_t>(
+        key.size() + (record.has_value() ? record->size() : 0) +
+        kOpOverheadBytes);
+    if (!txns.back().success.empty() &&
+        (txns.back().success.size() + 1 > max_ops ||
+         bytes + op_bytes > max_bytes)) {
+      txns.emplace_back();
+      bytes = 0;
+    }
+    txns.back().success.push_back(record.has_value()
+                                      ? etcd::Op::Put(key, *record)
+                                      : etcd::Op::Delete(key));
+    bytes += op_bytes;
+  }
+  for (size_t i = 0; i < txns.size(); ++i) {
+    txns[i].compares.push_back(compare);
+    const std::string landed =
+        absl::StrCat(i, " of ", txns.size(), " etcd Txns of this write landed");
+    absl::StatusOr<etcd::TxnResult> result = client_->Txn(txns[i]);
+    if (!result.ok()) {
+      return absl::Status(
+          result.status().code(),
+          absl::StrCat("etcd store task write: ", result.status().message(),
+                       " (", landed, ")"));
+    }
+    if (!result->succeeded) {
+      return Fenced(fence.epoch, absl::StrCat("is not the newest: ", landed));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> EtcdStore::ListTasks() {
+  const std::string prefix = absl::StrCat(options_.prefix, "tasks/");
+  etcd::ListRequest request;
+  request.key = prefix;
+  request.range_end = etcd::PrefixEnd(prefix);
+  std::vector<std::string> records;
+  absl::StatusOr<int64_t> listed = client_->ListPages(
+      request, [&](std::vector<etcd::KeyValue> page) -> absl::Status {
+        if (records.size() + page.size() > options_.max_keys) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat("etcd store ", prefix, ": more than ",
+                           options_.max_keys, " keys"));
+        }
+        for (etcd::KeyValue& kv : page) records.push_back(std::move(kv.value));
+        return absl::OkStatus();
+      });
+  if (!listed.ok()) return listed.status();
+  return records;
+}
+
 }  // namespace monta::etcd_store

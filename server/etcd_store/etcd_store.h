@@ -16,6 +16,10 @@
 //   P records/<table>/<id>    rows of a SQLite file's decisions,
 //                             verifications and audit log, copied by
 //                             --migrate_from_sqlite (migrate.h); not read here
+//   P tasks/<task id>         the benchmark task queue's records (TaskStore,
+//                             server/bench/task_record.h): written under the
+//                             same fence, outside the log (no watch sees
+//                             them), listed by the leader that takes over
 //
 // List is a paged list of P curves/ and P nodes/ at one etcd revision. Commit
 // is ONE etcd Txn: its compare is the fence, its operations the net puts and
@@ -68,6 +72,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/etcd/client.h"
 #include "server/store/store.h"
+#include "server/store/task_store.h"
 
 namespace monta::etcd_store {
 
@@ -76,7 +81,8 @@ struct SchemaVersion {
   int minor = 0;
 };
 // This build's layout.
-inline constexpr SchemaVersion kEtcdSchemaVersion{1, 0};
+// 1.1 added P tasks/ (older replicas ignore it).
+inline constexpr SchemaVersion kEtcdSchemaVersion{1, 1};
 
 struct EtcdStoreOptions {
   // Every key lives under it: non-empty, starting and ending with '/', at
@@ -95,7 +101,7 @@ struct EtcdStoreOptions {
   size_t max_keys = 1 << 20;
 };
 
-class EtcdStore : public store::Store {
+class EtcdStore : public store::Store, public store::TaskStore {
  public:
   // Checks the options and the schema version (writing it when the prefix
   // has none). `client` must outlive the store.
@@ -112,6 +118,12 @@ class EtcdStore : public store::Store {
       int64_t after_revision) override;
   // P log's mod revision (its key only, not the mutations it holds).
   absl::StatusOr<int64_t> NewestRevision() override;
+
+  // TaskStore: P tasks/<id>, in fenced Txns within etcd's limits (one Txn
+  // for a small batch); a failure is told to the write listener ("task").
+  absl::Status WriteTasks(const store::Fence& fence,
+                          const store::TaskWrites& writes) override;
+  absl::StatusOr<std::vector<std::string>> ListTasks() override;
 
   // Told of every failed Commit (`operation`: registry::ChangeOperation of
   // its first mutation) and of the first successful one after a failure
@@ -157,6 +169,9 @@ class EtcdStore : public store::Store {
       const std::function<bool(const monta::v1::BandwidthCurve&)>& which,
       Batch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  absl::Status WriteTasksLocked(const store::Fence& fence,
+                                const store::TaskWrites& writes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string NodeKey(const std::string& name) const;
   std::string CurveKey(const std::string& measurement, uint64_t seq) const;
 

@@ -308,6 +308,58 @@ TEST(EtcdStoreTest, ABatchOverEtcdsLimitsIsSplitAndAnOversizedNodeRefused) {
   EXPECT_EQ(store->List()->revision, committed->revision);
 }
 
+// The task queue's records (TaskStore): 300 records of 8 KiB split over
+// etcd's 128 operations and 1.5 MiB, listed back, deleted; outside the
+// registry's List and watch; refused under an older fence, and over the
+// record bound.
+TEST(EtcdStoreTest, TaskRecordsAreWrittenInFencedTxnsWithinEtcdsLimits) {
+  EtcdStoreOptions options;
+  options.prefix = FreshPrefix("tasks");
+  std::unique_ptr<OwningStore> store;
+  Fence fence;
+  ASSERT_NO_FATAL_FAILURE(OpenLeading(options, store, fence));
+  const int64_t before = store->List()->revision;
+  store::TaskWrites writes;
+  for (int i = 0; i < 300; ++i) {
+    writes[absl::StrCat("bench-", 1000 + i)] =
+        absl::StrCat(i, std::string(8 << 10, 'r'));
+  }
+  ASSERT_TRUE(store->store().WriteTasks(fence, writes).ok());
+  auto listed = store->store().ListTasks();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 300u);
+  EXPECT_EQ(listed->front().substr(0, 2), "0r");
+  EXPECT_EQ(listed->back().substr(0, 3), "299");
+  // Not the registry's: its snapshot and watch see no task.
+  auto snapshot = store->List();
+  ASSERT_TRUE(snapshot.ok());
+  EXPECT_TRUE(snapshot->nodes.empty());
+  auto watch = store->Watch(before);
+  ASSERT_TRUE(watch.ok());
+  EXPECT_EQ((*watch)->Next(absl::Milliseconds(300)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  store::TaskWrites deletes;
+  for (int i = 0; i < 299; ++i) deletes[absl::StrCat("bench-", 1000 + i)];
+  ASSERT_TRUE(store->store().WriteTasks(fence, deletes).ok());
+  EXPECT_EQ(store->store().ListTasks()->size(), 1u);
+
+  std::unique_ptr<OwningStore> newer;
+  Fence newer_fence;
+  ASSERT_NO_FATAL_FAILURE(OpenLeading(options, newer, newer_fence));
+  const absl::Status fenced =
+      store->store().WriteTasks(fence, {{"bench-1", std::string("late")}});
+  EXPECT_TRUE(IsFenced(fenced)) << fenced;
+  EXPECT_EQ(newer->store().ListTasks()->size(), 1u);
+  const absl::Status huge = newer->store().WriteTasks(
+      newer_fence,
+      {{"bench-2", std::string(store::kMaxTaskRecordBytes + 1, 'x')}});
+  EXPECT_EQ(huge.code(), absl::StatusCode::kInvalidArgument) << huge;
+  EXPECT_EQ(newer->store()
+                .WriteTasks(newer_fence, {{"a/b", std::string("x")}})
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // Each measurement keeps its newest curve_history curves in etcd; the
 // newest is current.
 TEST(EtcdStoreTest, CurveHistoryIsBounded) {

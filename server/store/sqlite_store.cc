@@ -76,6 +76,11 @@ CREATE TABLE IF NOT EXISTS verifications (
   request BLOB NOT NULL,           -- monta.v1.VerifyRequest
   reply BLOB NOT NULL              -- monta.v1.VerifyReply
 );
+-- The benchmark task queue (server/bench/task_record.h), by task id.
+CREATE TABLE IF NOT EXISTS bench_tasks (
+  task_id TEXT PRIMARY KEY,
+  record BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS store_meta (
   key TEXT PRIMARY KEY,
   value TEXT NOT NULL
@@ -574,19 +579,76 @@ absl::StatusOr<Committed> SqliteStore::Commit(
   return committed;
 }
 
+absl::Status SqliteStore::CheckFenceLocked(const Fence& fence) {
+  absl::StatusOr<int64_t> epoch = MetaInt("writer_epoch");
+  if (!epoch.ok()) return epoch.status();
+  if (fence.epoch < 1 || fence.epoch != *epoch) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sqlite: fenced: the write's fence (epoch ", fence.epoch,
+        ") is not the writer's (epoch ", *epoch,
+        "): another planner opened this database since; nothing written"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStore::WriteTasks(const Fence& fence,
+                                     const TaskWrites& writes) {
+  if (absl::Status s = ValidateTaskWrites(writes); !s.ok()) return s;
+  if (writes.empty()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  absl::Status status = WriteTasksLocked(fence, writes);
+  WriteDone("task", status);
+  return status;
+}
+
+absl::Status SqliteStore::WriteTasksLocked(const Fence& fence,
+                                           const TaskWrites& writes) {
+  if (absl::Status s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
+  absl::Status status = CheckFenceLocked(fence);
+  for (const auto& [id, record] : writes) {
+    if (!status.ok()) break;
+    Statement stmt(db_, record.has_value()
+                            ? "INSERT INTO bench_tasks (task_id, record) "
+                              "VALUES (?1, ?2) ON CONFLICT(task_id) DO UPDATE "
+                              "SET record = excluded.record"
+                            : "DELETE FROM bench_tasks WHERE task_id = ?1");
+    if (stmt.get() == nullptr) {
+      status = SqliteError(db_, "preparing a task write");
+      break;
+    }
+    stmt.BindText(1, id);
+    if (record.has_value()) stmt.BindBlob(2, *record);
+    if (sqlite3_step(stmt.get()) != SQLITE_DONE) {
+      status = SqliteError(db_, "writing task " + id);
+    }
+  }
+  if (status.ok()) status = Exec("COMMIT;");
+  if (!status.ok()) (void)Exec("ROLLBACK;");
+  return status;
+}
+
+absl::StatusOr<std::vector<std::string>> SqliteStore::ListTasks() {
+  absl::MutexLock lock(&mu_);
+  Statement stmt(db_, "SELECT record FROM bench_tasks ORDER BY task_id");
+  if (stmt.get() == nullptr) return SqliteError(db_, "preparing a task list");
+  std::vector<std::string> records;
+  int step;
+  while ((step = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+    const void* blob = sqlite3_column_blob(stmt.get(), 0);
+    const int bytes = sqlite3_column_bytes(stmt.get(), 0);
+    records.emplace_back(static_cast<const char*>(blob),
+                         blob == nullptr ? 0 : static_cast<size_t>(bytes));
+  }
+  if (step != SQLITE_DONE) return SqliteError(db_, "listing tasks");
+  return records;
+}
+
 absl::StatusOr<Committed> SqliteStore::CommitLocked(
     const Fence& fence, const std::vector<Mutation>& mutations,
     const char** operation) {
   if (absl::Status s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
   Committed committed;
-  absl::StatusOr<int64_t> epoch = MetaInt("writer_epoch");
-  absl::Status status = epoch.status();
-  if (status.ok() && (fence.epoch < 1 || fence.epoch != *epoch)) {
-    status = absl::FailedPreconditionError(absl::StrCat(
-        "sqlite: fenced: the write's fence (epoch ", fence.epoch,
-        ") is not the writer's (epoch ", *epoch,
-        "): another planner opened this database since; nothing written"));
-  }
+  absl::Status status = CheckFenceLocked(fence);
   for (const Mutation& mutation : mutations) {
     if (!status.ok()) break;
     status = Apply(mutation, &committed.restored);

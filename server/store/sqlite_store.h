@@ -1,7 +1,8 @@
 // Durable planner state in an embedded SQLite file (WAL): the nodes the
 // registry knows, the history of every measured curve (with the planner's
 // sequence: the order evidence is judged by), decisions, verifications and
-// the audit log of what operators changed. A restarted planner reloads nodes
+// the audit log of what operators changed, and the benchmark task queue
+// (TaskStore, bench_tasks). A restarted planner reloads nodes
 // and curves, so agents resume with their heartbeats and measurements keep
 // their evidence.
 //
@@ -30,12 +31,16 @@
 #include "server/store/audit_log.h"
 #include "server/store/decision_log.h"
 #include "server/store/store.h"
+#include "server/store/task_store.h"
 
 struct sqlite3;
 
 namespace monta::store {
 
-class SqliteStore : public Store, public DecisionLog, public AuditLog {
+class SqliteStore : public Store,
+                    public TaskStore,
+                    public DecisionLog,
+                    public AuditLog {
  public:
   // Commits a watch can still be started before (or fall behind by).
   // Bounded low: nothing watches a single replica but tests and tools, and
@@ -63,10 +68,10 @@ class SqliteStore : public Store, public DecisionLog, public AuditLog {
 
   // Told of every failed write (status not OK, `operation` one of "node",
   // "curve" (registry::ChangeOperation of a Commit's failing mutation),
-  // "decision", "verification", "audit") and of the first successful write
-  // after a failure (status OK), so health can follow the store. Called under
-  // the store's lock (in write order): it must not call back into the store.
-  // Null stops calls.
+  // "task", "decision", "verification", "audit") and of the first successful
+  // write after a failure (status OK), so health can follow the store. Called
+  // under the store's lock (in write order): it must not call back into the
+  // store. Null stops calls.
   using WriteListener = std::function<void(const std::string& operation,
                                            const absl::Status& status)>;
   void SetWriteListener(WriteListener listener);
@@ -85,6 +90,13 @@ class SqliteStore : public Store, public DecisionLog, public AuditLog {
       const Fence& fence, const std::vector<Mutation>& mutations) override;
   absl::StatusOr<std::unique_ptr<ChangeWatch>> Watch(
       int64_t after_revision) override;
+
+  // TaskStore: the bench_tasks table, one transaction per call comparing the
+  // writer epoch as Commit does (outside the revision and the watch). A
+  // failed write is reported like every write ("task").
+  absl::Status WriteTasks(const Fence& fence,
+                          const TaskWrites& writes) override;
+  absl::StatusOr<std::vector<std::string>> ListTasks() override;
 
   // AuditLog: appends to the audit_log table.
   void RecordAudit(const AuditEntry& entry) override;
@@ -145,6 +157,12 @@ class SqliteStore : public Store, public DecisionLog, public AuditLog {
   // their measured_at, but never later than now (a row dated in the future
   // is logged). Idempotent.
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails FAILED_PRECONDITION "fenced" unless `fence` is the writer epoch;
+  // inside a transaction.
+  absl::Status CheckFenceLocked(const Fence& fence)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WriteTasksLocked(const Fence& fence, const TaskWrites& writes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Commit's transaction; `operation` names the failing mutation's.
   absl::StatusOr<Committed> CommitLocked(const Fence& fence,
                                          const std::vector<Mutation>& mutations,

@@ -3,7 +3,9 @@
 #include <iostream>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "server/store/task_store.h"
 
 namespace monta::store {
 
@@ -54,6 +56,23 @@ absl::Status LoadInto(
       std::cerr << "monta-planner: store: curve of task " << curve.task_id()
                 << " stays history only: " << added << std::endl;
       if (on_discarded) on_discarded("load_curve");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTaskWrites(const TaskWrites& writes) {
+  for (const auto& [id, record] : writes) {
+    if (id.empty() || id.size() > kMaxTaskIdBytes ||
+        id.find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("task id: expected 1..", kMaxTaskIdBytes,
+                       " bytes without '/', got ", id.size(), " bytes"));
+    }
+    if (record.has_value() && record->size() > kMaxTaskRecordBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("task ", id, ": record of ", record->size(),
+                       " bytes, at most ", kMaxTaskRecordBytes));
     }
   }
   return absl::OkStatus();
