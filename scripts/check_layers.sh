@@ -132,6 +132,8 @@ check //server/store/... allow "^//(server/store|server/registry|${SERVER_BASE})
   "server/store may depend only on server/registry (below it), common/, proto/ and third_party/"
 check //server/bench/... allow "^//(server/bench|server/registry|${SERVER_BASE})[:/]" \
   "server/bench (benchmark coordination) may depend only on server/registry, common/, proto/ and third_party/"
+check //server/bench:rendezvous allow '^//server/bench:rendezvous$|^//third_party[:/]' \
+  "server/bench:rendezvous (the rendezvous store, leader memory only) may depend only on third_party/: no task queue, no store, no protos"
 check //server/metrics/... allow "^//(server/metrics|server/model|server/fabric|server/registry|${SERVER_BASE})[:/]" \
   "server/metrics may depend only on server/model, server/fabric, server/registry, common/, proto/ and third_party/"
 check //server/planning/... allow "^//(server/planning|server/model|server/fabric|server/registry|server/metrics|server/store|${SERVER_BASE})[:/]" \

@@ -131,6 +131,7 @@ absl::Status PlannerServer::OpenRegistry() {
                           absl::StrCat("--db ", options_.db_path, ": ",
                                        fence.status().message()));
     }
+    sqlite_fence_ = *fence;
     registry_writer_ =
         std::make_unique<store::RegistryWriter>(store_.get(), *fence);
     registry_->SetObserver(registry_writer_.get());
@@ -260,11 +261,16 @@ void PlannerServer::StartLeading(int64_t epoch) {
     planner_metrics_->RecordDiscardedError("start_leading");
     return;
   }
+  coordinator_->SetLeader(advertise_address_);
+  // The task queue as etcd holds it: the unfinished tasks of earlier leaders
+  // are handed out again under this epoch.
+  if (!LeadWithTasks(epoch, *etcd_store_, *fence)) {
+    planner_metrics_->RecordDiscardedError("start_leading");
+    return;
+  }
   term_writer_->Set(
       std::make_unique<store::RegistryWriter>(etcd_store_.get(), *fence));
   term_epoch_ = epoch;
-  coordinator_->SetLeader(advertise_address_);
-  coordinator_->Lead(epoch);
   server_->GetHealthCheckService()->SetServingStatus(
       monta::v1::Planner::service_full_name(), true);
   std::cerr << "monta-planner: leading with epoch " << epoch << " ("
@@ -379,8 +385,13 @@ void PlannerServer::StartCoordinator() {
   coordinator_ = std::make_unique<coordination::Coordinator>(
       registry_.get(), coordinator_options);
   // With an election nobody leads here until it says so.
-  if (etcd_store_ != nullptr)
+  if (etcd_store_ != nullptr) {
     coordinator_->Follow("campaigning", Instant::Now());
+  } else if (store_ != nullptr) {
+    // One replica: the tasks a previous process left (finished ones answer
+    // as before, unfinished ones fail "planner restarted").
+    (void)LeadWithTasks(0, *store_, sqlite_fence_);
+  }
   held_bytes_ = std::make_shared<metrics::HeldBytesCollector>();
   coordination::Coordinator* coordinator = coordinator_.get();
   held_bytes_->Add("rendezvous", [coordinator] {
@@ -405,6 +416,29 @@ void PlannerServer::StartCoordinator() {
                     << "): " << excluded.detail() << std::endl;
         }
       });
+}
+
+bool PlannerServer::LeadWithTasks(int64_t epoch, store::TaskStore& tasks,
+                                  store::Fence fence) {
+  absl::StatusOr<std::vector<std::string>> records = tasks.ListTasks();
+  if (!records.ok()) {
+    std::cerr << "monta-planner: cannot list the benchmark tasks: "
+              << records.status() << std::endl;
+    return false;
+  }
+  store::TaskStore* store = &tasks;
+  const coordination::RestoredTasks restored = coordinator_->Lead(
+      epoch,
+      [store, fence](const store::TaskWrites& writes) {
+        return store->WriteTasks(fence, writes);
+      },
+      *records, Instant::Now());
+  std::cerr << "monta-planner: benchmark tasks on the store: "
+            << restored.finished << " finished, " << restored.reissued
+            << " handed out again, " << restored.failed
+            << " failed (not handed out again), " << restored.malformed
+            << " malformed" << std::endl;
+  return true;
 }
 
 absl::Status PlannerServer::LoadDenyList() {

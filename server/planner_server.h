@@ -212,6 +212,11 @@ class PlannerServer {
   // follower's cache is in sync; else why not (the leader named).
   absl::Status Readable() const;
   void StartCoordinator();
+  // The coordinator leads with `epoch`, its task queue on `tasks` (listed
+  // now, written under `fence` from now on); logs what it restored. False
+  // when the store cannot be listed (nothing changed).
+  bool LeadWithTasks(int64_t epoch, store::TaskStore& tasks,
+                     store::Fence fence);
   // Reads options_.deny_list_file (none when empty).
   absl::Status LoadDenyList();
   // Reads the fabric sources (options_.fabric) and exports their metrics.
@@ -287,6 +292,8 @@ class PlannerServer {
   // The registry's observer: its changes committed to store_ under the fence
   // store_->Lead() gave this process. Destroyed before store_.
   std::unique_ptr<store::RegistryWriter> registry_writer_;
+  // That fence (--store=sqlite with --db): the task queue writes under it too.
+  store::Fence sqlite_fence_;
   std::shared_ptr<metrics::ClusterCollector> cluster_collector_;
   std::shared_ptr<metrics::HeldBytesCollector> held_bytes_;
   std::unique_ptr<fabric::Fabric> fabric_;

@@ -5,7 +5,11 @@
 // agents register with whoever leads and measure themselves; the leader is
 // SIGKILLed: another replica leads, its registry reloaded from etcd (the
 // nodes and curves acknowledged before the kill are there), and it
-// coordinates a benchmark the agents finish. Then that leader gets SIGTERM:
+// coordinates a benchmark the agents finish; the benchmark the agents were
+// running when it died is on etcd's task queue (issue 20 item 3): the new
+// leader hands it out again under its epoch, the agents finish it and its
+// status (the same task id, as stored) ends SUCCEEDED with its curves,
+// without a second RunBenchmark. Then that leader gets SIGTERM:
 // it resigns and the last replica leads. Followers refuse the leader-only
 // RPCs with UNAVAILABLE naming the leader, and answer the read RPCs from
 // their watch-fed caches (issue 20 item 6): the same nodes, curves and
@@ -30,6 +34,8 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "proto/monta/v1/planner.grpc.pb.h"
+#include "server/bench/task_record.h"
+#include "server/etcd/client.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/etcd_cluster.h"
 #include "tests/testing/grpc_clients.h"
@@ -175,6 +181,101 @@ class HaTest : public ::testing::Test {
     return out;
   }
 
+  // The task's status as the task queue holds it on etcd (what a new leader
+  // answers for it); UNKNOWN when not stored (yet).
+  monta::v1::BenchmarkTaskStatus StoredStatus(const EtcdCluster& etcd,
+                                              const std::string& task_id) {
+    if (etcd_ == nullptr) {
+      etcd::ClientOptions options;
+      options.endpoints = etcd.endpoints();
+      options.security.insecure = true;
+      auto client = etcd::Client::Create(options);
+      EXPECT_TRUE(client.ok()) << client.status();
+      if (!client.ok()) return {};
+      etcd_ = *std::move(client);
+    }
+    absl::StatusOr<etcd::RangeResult> got =
+        etcd_->Get(absl::StrCat("/ha-test/tasks/", task_id));
+    if (!got.ok() || got->kvs.empty()) return {};
+    absl::StatusOr<coordination::TaskRecord> record =
+        coordination::DecodeTaskRecord(got->kvs.front().value);
+    EXPECT_TRUE(record.ok()) << record.status();
+    if (!record.ok()) return {};
+    last_attempts_ = record->attempts;
+    return record->status;
+  }
+  // node-a and node-b, each with --planner naming all three replicas.
+  void StartAgentsKnowingEveryReplica() {
+    std::vector<std::string> addresses;
+    for (int port : ports_) {
+      addresses.push_back(absl::StrCat("127.0.0.1:", port));
+    }
+    const std::string planners = "--planner=" + absl::StrJoin(addresses, ",");
+    ASSERT_TRUE(cluster_.StartAgent("node-a", {planners}).ok());
+    ASSERT_TRUE(cluster_.StartAgent("node-b", {planners}).ok());
+  }
+  // Starts a benchmark of both nodes (not waiting) and returns its id once
+  // both agents received it (they log so) and etcd's task queue holds it
+  // PENDING; empty when the agents never received it.
+  std::string BenchmarkRunningOnBothNodes(const EtcdCluster& etcd) {
+    nlohmann::json bench = Json(cluster_.Montactl(
+        {"--output=json", "bench", "--nodes=node-a,node-b", "--wait=false",
+         "--max_bytes=4194304", "--bench_timeout_seconds=40"}));
+    if (!bench.is_object()) return "";
+    const std::string id = bench["status"]["task_id"].get<std::string>();
+    const bool received = WaitFor(
+        [&] {
+          for (const char* node : {"node-a", "node-b"}) {
+            if (ReadFile(cluster_.agent(node).log_path())
+                    .find(absl::StrCat("task ", id, " received")) ==
+                std::string::npos) {
+              return false;
+            }
+          }
+          return true;
+        },
+        absl::Seconds(20));
+    EXPECT_TRUE(received) << Logs();
+    EXPECT_EQ(StoredStatus(etcd, id).state(), monta::v1::TASK_STATE_PENDING);
+    return received ? id : "";
+  }
+
+  // `leader` (elected after the SIGKILL at `killed`) handed `task_id`, which
+  // the agents were running, out again; the agents finish it: its stored
+  // status ends SUCCEEDED (attempt 2), its curves on both nodes.
+  void ExpectHandedOutAgainAndFinished(const EtcdCluster& etcd,
+                                       const std::string& task_id, int leader,
+                                       Clock::time_point killed) {
+    monta::v1::BenchmarkTaskStatus rerun;
+    const bool rerun_done = WaitFor(
+        [&] {
+          rerun = StoredStatus(etcd, task_id);
+          return rerun.state() == monta::v1::TASK_STATE_SUCCEEDED ||
+                 rerun.state() == monta::v1::TASK_STATE_FAILED;
+        },
+        absl::Seconds(45));
+    const double rerun_s = SecondsSince(killed);
+    EXPECT_TRUE(rerun_done) << Logs();
+    EXPECT_EQ(rerun.state(), monta::v1::TASK_STATE_SUCCEEDED)
+        << rerun.DebugString() << Logs();
+    EXPECT_EQ(last_attempts_, 2);
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          return HasCurve("node-a", task_id) && HasCurve("node-b", task_id);
+        },
+        absl::Seconds(10)))
+        << Logs();
+    EXPECT_NE(ReadFile(cluster_.replica(leader).log_path())
+                  .find(absl::StrCat("task ", task_id,
+                                     ": leader changed: handed out again")),
+              std::string::npos)
+        << Logs();
+    std::cerr << "ha_test: the benchmark running at the SIGKILL, handed out "
+                 "again by the new leader, succeeded "
+              << rerun_s << " s after the kill (attempt " << last_attempts_
+              << ")" << std::endl;
+  }
+
   // An operator's Planner stub per replica, in ports_ order.
   void ConnectToReplicas() {
     for (int port : ports_) {
@@ -273,6 +374,8 @@ class HaTest : public ::testing::Test {
   }
 
   LocalCluster cluster_;
+  std::unique_ptr<etcd::Client> etcd_;
+  int last_attempts_ = 0;
   std::vector<int> ports_;
   std::vector<std::unique_ptr<monta::v1::Planner::Stub>> stubs_;
 };
@@ -287,16 +390,16 @@ TEST_F(HaTest, LeaderKillAndGracefulStopHandOverWithNodesAndCurves) {
   const int first = WaitForLeader(ports_, absl::Seconds(20));
   ASSERT_GT(first, 0) << Logs();
   ExpectFollowersNameTheLeader(first);
-  std::vector<std::string> addresses;
-  for (int port : ports_) addresses.push_back(absl::StrCat("127.0.0.1:", port));
-  const std::string planners = "--planner=" + absl::StrJoin(addresses, ",");
-  ASSERT_TRUE(cluster_.StartAgent("node-a", {planners}).ok());
-  ASSERT_TRUE(cluster_.StartAgent("node-b", {planners}).ok());
+  ASSERT_NO_FATAL_FAILURE(StartAgentsKnowingEveryReplica());
   std::map<std::string, std::vector<std::string>> acknowledged =
       WaitForOwnCurves();
   ConnectToReplicas();
   ExpectFollowersAnswerLikeTheLeader(first, acknowledged);
   ExpectMontactlPastDeadAndFollower(first);
+
+  // A benchmark the agents are running when the leader dies.
+  const std::string running_id = BenchmarkRunningOnBothNodes(**etcd);
+  ASSERT_FALSE(running_id.empty()) << Logs();
 
   // SIGKILL the leader: another replica leads after the lease (+ etcd's
   // expiry check), its registry reloaded from etcd, and coordinates. A
@@ -325,6 +428,7 @@ TEST_F(HaTest, LeaderKillAndGracefulStopHandOverWithNodesAndCurves) {
             << reader.max_seconds() << " s" << std::endl;
   EXPECT_GT(reader.calls(), 0);
   EXPECT_EQ(reader.failed(), 0) << reader.last_error();
+  ExpectHandedOutAgainAndFinished(**etcd, running_id, second, killed);
   const std::string task_id = BenchmarkBothNodes();
   ASSERT_FALSE(task_id.empty());
   std::cerr << "ha_test: leader SIGKILL -> new leader in " << elected_s

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <iostream>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -11,6 +12,7 @@
 #include "common/echo.h"
 #include "common/status_proto.h"
 #include "google/protobuf/util/time_util.h"
+#include "server/bench/task_record.h"
 
 namespace monta::coordination {
 namespace {
@@ -43,7 +45,6 @@ bool IsFinished(const BenchmarkTaskStatus& s) {
 constexpr uint64_t kMaxBenchBytes = uint64_t{8} << 30;
 // Job-shaped dispatches in one verify task (the proto's bound).
 constexpr size_t kMaxDispatchesPerTask = 64;
-constexpr size_t kMaxKeyBytes = 512;
 
 }  // namespace
 
@@ -51,17 +52,37 @@ std::string Coordinator::JoinKey(int rank) {
   return absl::StrCat("join/", rank);
 }
 
+namespace {
+
+RendezvousLimits LimitsOf(const CoordinatorOptions& options) {
+  RendezvousLimits limits;
+  limits.max_keys_per_task = options.max_rendezvous_keys_per_task;
+  limits.max_value_bytes = options.max_rendezvous_value_bytes;
+  limits.max_bytes_per_task = options.max_rendezvous_bytes_per_task;
+  limits.max_bytes = options.max_rendezvous_bytes;
+  limits.max_bytes_per_node = options.max_rendezvous_bytes_per_node;
+  return limits;
+}
+
+}  // namespace
+
 Coordinator::Coordinator(registry::Registry* registry,
                          CoordinatorOptions options)
-    : registry_(registry), options_(options) {}
+    : registry_(registry), options_(options), rendezvous_(LimitsOf(options)) {}
 
 class Coordinator::WakeOnExit {
  public:
-  explicit WakeOnExit(Coordinator* coordinator) : coordinator_(coordinator) {}
-  ~WakeOnExit() { coordinator_->DeliverWakes(); }
+  // `flush`: the method may have queued task record writes.
+  explicit WakeOnExit(Coordinator* coordinator, bool flush = true)
+      : coordinator_(coordinator), flush_(flush) {}
+  ~WakeOnExit() {
+    if (flush_) coordinator_->FlushTaskWrites();
+    coordinator_->DeliverWakes();
+  }
 
  private:
   Coordinator* const coordinator_;
+  const bool flush_;
 };
 
 void Coordinator::SetTaskFinishedCallback(TaskFinishedCallback callback) {
@@ -240,9 +261,11 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::Enqueue(
   if (!leading_) return NotLeadingLocked();
   if (absl::Status s = CheckPendingBounds(spec.nodes()); !s.ok()) return s;
   spec.set_leader_epoch(epoch_);
+  // The whole timeout (TryNextTask hands out the time left): a leader that
+  // hands the task out again starts it afresh.
+  spec.set_timeout_seconds(absl::ToDoubleSeconds(timeout));
   Task task;
-  const std::string id =
-      absl::StrCat("bench-", absl::ToUnixMillis(now.wall), "-", next_id_++);
+  const std::string id = NewTaskIdLocked(now);
   spec.set_task_id(id);
   task.spec = std::move(spec);
   task.deadline = MonoAfter(now.mono, timeout);
@@ -255,13 +278,61 @@ absl::StatusOr<BenchmarkTaskStatus> Coordinator::Enqueue(
   }
   *task.status.mutable_created_at() = ToProto(now.wall);
   task.on_results = std::move(on_results);
+  task.stored = task.on_results == nullptr;
   for (const std::string& node : task.spec.nodes()) {
     queues_[node].push_back(id);
     changed_nodes_.insert(node);
   }
   BenchmarkTaskStatus status = task.status;
+  PersistLocked(task);
   tasks_.emplace(id, std::move(task));
   return status;
+}
+
+std::string Coordinator::NewTaskIdLocked(Instant now) {
+  std::string id;
+  do {
+    id = absl::StrCat("bench-", absl::ToUnixMillis(now.wall), "-", next_id_++);
+  } while (tasks_.count(id) > 0);
+  return id;
+}
+
+void Coordinator::PersistLocked(const Task& task, bool erase) {
+  if (!task.stored || task_writer_ == nullptr) return;
+  if (erase) {
+    task_writes_[task.spec.task_id()] = std::nullopt;
+    return;
+  }
+  TaskRecord record;
+  record.spec = task.spec;
+  record.status = task.status;
+  record.attempts = task.attempts;
+  task_writes_[task.spec.task_id()] = EncodeTaskRecord(record);
+}
+
+void Coordinator::FlushTaskWrites() {
+  absl::MutexLock flush(&flush_mu_);
+  std::map<std::string, std::optional<std::string>> writes;
+  TaskRecordWriter writer;
+  {
+    absl::MutexLock lock(&mu_);
+    writes.swap(task_writes_);
+    writer = task_writer_;
+  }
+  if (writes.empty() || writer == nullptr) return;
+  if (absl::Status written = writer(writes); !written.ok()) {
+    std::cerr << "monta-planner: " << writes.size()
+              << " benchmark task record(s) not written (the tasks run from "
+                 "memory; a new leader would not know them): "
+              << written << std::endl;
+    absl::MutexLock lock(&mu_);
+    ++task_write_errors_;
+  }
+}
+
+int64_t Coordinator::task_write_errors() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return task_write_errors_;
 }
 
 size_t Coordinator::held_report_bytes() const {
@@ -418,19 +489,13 @@ void Coordinator::DeliverWakes() {
 
 absl::Status Coordinator::Set(const monta::v1::RendezvousSetRequest& request,
                               const std::string& setter) {
-  if (request.key().empty() || request.key().size() > kMaxKeyBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("key: expected 1..",
-                                                   kMaxKeyBytes, " bytes, got ",
-                                                   request.key().size()));
-  }
-  if (request.value().size() > options_.max_rendezvous_value_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("value: ", request.value().size(), " bytes, at most ",
-                     options_.max_rendezvous_value_bytes,
-                     " (--max_rendezvous_value_bytes)"));
-  }
-  WakeOnExit wake(this);
+  WakeOnExit wake(this, /*flush=*/false);
   absl::MutexLock lock(&mu_);
+  if (absl::Status s =
+          rendezvous_.CheckKeyValue(request.key(), request.value());
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<Task*> found = FindTask(request.task_id());
   if (!found.ok()) return found.status();
   Task& task = **found;
@@ -439,8 +504,8 @@ absl::Status Coordinator::Set(const monta::v1::RendezvousSetRequest& request,
         absl::StrCat("task ", request.task_id(),
                      " already finished: ", task.status.reason()));
   }
-  if (absl::Status s =
-          CheckRendezvousBounds(task, request.key(), request.value(), setter);
+  if (absl::Status s = rendezvous_.Set(request.task_id(), request.key(),
+                                       request.value(), setter);
       !s.ok()) {
     return s;
   }
@@ -451,45 +516,18 @@ absl::Status Coordinator::Set(const monta::v1::RendezvousSetRequest& request,
       task.joined_ranks.insert(rank);
     }
   }
-  StoreRendezvous(task, request.key(), request.value(), setter);
   changed_tasks_.insert(request.task_id());
   return absl::OkStatus();
 }
 
-void Coordinator::StoreRendezvous(Task& task, const std::string& key,
-                                  const std::string& value,
-                                  const std::string& setter) {
-  auto [it, is_new] = task.kv.try_emplace(key);
-  if (!is_new) {
-    // The old value's bytes leave its setter (who may be another node).
-    const size_t old_bytes = key.size() + it->second.value.size();
-    CountRendezvous(it->second.setter, -static_cast<int64_t>(old_bytes));
-    task.kv_bytes -= old_bytes;
-  }
-  it->second.value = value;
-  it->second.setter = setter;
-  const size_t bytes = key.size() + value.size();
-  task.kv_bytes += bytes;
-  CountRendezvous(setter, static_cast<int64_t>(bytes));
-}
-
-void Coordinator::CountRendezvous(const std::string& setter, int64_t bytes) {
-  rendezvous_bytes_ =
-      static_cast<size_t>(static_cast<int64_t>(rendezvous_bytes_) + bytes);
-  size_t& of_setter = rendezvous_bytes_of_[setter];
-  of_setter = static_cast<size_t>(static_cast<int64_t>(of_setter) + bytes);
-  if (of_setter == 0) rendezvous_bytes_of_.erase(setter);
-}
-
 size_t Coordinator::rendezvous_bytes() const {
   absl::ReaderMutexLock lock(&mu_);
-  return rendezvous_bytes_;
+  return rendezvous_.bytes();
 }
 
 size_t Coordinator::rendezvous_bytes_of(const std::string& setter) const {
   absl::ReaderMutexLock lock(&mu_);
-  auto it = rendezvous_bytes_of_.find(setter);
-  return it == rendezvous_bytes_of_.end() ? 0 : it->second;
+  return rendezvous_.bytes_of(setter);
 }
 
 absl::StatusOr<absl::Duration> Coordinator::GetWait(
@@ -536,8 +574,9 @@ absl::StatusOr<std::optional<std::string>> Coordinator::TryGet(
     return absl::AbortedError(absl::StrCat("task ", request.task_id(),
                                            " failed: ", task.status.reason()));
   }
-  auto kv = task.kv.find(request.key());
-  if (kv != task.kv.end()) return std::optional<std::string>(kv->second.value);
+  std::optional<std::string> value =
+      rendezvous_.Get(request.task_id(), request.key());
+  if (value.has_value()) return value;
   if (shutdown_) return absl::UnavailableError("planner is shutting down");
   return std::optional<std::string>();
 }
@@ -710,6 +749,13 @@ void Coordinator::FailTasksOfNode(const std::string& node_name,
   absl::MutexLock lock(&mu_);
   for (auto& [id, task] : tasks_) {
     if (IsFinished(task.status)) continue;
+    // Handed out again by this leader and not taken yet: its nodes' agents
+    // are still finding this leader (a restored node is stale until it
+    // heartbeats here); its deadline bounds the wait.
+    if (task.attempts > 1 &&
+        task.status.state() == monta::v1::TASK_STATE_PENDING) {
+      continue;
+    }
     const auto& nodes = task.spec.nodes();
     const auto it = std::find(nodes.begin(), nodes.end(), node_name);
     if (it == nodes.end()) continue;
@@ -753,52 +799,6 @@ absl::Status Coordinator::CheckPendingBounds(
   return absl::OkStatus();
 }
 
-absl::Status Coordinator::CheckRendezvousBounds(
-    const Task& task, const std::string& key, const std::string& value,
-    const std::string& setter) const {
-  auto old = task.kv.find(key);
-  const bool is_new = old == task.kv.end();
-  if (is_new && static_cast<int>(task.kv.size()) >=
-                    options_.max_rendezvous_keys_per_task) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "task ", task.spec.task_id(), " has ", task.kv.size(),
-        " rendezvous keys, at most ", options_.max_rendezvous_keys_per_task,
-        " (--max_rendezvous_keys_per_task)"));
-  }
-  const size_t bytes = key.size() + value.size();
-  const size_t old_bytes = is_new ? 0 : key.size() + old->second.value.size();
-  const size_t task_after = task.kv_bytes + bytes - old_bytes;
-  if (task_after > options_.max_rendezvous_bytes_per_task) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("task ", task.spec.task_id(), " would hold ", task_after,
-                     " bytes of rendezvous keys and values, at most ",
-                     options_.max_rendezvous_bytes_per_task,
-                     " (--max_rendezvous_bytes_per_task)"));
-  }
-  // The old value's bytes come off its own setter, who may be someone else.
-  auto held = rendezvous_bytes_of_.find(setter);
-  const size_t setter_before =
-      held == rendezvous_bytes_of_.end() ? 0 : held->second;
-  const size_t own_old =
-      !is_new && old->second.setter == setter ? old_bytes : 0;
-  const size_t setter_after = setter_before + bytes - own_old;
-  if (setter_after > options_.max_rendezvous_bytes_per_node) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        setter, " would hold ", setter_after,
-        " bytes of rendezvous keys and values across its tasks, at most ",
-        options_.max_rendezvous_bytes_per_node,
-        " (--max_rendezvous_bytes_per_node)"));
-  }
-  const size_t planner_after = rendezvous_bytes_ + bytes - old_bytes;
-  if (planner_after > options_.max_rendezvous_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the planner would hold ", planner_after,
-        " bytes of rendezvous keys and values of all tasks, at most ",
-        options_.max_rendezvous_bytes, " (--max_rendezvous_bytes)"));
-  }
-  return absl::OkStatus();
-}
-
 bool Coordinator::Busy(const std::string& node_name) const {
   absl::ReaderMutexLock lock(&mu_);
   for (const auto& [id, task] : tasks_) {
@@ -816,6 +816,10 @@ void Coordinator::Shutdown() {
   absl::MutexLock lock(&mu_);
   shutdown_ = true;
   wake_everyone_ = true;
+  // What the store holds stays unfinished: a restarted planner (or the next
+  // leader) decides.
+  task_writer_ = nullptr;
+  task_writes_.clear();
   for (auto& [id, task] : tasks_) {
     if (!IsFinished(task.status)) {
       Finish(task, monta::v1::TASK_STATE_FAILED, "planner shutting down", now);
@@ -841,6 +845,10 @@ void Coordinator::Follow(const std::string& why, Instant now) {
   absl::MutexLock lock(&mu_);
   leading_ = false;
   wake_everyone_ = true;
+  // The tasks failed here stay unfinished on the store, for the next leader
+  // (this replica's writes would be fenced anyway).
+  task_writer_ = nullptr;
+  task_writes_.clear();
   const std::string reason = absl::StrCat("leader changed: ", why);
   for (auto& [id, task] : tasks_) {
     if (!IsFinished(task.status)) {
@@ -849,6 +857,107 @@ void Coordinator::Follow(const std::string& why, Instant now) {
   }
   // The queues name only finished tasks now: a later term starts empty.
   queues_.clear();
+}
+
+RestoredTasks Coordinator::Lead(int64_t epoch, TaskRecordWriter writer,
+                                const std::vector<std::string>& records,
+                                Instant now) {
+  RestoredTasks counts;
+  std::vector<Task> restored;
+  for (const std::string& data : records) {
+    absl::StatusOr<TaskRecord> record = DecodeTaskRecord(data);
+    if (!record.ok()) {
+      std::cerr << "monta-planner: a stored benchmark task is skipped: "
+                << record.status() << std::endl;
+      ++counts.malformed;
+      continue;
+    }
+    Task task;
+    task.spec = std::move(record->spec);
+    task.status = std::move(record->status);
+    task.attempts = record->attempts;
+    task.stored = true;
+    restored.push_back(std::move(task));
+  }
+  // Finished ones in the order they finished (the oldest evicted first).
+  std::stable_sort(
+      restored.begin(), restored.end(), [](const Task& a, const Task& b) {
+        return TimeUtil::TimestampToNanoseconds(a.status.finished_at()) <
+               TimeUtil::TimestampToNanoseconds(b.status.finished_at());
+      });
+  WakeOnExit wake(this);
+  absl::MutexLock lock(&mu_);
+  leading_ = true;
+  epoch_ = epoch;
+  wake_everyone_ = true;
+  // The store's view replaces this replica's: its own tasks of an earlier
+  // term are there too (or were never written).
+  for (const auto& [id, task] : tasks_) changed_tasks_.insert(id);
+  tasks_.clear();
+  finished_order_.clear();
+  queues_.clear();
+  task_writer_ = std::move(writer);
+  task_writes_.clear();
+  for (Task& task : restored) RestoreLocked(std::move(task), now, counts);
+  return counts;
+}
+
+void Coordinator::RestoreLocked(Task task, Instant now, RestoredTasks& counts) {
+  const std::string id = task.spec.task_id();
+  changed_tasks_.insert(id);
+  if (IsFinished(task.status)) {
+    ++counts.finished;
+    finished_order_.push_back(id);
+    tasks_.emplace(id, std::move(task));
+    while (finished_order_.size() >
+           static_cast<size_t>(std::max(1, options_.max_finished_tasks))) {
+      auto evicted = tasks_.find(finished_order_.front());
+      if (evicted != tasks_.end()) PersistLocked(evicted->second, true);
+      tasks_.erase(finished_order_.front());
+      finished_order_.pop_front();
+    }
+    return;
+  }
+  const int64_t ran_under = task.spec.leader_epoch();
+  Task& t = tasks_.emplace(id, std::move(task)).first->second;
+  if (ran_under >= epoch_) {
+    ++counts.failed;
+    Finish(t, monta::v1::TASK_STATE_FAILED,
+           absl::StrCat("planner restarted: the task ran under the previous "
+                        "planner process (leader epoch ",
+                        ran_under, ") and is not handed out again"),
+           now);
+    return;
+  }
+  if (t.attempts >= options_.max_task_attempts) {
+    ++counts.failed;
+    Finish(t, monta::v1::TASK_STATE_FAILED,
+           absl::StrCat("leader changed: handed out ", t.attempts,
+                        " times, at most ", options_.max_task_attempts,
+                        " (the last under leader epoch ", ran_under, ")"),
+           now);
+    return;
+  }
+  ++counts.reissued;
+  ++t.attempts;
+  t.spec.set_leader_epoch(epoch_);
+  const absl::Duration timeout = t.spec.timeout_seconds() > 0
+                                     ? absl::Seconds(t.spec.timeout_seconds())
+                                     : options_.default_timeout;
+  t.deadline = MonoAfter(now.mono, timeout);
+  *t.spec.mutable_deadline() = ToProto(now.wall + timeout);
+  t.status.set_state(monta::v1::TASK_STATE_PENDING);
+  t.status.set_reason(absl::StrCat(
+      "leader changed: handed out again under leader epoch ", epoch_,
+      " (its run under epoch ", ran_under, " did not finish; attempt ",
+      t.attempts, " of ", options_.max_task_attempts, ")"));
+  for (const std::string& node : t.spec.nodes()) {
+    queues_[node].push_back(id);
+    changed_nodes_.insert(node);
+  }
+  PersistLocked(t);
+  std::cerr << "monta-planner: task " << id << ": " << t.status.reason()
+            << std::endl;
 }
 
 void Coordinator::SetLeader(const std::string& leader) {
@@ -907,12 +1016,7 @@ void Coordinator::Finish(Task& task, monta::v1::TaskState state,
   task.status.set_state(state);
   task.status.set_reason(reason);
   *task.status.mutable_finished_at() = ToProto(now.wall);
-  for (const auto& [key, stored] : task.kv) {
-    CountRendezvous(stored.setter,
-                    -static_cast<int64_t>(key.size() + stored.value.size()));
-  }
-  task.kv.clear();
-  task.kv_bytes = 0;
+  rendezvous_.Drop(task.spec.task_id());
   held_report_bytes_ -= task.report_bytes;
   task.report_bytes = 0;
   task.reports.clear();
@@ -934,11 +1038,14 @@ void Coordinator::Finish(Task& task, monta::v1::TaskState state,
   }
   changed_tasks_.insert(task.spec.task_id());
   finished_order_.push_back(task.spec.task_id());
+  PersistLocked(task);
   if (on_finished_) on_finished_(task.status);
   // Never evicts the task just finished: the caller still holds it.
   while (finished_order_.size() >
          static_cast<size_t>(std::max(1, options_.max_finished_tasks))) {
     changed_tasks_.insert(finished_order_.front());  // now NOT_FOUND
+    auto evicted = tasks_.find(finished_order_.front());
+    if (evicted != tasks_.end()) PersistLocked(evicted->second, true);
     tasks_.erase(finished_order_.front());
     finished_order_.pop_front();
   }

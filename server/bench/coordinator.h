@@ -4,6 +4,14 @@
 // node (its ranks' own times), forms the task's curves once every node
 // reported (curve_forming.h) and fails a task whose ranks do not all arrive
 // before its deadline.
+//
+// The task queue (tasks, their states, who runs what, deadlines, the finished
+// ones kept) can live on the planner's store (Lead with a TaskRecordWriter and
+// the stored records): every task RunBenchmark or the periodic schedule
+// creates is written when it is queued and when it finishes, so a new leader
+// (or a restarted planner) lists them and hands the unfinished ones out again.
+// The rendezvous keys, the reports held for the last node and a verify task's
+// results are leader memory only: a re-issued task starts them afresh.
 #ifndef MONTA_SERVER_BENCH_COORDINATOR_H_
 #define MONTA_SERVER_BENCH_COORDINATOR_H_
 
@@ -26,6 +34,7 @@
 #include "proto/monta/v1/benchmark.pb.h"
 #include "proto/monta/v1/planner.pb.h"
 #include "server/bench/curve_forming.h"
+#include "server/bench/rendezvous.h"
 #include "server/registry/registry.h"
 
 namespace monta::coordination {
@@ -43,8 +52,12 @@ struct CoordinatorOptions {
   int step_factor = 4;
   int warmup_iterations = 2;
   int iterations = 5;
-  // Finished tasks kept for status queries.
+  // Finished tasks kept for status queries (and on the store).
   int max_finished_tasks = 1024;
+  // Times one task is handed out at most: a task an earlier leader handed out
+  // and did not finish is handed out again by the next one until then, and
+  // fails "leader changed" after.
+  int max_task_attempts = 3;
   // Bounds a client cannot exceed (RESOURCE_EXHAUSTED naming the planner flag;
   // see the planner's --help).
   // Unfinished (pending or running) tasks that involve one node, and in all.
@@ -89,6 +102,21 @@ using TaskFinishedCallback =
 using DispatchResultsCallback =
     std::function<void(const monta::v1::BenchmarkTaskStatus& status,
                        std::vector<monta::v1::BandwidthCurve> curves)>;
+
+// Writes the task queue's records (task id -> its record, task_record.h; or
+// nullopt: delete it) where the next leader lists them: called in order, one
+// call at a time, outside the coordinator's state lock, before the change is
+// visible to waiters.
+using TaskRecordWriter = std::function<absl::Status(
+    const std::map<std::string, std::optional<std::string>>& writes)>;
+
+// What Lead found on the store.
+struct RestoredTasks {
+  int finished = 0;   // kept for status queries
+  int reissued = 0;   // of an earlier leader, handed out again
+  int failed = 0;     // unfinished but not handed out again (attempts, epoch)
+  int malformed = 0;  // records that did not decode (skipped, logged)
+};
 
 // Something waiting, without a thread of its own, for one node's task queue or
 // one task (a gRPC reactor): woken when that node's queue or that task changed
@@ -222,6 +250,22 @@ class Coordinator {
   // end ABORTED), no task is handed out, scheduled or accepted until
   // Lead(epoch), which starts with no tasks of an older term.
   void Lead(int64_t epoch);
+  // Leads with `epoch` and the task queue on a store: `records` are what it
+  // holds (every task of earlier terms), `writer` writes this term's changes
+  // (the leader's fenced store). The tasks in memory are replaced by the
+  // records: finished ones answer Status as before (the newest
+  // max_finished_tasks); an unfinished one of an older epoch is handed out
+  // again under `epoch` with its timeout afresh (its status PENDING, its
+  // reason "leader changed: ... attempt N of M"), or fails "leader changed"
+  // past max_task_attempts; an unfinished one of `epoch` itself (a planner
+  // without an election restarted: epoch 0 cannot tell the old run's agents
+  // from the new) fails "planner restarted". Follow and Shutdown stop the
+  // writes first (the tasks they fail stay unfinished on the store, for the
+  // next leader).
+  RestoredTasks Lead(int64_t epoch, TaskRecordWriter writer,
+                     const std::vector<std::string>& records, Instant now);
+  // Task record writes that failed (logged; the task runs from memory).
+  int64_t task_write_errors() const;
   void Follow(const std::string& why, Instant now);
   // Who leads now as far as this replica knows (an address; empty: unknown),
   // named in CheckLeading's refusal.
@@ -240,17 +284,10 @@ class Coordinator {
   static std::string JoinKey(int rank);
 
  private:
-  // A rendezvous value and who set it (its bytes count against that setter).
-  struct KvValue {
-    std::string value;
-    std::string setter;
-  };
   struct Task {
     monta::v1::BenchmarkTask spec;
     monta::v1::BenchmarkTaskStatus status;
     MonoTime deadline;
-    std::map<std::string, KvValue> kv;
-    size_t kv_bytes = 0;  // keys and values in kv
     std::set<int> joined_ranks;
     // Nodes that reported (kept after the task finished: a second report is
     // refused).
@@ -261,6 +298,10 @@ class Coordinator {
     // A verify task's: where its curves go when it finishes.
     DispatchResultsCallback on_results;
     std::vector<monta::v1::BandwidthCurve> dispatch_curves;
+    int attempts = 1;
+    // Written to the store (not a verify task's: its caller waits on this
+    // leader).
+    bool stored = false;
   };
 
   // Queues a task with `spec` (id and deadline filled here) for its nodes.
@@ -279,24 +320,21 @@ class Coordinator {
                         Instant now) const;
   void Finish(Task& task, monta::v1::TaskState state, const std::string& reason,
               Instant now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues the write of `task`'s record (or, `erase`, its deletion) for
+  // FlushTaskWrites, when the queue is on a store and the task is stored.
+  void PersistLocked(const Task& task, bool erase = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the queued records (WakeOnExit calls it before waking anyone).
+  void FlushTaskWrites() ABSL_LOCKS_EXCLUDED(mu_);
+  // Lead's restore of one stored task (its record decoded).
+  void RestoreLocked(Task task, Instant now, RestoredTasks& counts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A fresh task id.
+  std::string NewTaskIdLocked(Instant now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED when `nodes` would exceed the pending-task bounds.
   absl::Status CheckPendingBounds(
       const google::protobuf::RepeatedPtrField<std::string>& nodes) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // RESOURCE_EXHAUSTED when `setter` setting `key` to `value` would exceed
-  // the rendezvous bounds of `task`, the setter's share or the planner's cap.
-  absl::Status CheckRendezvousBounds(const Task& task, const std::string& key,
-                                     const std::string& value,
-                                     const std::string& setter) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Stores `value` under `key` in `task` for `setter`, moving the byte counts
-  // (task, setter, planner) with it.
-  void StoreRendezvous(Task& task, const std::string& key,
-                       const std::string& value, const std::string& setter)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Adds `bytes` to (or, negative, takes them from) `setter` and the total.
-  void CountRendezvous(const std::string& setter, int64_t bytes)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status NotLeadingLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::string MissingRanks(const Task& task) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -322,6 +360,8 @@ class Coordinator {
   registry::Registry* const registry_;
   const CoordinatorOptions options_;
 
+  // Held while writing task records, so that batches land in order.
+  absl::Mutex flush_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   // Acquired before mu_ (a Wake() calls Try* methods, which take mu_).
   mutable absl::Mutex waiters_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::map<std::string, std::set<Waiter*>> node_waiters_
@@ -341,14 +381,18 @@ class Coordinator {
   // Sum of the tasks' report_bytes.
   size_t held_report_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // Rendezvous bytes (keys and values) of unfinished tasks: in all and per
-  // setter (entries at 0 are erased).
-  size_t rendezvous_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<std::string, size_t> rendezvous_bytes_of_ ABSL_GUARDED_BY(mu_);
+  // The keys and values of the unfinished tasks (leader memory only).
+  RendezvousStore rendezvous_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   bool leading_ ABSL_GUARDED_BY(mu_) = true;
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::string leader_ ABSL_GUARDED_BY(mu_);
+  // The task queue on a store: the writer (null: memory only) and the writes
+  // not flushed yet (task id -> record or deletion, the newest per id).
+  TaskRecordWriter task_writer_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::optional<std::string>> task_writes_
+      ABSL_GUARDED_BY(mu_);
+  int64_t task_write_errors_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace monta::coordination

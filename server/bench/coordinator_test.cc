@@ -27,13 +27,7 @@ class CoordinatorTest : public ::testing::Test {
       ASSERT_TRUE(registry_.Register(r, now_).ok());
     }
   }
-  monta::v1::RunBenchmarkRequest Pair() {
-    monta::v1::RunBenchmarkRequest req;
-    req.add_nodes("a");
-    req.add_nodes("b");
-    req.set_timeout_seconds(30);
-    return req;
-  }
+  monta::v1::RunBenchmarkRequest Pair() { return PairForTesting(); }
   // `node`'s honest report of `task` (every rank `seconds` at every size).
   monta::v1::ReportBenchmarkRequest Ok(const std::string& task,
                                        const std::string& node,

@@ -6,6 +6,14 @@
 
 namespace monta::coordination {
 
+monta::v1::RunBenchmarkRequest PairForTesting() {
+  monta::v1::RunBenchmarkRequest request;
+  request.add_nodes("a");
+  request.add_nodes("b");
+  request.set_timeout_seconds(30);
+  return request;
+}
+
 monta::v1::ReportBenchmarkRequest ReportForTesting(
     const monta::v1::BenchmarkTask& task, const std::string& node,
     double seconds, double rank_step) {

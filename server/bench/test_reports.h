@@ -7,8 +7,12 @@
 
 #include "proto/monta/v1/agent.pb.h"
 #include "proto/monta/v1/benchmark.pb.h"
+#include "proto/monta/v1/planner.pb.h"
 
 namespace monta::coordination {
+
+// A benchmark of nodes "a" and "b" (rank order) with a 30 s deadline.
+monta::v1::RunBenchmarkRequest PairForTesting();
 
 // `node`'s OK report for `task`: its ranks, one series per series of the task
 // with exactly its sizes, its local rank r taking `seconds` + r * `rank_step`
