@@ -812,7 +812,8 @@ bool Coordinator::Busy(const std::string& node_name) const {
 
 void Coordinator::Shutdown() {
   const Instant now = Instant::Now();
-  WakeOnExit wake(this);
+  // Writes nothing (below), and may be called from a failed write's listener.
+  WakeOnExit wake(this, /*flush=*/false);
   absl::MutexLock lock(&mu_);
   shutdown_ = true;
   wake_everyone_ = true;
@@ -841,7 +842,9 @@ void Coordinator::Lead(int64_t epoch) {
 }
 
 void Coordinator::Follow(const std::string& why, Instant now) {
-  WakeOnExit wake(this);
+  // Writes nothing (below): the store's write listener calls it when a task
+  // write was fenced, inside FlushTaskWrites.
+  WakeOnExit wake(this, /*flush=*/false);
   absl::MutexLock lock(&mu_);
   leading_ = false;
   wake_everyone_ = true;

@@ -252,6 +252,35 @@ TEST_F(TaskQueueStoreTest, AFollowerWritesNothingAndAFencedLeaderCountsErrors) {
   EXPECT_EQ(newer->task_write_errors(), 0);
 }
 
+// The planner's write listener stops the coordinator when a write is fenced:
+// from inside the task write itself, which must not deadlock.
+TEST_F(TaskQueueStoreTest, AFencedTaskWriteMayStopTheCoordinatorFromWithin) {
+  Coordinator coordinator(&registry_, CoordinatorOptions{});
+  auto fence = store_->Lead();
+  ASSERT_TRUE(fence.ok());
+  store::SqliteStore* s = store_.get();
+  const store::Fence f = *fence;
+  Coordinator* c = &coordinator;
+  const Instant now = now_;
+  coordinator.Lead(
+      5,
+      [s, f, c, now](const store::TaskWrites& writes) {
+        absl::Status written = s->WriteTasks(f, writes);
+        if (!written.ok()) c->Follow(std::string(written.message()), now);
+        return written;
+      },
+      {}, now_);
+  ASSERT_TRUE(store_->Lead().ok());  // another writer: `f` is fenced
+  auto scheduled = coordinator.Schedule(Pair(), now_);
+  ASSERT_TRUE(scheduled.ok());
+  EXPECT_EQ(coordinator.CheckLeading().code(), absl::StatusCode::kUnavailable);
+  auto status = coordinator.Status(scheduled->task_id());
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->state(), TASK_STATE_FAILED);
+  EXPECT_TRUE(absl::StrContains(status->reason(), "leader changed"))
+      << status->reason();
+}
+
 TEST(TaskRecordTest, RoundTripsAndRefusesGarbage) {
   TaskRecord record;
   record.spec.set_task_id("bench-1-1");
