@@ -416,6 +416,7 @@ std::optional<monta::v1::BenchmarkTask> Coordinator::TryNextTask(
     auto it = tasks_.find(id);
     if (it == tasks_.end() || IsFinished(it->second.status)) continue;
     it->second.status.set_state(monta::v1::TASK_STATE_RUNNING);
+    it->second.taken_by.insert(node_name);
     next = it->second.spec;
     // The time left, counted down on the agent's own monotonic clock.
     next->set_timeout_seconds(std::max(
@@ -749,13 +750,10 @@ void Coordinator::FailTasksOfNode(const std::string& node_name,
   absl::MutexLock lock(&mu_);
   for (auto& [id, task] : tasks_) {
     if (IsFinished(task.status)) continue;
-    // Handed out again by this leader and not taken yet: its nodes' agents
-    // are still finding this leader (a restored node is stale until it
-    // heartbeats here); its deadline bounds the wait.
-    if (task.attempts > 1 &&
-        task.status.state() == monta::v1::TASK_STATE_PENDING) {
-      continue;
-    }
+    // Handed out again by this leader and not taken by this node yet: its
+    // agent is still finding this leader (a restored node is stale until it
+    // heartbeats here); the task's deadline bounds the wait.
+    if (task.attempts > 1 && task.taken_by.count(node_name) == 0) continue;
     const auto& nodes = task.spec.nodes();
     const auto it = std::find(nodes.begin(), nodes.end(), node_name);
     if (it == nodes.end()) continue;

@@ -299,6 +299,8 @@ class Coordinator {
     DispatchResultsCallback on_results;
     std::vector<monta::v1::BandwidthCurve> dispatch_curves;
     int attempts = 1;
+    // Nodes that took it (TryNextTask) in this term.
+    std::set<std::string> taken_by;
     // Written to the store (not a verify task's: its caller waits on this
     // leader).
     bool stored = false;

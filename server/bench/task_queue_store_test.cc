@@ -128,11 +128,13 @@ TEST_F(TaskQueueStoreTest, ANewLeaderListsTheTasksAndFinishesTheRunningOne) {
   EXPECT_TRUE(absl::StrContains(pending->reason(), "attempt 2 of 3"))
       << pending->reason();
   // A restored node is stale until its agent heartbeats here: the re-issued
-  // task waits for it instead of failing.
+  // task waits for it instead of failing, also once another node took it.
   leader->FailTasksOfNode("a", "lost its lease", now_);
   EXPECT_EQ(leader->Status(running_id)->state(), TASK_STATE_PENDING);
   // Handed out again under the new epoch, with its whole timeout.
   auto a = leader->TryNextTask("a");
+  leader->FailTasksOfNode("b", "lost its lease", now_);
+  EXPECT_EQ(leader->Status(running_id)->state(), monta::v1::TASK_STATE_RUNNING);
   auto b = leader->TryNextTask("b");
   ASSERT_TRUE(a.has_value() && b.has_value());
   EXPECT_EQ(a->task_id(), running_id);
@@ -151,6 +153,27 @@ TEST_F(TaskQueueStoreTest, ANewLeaderListsTheTasksAndFinishesTheRunningOne) {
     found = found || curve.task_id() == running_id;
   }
   EXPECT_TRUE(found);
+}
+
+// A node that took the re-issued task and then lost its lease fails it, as
+// on a first attempt.
+TEST_F(TaskQueueStoreTest, AReissuedTaskFailsWhenANodeThatTookItGoesAway) {
+  std::string id;
+  {
+    std::unique_ptr<Coordinator> first = Leader(1);
+    auto scheduled = first->Schedule(Pair(), now_);
+    ASSERT_TRUE(scheduled.ok());
+    id = scheduled->task_id();
+  }
+  std::unique_ptr<Coordinator> second = Leader(2);
+  ASSERT_TRUE(second->TryNextTask("a").has_value());
+  second->FailTasksOfNode("a", "lost its lease", now_);
+  auto status = second->Status(id);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->state(), TASK_STATE_FAILED);
+  EXPECT_TRUE(absl::StrContains(status->reason(), "node a lost its lease"))
+      << status->reason();
+  EXPECT_EQ(Stored()[id].status.state(), TASK_STATE_FAILED);
 }
 
 TEST_F(TaskQueueStoreTest, AttemptsAreBounded) {
