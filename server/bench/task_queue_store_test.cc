@@ -64,6 +64,16 @@ class TaskQueueStoreTest : public ::testing::Test {
 
   monta::v1::RunBenchmarkRequest Pair() { return PairForTesting(); }
 
+  // A leader of `epoch` schedules a pair and dies without a word (SIGKILL):
+  // the task's id.
+  std::string ScheduledByALeaderThatDies(int64_t epoch,
+                                         CoordinatorOptions options = {}) {
+    std::unique_ptr<Coordinator> leader = Leader(epoch, options);
+    auto scheduled = leader->Schedule(Pair(), now_);
+    EXPECT_TRUE(scheduled.ok()) << scheduled.status();
+    return scheduled.ok() ? scheduled->task_id() : "";
+  }
+
   // The stored records, decoded, by task id.
   std::map<std::string, TaskRecord> Stored() {
     std::map<std::string, TaskRecord> out;
@@ -158,13 +168,7 @@ TEST_F(TaskQueueStoreTest, ANewLeaderListsTheTasksAndFinishesTheRunningOne) {
 // A node that took the re-issued task and then lost its lease fails it, as
 // on a first attempt.
 TEST_F(TaskQueueStoreTest, AReissuedTaskFailsWhenANodeThatTookItGoesAway) {
-  std::string id;
-  {
-    std::unique_ptr<Coordinator> first = Leader(1);
-    auto scheduled = first->Schedule(Pair(), now_);
-    ASSERT_TRUE(scheduled.ok());
-    id = scheduled->task_id();
-  }
+  const std::string id = ScheduledByALeaderThatDies(1);
   std::unique_ptr<Coordinator> second = Leader(2);
   ASSERT_TRUE(second->TryNextTask("a").has_value());
   second->FailTasksOfNode("a", "lost its lease", now_);
@@ -179,13 +183,7 @@ TEST_F(TaskQueueStoreTest, AReissuedTaskFailsWhenANodeThatTookItGoesAway) {
 TEST_F(TaskQueueStoreTest, AttemptsAreBounded) {
   CoordinatorOptions options;
   options.max_task_attempts = 2;
-  std::string id;
-  {
-    std::unique_ptr<Coordinator> first = Leader(1, options);
-    auto scheduled = first->Schedule(Pair(), now_);
-    ASSERT_TRUE(scheduled.ok());
-    id = scheduled->task_id();
-  }
+  const std::string id = ScheduledByALeaderThatDies(1, options);
   {
     RestoredTasks restored;
     std::unique_ptr<Coordinator> second = Leader(2, options, &restored);
