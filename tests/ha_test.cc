@@ -220,7 +220,7 @@ class HaTest : public ::testing::Test {
   std::string BenchmarkRunningOnBothNodes(const EtcdCluster& etcd) {
     nlohmann::json bench = Json(cluster_.Montactl(
         {"--output=json", "bench", "--nodes=node-a,node-b", "--wait=false",
-         "--max_bytes=16777216", "--bench_timeout_seconds=40"}));
+         "--max_bytes=16777216", "--bench_timeout_seconds=15"}));
     if (!bench.is_object()) return "";
     const std::string id = bench["status"]["task_id"].get<std::string>();
     const bool received = WaitFor(

@@ -945,8 +945,15 @@ void Coordinator::RestoreLocked(Task task, Instant now, RestoredTasks& counts) {
   const absl::Duration timeout = t.spec.timeout_seconds() > 0
                                      ? absl::Seconds(t.spec.timeout_seconds())
                                      : options_.default_timeout;
-  t.deadline = MonoAfter(now.mono, timeout);
-  *t.spec.mutable_deadline() = ToProto(now.wall + timeout);
+  // The old run's agents keep at it until its deadline at most (they talk to
+  // the old leader) and take this attempt after: its timeout runs from then
+  // at the latest.
+  const absl::Duration old_run_left = std::clamp(
+      absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(t.spec.deadline())) -
+          now.wall,
+      absl::ZeroDuration(), timeout);
+  t.deadline = MonoAfter(now.mono, old_run_left + timeout);
+  *t.spec.mutable_deadline() = ToProto(now.wall + old_run_left + timeout);
   t.status.set_state(monta::v1::TASK_STATE_PENDING);
   t.status.set_reason(absl::StrCat(
       "leader changed: handed out again under leader epoch ", epoch_,

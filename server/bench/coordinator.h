@@ -255,7 +255,9 @@ class Coordinator {
   // (the leader's fenced store). The tasks in memory are replaced by the
   // records: finished ones answer Status as before (the newest
   // max_finished_tasks); an unfinished one of an older epoch is handed out
-  // again under `epoch` with its timeout afresh (its status PENDING, its
+  // again under `epoch` with its timeout afresh, counted from the old run's
+  // deadline when that is later (its agents may hold on to the old run until
+  // then) (its status PENDING, its
   // reason "leader changed: ... attempt N of M"), or fails "leader changed"
   // past max_task_attempts; an unfinished one of `epoch` itself (a planner
   // without an election restarted: epoch 0 cannot tell the old run's agents
