@@ -1,9 +1,5 @@
 #include "server/migrate_from_sqlite.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
-#include <cstring>
 #include <iostream>
 #include <memory>
 #include <utility>
@@ -16,20 +12,13 @@ namespace monta {
 
 int MigrateFromSqlite(const std::string& path, etcd::ClientOptions etcd,
                       const std::string& prefix, bool into_nonempty) {
-  // SqliteStore::Open creates a missing file: a typo must not migrate an
-  // empty store.
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) {
-    std::cerr << "monta-planner: --migrate_from_sqlite " << path << ": "
-              << std::strerror(errno) << std::endl;
-    return 1;
-  }
-  // Opened as the planner opens it: checked, and an older schema migrated
-  // in place. Stop the SQLite planner first.
+  // Read-only: the source file's bytes stay as they are (no schema, no
+  // write probe, no upgrade), and a missing file is not created. Stop the
+  // SQLite planner first.
   absl::StatusOr<std::unique_ptr<store::SqliteStore>> from =
-      store::SqliteStore::Open(path);
+      store::SqliteStore::OpenReadOnly(path);
   if (!from.ok()) {
-    std::cerr << "monta-planner: --migrate_from_sqlite: "
+    std::cerr << "monta-planner: --migrate_from_sqlite "
               << from.status().message() << std::endl;
     return 1;
   }

@@ -3,7 +3,8 @@
 // store keeps, more decisions than fit one etcd Txn, verifications, audit
 // entries) is copied by the real binary into a real etcd; the counts and a
 // sample of records are compared between the file and etcd; a second run is
-// refused (the prefix is not empty) unless --migrate_into_nonempty; a planner
+// refused (the prefix is not empty) unless --migrate_into_nonempty; the source
+// file's bytes are the same after every run (it is opened read-only); a planner
 // started on the prefix serves the migrated nodes.
 #include "server/etcd_store/migrate.h"
 
@@ -110,8 +111,8 @@ void ExpectEtcdHoldsTheFile(const std::string& file, const EtcdCluster& etcd) {
   ASSERT_TRUE(migrated.ok()) << migrated.status();
   auto in_etcd = (*migrated)->List();
   ASSERT_TRUE(in_etcd.ok()) << in_etcd.status();
-  auto db = SqliteStore::Open(file);
-  ASSERT_TRUE(db.ok());
+  auto db = SqliteStore::OpenReadOnly(file);
+  ASSERT_TRUE(db.ok()) << db.status();
   auto in_file = (*db)->List();
   ASSERT_TRUE(in_file.ok());
   ASSERT_EQ(in_etcd->nodes.size(), in_file->nodes.size());
@@ -202,6 +203,10 @@ TEST(MigrateTest, EverySqliteRecordLandsInEtcd) {
   const std::string file = TempDir() + "/planner.db";
   WriteFile(file);
   if (HasFatalFailure()) return;
+  // The source is read, never written (no probe row, no upgrade): its bytes
+  // are compared whole after every run below.
+  const std::string bytes_before = ReadFile(file);
+  ASSERT_GT(bytes_before.size(), 0u);
   auto etcd = EtcdCluster::Start({});
   ASSERT_TRUE(etcd.ok()) << etcd.status();
 
@@ -222,6 +227,10 @@ TEST(MigrateTest, EverySqliteRecordLandsInEtcd) {
   ExpectEtcdHoldsTheFile(file, **etcd);
   if (HasFatalFailure()) return;
   ExpectRefusals(file, **etcd);
+  const std::string bytes_after = ReadFile(file);
+  EXPECT_EQ(bytes_after.size(), bytes_before.size());
+  EXPECT_TRUE(bytes_after == bytes_before)
+      << "the source file changed during the migrations";
   ExpectAPlannerServesTheNodes(**etcd);
 }
 

@@ -257,12 +257,71 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
   return store;
 }
 
+absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::OpenReadOnly(
+    const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat(path, ": ", std::strerror(errno)));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": is a directory, not a database file"));
+  }
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) !=
+      SQLITE_OK) {
+    std::string message = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return absl::UnavailableError(
+        absl::StrCat(path, ": cannot open read-only: ", message));
+  }
+  std::unique_ptr<SqliteStore> store(new SqliteStore(db, path));
+  absl::MutexLock lock(&store->mu_);
+  absl::Status usable = store->QuickCheck();
+  absl::StatusOr<bool> has_sequence = false;
+  if (usable.ok()) has_sequence = store->HasCurveSequence();
+  if (usable.ok() && !has_sequence.ok()) usable = has_sequence.status();
+  if (usable.ok() && !*has_sequence) {
+    usable = absl::FailedPreconditionError(
+        "an older schema (curve rows without a planner sequence, before "
+        "issue 17), and the file is opened read-only: start this version's "
+        "planner on it once (--db) to upgrade it, then copy it");
+  }
+  absl::StatusOr<int64_t> revision =
+      usable.ok() ? store->MetaInt("revision") : usable;
+  if (!revision.ok()) {
+    return absl::Status(revision.status().code(),
+                        absl::StrCat(path, ": ", revision.status().message()));
+  }
+  store->history_ = std::make_shared<History>(*revision);
+  return store;
+}
+
 absl::Status SqliteStore::CheckUsable() {
   // SQLite opens a file it may not write read-only without saying so.
   if (sqlite3_db_readonly(db_, "main") == 1) {
     return absl::FailedPreconditionError(
         "read-only: the file cannot be opened for writing");
   }
+  if (absl::Status intact = QuickCheck(); !intact.ok()) return intact;
+  // WAL: readers never block the writer; NORMAL sync is durable across process
+  // crashes (the planner's failure mode), only a power loss can drop the last
+  // commit.
+  for (const char* sql :
+       {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=NORMAL;",
+        "PRAGMA busy_timeout=2000;", kSchema, kWriteProbe}) {
+    if (absl::Status s = Exec(sql); !s.ok()) {
+      if (s.code() == absl::StatusCode::kFailedPrecondition) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("not writable: ", s.message()));
+      }
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStore::QuickCheck() {
   // quick_check reads every page (not the index cross-checks of
   // integrity_check): a file with overwritten or missing pages is refused
   // rather than loaded as a partial state.
@@ -292,38 +351,29 @@ absl::Status SqliteStore::CheckUsable() {
         "corrupt: PRAGMA quick_check: ",
         absl::StrReplaceAll(absl::StrJoin(problems, "; "), {{"\n", " "}})));
   }
-  // WAL: readers never block the writer; NORMAL sync is durable across process
-  // crashes (the planner's failure mode), only a power loss can drop the last
-  // commit.
-  for (const char* sql :
-       {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=NORMAL;",
-        "PRAGMA busy_timeout=2000;", kSchema, kWriteProbe}) {
-    if (absl::Status s = Exec(sql); !s.ok()) {
-      if (s.code() == absl::StatusCode::kFailedPrecondition) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("not writable: ", s.message()));
-      }
-      return s;
-    }
-  }
   return absl::OkStatus();
 }
 
-absl::Status SqliteStore::Migrate() {
+absl::StatusOr<bool> SqliteStore::HasCurveSequence() {
+  Statement columns(db_, "PRAGMA table_info(curves);");
+  if (columns.get() == nullptr) {
+    return SqliteError(db_, "reading the curves table's columns");
+  }
   bool has_sequence = false;
-  {
-    Statement columns(db_, "PRAGMA table_info(curves);");
-    if (columns.get() == nullptr) {
-      return SqliteError(db_, "reading the curves table's columns");
-    }
-    while (sqlite3_step(columns.get()) == SQLITE_ROW) {
-      const unsigned char* name = sqlite3_column_text(columns.get(), 1);
-      if (name != nullptr &&
-          std::string(reinterpret_cast<const char*>(name)) == "sequence") {
-        has_sequence = true;
-      }
+  while (sqlite3_step(columns.get()) == SQLITE_ROW) {
+    const unsigned char* name = sqlite3_column_text(columns.get(), 1);
+    if (name != nullptr &&
+        std::string(reinterpret_cast<const char*>(name)) == "sequence") {
+      has_sequence = true;
     }
   }
+  return has_sequence;
+}
+
+absl::Status SqliteStore::Migrate() {
+  absl::StatusOr<bool> has = HasCurveSequence();
+  if (!has.ok()) return has.status();
+  const bool has_sequence = *has;
   if (absl::Status s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
   absl::Status migrated = absl::OkStatus();
   if (!has_sequence) {

@@ -61,6 +61,14 @@ class SqliteStore : public Store,
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(
       const std::string& path);
 
+  // Opens an existing database without writing to it (SQLITE_OPEN_READONLY:
+  // no schema, no write probe, no upgrade; the file's bytes stay as they
+  // are): the source of monta-planner --migrate_from_sqlite. Checked like
+  // Open (quick_check); NOT_FOUND when missing; FAILED_PRECONDITION for an
+  // older schema (it would need Migrate). Writes to it fail.
+  static absl::StatusOr<std::unique_ptr<SqliteStore>> OpenReadOnly(
+      const std::string& path);
+
   // Renames the database at `path` (and its -wal and -shm files) aside to
   // "<path>.corrupt-<UTC time>" so a fresh one can be created there; returns
   // the new name of the main file. The old file is kept for inspection.
@@ -151,6 +159,10 @@ class SqliteStore : public Store,
   absl::StatusOr<int64_t> Count(const char* table);
   // The checks of Open after the file opened: writable, a database, intact.
   absl::Status CheckUsable() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PRAGMA quick_check: DATA_LOSS when corrupt or not a database.
+  absl::Status QuickCheck() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the curves table has the planner's sequence (issue 17's schema).
+  absl::StatusOr<bool> HasCurveSequence() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Brings a database of an older schema up to this one, in one transaction:
   // curve rows without a planner sequence (before issue 17) get their row id
   // as sequence (the order the planner stored them in) and a received time of

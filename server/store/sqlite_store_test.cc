@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -468,6 +469,63 @@ TEST(SqliteStoreTest, AnOldDatabaseIsMigratedAndItsFutureRowLosesItsDate) {
 
 // Forget drops the rows (history included) and puts back the newest curve of
 // the same measurement that is left; the audit log keeps who did it.
+std::string Bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The migration's source: read, never written (no probe row, no upgrade);
+// an older schema is refused rather than upgraded; a missing file is not
+// created.
+TEST(SqliteStoreTest, OpenReadOnlyLeavesTheFileAsItIs) {
+  const std::string path = TempPath("read-only.db");
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto fence = (*store)->Lead();
+    ASSERT_TRUE(fence.ok());
+    monta::v1::NodeInfo node;
+    node.set_name("a");
+    ASSERT_TRUE((*store)->Commit(*fence, {NodeMutation(node)}).ok());
+    (*store)->RecordDecision({}, {});
+  }
+  const std::string before = Bytes(path);
+  ASSERT_GT(before.size(), 0u);
+  {
+    auto store = SqliteStore::OpenReadOnly(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto listed = (*store)->List();
+    ASSERT_TRUE(listed.ok()) << listed.status();
+    ASSERT_EQ(listed->nodes.size(), 1u);
+    EXPECT_EQ(*(*store)->DecisionCount(), 1);
+    (*store)->RecordDecision({}, {});  // refused by SQLite, logged
+    EXPECT_EQ(*(*store)->DecisionCount(), 1);
+  }
+  EXPECT_TRUE(Bytes(path) == before) << "the file changed";
+
+  const std::string old_path = TempPath("read-only-old.db");
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(old_path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, kOldSchema, nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  const std::string old_before = Bytes(old_path);
+  auto old = SqliteStore::OpenReadOnly(old_path);
+  ASSERT_FALSE(old.ok());
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(old.status().message().find("older schema"), std::string::npos)
+      << old.status();
+  EXPECT_TRUE(Bytes(old_path) == old_before);
+
+  const std::string missing = TempPath("read-only-missing.db");
+  auto none = SqliteStore::OpenReadOnly(missing);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  struct stat st {};
+  EXPECT_NE(stat(missing.c_str(), &st), 0) << "created";
+}
+
 TEST(SqliteStoreTest, ForgottenCurvesLeaveTheDatabaseAndTheAuditLogSaysWho) {
   const std::string path = TempPath("forget.db");
   {
