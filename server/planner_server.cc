@@ -200,6 +200,18 @@ absl::Status PlannerServer::OpenEtcdStore() {
   follower_options.on_discarded = DiscardedRecorder();
   follower_ = std::make_unique<store::Follower>(
       etcd_store_.get(), registry_.get(), std::move(follower_options));
+  etcd_store::RecordWriterOptions records;
+  records.prefix = options_.etcd_prefix;
+  records.origin = replica_id_;
+  metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
+  records.on_dropped = [planner_metrics](const std::string& reason) {
+    planner_metrics->RecordRecordDropped(reason);
+  };
+  records.on_write_error = [planner_metrics](const absl::Status&) {
+    planner_metrics->RecordStoreError("records");
+  };
+  record_writer_ = std::make_unique<etcd_store::RecordWriter>(
+      etcd_client_.get(), std::move(records));
   std::cerr << "monta-planner: --store=etcd: " << options_.etcd_prefix << " on "
             << absl::StrJoin(options_.etcd.endpoints, ",") << ", replica "
             << replica_id_ << std::endl;
@@ -568,10 +580,10 @@ absl::Status PlannerServer::StartGrpc() {
   verifier_options.fabric_tree = FabricTree();
   verifier_ = std::make_unique<verify::Verifier>(
       registry_.get(), coordinator_.get(), knowledge_.get(),
-      planner_metrics_.get(), store_.get(), std::move(verifier_options));
+      planner_metrics_.get(), decision_log(), std::move(verifier_options));
   planner_ = std::make_unique<api::PlannerService>(
       registry_.get(), coordinator_.get(), authz_.get(), planner_metrics_.get(),
-      store_.get(), knowledge_.get(), verifier_.get(), store_.get(),
+      decision_log(), knowledge_.get(), verifier_.get(), audit_log(),
       fabric_.get());
   if (fabric_->has_sources()) {
     planner_->SetLevelRound(
@@ -636,7 +648,8 @@ absl::Status PlannerServer::StartWebhook() {
   }
   admission_ = std::make_unique<admission::AdmissionHandler>(
       admission::RegistryDecider(registry_.get(), planner_metrics_.get(),
-                                 store_.get(), knowledge_.get(), FabricTree()),
+                                 decision_log(), knowledge_.get(),
+                                 FabricTree()),
       planner_metrics_.get(), std::move(admission_options));
   admission::WebhookOptions webhook_options;
   webhook_options.address = options_.webhook_address;
@@ -745,12 +758,34 @@ void PlannerServer::RemoveGoneNodes(Instant now) {
             << std::endl;
 }
 
+store::DecisionLog* PlannerServer::decision_log() const {
+  if (record_writer_ != nullptr) return record_writer_.get();
+  return store_.get();
+}
+
+store::AuditLog* PlannerServer::audit_log() const {
+  if (record_writer_ != nullptr) return record_writer_.get();
+  return store_.get();
+}
+
 void PlannerServer::PruneDecisions(Instant now) {
-  if (store_ == nullptr) return;
   // Retention is about stored records, so it is measured on the wall time
-  // they carry.
-  absl::StatusOr<int64_t> pruned = store_->PruneDecisions(
-      now.wall - options_.decision_retention, options_.max_decisions);
+  // they carry. In etcd every replica's records are one set: the leader alone
+  // deletes.
+  absl::StatusOr<int64_t> pruned = 0;
+  if (record_writer_ != nullptr) {
+    if (!coordinator_->CheckLeading().ok()) return;
+    pruned = record_writer_->PruneDecisions(
+        now.wall - options_.decision_retention, options_.max_decisions);
+    if (!pruned.ok()) {
+      std::cerr << "monta-planner: pruning decisions in etcd: "
+                << pruned.status().message() << std::endl;
+      planner_metrics_->RecordDiscardedError("prune_records");
+    }
+  } else if (store_ != nullptr) {
+    pruned = store_->PruneDecisions(now.wall - options_.decision_retention,
+                                    options_.max_decisions);
+  }
   // A failure is logged, counted and reflected in health by the store.
   if (!pruned.ok() || *pruned == 0) return;
   std::cerr << "monta-planner: pruned " << *pruned

@@ -33,6 +33,7 @@
 #include "server/election/election.h"
 #include "server/etcd/client.h"
 #include "server/etcd_store/etcd_store.h"
+#include "server/etcd_store/record_writer.h"
 #include "server/fabric/fabric.h"
 #include "server/metrics/planner_metrics.h"
 #include "server/planning/calibration.h"
@@ -234,7 +235,13 @@ class PlannerServer {
   void Maintain();
   // Removes the nodes quiet for gone_after (registry and store), logged.
   void RemoveGoneNodes(Instant now);
+  // The leader's (or the single replica's) retention of decisions, in etcd
+  // with --store=etcd, else in --db.
   void PruneDecisions(Instant now);
+  // Where decisions, verifications and audit entries go: etcd's records with
+  // --store=etcd, else --db (null without one).
+  store::DecisionLog* decision_log() const;
+  store::AuditLog* audit_log() const;
   // Re-reads the deny list (a bad file keeps the previous one, logged and
   // counted) and ends the WatchTasks streams it now denies.
   void RefreshDenyList();
@@ -274,6 +281,9 @@ class PlannerServer {
   // (store_, if any, then holds decisions and the audit log only).
   std::unique_ptr<etcd::Client> etcd_client_;
   std::unique_ptr<etcd_store::EtcdStore> etcd_store_;
+  // With --store=etcd: this replica's decisions, verifications and audit
+  // entries, queued and written to etcd (not --db).
+  std::unique_ptr<etcd_store::RecordWriter> record_writer_;
   // With --store=etcd: the registry's observer, writing under the current
   // term's fence (nothing while following), and the election.
   class TermWriter;

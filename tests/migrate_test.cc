@@ -140,8 +140,9 @@ void ExpectEtcdHoldsTheFile(const std::string& file, const EtcdCluster& etcd) {
     for (int64_t id : ids) {
       SCOPED_TRACE(absl::StrCat(SqliteStore::LogTableName(table), " ", id));
       ASSERT_EQ(rows.count(id), 1u);
-      auto got = (*client)->Get(
-          etcd_store::RecordKey(kPrefix, SqliteStore::LogTableName(table), id));
+      auto got = (*client)->Get(etcd_store::RecordKey(
+          kPrefix, SqliteStore::LogTableName(table),
+          rows.at(id).at_unix_seconds, etcd_store::kSqliteOrigin, id));
       ASSERT_TRUE(got.ok());
       ASSERT_EQ(got->kvs.size(), 1u);
       auto record = etcd_store::DecodeRecord(got->kvs[0].value);

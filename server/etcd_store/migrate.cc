@@ -1,10 +1,8 @@
 #include "server/etcd_store/migrate.h"
 
-#include <cstdio>
 #include <map>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/registry/registry.h"
 
@@ -15,18 +13,6 @@ using store::SqliteStore;
 
 // Mutations per Commit (EtcdStore splits a commit further at etcd's limits).
 constexpr size_t kMutationsPerCommit = 64;
-// Room kept in a records Txn for its framing, and per operation.
-constexpr int64_t kTxnFramingBytes = 4096;
-constexpr int64_t kPutOverheadBytes = 16;
-
-void AppendField(std::string& out, const std::string& bytes) {
-  const uint32_t n = static_cast<uint32_t>(bytes.size());
-  for (int i = 0; i < 4; ++i) {
-    out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
-  }
-  out.append(bytes);
-}
-
 absl::StatusOr<int64_t> CountKeys(etcd::Client& client,
                                   const std::string& prefix) {
   etcd::RangeRequest request;
@@ -121,86 +107,31 @@ absl::Status CopyNodesAndCurves(SqliteStore& from, EtcdStore& to,
 absl::Status CopyRecords(SqliteStore& from, etcd::Client& client,
                          const std::string& prefix, SqliteStore::LogTable table,
                          KindCount& count) {
-  const etcd::ClientOptions& limits = client.options();
-  const int64_t max_bytes =
-      limits.max_request_bytes - etcd::kRaftEnvelopeBytes - kTxnFramingBytes;
   const std::string name = SqliteStore::LogTableName(table);
-  etcd::TxnRequest txn;
-  int64_t bytes = 0;
-  const auto send = [&]() -> absl::Status {
-    if (txn.success.empty()) return absl::OkStatus();
-    absl::StatusOr<etcd::TxnResult> result = client.Txn(txn);
-    txn.success.clear();
-    bytes = 0;
-    return result.status();
-  };
+  RecordTxn txn(client.options());
   absl::Status copied =
       from.ForEachLogRow(table, [&](SqliteStore::LogRow row) -> absl::Status {
         ++count.read;
-        std::string key = RecordKey(prefix, name, row.id);
+        std::string key =
+            RecordKey(prefix, name, row.at_unix_seconds, kSqliteOrigin, row.id);
         std::string value = EncodeRecord(row.at_unix_seconds, row.fields);
-        const int64_t size =
-            static_cast<int64_t>(key.size() + value.size()) + kPutOverheadBytes;
-        if (size > max_bytes) {
+        const int64_t size = RecordTxn::PutBytes(key, value);
+        if (size > txn.max_bytes()) {
           return absl::InvalidArgumentError(absl::StrCat(
               name, " row ", row.id, ": ", size,
-              " bytes, larger than one etcd request (", max_bytes, ")"));
+              " bytes, larger than one etcd request (", txn.max_bytes(), ")"));
         }
-        if (txn.success.size() + 1 > static_cast<size_t>(limits.max_txn_ops) ||
-            bytes + size > max_bytes) {
-          if (absl::Status s = send(); !s.ok()) return s;
+        if (!txn.Fits(size)) {
+          if (absl::Status s = txn.Send(client); !s.ok()) return s;
         }
-        txn.success.push_back(etcd::Op::Put(key, std::move(value)));
-        bytes += size;
+        txn.Add(std::move(key), std::move(value));
         return absl::OkStatus();
       });
   if (!copied.ok()) return copied;
-  return send();
+  return txn.Send(client);
 }
 
 }  // namespace
-
-std::string RecordKey(const std::string& prefix, const std::string& table,
-                      int64_t id) {
-  char digits[24];
-  std::snprintf(digits, sizeof(digits), "%020lld", static_cast<long long>(id));
-  return absl::StrCat(prefix, "records/", table, "/", digits);
-}
-
-std::string EncodeRecord(double at_unix_seconds,
-                         const std::vector<std::string>& fields) {
-  char at[32];
-  std::snprintf(at, sizeof(at), "%.6f", at_unix_seconds);
-  std::string out;
-  AppendField(out, at);
-  for (const std::string& field : fields) AppendField(out, field);
-  return out;
-}
-
-absl::StatusOr<store::SqliteStore::LogRow> DecodeRecord(
-    const std::string& value) {
-  std::vector<std::string> fields;
-  size_t pos = 0;
-  while (pos < value.size()) {
-    if (value.size() - pos < 4) break;
-    uint32_t n = 0;
-    for (int i = 0; i < 4; ++i) {
-      n |= static_cast<uint32_t>(static_cast<unsigned char>(value[pos + i]))
-           << (8 * i);
-    }
-    pos += 4;
-    if (value.size() - pos < n) break;
-    fields.push_back(value.substr(pos, n));
-    pos += n;
-  }
-  store::SqliteStore::LogRow row;
-  if (pos != value.size() || fields.empty() ||
-      !absl::SimpleAtod(fields.front(), &row.at_unix_seconds)) {
-    return absl::DataLossError("etcd store: a malformed record value");
-  }
-  row.fields.assign(fields.begin() + 1, fields.end());
-  return row;
-}
 
 std::string MigrationReport::Summary() const {
   std::string out;
@@ -251,7 +182,7 @@ absl::StatusOr<MigrationReport> MigrateFromSqlite(
     absl::StatusOr<int64_t> in_etcd =
         CountKeys(client, k.kind == "nodes" || k.kind == "curves"
                               ? absl::StrCat(prefix, k.kind, "/")
-                              : absl::StrCat(prefix, "records/", table, "/"));
+                              : RecordTablePrefix(prefix, table));
     if (!in_etcd.ok()) return in_etcd.status();
     k.written = *in_etcd;
   }

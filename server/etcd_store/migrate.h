@@ -9,9 +9,9 @@
 //              sequence order through EtcdStore, so the layout is the
 //              planner's own; older rows are counted as not copied
 //   decisions, verifications, audit
-//              every row, as P records/<table>/<row id, 20 digits>, value
-//              EncodeRecord(at, fields) (SqliteStore::LogRow); the etcd
-//              planner does not read them (yet): they are kept for audit
+//              every row, as a record of origin "sqlite" numbered by its
+//              row id (records.h: the format the replicas write theirs in);
+//              the planner does not read them: they are kept for audit
 // Every write is an etcd Txn within the client's limits (max_txn_ops
 // operations, max_request_bytes): nodes and curves split by EtcdStore's
 // Commit, records batched here. The counts written are read back from etcd
@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "server/etcd/client.h"
 #include "server/etcd_store/etcd_store.h"
+#include "server/etcd_store/records.h"
 #include "server/store/sqlite_store.h"
 
 namespace monta::etcd_store {
@@ -58,16 +59,6 @@ struct MigrationOptions {
 absl::StatusOr<MigrationReport> MigrateFromSqlite(
     store::SqliteStore& from, etcd::Client& client,
     const MigrationOptions& options);
-
-// P records/<table>/<id, 20 digits> (table: SqliteStore::LogTableName).
-std::string RecordKey(const std::string& prefix, const std::string& table,
-                      int64_t id);
-// A record's value: the time and the fields, each length-prefixed; and back
-// (DATA_LOSS when malformed).
-std::string EncodeRecord(double at_unix_seconds,
-                         const std::vector<std::string>& fields);
-absl::StatusOr<store::SqliteStore::LogRow> DecodeRecord(
-    const std::string& value);
 
 }  // namespace monta::etcd_store
 

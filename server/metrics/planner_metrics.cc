@@ -306,6 +306,12 @@ PlannerMetrics::PlannerMetrics(prometheus::Registry& registry)
                         .Help("Failed writes to the planner's SQLite database "
                               "(--db), by operation")
                         .Register(registry)),
+      records_dropped_(
+          prometheus::BuildCounter()
+              .Name("monta_records_dropped_total")
+              .Help("Decision, verification and audit records not written to "
+                    "etcd (--store=etcd), by reason (queue_full, too_large)")
+              .Register(registry)),
       verify_runs_(prometheus::BuildCounter()
                        .Name("monta_verify_runs_total")
                        .Help("montactl verify runs by result (ok, invalid, "
@@ -378,6 +384,9 @@ void PlannerMetrics::CreateSeries() {
   for (const char* operation :
        {"node", "curve", "decision", "verification", "audit"}) {
     store_errors_.Add({{"operation", operation}});
+  }
+  for (const char* reason : {"queue_full", "too_large"}) {
+    records_dropped_.Add({{"reason", reason}});
   }
   for (auto reason : {monta::v1::EXCLUSION_REASON_NODES_DISAGREE,
                       monta::v1::EXCLUSION_REASON_ABOVE_LINE_RATE,
@@ -476,6 +485,10 @@ void PlannerMetrics::RecordDeniedCall(const std::string& entry) {
 void PlannerMetrics::RecordDenyListLoad(bool ok, size_t entries) {
   deny_list_loads_.Add({{"result", ok ? "ok" : "error"}}).Increment();
   if (ok) deny_list_entries_.Set(static_cast<double>(entries));
+}
+
+void PlannerMetrics::RecordRecordDropped(const std::string& reason) {
+  records_dropped_.Add({{"reason", reason}}).Increment();
 }
 
 void PlannerMetrics::RecordStoreError(const std::string& operation) {

@@ -125,6 +125,10 @@ class PlannerMetrics {
   // "curve", "decision"); the series exist at 0 from the start so that
   // increase() sees the first error.
   void RecordStoreError(const std::string& operation);
+  // monta_records_dropped_total{reason}: a decision, verification or audit
+  // record the etcd record writer dropped (--store=etcd; reason "queue_full"
+  // or "too_large"); the series exist at 0 from the start.
+  void RecordRecordDropped(const std::string& reason);
   // monta_denied_calls_total{entry}: a call refused because the deny list
   // names the caller; `entry` is the matching entry (bounded by the list).
   void RecordDeniedCall(const std::string& entry);
@@ -163,6 +167,7 @@ class PlannerMetrics {
   prometheus::Family<prometheus::Histogram>& admission_duration_;
   prometheus::Family<prometheus::Counter>& discarded_;
   prometheus::Family<prometheus::Counter>& store_errors_;
+  prometheus::Family<prometheus::Counter>& records_dropped_;
   prometheus::Family<prometheus::Counter>& verify_runs_;
   prometheus::Family<prometheus::Gauge>& prediction_error_;
   prometheus::Family<prometheus::Gauge>& plan_regret_;
