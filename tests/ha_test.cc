@@ -16,8 +16,10 @@
 // strategy as the leader. A client looping GetStrategy over all three
 // replicas (the next one on UNAVAILABLE) through the leader's SIGKILL fails
 // no call; neither does montactl given a dead address, a follower and the
-// leader (--planner=dead,follower,leader). The measured times are logged, not
-// asserted (timed bars belong in perf/).
+// leader (--planner=dead,follower,leader). The decisions a leader and a
+// follower make land in etcd as records under keys naming each replica,
+// batched (fewer etcd revisions than records). The measured times are logged,
+// not asserted (timed bars belong in perf/).
 #include <signal.h>
 
 #include <algorithm>
@@ -31,11 +33,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "proto/monta/v1/planner.grpc.pb.h"
 #include "server/bench/task_record.h"
 #include "server/etcd/client.h"
+#include "server/etcd_store/records.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/etcd_cluster.h"
 #include "tests/testing/grpc_clients.h"
@@ -373,6 +377,95 @@ class HaTest : public ::testing::Test {
     EXPECT_EQ(reads.out, "SERVING\n") << reads.err;
   }
 
+  // The decision records in etcd: count per replica id, and the etcd
+  // revisions that wrote them.
+  struct Records {
+    std::map<std::string, int> per_replica;
+    std::map<int64_t, int> per_revision;
+  };
+  static Records DecisionRecords(const EtcdCluster& etcd) {
+    etcd::ClientOptions options;
+    options.endpoints = etcd.endpoints();
+    options.security.insecure = true;
+    auto client = etcd::Client::Create(std::move(options));
+    EXPECT_TRUE(client.ok()) << client.status();
+    Records records;
+    if (!client.ok()) return records;
+    etcd::RangeRequest range;
+    range.key = etcd_store::RecordTablePrefix("/ha-test/", "decisions");
+    range.range_end = etcd::PrefixEnd(range.key);
+    auto got = (*client)->Range(range);
+    EXPECT_TRUE(got.ok()) << got.status();
+    if (!got.ok()) return records;
+    for (const etcd::KeyValue& kv : got->kvs) {
+      // .../decisions/<at>/<replica id>/<n>
+      const std::vector<std::string> parts = absl::StrSplit(kv.key, '/');
+      EXPECT_GE(parts.size(), 3u) << kv.key;
+      if (parts.size() < 3) continue;
+      ++records.per_replica[parts[parts.size() - 2]];
+      ++records.per_revision[kv.mod_revision];
+    }
+    return records;
+  }
+  // kCalls GetStrategy calls on the leader and on a follower: each lands in
+  // etcd under its replica's id, in fewer Txns than records.
+  void ExpectDecisionsLandInEtcd(int leader, const EtcdCluster& etcd) {
+    constexpr int kCalls = 30;
+    const size_t leader_index =
+        std::find(ports_.begin(), ports_.end(), leader) - ports_.begin();
+    const size_t follower_index = (leader_index + 1) % ports_.size();
+    const std::string leader_id = absl::StrCat("replica-", leader_index);
+    const std::string follower_id = absl::StrCat("replica-", follower_index);
+    // Every replica's earlier call (ExpectFollowersAnswerLikeTheLeader)
+    // first: they are flushed within a second.
+    Records before;
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          before = DecisionRecords(etcd);
+          for (size_t i = 0; i < ports_.size(); ++i) {
+            if (before.per_replica[absl::StrCat("replica-", i)] == 0) {
+              return false;
+            }
+          }
+          return true;
+        },
+        absl::Seconds(10)));
+    for (size_t replica : {leader_index, follower_index}) {
+      for (int i = 0; i < kCalls; ++i) {
+        monta::v1::StrategyReply reply;
+        const grpc::Status s = Strategy(replica, &reply);
+        ASSERT_TRUE(s.ok()) << s.error_message();
+      }
+    }
+    Records after;
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          after = DecisionRecords(etcd);
+          return after.per_replica[leader_id] >=
+                     before.per_replica[leader_id] + kCalls &&
+                 after.per_replica[follower_id] >=
+                     before.per_replica[follower_id] + kCalls;
+        },
+        absl::Seconds(10)))
+        << Logs();
+    EXPECT_EQ(after.per_replica[leader_id],
+              before.per_replica[leader_id] + kCalls);
+    EXPECT_EQ(after.per_replica[follower_id],
+              before.per_replica[follower_id] + kCalls);
+    int records = 0, txns = 0;
+    for (const auto& [revision, n] : after.per_revision) {
+      if (before.per_revision.count(revision) == 0) {
+        records += n;
+        ++txns;
+      }
+    }
+    EXPECT_EQ(records, 2 * kCalls);
+    EXPECT_LT(txns, records);
+    std::cerr << "ha_test: " << records << " decision records (" << kCalls
+              << " on the leader, " << kCalls << " on a follower) in " << txns
+              << " etcd revisions" << std::endl;
+  }
+
   LocalCluster cluster_;
   std::unique_ptr<etcd::Client> etcd_;
   int last_attempts_ = 0;
@@ -395,6 +488,7 @@ TEST_F(HaTest, LeaderKillAndGracefulStopHandOverWithNodesAndCurves) {
       WaitForOwnCurves();
   ConnectToReplicas();
   ExpectFollowersAnswerLikeTheLeader(first, acknowledged);
+  ExpectDecisionsLandInEtcd(first, **etcd);
   ExpectMontactlPastDeadAndFollower(first);
 
   // SIGKILL the leader: another replica leads after the lease (+ etcd's
