@@ -38,9 +38,11 @@ ABSL_FLAG(int, max_nodes_per_page, 500,
           "nodes in one ListNodes reply: the default page size and the "
           "largest one a caller gets");
 ABSL_FLAG(double, decision_retention_seconds, 7 * 24 * 3600,
-          "decisions in --db older than this are deleted in the background");
+          "decisions older than this are deleted in the background (in --db; "
+          "with --store=etcd in etcd's records/, by the leader)");
 ABSL_FLAG(int64_t, max_decisions, 100000,
-          "decisions kept in --db; the oldest beyond it are deleted in the "
+          "decisions kept (in --db; with --store=etcd in etcd's records/, "
+          "by the leader); the oldest beyond it are deleted in the "
           "background (about 1 KB each)");
 ABSL_FLAG(bool, bench_on_register, true,
           "measure a node (intra-node sweep) when it registers without curves");
@@ -62,8 +64,9 @@ ABSL_FLAG(std::string, store, "sqlite",
           "where nodes and curves are kept: sqlite (--db, or memory without "
           "it; one replica) or etcd (--etcd_endpoints; several replicas may "
           "run: they elect one leader, which alone serves, and the others "
-          "answer UNAVAILABLE naming it; --db then keeps decisions and the "
-          "audit log only)");
+          "answer UNAVAILABLE naming it; every replica writes its decisions, "
+          "verifications and audit entries to etcd's records/, so --db is "
+          "not needed)");
 ABSL_FLAG(std::string, etcd_endpoints, "",
           "with --store=etcd: host:port of the etcd members, comma-separated "
           "(1..16)");

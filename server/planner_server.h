@@ -278,7 +278,7 @@ class PlannerServer {
   // before the registry.
   std::unique_ptr<store::SqliteStore> store_;
   // With --store=etcd: the client and the store the registry writes through
-  // (store_, if any, then holds decisions and the audit log only).
+  // (store_, if any, then holds nothing: records go to record_writer_).
   std::unique_ptr<etcd::Client> etcd_client_;
   std::unique_ptr<etcd_store::EtcdStore> etcd_store_;
   // With --store=etcd: this replica's decisions, verifications and audit

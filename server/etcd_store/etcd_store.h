@@ -13,9 +13,10 @@
 //                             the commit that adds a newer one)
 //   P log                     the mutations of the last commit (encoded by
 //                             this file): Watch reads its puts
-//   P records/<table>/<id>    rows of a SQLite file's decisions,
-//                             verifications and audit log, copied by
-//                             --migrate_from_sqlite (migrate.h); not read here
+//   P records/<table>/...     decisions, verifications and audit entries
+//                             (records.h), written by every replica
+//                             (record_writer.h) and by --migrate_from_sqlite
+//                             (migrate.h); not read here
 //   P tasks/<task id>         the benchmark task queue's records (TaskStore,
 //                             server/bench/task_record.h): written under the
 //                             same fence, outside the log (no watch sees
