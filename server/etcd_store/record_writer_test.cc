@@ -15,33 +15,13 @@
 #include "gtest/gtest.h"
 #include "server/etcd/client.h"
 #include "server/etcd_store/records.h"
-#include "tests/testing/etcd_cluster.h"
+#include "tests/testing/etcd_suite.h"
 
 namespace monta::etcd_store {
 namespace {
 
-using monta::testing::EtcdCluster;
-
-class RecordWriterTest : public ::testing::Test {
+class RecordWriterTest : public monta::testing::EtcdSuite<1> {
  protected:
-  static void SetUpTestSuite() {
-    auto started = EtcdCluster::Start({});
-    ASSERT_TRUE(started.ok()) << started.status();
-    cluster_ = started->release();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_NE(cluster_, nullptr);
-    etcd::ClientOptions options;
-    options.endpoints = cluster_->endpoints();
-    options.security.insecure = true;
-    auto client = etcd::Client::Create(std::move(options));
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = *std::move(client);
-  }
   RecordWriterOptions Options(const std::string& prefix,
                               const std::string& origin) {
     RecordWriterOptions options;
@@ -64,11 +44,7 @@ class RecordWriterTest : public ::testing::Test {
     request.mutable_job()->set_name(name);
     return request;
   }
-
-  static EtcdCluster* cluster_;
-  std::unique_ptr<etcd::Client> client_;
 };
-EtcdCluster* RecordWriterTest::cluster_ = nullptr;
 
 TEST_F(RecordWriterTest, TwoReplicasRecordsLandInBatchesUnderTheirOwnKeys) {
   const std::string prefix = "/batches/";
