@@ -466,6 +466,18 @@ class HaTest : public ::testing::Test {
               << " etcd revisions" << std::endl;
   }
 
+  // Before the SIGKILL: followers answer reads like the leader, every
+  // replica's decisions land in etcd, montactl gets past a dead address and a
+  // follower.
+  void ExpectReplicasServeWhileTheFirstLeads(
+      int leader,
+      const std::map<std::string, std::vector<std::string>>& acknowledged,
+      const EtcdCluster& etcd) {
+    ExpectFollowersAnswerLikeTheLeader(leader, acknowledged);
+    ExpectDecisionsLandInEtcd(leader, etcd);
+    ExpectMontactlPastDeadAndFollower(leader);
+  }
+
   LocalCluster cluster_;
   std::unique_ptr<etcd::Client> etcd_;
   int last_attempts_ = 0;
@@ -487,9 +499,7 @@ TEST_F(HaTest, LeaderKillAndGracefulStopHandOverWithNodesAndCurves) {
   std::map<std::string, std::vector<std::string>> acknowledged =
       WaitForOwnCurves();
   ConnectToReplicas();
-  ExpectFollowersAnswerLikeTheLeader(first, acknowledged);
-  ExpectDecisionsLandInEtcd(first, **etcd);
-  ExpectMontactlPastDeadAndFollower(first);
+  ExpectReplicasServeWhileTheFirstLeads(first, acknowledged, **etcd);
 
   // SIGKILL the leader: another replica leads after the lease (+ etcd's
   // expiry check), its registry reloaded from etcd, and coordinates. A
