@@ -142,6 +142,12 @@ ABSL_FLAG(int, max_curves_per_node, 1024,
           "measured curves kept per node (a distinct collective, scope, "
           "backend, strategy, chunks, ranks and node set each); a new one "
           "over it is refused, a re-measurement replaces its predecessor");
+ABSL_FLAG(int, max_pending_registry_changes, 4096,
+          "registry changes (registrations, deregistrations, topology "
+          "changes) waiting for the store at most; over it an agent's "
+          "Register, Deregister or topology-changing Heartbeat is refused "
+          "RESOURCE_EXHAUSTED (the agent backs off) instead of queueing; a "
+          "retry of a node whose change still waits replaces it");
 ABSL_FLAG(int, max_curves_per_report, 64,
           "series (curves to be) one ReportBenchmark may carry");
 ABSL_FLAG(int, max_points_per_curve, 1024,
@@ -254,6 +260,8 @@ absl::Status BenchBoundsFromFlags(monta::PlannerOptions* options) {
   monta::coordination::CoordinatorOptions& c = options->coordinator;
   options->registry.max_curves_per_node =
       absl::GetFlag(FLAGS_max_curves_per_node);
+  options->registry.max_pending_changes =
+      absl::GetFlag(FLAGS_max_pending_registry_changes);
   c.max_curves_per_report = absl::GetFlag(FLAGS_max_curves_per_report);
   c.max_points_per_curve = absl::GetFlag(FLAGS_max_points_per_curve);
   c.max_pending_tasks_per_node =
@@ -266,13 +274,15 @@ absl::Status BenchBoundsFromFlags(monta::PlannerOptions* options) {
   const int64_t node_bytes = absl::GetFlag(FLAGS_max_rendezvous_bytes_per_node);
   const int64_t all_bytes = absl::GetFlag(FLAGS_max_rendezvous_bytes);
   if (options->registry.max_curves_per_node < 1 ||
+      options->registry.max_pending_changes < 1 ||
       c.max_curves_per_report < 1 || c.max_points_per_curve < 1 ||
       c.max_pending_tasks_per_node < 1 || c.max_pending_tasks < 1 ||
       c.max_rendezvous_keys_per_task < 1 || value_bytes < 1 ||
       task_bytes < value_bytes || node_bytes < value_bytes ||
       all_bytes < node_bytes) {
     return absl::InvalidArgumentError(
-        "--max_curves_per_node, --max_curves_per_report, "
+        "--max_curves_per_node, --max_pending_registry_changes, "
+        "--max_curves_per_report, "
         "--max_points_per_curve, --max_pending_tasks_per_node, "
         "--max_pending_tasks, --max_rendezvous_keys_per_task and "
         "--max_rendezvous_value_bytes must be >= 1, "

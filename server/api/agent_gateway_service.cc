@@ -24,14 +24,26 @@ grpc::ServerUnaryReactor* AgentGatewayService::Register(
   if (grpc::Status s = authz_->RequireNode(*context, request->node_name());
       !s.ok())
     return FinishUnary(context, s);
-  absl::Status status = registry_->Register(*request, Instant::Now());
-  if (!status.ok()) return FinishUnary(context, ToGrpc(status));
   reply->set_lease_seconds(absl::ToDoubleSeconds(registry_->options().lease));
   reply->set_heartbeat_interval_seconds(
       absl::ToDoubleSeconds(registry_->options().heartbeat_interval));
   reply->set_leader_epoch(coordinator_->epoch());
-  if (on_registered_) on_registered_(request->node_name());
-  return FinishUnary(context, grpc::Status::OK);
+  // Answered once the registration is persisted, without holding one of
+  // gRPC's callback threads meanwhile (the registry batches the waiting ones
+  // into one store write).
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  registry_->RegisterThen(*request, Instant::Now(),
+                          [this, reactor, request, reply](absl::Status status) {
+                            if (!status.ok()) {
+                              reply->Clear();
+                              reactor->Finish(ToGrpc(status));
+                              return;
+                            }
+                            if (on_registered_)
+                              on_registered_(request->node_name());
+                            reactor->Finish(grpc::Status::OK);
+                          });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* AgentGatewayService::Heartbeat(

@@ -68,6 +68,22 @@ absl::Status ValidateInstanceId(absl::string_view id) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateRegisterRequest(const monta::v1::RegisterRequest& request,
+                                     const TopologyLimits& limits) {
+  if (absl::Status s = ValidateNodeName(request.node_name()); !s.ok()) return s;
+  if (absl::Status s = ValidateInstanceId(request.instance_id()); !s.ok())
+    return s;
+  if (request.agent_version().size() > 128) {
+    return absl::InvalidArgumentError(
+        "agent_version: expected at most 128 characters");
+  }
+  if (request.bench_address().size() > 255) {
+    return absl::InvalidArgumentError(
+        "bench_address: expected a host or address of at most 255 characters");
+  }
+  return ValidateTopology(request.topology(), limits);
+}
+
 }  // namespace
 
 absl::Status ValidateNodeName(absl::string_view name) {
@@ -139,17 +155,93 @@ void Registry::SetObserver(RegistryObserver* observer) {
   absl::MutexLock lock(&mu_);
   observer_ = observer;
   observed_ = observer != nullptr;
+  if (observed_ && !threaded_) {
+    threaded_ = true;
+    delivery_thread_ = std::thread([this] { DeliveryLoop(); });
+  }
 }
 
 bool Registry::Queue(Change change) {
   if (!observed_) return false;
-  pending_.push_back(std::move(change));
+  if (change.kind != Change::Kind::kNode) {
+    pending_node_.clear();  // a node's changes keep their order around it
+    pending_.push_back(std::move(change));
+    ++queued_total_;
+    return true;
+  }
+  auto [it, added] =
+      pending_node_.try_emplace(change.node.name(), pending_.size());
+  if (added) {
+    pending_.push_back(std::move(change));
+    ++queued_total_;
+  } else {
+    pending_[it->second] = std::move(change);  // its newest state wins
+  }
   return true;
 }
 
+absl::Status Registry::Admit(absl::string_view node_name,
+                             absl::string_view what) const {
+  if (!observed_ || options_.max_pending_changes <= 0 ||
+      pending_node_.find(node_name) != pending_node_.end()) {
+    return absl::OkStatus();
+  }
+  const size_t waiting = pending_.size() + delivering_;
+  if (waiting < static_cast<size_t>(options_.max_pending_changes)) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      what, " refused: the planner is overloaded, ", waiting,
+      " registry changes wait for its store (at most ",
+      options_.max_pending_changes,
+      ", --max_pending_registry_changes); nothing changed, retry after a "
+      "backoff"));
+}
+
+int Registry::PendingChanges() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return static_cast<int>(pending_.size() + delivering_);
+}
+
+Registry::~Registry() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (delivery_thread_.joinable()) delivery_thread_.join();
+}
+
 void Registry::Deliver() {
-  absl::MutexLock deliver(&deliver_mu_);
-  DeliverLocked();
+  {
+    absl::MutexLock deliver(&deliver_mu_);
+    DeliverLocked();
+  }
+  RunDelivered();
+}
+
+bool Registry::DeliveryDue() const { return stopping_ || !waiters_.empty(); }
+
+void Registry::DeliveryLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(this, &Registry::DeliveryDue));
+      if (waiters_.empty()) return;  // stopping
+    }
+    Deliver();
+  }
+}
+
+void Registry::RunDelivered() {
+  std::vector<std::function<void(absl::Status)>> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    while (!waiters_.empty() && waiters_.front().first <= delivered_total_) {
+      ready.push_back(std::move(waiters_.front().second));
+      waiters_.pop_front();
+    }
+  }
+  for (auto& done : ready) done(absl::OkStatus());
 }
 
 std::vector<BandwidthCurve> Registry::DeliverLocked() {
@@ -159,41 +251,62 @@ std::vector<BandwidthCurve> Registry::DeliverLocked() {
     {
       absl::MutexLock lock(&mu_);
       batch.swap(pending_);
+      pending_node_.clear();
+      if (observer_ == nullptr) {  // nobody to hand them to
+        delivered_total_ += batch.size();
+        batch.clear();
+      }
+      delivering_ = batch.size();
     }
     // Another caller's Deliver may have taken this caller's changes already:
     // they were delivered before deliver_mu_ came free.
-    if (batch.empty() || observer_ == nullptr) return restored;
+    if (batch.empty()) return restored;
     for (BandwidthCurve& c : observer_->Changed(batch)) {
       restored.push_back(std::move(c));
     }
+    absl::MutexLock lock(&mu_);
+    delivering_ = 0;
+    delivered_total_ += batch.size();
   }
 }
 
 absl::Status Registry::Register(const monta::v1::RegisterRequest& request,
                                 Instant now) {
-  if (absl::Status s = ValidateNodeName(request.node_name()); !s.ok()) return s;
-  if (absl::Status s = ValidateInstanceId(request.instance_id()); !s.ok())
-    return s;
-  if (request.agent_version().size() > 128) {
-    return absl::InvalidArgumentError(
-        "agent_version: expected at most 128 characters");
-  }
-  if (request.bench_address().size() > 255) {
-    return absl::InvalidArgumentError(
-        "bench_address: expected a host or address of at most 255 characters");
-  }
   if (absl::Status s =
-          ValidateTopology(request.topology(), options_.topology_limits);
+          ValidateRegisterRequest(request, options_.topology_limits);
       !s.ok())
     return s;
   bool queued = false;
   {
     absl::MutexLock lock(&mu_);
+    if (absl::Status s = Admit(request.node_name(), "Register"); !s.ok())
+      return s;
     absl::Status registered = RegisterLocked(request, now, &queued);
     if (!registered.ok()) return registered;
   }
   if (queued) Deliver();
   return absl::OkStatus();
+}
+
+void Registry::RegisterThen(const monta::v1::RegisterRequest& request,
+                            Instant now,
+                            std::function<void(absl::Status)> done) {
+  absl::Status status =
+      ValidateRegisterRequest(request, options_.topology_limits);
+  bool queued = false;
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    status = Admit(request.node_name(), "Register");
+    if (status.ok()) status = RegisterLocked(request, now, &queued);
+    if (status.ok() && queued && threaded_) {
+      // Done once every change queued so far (this one among them) is handed
+      // over: the delivery thread batches the waiting registrations.
+      waiters_.emplace_back(queued_total_, std::move(done));
+      return;
+    }
+  }
+  if (queued) Deliver();
+  done(status);
 }
 
 absl::Status Registry::RegisterLocked(const monta::v1::RegisterRequest& request,
@@ -258,6 +371,16 @@ absl::Status Registry::HeartbeatLocked(
         absl::StrCat("node ", EchoInput(request.node_name()),
                      " is held by another agent instance"));
   }
+  // Only a topology with events queues a change: refused over the bound
+  // before the lease is renewed (the agent retries the whole heartbeat).
+  if (request.has_topology()) {
+    if (absl::Status s = Admit(request.node_name(), "Heartbeat");
+        !s.ok() && differ_ != nullptr &&
+        ValidateTopology(request.topology(), options_.topology_limits).ok() &&
+        !differ_(entry.info.topology(), request.topology()).empty()) {
+      return s;
+    }
+  }
   entry.last_heartbeat = now.wall;
   entry.heard = now.mono;
   entry.quiet_since = now.mono;
@@ -291,6 +414,7 @@ absl::Status Registry::Deregister(absl::string_view node_name,
       return absl::FailedPreconditionError(absl::StrCat(
           "node ", EchoInput(node_name), " is held by another agent instance"));
     }
+    if (absl::Status s = Admit(node_name, "Deregister"); !s.ok()) return s;
     entry.gone = true;
     entry.quiet_since = now.mono;
     queued = Notify(entry, now);
@@ -575,6 +699,8 @@ absl::StatusOr<monta::v1::ForgetCurvesReply> Registry::Forget(
     change.measurements = DropSelected(what, reply);
     if (!Queue(std::move(change))) return reply;
   }
+  // RegisterThen callers whose changes went with it: the delivery thread
+  // tells them once deliver_mu_ is free.
   PutBack(what, DeliverLocked(), reply);
   return reply;
 }
@@ -655,7 +781,9 @@ void Registry::Clear() {
   absl::MutexLock deliver(&deliver_mu_);
   absl::MutexLock lock(&mu_);
   nodes_.clear();
+  delivered_total_ += pending_.size();  // their callers are told: never stored
   pending_.clear();
+  pending_node_.clear();
 }
 
 NodeInfo Registry::Snapshot(const Entry& entry, Instant now) const {

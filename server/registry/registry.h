@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -48,6 +49,13 @@ struct RegistryOptions {
   int max_exclusions_per_node = 8;
   // Sizes of a reported topology (Register, Heartbeat).
   TopologyLimits topology_limits;
+  // Changes made but not yet persisted (queued for the observer, or in its
+  // hands) at most: an agent's Register, Deregister or topology-carrying
+  // Heartbeat that would queue one more is refused RESOURCE_EXHAUSTED before
+  // it changes anything, so a slow store sheds load instead of growing
+  // memory. A retried change of a node whose change still waits replaces it
+  // and is never refused. 0: no bound.
+  int max_pending_changes = 4096;
 };
 
 // Computes the events between two topologies of the same node (e.g. a NIC that
@@ -104,6 +112,8 @@ class RegistryObserver {
 class Registry {
  public:
   explicit Registry(RegistryOptions options, TopologyDiffer differ = nullptr);
+  // Hands the changes still queued to the observer, then stops its thread.
+  ~Registry();
 
   // Sets the observer (not owned; must outlive the registry). Call before use.
   void SetObserver(RegistryObserver* observer)
@@ -113,6 +123,16 @@ class Registry {
   // another instance id holds a live lease on the name; a stale or gone holder
   // is replaced.
   absl::Status Register(const monta::v1::RegisterRequest& request, Instant now);
+  // Register without blocking the caller's thread on the store: `done` gets
+  // its status once the change is persisted (or at once when refused, or when
+  // nothing was queued), on this thread or the registry's delivery thread
+  // (started by SetObserver). `done` must not block. Concurrent registrations
+  // reach the observer as one batch: a store's round trip is paid per batch,
+  // not per agent (a blocking Register holds one of gRPC's few callback
+  // threads per round trip).
+  void RegisterThen(const monta::v1::RegisterRequest& request, Instant now,
+                    std::function<void(absl::Status)> done)
+      ABSL_LOCKS_EXCLUDED(deliver_mu_, mu_);
 
   // Renews the lease. NOT_FOUND for an unknown node (the agent must register
   // again), FAILED_PRECONDITION when the instance id does not hold the name.
@@ -196,6 +216,9 @@ class Registry {
 
   const RegistryOptions& options() const { return options_; }
 
+  // Changes not yet persisted: queued for the observer or in its hands.
+  int PendingChanges() const ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   struct Entry {
     monta::v1::NodeInfo info;  // state/lease fields are recomputed on read
@@ -240,6 +263,16 @@ class Registry {
   bool Notify(const Entry& entry, Instant now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Queue(Change change) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The delivery thread: delivers while RegisterThen callers wait.
+  void DeliveryLoop() ABSL_LOCKS_EXCLUDED(deliver_mu_, mu_);
+  bool DeliveryDue() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the RegisterThen callers whose changes were all handed over.
+  void RunDelivered() ABSL_LOCKS_EXCLUDED(mu_);
+  // RESOURCE_EXHAUSTED when one more change of `node_name` would pass
+  // options().max_pending_changes (a queued change of the node that one more
+  // would replace does not count); `what` names the call.
+  absl::Status Admit(absl::string_view node_name, absl::string_view what) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Hands every queued change to the observer, outside mu_, in order.
   void Deliver() ABSL_LOCKS_EXCLUDED(deliver_mu_, mu_);
   // Deliver, for a caller holding deliver_mu_; returns the observer's answer
@@ -269,6 +302,22 @@ class Registry {
   bool observed_ ABSL_GUARDED_BY(mu_) = false;  // observer_ is set
   // Changes made under mu_, in order, not yet handed to the observer.
   std::vector<Change> pending_ ABSL_GUARDED_BY(mu_);
+  // Of the nodes whose newest change in pending_ is a kNode with only kNode
+  // changes after it: its index there (a newer change of the node replaces
+  // it in place; any other kind of change, or a hand-over, clears this).
+  std::map<std::string, size_t, std::less<>> pending_node_ ABSL_GUARDED_BY(mu_);
+  // Changes taken from pending_ and not yet persisted by the observer.
+  size_t delivering_ ABSL_GUARDED_BY(mu_) = 0;
+  // Entries ever added to pending_, and of them handed over (or cleared).
+  uint64_t queued_total_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t delivered_total_ ABSL_GUARDED_BY(mu_) = 0;
+  // RegisterThen callers: done once delivered_total_ reaches the first.
+  std::deque<std::pair<uint64_t, std::function<void(absl::Status)>>> waiters_
+      ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool threaded_ ABSL_GUARDED_BY(mu_) = false;  // delivery_thread_ runs
+  // Started once, by SetObserver; joined by the destructor.
+  std::thread delivery_thread_;
   std::map<std::string, Entry, std::less<>> nodes_ ABSL_GUARDED_BY(mu_);
   // The sequence of the next curve AddCurve accepts.
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;

@@ -1,5 +1,6 @@
 #include "server/registry/registry.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -436,8 +437,10 @@ class BlockingObserver : public RegistryObserver {
   explicit BlockingObserver(Change::Kind kind) : kind_(kind) {}
   std::vector<monta::v1::BandwidthCurve> Changed(
       const std::vector<Change>& changes) override {
+    batches.push_back(changes.size());
     for (const Change& change : changes) {
       kinds.push_back(change.kind);
+      if (change.kind == Change::Kind::kNode) nodes.push_back(change.node);
       if (change.kind == kind_ && !entered.HasBeenNotified()) {
         entered.Notify();
         release.WaitForNotification();
@@ -449,7 +452,9 @@ class BlockingObserver : public RegistryObserver {
   absl::Notification entered;
   absl::Notification release;
   std::vector<monta::v1::BandwidthCurve> older;
-  std::vector<Change::Kind> kinds;  // read after the writers joined
+  std::vector<Change::Kind> kinds;         // read after the writers joined
+  std::vector<monta::v1::NodeInfo> nodes;  // of the kNode changes, as kinds
+  std::vector<size_t> batches;             // the size of each Changed call
 
  private:
   const Change::Kind kind_;
@@ -481,6 +486,102 @@ TEST_F(RegistryTest, AStuckStoreWriteBlocksNeitherReadsNorHeartbeats) {
   EXPECT_EQ(observer.kinds,
             (std::vector<Change::Kind>{Change::Kind::kNode, Change::Kind::kNode,
                                        Change::Kind::kCurve}));
+}
+
+// A store slower than the agents: the changes waiting for it are bounded (a
+// registration over the bound is refused before it changes anything, so its
+// agent backs off), and a retried registration whose change still waits
+// replaces that change instead of queueing another.
+TEST_F(RegistryTest, ChangesWaitingForTheStoreAreBoundedAndRetriesReplace) {
+  RegistryOptions options = Options();
+  options.max_pending_changes = 3;
+  Registry r(options);
+  BlockingObserver observer(Change::Kind::kNode);
+  r.SetObserver(&observer);
+  std::vector<std::thread> agents;
+  agents.emplace_back(
+      [&] { EXPECT_TRUE(r.Register(Req("a", "ia"), start_).ok()); });
+  observer.entered.WaitForNotification();  // a's change: in the store's hands
+  for (std::string name : {"b", "c"}) {
+    agents.emplace_back([&r, this, name] {
+      EXPECT_TRUE(r.Register(Req(name, "i" + name), start_).ok());
+    });
+  }
+  while (r.PendingChanges() < 3) absl::SleepFor(absl::Milliseconds(1));
+  monta::v1::RegisterRequest retry = Req("b", "ib");  // its RPC timed out
+  retry.set_bench_address("10.0.0.2:7");
+  agents.emplace_back([&] { EXPECT_TRUE(r.Register(retry, start_).ok()); });
+  while (r.Get("b", start_)->bench_address() != "10.0.0.2:7") {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(r.PendingChanges(), 3);
+  // d would be a fourth: refused at once (without the bound it would queue
+  // and wait for the store).
+  absl::Status d_status;
+  absl::Notification d_returned;
+  agents.emplace_back([&] {
+    d_status = r.Register(Req("d", "id"), start_);
+    d_returned.Notify();
+  });
+  while (!d_returned.HasBeenNotified() && r.PendingChanges() < 4) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(r.PendingChanges(), 3);
+  EXPECT_TRUE(d_returned.HasBeenNotified());
+  // A plain heartbeat queues nothing and is never refused.
+  EXPECT_TRUE(r.Heartbeat(Beat("a", "ia"), start_).ok());
+  observer.release.Notify();
+  for (std::thread& agent : agents) agent.join();
+  EXPECT_EQ(d_status.code(), absl::StatusCode::kResourceExhausted) << d_status;
+  EXPECT_NE(d_status.message().find("--max_pending_registry_changes"),
+            std::string::npos)
+      << d_status;
+  EXPECT_EQ(r.Get("d", start_).status().code(), absl::StatusCode::kNotFound);
+  std::vector<std::string> persisted;
+  for (const monta::v1::NodeInfo& node : observer.nodes) {
+    persisted.push_back(node.name() + "@" + node.bench_address());
+  }
+  std::sort(persisted.begin(), persisted.end());  // b and c raced
+  EXPECT_EQ(persisted, (std::vector<std::string>{"a@", "b@10.0.0.2:7", "c@"}));
+  EXPECT_EQ(r.PendingChanges(), 0);
+  // The store caught up: d is let in.
+  EXPECT_TRUE(r.Register(Req("d", "id"), start_).ok());
+}
+
+// RegisterThen holds no thread while the store writes: the registrations
+// that arrive meanwhile go to the store as one batch, and each caller hears
+// back only once its change is persisted.
+TEST_F(RegistryTest, RegisterThenAnswersOncePersistedAndBatchesTheWaiting) {
+  Registry r(Options());
+  BlockingObserver observer(Change::Kind::kNode);
+  r.SetObserver(&observer);
+  std::vector<absl::Status> answers(4, absl::UnknownError("no answer"));
+  std::vector<absl::Notification> answered(4);
+  auto register_then = [&](int i) {
+    r.RegisterThen(Req(absl::StrCat("n", i), "i"), start_,
+                   [&, i](absl::Status status) {
+                     answers[i] = status;
+                     answered[i].Notify();
+                   });
+  };
+  register_then(0);  // returns at once: the delivery thread writes it
+  observer.entered.WaitForNotification();
+  for (int i = 1; i < 4; ++i) register_then(i);  // none blocks
+  for (absl::Notification& a : answered) EXPECT_FALSE(a.HasBeenNotified());
+  EXPECT_EQ(r.PendingChanges(), 4);
+  // A refusal is answered at once, on the caller's thread.
+  monta::v1::RegisterRequest bad = Req("Not_A_Name", "i");
+  absl::Status refused;
+  r.RegisterThen(bad, start_, [&](absl::Status s) { refused = s; });
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  observer.release.Notify();
+  for (int i = 0; i < 4; ++i) {
+    answered[i].WaitForNotification();
+    EXPECT_TRUE(answers[i].ok()) << answers[i];
+  }
+  // n0 alone, then n1..n3 in one batch.
+  EXPECT_EQ(observer.nodes.size(), 4u);
+  EXPECT_EQ(observer.batches, (std::vector<size_t>{1, 3}));
 }
 
 // Forget puts back the store's older curve only if no newer curve of the
