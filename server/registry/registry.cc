@@ -778,12 +778,23 @@ void Registry::Restore(const NodeInfo& node, Instant now) {
 }
 
 void Registry::Clear() {
-  absl::MutexLock deliver(&deliver_mu_);
-  absl::MutexLock lock(&mu_);
-  nodes_.clear();
-  delivered_total_ += pending_.size();  // their callers are told: never stored
-  pending_.clear();
-  pending_node_.clear();
+  std::deque<std::pair<uint64_t, std::function<void(absl::Status)>>> dropped;
+  {
+    absl::MutexLock deliver(&deliver_mu_);
+    absl::MutexLock lock(&mu_);
+    nodes_.clear();
+    delivered_total_ += pending_.size();
+    pending_.clear();
+    pending_node_.clear();
+    // No batch is in flight (deliver_mu_ is held): every registration still
+    // waiting had its change in pending_, now dropped unstored.
+    dropped.swap(waiters_);
+  }
+  for (auto& waiter : dropped) {
+    waiter.second(absl::UnavailableError(
+        "Register: not stored: this replica stopped leading before its store "
+        "held the registration; register again"));
+  }
 }
 
 NodeInfo Registry::Snapshot(const Entry& entry, Instant now) const {

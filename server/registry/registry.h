@@ -211,7 +211,9 @@ class Registry {
   void Restore(const monta::v1::NodeInfo& node, Instant now);
   // Forgets every node, curve and exclusion, and the changes not yet handed
   // to the observer, without telling it (waits for a hand-over in flight): a
-  // planner replica that leads again reloads the store's state instead.
+  // planner replica that leads again reloads the store's state instead. A
+  // RegisterThen still waiting for its change is answered UNAVAILABLE (not
+  // stored; the agent registers again, with whichever replica leads).
   void Clear() ABSL_LOCKS_EXCLUDED(deliver_mu_, mu_);
 
   const RegistryOptions& options() const { return options_; }
