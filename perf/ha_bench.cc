@@ -424,6 +424,18 @@ std::vector<std::string> MeasureLag(
   return probes;
 }
 
+// Whether etcd member `member` says it leads (etcd_server_is_leader); false
+// when its /metrics cannot be read.
+bool EtcdLeads(const EtcdCluster& etcd, int member) {
+  const std::string endpoint = etcd.endpoint(member);
+  int port = 0;
+  if (!absl::SimpleAtoi(endpoint.substr(endpoint.rfind(':') + 1), &port)) {
+    return false;
+  }
+  return monta::testing::MetricValue(Scrape(port), "etcd_server_is_leader") ==
+         1;
+}
+
 // One round: SIGSTOP etcd member `round % 3` and SIGKILL the leader together,
 // SIGCONT after --etcd_pause_seconds; time to another leader; restart. Then
 // SIGTERM the leader; time to another; restart.
@@ -438,6 +450,7 @@ absl::Status Round(int round, EtcdCluster& etcd,
   const int member = round % etcd.size();
   const absl::Duration pause =
       absl::Seconds(absl::GetFlag(FLAGS_etcd_pause_seconds));
+  const bool etcd_leader_paused = EtcdLeads(etcd, member);
   etcd.Pause(member);
   bool paused = true;
   const absl::Time killed = absl::Now();
@@ -461,7 +474,9 @@ absl::Status Round(int round, EtcdCluster& etcd,
   std::cerr << "ha_bench: round " << round << ": SIGKILL of replica " << leader
             << " -> replica " << next << " leads after "
             << report->failover_seconds.back() << " s (etcd member " << member
-            << " paused " << absl::FormatDuration(pause) << ")\n";
+            << " paused " << absl::FormatDuration(pause) << ", "
+            << (etcd_leader_paused ? "etcd's leader" : "not etcd's leader")
+            << ")\n";
   const absl::Time stopped = absl::Now();
   replicas[next]->process.Signal(SIGTERM);
   const int third = WaitForLeader(replicas, next, wait);
