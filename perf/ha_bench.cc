@@ -290,16 +290,22 @@ struct EtcdCounters {
   double proposals = -1;
 };
 
+// etcd member `member`'s /metrics text (its client port serves them); empty
+// when its endpoint names no port.
+std::string ScrapeMember(const EtcdCluster& etcd, int member) {
+  const std::string endpoint = etcd.endpoint(member);
+  int port = 0;
+  if (!absl::SimpleAtoi(endpoint.substr(endpoint.rfind(':') + 1), &port)) {
+    return "";
+  }
+  return Scrape(port);
+}
+
 EtcdCounters ReadEtcdCounters(const EtcdCluster& etcd) {
   using monta::testing::MetricValue;
   EtcdCounters c;
   for (int i = 0; i < etcd.size(); ++i) {
-    const std::string endpoint = etcd.endpoint(i);
-    int port = 0;
-    if (!absl::SimpleAtoi(endpoint.substr(endpoint.rfind(':') + 1), &port)) {
-      continue;
-    }
-    const std::string text = Scrape(port);
+    const std::string text = ScrapeMember(etcd, i);
     const double puts = MetricValue(text, "etcd_mvcc_put_total");
     const double deletes = MetricValue(text, "etcd_mvcc_delete_total");
     const double txns = MetricValue(text, "etcd_mvcc_txn_total");
@@ -427,13 +433,8 @@ std::vector<std::string> MeasureLag(
 // Whether etcd member `member` says it leads (etcd_server_is_leader); false
 // when its /metrics cannot be read.
 bool EtcdLeads(const EtcdCluster& etcd, int member) {
-  const std::string endpoint = etcd.endpoint(member);
-  int port = 0;
-  if (!absl::SimpleAtoi(endpoint.substr(endpoint.rfind(':') + 1), &port)) {
-    return false;
-  }
-  return monta::testing::MetricValue(Scrape(port), "etcd_server_is_leader") ==
-         1;
+  return monta::testing::MetricValue(ScrapeMember(etcd, member),
+                                     "etcd_server_is_leader") == 1;
 }
 
 // One round: SIGSTOP etcd member `round % 3` and SIGKILL the leader together,
