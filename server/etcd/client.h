@@ -86,6 +86,11 @@ bool OutcomeUnknown(const absl::Status& status);
 // etcd compares the request wrapped in its raft envelope (a header of <= 30
 // bytes) with --max-request-bytes; the client keeps this much room.
 inline constexpr int64_t kRaftEnvelopeBytes = 64;
+// What a writer that packs operations into Txns within max_request_bytes
+// keeps room for: a Txn's compares and framing, and each operation's own
+// fields beside its key and value.
+inline constexpr int64_t kTxnFramingBytes = 4096;
+inline constexpr int64_t kOpOverheadBytes = 16;
 
 class Client {
  public:

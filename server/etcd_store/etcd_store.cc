@@ -28,10 +28,6 @@ using store::Snapshot;
 namespace {
 
 constexpr size_t kMaxPrefixBytes = 128;
-// Room kept in each request for the compare, the Txn's framing and the
-// operations' own fields.
-constexpr int64_t kTxnOverheadBytes = 4096;
-constexpr int64_t kOpOverheadBytes = 16;
 
 // At most this much of a key goes into an error message.
 std::string Shown(const std::string& key) {
@@ -224,7 +220,8 @@ class EtcdStore::Batch {
         puts[key] = std::move(value);
         continue;
       }
-      const int64_t bytes = static_cast<int64_t>(key.size()) + kOpOverheadBytes;
+      const int64_t bytes =
+          static_cast<int64_t>(key.size()) + etcd::kOpOverheadBytes;
       if (deletes.ops.size() + 1 > max_ops_ ||
           delete_bytes + bytes > max_bytes_) {
         parts_.push_back(std::move(deletes));
@@ -256,9 +253,9 @@ class EtcdStore::Batch {
   bool Fits(const std::map<std::string, std::optional<std::string>>& writes,
             int64_t log_bytes, int64_t more_log_bytes) const {
     if (writes.size() + 1 > max_ops_) return false;
-    int64_t bytes = log_bytes + more_log_bytes + kOpOverheadBytes;
+    int64_t bytes = log_bytes + more_log_bytes + etcd::kOpOverheadBytes;
     for (const auto& [key, value] : writes) {
-      bytes += static_cast<int64_t>(key.size()) + kOpOverheadBytes +
+      bytes += static_cast<int64_t>(key.size()) + etcd::kOpOverheadBytes +
                (value.has_value() ? static_cast<int64_t>(value->size()) : 0);
     }
     return bytes <= max_bytes_;
@@ -698,9 +695,9 @@ absl::StatusOr<Committed> EtcdStore::CommitLocked(
     if (absl::Status s = LoadMirrorLocked(); !s.ok()) return s;
   }
   const etcd::ClientOptions& limits = client_->options();
-  Batch batch(
-      static_cast<size_t>(limits.max_txn_ops),
-      limits.max_request_bytes - etcd::kRaftEnvelopeBytes - kTxnOverheadBytes);
+  Batch batch(static_cast<size_t>(limits.max_txn_ops),
+              limits.max_request_bytes - etcd::kRaftEnvelopeBytes -
+                  etcd::kTxnFramingBytes);
   Committed committed;
   for (size_t i = 0; i < mutations.size(); ++i) {
     if (absl::Status s = Apply(mutations[i], batch, &committed.restored);
@@ -782,8 +779,8 @@ absl::Status EtcdStore::WriteTasksLocked(const Fence& fence,
                                          const store::TaskWrites& writes) {
   const etcd::ClientOptions& limits = client_->options();
   const size_t max_ops = static_cast<size_t>(limits.max_txn_ops);
-  const int64_t max_bytes =
-      limits.max_request_bytes - etcd::kRaftEnvelopeBytes - kTxnOverheadBytes;
+  const int64_t max_bytes = limits.max_request_bytes -
+                            etcd::kRaftEnvelopeBytes - etcd::kTxnFramingBytes;
   const etcd::Compare compare = FenceCompare(fence);
   std::vector<etcd::TxnRequest> txns(1);
   int64_t bytes = 0;
@@ -791,7 +788,7 @@ absl::Status EtcdStore::WriteTasksLocked(const Fence& fence,
     const std::string key = absl::StrCat(options_.prefix, "tasks/", id);
     const int64_t op_bytes = static_cast<int64_t>(
         key.size() + (record.has_value() ? record->size() : 0) +
-        kOpOverheadBytes);
+        etcd::kOpOverheadBytes);
     if (!txns.back().success.empty() &&
         (txns.back().success.size() + 1 > max_ops ||
          bytes + op_bytes > max_bytes)) {

@@ -10,10 +10,6 @@
 namespace monta::etcd_store {
 namespace {
 
-// Room kept in a records Txn for its framing, and per operation.
-constexpr int64_t kTxnFramingBytes = 4096;
-constexpr int64_t kPutOverheadBytes = 16;
-
 std::string Digits20(int64_t n) {
   char digits[24];
   std::snprintf(digits, sizeof(digits), "%020lld",
@@ -92,10 +88,11 @@ absl::StatusOr<store::SqliteStore::LogRow> DecodeRecord(
 RecordTxn::RecordTxn(const etcd::ClientOptions& limits)
     : max_ops_(limits.max_txn_ops),
       max_bytes_(limits.max_request_bytes - etcd::kRaftEnvelopeBytes -
-                 kTxnFramingBytes) {}
+                 etcd::kTxnFramingBytes) {}
 
 int64_t RecordTxn::PutBytes(const std::string& key, const std::string& value) {
-  return static_cast<int64_t>(key.size() + value.size()) + kPutOverheadBytes;
+  return static_cast<int64_t>(key.size() + value.size()) +
+         etcd::kOpOverheadBytes;
 }
 
 bool RecordTxn::Fits(int64_t bytes) const {
