@@ -18,7 +18,15 @@
 //      (health monta.v1.Planner SERVING); the killed one restarted; then
 //      SIGTERM of the leader and the time until another coordinates; the
 //      stopped one restarted;
-//   4. loss: every node whose registration was acknowledged to the swarm (and
+//   4. with --soak_seconds, the soak (no failover; --rounds=0 skips 3): the
+//      agents heartbeat, a client makes --decisions_per_second GetStrategy
+//      decisions (each a record in etcd), etcd compacts on its own
+//      (--etcd_compaction_mode/--etcd_compaction_retention), and every
+//      --soak_sample_seconds each member's database size and size in use,
+//      its keys, its compact revision and the alarm list (NOSPACE) are read
+//      and printed; then each member defragmented in turn, sizes before and
+//      after;
+//   5. loss: every node whose registration was acknowledged to the swarm (and
 //      every probe) listed by ListNodes on the final leader and on a follower.
 // One table (or --json) prints each number beside its bar. Only the leader
 // accepts agents today (followers answer the agent gateway UNAVAILABLE), so
@@ -26,12 +34,15 @@
 //
 //   bazel build -c opt //server:monta-planner //perf:ha_bench
 //   bazel-bin/perf/ha_bench --agents=20000 --rounds=5   (the size)
+//   bazel-bin/perf/ha_bench --agents=20000 --rounds=0 --soak_seconds=1800
+//       (the soak)
 //   bazel-bin/perf/ha_bench --agents=50 --rounds=1 --leader_lease_seconds=2
 //       --steady_seconds=3 --settle_seconds=1 --lag_probes=3   (a smoke run)
 #include <signal.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <set>
@@ -56,6 +67,7 @@
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/monta/v1/agent.grpc.pb.h"
 #include "proto/monta/v1/planner.grpc.pb.h"
+#include "server/etcd_store/records.h"
 #include "tests/testing/etcd_cluster.h"
 #include "tests/testing/grpc_clients.h"
 #include "tests/testing/paper_job.h"
@@ -93,6 +105,28 @@ ABSL_FLAG(std::string, planner_args, "",
 ABSL_FLAG(std::string, log_dir, "",
           "the replicas' logs; empty: /tmp/ha-bench-<pid> (kept)");
 ABSL_FLAG(bool, json, false, "print the report as JSON");
+ABSL_FLAG(double, soak_seconds, 0,
+          "after the rounds, a soak this long (0: none; the issue's bar is "
+          "1800 s at 20,000 agents): the agents heartbeat, a client makes "
+          "--decisions_per_second decisions, etcd compacts; each member's "
+          "database size, keys and the alarm list are read every "
+          "--soak_sample_seconds");
+ABSL_FLAG(double, decisions_per_second, 1,
+          "the soak's GetStrategy calls per second over the replicas (each "
+          "records a decision in etcd)");
+ABSL_FLAG(double, soak_sample_seconds, 60,
+          "how often the soak reads the etcd members (one line each)");
+ABSL_FLAG(bool, soak_defrag, true,
+          "after the soak, defragment each etcd member in turn (etcdctl "
+          "defrag) and report its database size before and after");
+ABSL_FLAG(std::string, etcd_compaction_mode, "periodic",
+          "the etcd members' --auto-compaction-mode (periodic, as the ha "
+          "overlay, or revision)");
+ABSL_FLAG(std::string, etcd_compaction_retention, "5m",
+          "the etcd members' --auto-compaction-retention; empty: none. The "
+          "ha overlay keeps 1h, which would not compact once in a 30-minute "
+          "soak; periodic 5m compacts every 5 minutes, keeping 5 minutes of "
+          "history");
 
 namespace monta::perf {
 namespace {
@@ -119,6 +153,9 @@ struct Replica {
   std::string address() const { return absl::StrCat("127.0.0.1:", port); }
 };
 
+// The replicas' key prefix in etcd.
+std::string EtcdPrefix() { return absl::StrCat("/ha-bench-", getpid(), "/"); }
+
 std::vector<std::string> ReplicaArgv(int i, int port, int metrics_port,
                                      const EtcdCluster& etcd) {
   std::vector<std::string> argv = {
@@ -132,7 +169,7 @@ std::vector<std::string> ReplicaArgv(int i, int port, int metrics_port,
       "--store=etcd",
       "--etcd_endpoints=" + absl::StrJoin(etcd.endpoints(), ","),
       "--etcd_insecure",
-      absl::StrCat("--etcd_prefix=/ha-bench-", getpid(), "/"),
+      "--etcd_prefix=" + EtcdPrefix(),
       absl::StrCat("--leader_lease_seconds=",
                    absl::GetFlag(FLAGS_leader_lease_seconds)),
       absl::StrCat("--replica_id=replica-", i),
@@ -245,6 +282,40 @@ absl::Status Restart(Replica& r, absl::Duration timeout) {
 
 // ----------------------------------------------------------------- phases --
 
+// One etcd member read during the soak (-1: not in its /metrics).
+struct MemberSample {
+  double db_bytes = -1;          // etcd_mvcc_db_total_size_in_bytes
+  double db_in_use_bytes = -1;   // etcd_mvcc_db_total_size_in_use_in_bytes
+  double keys = -1;              // etcd_debugging_mvcc_keys_total
+  double compact_revision = -1;  // etcd_debugging_mvcc_compact_revision
+};
+
+struct SoakSample {
+  double at_seconds = 0;  // since the soak began
+  std::vector<MemberSample> members;
+  bool alarms_read = false;
+  std::vector<std::string> alarms;  // etcdctl alarm list, one per alarm
+  double loadavg_1m = -1;
+};
+
+struct SoakReport {
+  double seconds = 0;               // as run
+  double decisions_per_second = 0;  // asked
+  std::vector<SoakSample> samples;
+  Stats heartbeats;  // the soak's alone
+  int decisions = 0;
+  int decisions_failed = 0;
+  double decision_p99_ms = 0;
+  std::string decision_last_error;
+  // Decision records in etcd (every replica's) at the start and the end.
+  int64_t decision_records_before = -1;
+  int64_t decision_records_after = -1;
+  // Per member, around the defragmentation after the soak (-1: not read).
+  std::vector<double> defrag_before_bytes;
+  std::vector<double> defrag_after_bytes;
+  std::vector<double> defrag_seconds;
+};
+
 struct Report {
   int agents = 0;
   int rounds = 0;
@@ -277,6 +348,7 @@ struct Report {
   int lost_on_leader = -1;
   int lost_on_follower = -1;
   int64_t target_moves = 0;
+  SoakReport soak;  // with --soak_seconds
   std::vector<std::string> errors;
 };
 
@@ -430,6 +502,18 @@ std::vector<std::string> MeasureLag(
   return probes;
 }
 
+// A StrategyLoop's call: GetStrategy for `job` on replica i (5 s deadline).
+// `replicas` and `job` outlive the loop.
+std::function<grpc::Status(size_t, monta::v1::StrategyReply*)> AskForStrategy(
+    std::vector<std::unique_ptr<Replica>>& replicas,
+    const monta::v1::StrategyRequest& job) {
+  return [&replicas, &job](size_t i, monta::v1::StrategyReply* reply) {
+    grpc::ClientContext context;
+    context.set_deadline(GrpcDeadline(absl::Seconds(5)));
+    return replicas[i]->planner->GetStrategy(&context, job, reply);
+  };
+}
+
 // Whether etcd member `member` says it leads (etcd_server_is_leader); false
 // when its /metrics cannot be read.
 bool EtcdLeads(const EtcdCluster& etcd, int member) {
@@ -528,6 +612,169 @@ void MeasureLoss(std::vector<std::unique_ptr<Replica>>& replicas,
       absl::Seconds(30));
 }
 
+// ------------------------------------------------------------------- soak --
+
+MemberSample ReadMember(const EtcdCluster& etcd, int member) {
+  using monta::testing::MetricValue;
+  const std::string text = ScrapeMember(etcd, member);
+  MemberSample m;
+  m.db_bytes = MetricValue(text, "etcd_mvcc_db_total_size_in_bytes");
+  m.db_in_use_bytes =
+      MetricValue(text, "etcd_mvcc_db_total_size_in_use_in_bytes");
+  m.keys = MetricValue(text, "etcd_debugging_mvcc_keys_total");
+  m.compact_revision =
+      MetricValue(text, "etcd_debugging_mvcc_compact_revision");
+  return m;
+}
+
+SoakSample SampleEtcd(const EtcdCluster& etcd, absl::Time start,
+                      Report* report) {
+  SoakSample sample;
+  sample.at_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  for (int i = 0; i < etcd.size(); ++i) {
+    sample.members.push_back(ReadMember(etcd, i));
+  }
+  absl::StatusOr<std::vector<std::string>> alarms = etcd.Alarms();
+  sample.alarms_read = alarms.ok();
+  if (alarms.ok()) {
+    sample.alarms = *std::move(alarms);
+  } else {
+    report->errors.push_back(absl::StrCat("soak: alarm list at ",
+                                          static_cast<int>(sample.at_seconds),
+                                          " s: ", alarms.status().message()));
+  }
+  sample.loadavg_1m = LoadAverage();
+  return sample;
+}
+
+// Each member's value of `field` in MB, "/"-joined ("-" when unread).
+std::string PerMemberMb(const SoakSample& s, double MemberSample::*field) {
+  std::vector<std::string> out;
+  for (const MemberSample& m : s.members) {
+    out.push_back(m.*field < 0 ? "-" : absl::StrFormat("%.1f", m.*field / 1e6));
+  }
+  return absl::StrJoin(out, "/");
+}
+
+// The most any member of any sample said of `field`; -1 when none did.
+double SoakMax(const SoakReport& soak, double MemberSample::*field) {
+  double most = -1;
+  for (const SoakSample& s : soak.samples) {
+    for (const MemberSample& m : s.members) most = std::max(most, m.*field);
+  }
+  return most;
+}
+
+std::string SampleLine(const SoakSample& s) {
+  double keys = -1;
+  double compacted = -1;
+  for (const MemberSample& m : s.members) {
+    keys = std::max(keys, m.keys);
+    compacted = std::max(compacted, m.compact_revision);
+  }
+  return absl::StrFormat(
+      "soak %6.0f s: db %s MB (in use %s), keys %.0f, %s, alarms %s, load "
+      "%.2f",
+      s.at_seconds, PerMemberMb(s, &MemberSample::db_bytes),
+      PerMemberMb(s, &MemberSample::db_in_use_bytes), keys,
+      compacted < 0 ? "not compacted yet"
+                    : absl::StrFormat("compacted to rev %.0f", compacted),
+      !s.alarms_read     ? "unread"
+      : s.alarms.empty() ? "none"
+                         : absl::StrJoin(s.alarms, "; "),
+      s.loadavg_1m);
+}
+
+// The heartbeats measured since `before` (the swarm's stats only grow).
+Stats HeartbeatsSince(const Stats& before, const Stats& after) {
+  Stats since;
+  since.heartbeat_us.assign(
+      after.heartbeat_us.begin() +
+          std::min(before.heartbeat_us.size(), after.heartbeat_us.size()),
+      after.heartbeat_us.end());
+  since.deadline_misses = after.deadline_misses - before.deadline_misses;
+  for (const auto& [what, n] : after.heartbeat_errors) {
+    const auto was = before.heartbeat_errors.find(what);
+    const int64_t added =
+        n - (was == before.heartbeat_errors.end() ? 0 : was->second);
+    if (added > 0) since.heartbeat_errors[what] = added;
+  }
+  return since;
+}
+
+// Longer than the replicas' record writers wait between sends (1 s).
+constexpr absl::Duration kRecordFlush = absl::Seconds(3);
+
+int64_t CountDecisionRecords(const EtcdCluster& etcd, Report* report) {
+  absl::StatusOr<int64_t> n = etcd.CountKeys(
+      monta::etcd_store::RecordTablePrefix(EtcdPrefix(), "decisions"));
+  if (n.ok()) return *n;
+  report->errors.push_back(
+      absl::StrCat("soak: counting decisions: ", n.status().message()));
+  return -1;
+}
+
+// After the soak: each member defragmented in turn (one at a time keeps the
+// quorum), its database size before and after.
+void Defragment(const EtcdCluster& etcd, Report* report) {
+  SoakReport& soak = report->soak;
+  for (int i = 0; i < etcd.size(); ++i) {
+    soak.defrag_before_bytes.push_back(ReadMember(etcd, i).db_bytes);
+    const absl::Time start = absl::Now();
+    if (absl::Status s = etcd.Defragment(i); !s.ok()) {
+      report->errors.push_back(absl::StrCat("soak: ", s.message()));
+    }
+    soak.defrag_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+    soak.defrag_after_bytes.push_back(ReadMember(etcd, i).db_bytes);
+    std::cerr << absl::StrFormat(
+        "ha_bench: etcd member %d defragmented in %.2f s: %.1f -> %.1f MB\n", i,
+        soak.defrag_seconds.back(), soak.defrag_before_bytes.back() / 1e6,
+        soak.defrag_after_bytes.back() / 1e6);
+  }
+}
+
+// The soak: the swarm heartbeats (measured), a client makes
+// --decisions_per_second GetStrategy calls over the replicas, no failover;
+// the etcd members read every --soak_sample_seconds. Then the
+// defragmentation (--soak_defrag).
+void Soak(Swarm& swarm, const EtcdCluster& etcd,
+          std::vector<std::unique_ptr<Replica>>& replicas, Report* report) {
+  SoakReport& soak = report->soak;
+  soak.decisions_per_second = absl::GetFlag(FLAGS_decisions_per_second);
+  const absl::Duration every =
+      absl::Seconds(absl::GetFlag(FLAGS_soak_sample_seconds));
+  // The replicas send their records every second: the earlier phases' last
+  // ones land before the count.
+  absl::SleepFor(kRecordFlush);
+  soak.decision_records_before = CountDecisionRecords(etcd, report);
+  const Stats before = swarm.TakeStats();
+  const monta::v1::StrategyRequest job = monta::testing::PaperJobRequest();
+  const absl::Time start = absl::Now();
+  const absl::Time end =
+      start + absl::Seconds(absl::GetFlag(FLAGS_soak_seconds));
+  swarm.SetMeasuring(true);
+  monta::testing::StrategyLoop decisions(
+      AskForStrategy(replicas, job), replicas.size(),
+      absl::Seconds(1) / soak.decisions_per_second,
+      monta::testing::StrategyLoop::Pace::kStartEvery);
+  for (absl::Time next = start + every; absl::Now() < end; next += every) {
+    absl::SleepFor(std::min(next, end) - absl::Now());
+    soak.samples.push_back(SampleEtcd(etcd, start, report));
+    std::cerr << "ha_bench: " << SampleLine(soak.samples.back()) << "\n";
+  }
+  decisions.Stop();
+  swarm.SetMeasuring(false);
+  soak.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  soak.heartbeats = HeartbeatsSince(before, swarm.TakeStats());
+  soak.decisions = decisions.calls();
+  soak.decisions_failed = decisions.failed();
+  soak.decision_p99_ms = decisions.QuantileSeconds(0.99) * 1e3;
+  soak.decision_last_error = decisions.last_error();
+  absl::SleepFor(kRecordFlush);
+  soak.decision_records_after = CountDecisionRecords(etcd, report);
+  if (absl::GetFlag(FLAGS_soak_defrag)) Defragment(etcd, report);
+}
+
 // ----------------------------------------------------------------- report --
 
 struct Row {
@@ -558,8 +805,9 @@ std::vector<Row> Rows(Report& r) {
   return {
       {"failover_sigkill_max_s", failover,
        absl::StrFormat("<= TTL + 3 = %g s", ttl + 3),
-       within(failover, ttl + 3)},
-      {"handover_sigterm_max_s", handover, "<= 2 s", within(handover, 2)},
+       r.rounds == 0 ? -1 : within(failover, ttl + 3)},
+      {"handover_sigterm_max_s", handover, "<= 2 s",
+       r.rounds == 0 ? -1 : within(handover, 2)},
       {"strategy_calls", static_cast<double>(r.strategy_calls), "", -1},
       {"strategy_failed_calls", static_cast<double>(r.strategy_failed), "0",
        r.strategy_calls > 0 && r.strategy_failed == 0},
@@ -667,6 +915,105 @@ void PrintTable(const nlohmann::json& j) {
   }
 }
 
+// The soak's rows (none without a soak).
+void AppendSoakRows(SoakReport& soak, std::vector<Row>* rows) {
+  if (soak.samples.empty()) return;
+  const double db_max = SoakMax(soak, &MemberSample::db_bytes);
+  const double in_use_max = SoakMax(soak, &MemberSample::db_in_use_bytes);
+  const double compacted = SoakMax(soak, &MemberSample::compact_revision);
+  int alarm_reads = 0;
+  int alarm_samples = 0;
+  for (const SoakSample& s : soak.samples) {
+    alarm_reads += s.alarms_read;
+    alarm_samples += !s.alarms.empty();
+  }
+  const double hb_p99 = Percentile(soak.heartbeats.heartbeat_us, 0.99);
+  int64_t hb_errors = soak.heartbeats.deadline_misses;
+  for (const auto& [what, n] : soak.heartbeats.heartbeat_errors) {
+    hb_errors += n;
+  }
+  const auto mb = [](double bytes) { return bytes < 0 ? -1 : bytes / 1e6; };
+  const double records =
+      soak.decision_records_before < 0 || soak.decision_records_after < 0
+          ? -1
+          : soak.decision_records_after - soak.decision_records_before;
+  const std::vector<Row> soak_rows = {
+      {"soak_seconds", soak.seconds, "", -1},
+      {"soak_etcd_db_max_mb", mb(db_max), "< 500 MB",
+       db_max >= 0 && db_max < 500e6},
+      {"soak_etcd_db_in_use_max_mb", mb(in_use_max), "", -1},
+      {"soak_etcd_keys_max", SoakMax(soak, &MemberSample::keys), "", -1},
+      {"soak_etcd_compact_revision", compacted, "> 0 (compaction on)",
+       compacted > 0},
+      {"soak_etcd_alarm_samples", static_cast<double>(alarm_samples),
+       "0 (no NOSPACE)", alarm_reads > 0 && alarm_samples == 0},
+      {"soak_heartbeat_p99_ms", hb_p99, "<= 100 ms",
+       !soak.heartbeats.heartbeat_us.empty() && hb_p99 <= 100},
+      {"soak_heartbeat_errors", static_cast<double>(hb_errors), "", -1},
+      {"soak_decisions_made",
+       static_cast<double>(soak.decisions - soak.decisions_failed), "", -1},
+      {"soak_decisions_failed", static_cast<double>(soak.decisions_failed), "0",
+       soak.decisions > 0 && soak.decisions_failed == 0},
+      {"soak_decision_p99_ms", soak.decision_p99_ms, "", -1},
+      {"soak_decision_records_added", records, "", -1},
+      {"soak_defrag_before_max_mb", mb(Max(soak.defrag_before_bytes)), "", -1},
+      {"soak_defrag_after_max_mb", mb(Max(soak.defrag_after_bytes)), "", -1},
+  };
+  rows->insert(rows->end(), soak_rows.begin(), soak_rows.end());
+}
+
+nlohmann::json SoakJson(const SoakReport& soak) {
+  nlohmann::json samples = nlohmann::json::array();
+  for (const SoakSample& s : soak.samples) {
+    nlohmann::json sample = {{"at_seconds", s.at_seconds},
+                             {"loadavg_1m", s.loadavg_1m}};
+    for (const MemberSample& m : s.members) {
+      sample["db_bytes"].push_back(m.db_bytes);
+      sample["db_in_use_bytes"].push_back(m.db_in_use_bytes);
+      sample["keys"].push_back(m.keys);
+      sample["compact_revision"].push_back(m.compact_revision);
+    }
+    sample["alarms"] =
+        s.alarms_read ? nlohmann::json(s.alarms) : nlohmann::json();
+    samples.push_back(std::move(sample));
+  }
+  return {
+      {"seconds", soak.seconds},
+      {"decisions_per_second", soak.decisions_per_second},
+      {"etcd_auto_compaction",
+       absl::StrCat(
+           "--auto-compaction-mode=", absl::GetFlag(FLAGS_etcd_compaction_mode),
+           " --auto-compaction-retention=",
+           absl::GetFlag(FLAGS_etcd_compaction_retention))},
+      {"samples", samples},
+      {"decision_records_before", soak.decision_records_before},
+      {"decision_records_after", soak.decision_records_after},
+      {"decision_last_error", soak.decision_last_error},
+      {"defrag_before_bytes", soak.defrag_before_bytes},
+      {"defrag_after_bytes", soak.defrag_after_bytes},
+      {"defrag_seconds", soak.defrag_seconds},
+  };
+}
+
+// The soak's time series, at most 12 lines (evenly spread, the last one
+// always).
+void PrintSoak(const SoakReport& soak) {
+  if (soak.samples.empty()) return;
+  std::cout << absl::StrFormat(
+      "soak: %.0f s, %g decisions/s, etcd --auto-compaction-mode=%s "
+      "--auto-compaction-retention=%s\n",
+      soak.seconds, soak.decisions_per_second,
+      absl::GetFlag(FLAGS_etcd_compaction_mode),
+      absl::GetFlag(FLAGS_etcd_compaction_retention));
+  const size_t n = soak.samples.size();
+  const size_t step = (n + 11) / 12;
+  for (size_t i = 0; i < n; ++i) {
+    if (i % step == 0 || i + 1 == n) {
+      std::cout << SampleLine(soak.samples[i]) << "\n";
+    }
+  }
+}
+
 // ------------------------------------------------------------------- main --
 
 // The storm: every agent registers; its duration and etcd's key writes.
@@ -700,13 +1047,8 @@ void RunPhases(EtcdCluster& etcd,
   Swarm swarm(std::move(options));
   Storm(swarm, etcd, report);
   const monta::v1::StrategyRequest job = monta::testing::PaperJobRequest();
-  monta::testing::StrategyLoop reader(
-      [&](size_t i, monta::v1::StrategyReply* reply) {
-        grpc::ClientContext context;
-        context.set_deadline(GrpcDeadline(absl::Seconds(5)));
-        return replicas[i]->planner->GetStrategy(&context, job, reply);
-      },
-      replicas.size());
+  monta::testing::StrategyLoop reader(AskForStrategy(replicas, job),
+                                      replicas.size());
   MeasureSteady(swarm, etcd, replicas, report);
   std::vector<std::string> probes = MeasureLag(replicas, report);
   for (int round = 0; round < report->rounds; ++round) {
@@ -723,11 +1065,30 @@ void RunPhases(EtcdCluster& etcd,
   report->strategy_p50_ms = reader.QuantileSeconds(0.50) * 1e3;
   report->strategy_p99_ms = reader.QuantileSeconds(0.99) * 1e3;
   report->strategy_last_error = reader.last_error();
+  if (absl::GetFlag(FLAGS_soak_seconds) > 0) {
+    Soak(swarm, etcd, replicas, report);
+  }
   std::vector<std::string> acknowledged = swarm.Acknowledged();
   acknowledged.insert(acknowledged.end(), probes.begin(), probes.end());
   MeasureLoss(replicas, acknowledged, report);
   report->target_moves = swarm.TakeStats().target_moves;
   swarm.Stop();
+}
+
+absl::Status CheckSoakFlags() {
+  if (!(absl::GetFlag(FLAGS_soak_seconds) >= 0) ||
+      !(absl::GetFlag(FLAGS_decisions_per_second) > 0) ||
+      !(absl::GetFlag(FLAGS_soak_sample_seconds) > 0)) {
+    return absl::InvalidArgumentError(
+        "--soak_seconds must be >= 0, --decisions_per_second and "
+        "--soak_sample_seconds > 0");
+  }
+  const std::string mode = absl::GetFlag(FLAGS_etcd_compaction_mode);
+  if (mode != "periodic" && mode != "revision") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--etcd_compaction_mode=", mode, ": expected periodic or revision"));
+  }
+  return absl::OkStatus();
 }
 
 int Main() {
@@ -744,6 +1105,10 @@ int Main() {
                  "--rounds >= 0\n";
     return 2;
   }
+  if (absl::Status s = CheckSoakFlags(); !s.ok()) {
+    std::cerr << "ha_bench: " << s.message() << "\n";
+    return 2;
+  }
   std::string log_dir = absl::GetFlag(FLAGS_log_dir);
   if (log_dir.empty()) log_dir = absl::StrCat("/tmp/ha-bench-", getpid());
   monta::testing::Run({"/bin/mkdir", "-p", log_dir});
@@ -753,6 +1118,9 @@ int Main() {
   }
   EtcdCluster::Options etcd_options;
   etcd_options.members = 3;
+  etcd_options.auto_compaction_mode = absl::GetFlag(FLAGS_etcd_compaction_mode);
+  etcd_options.auto_compaction_retention =
+      absl::GetFlag(FLAGS_etcd_compaction_retention);
   absl::StatusOr<std::unique_ptr<EtcdCluster>> etcd =
       EtcdCluster::Start(std::move(etcd_options));
   if (!etcd.ok()) {
@@ -775,12 +1143,15 @@ int Main() {
     r->process.Signal(SIGKILL);
     r->process.Wait(absl::Seconds(10)).IgnoreError();
   }
-  const std::vector<Row> rows = Rows(report);
-  const nlohmann::json j = ToJson(report, rows);
+  std::vector<Row> rows = Rows(report);
+  AppendSoakRows(report.soak, &rows);
+  nlohmann::json j = ToJson(report, rows);
+  if (!report.soak.samples.empty()) j["soak"] = SoakJson(report.soak);
   if (absl::GetFlag(FLAGS_json)) {
     std::cout << j.dump(2) << std::endl;
   } else {
     PrintTable(j);
+    PrintSoak(report.soak);
   }
   return report.errors.empty() ? 0 : 1;
 }

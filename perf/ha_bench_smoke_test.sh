@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# perf/ha_bench at a tiny size: 3 etcd members, 3 planner replicas (2 s
-# leader lease), 50 agents, 1 round. Asserts the table has every row and that
-# no acknowledged registration was lost; the times are printed, not asserted.
+# perf/ha_bench at a tiny size: 3 etcd members (compacting every 5 s), 3
+# planner replicas (2 s leader lease), 50 agents, 1 round, then a 5 s soak at 5
+# decisions/s. Asserts the table has every row, that no acknowledged
+# registration was lost, and that the soak read the members' database sizes
+# and alarms, saw compaction, stored its decisions in etcd and defragmented;
+# the times are printed, not asserted.
 set -euo pipefail
 cd "${TEST_SRCDIR}/${TEST_WORKSPACE}"
 out="${TEST_TMPDIR}/ha_bench.json"
@@ -9,6 +12,8 @@ perf/ha_bench --planner_binary=server/monta-planner --json \
   --agents=50 --rounds=1 --leader_lease_seconds=2 --etcd_pause_seconds=1 \
   --settle_seconds=1 --steady_seconds=3 --lag_probes=3 \
   --planner_args="--heartbeat_seconds=1 --lease_seconds=6" \
+  --etcd_compaction_retention=5s --soak_seconds=5 --soak_sample_seconds=1 \
+  --decisions_per_second=5 \
   --log_dir="${TEST_TMPDIR}/logs" >"${out}" || {
   echo "ha_bench failed:"; cat "${out}"
   tail -n 30 "${TEST_TMPDIR}"/logs/*.log; exit 1; }
@@ -24,7 +29,13 @@ want = ["failover_sigkill_max_s", "handover_sigterm_max_s", "strategy_calls",
         "heartbeat_errors_steady", "etcd_writes_per_s", "etcd_txns_per_s",
         "etcd_proposals_per_s", "etcd_writes_during_storm",
         "follower_lag_p50_ms", "follower_lag_p99_ms",
-        "follower_lag_exported_max_ms"]
+        "follower_lag_exported_max_ms", "soak_seconds", "soak_etcd_db_max_mb",
+        "soak_etcd_db_in_use_max_mb", "soak_etcd_keys_max",
+        "soak_etcd_compact_revision", "soak_etcd_alarm_samples",
+        "soak_heartbeat_p99_ms", "soak_heartbeat_errors",
+        "soak_decisions_made", "soak_decisions_failed", "soak_decision_p99_ms",
+        "soak_decision_records_added", "soak_defrag_before_max_mb",
+        "soak_defrag_after_max_mb"]
 missing = [name for name in want if name not in rows]
 assert not missing, f"rows missing: {missing}"
 assert not report["errors"], report["errors"]
@@ -41,5 +52,23 @@ assert rows["etcd_writes_per_s"]["value"] >= 0, rows
 # The followers' own monta_store_follower_lag_seconds was read from /metrics.
 assert report["lag_exported_samples"] > 0, report
 assert rows["follower_lag_exported_max_ms"]["value"] >= 0, rows
-print("ha_bench smoke: every row, 0 lost")
+# The soak: every member's database size read at each sample, no alarm,
+# compaction ran, its decisions are records in etcd, every member
+# defragmented.
+soak = report["soak"]
+assert len(soak["samples"]) >= 3, soak
+for sample in soak["samples"]:
+    assert all(size > 0 for size in sample["db_bytes"]), sample
+    assert all(size > 0 for size in sample["db_in_use_bytes"]), sample
+    assert sample["alarms"] == [], sample
+assert rows["soak_etcd_db_max_mb"]["pass"] is True, rows["soak_etcd_db_max_mb"]
+assert rows["soak_etcd_alarm_samples"]["pass"] is True, rows
+assert rows["soak_etcd_compact_revision"]["value"] > 0, rows
+assert rows["soak_heartbeat_p99_ms"]["value"] > 0, rows
+made = rows["soak_decisions_made"]["value"]
+assert made > 0, rows["soak_decisions_made"]
+assert rows["soak_decision_records_added"]["value"] >= made, rows
+assert len(soak["defrag_after_bytes"]) == 3, soak
+assert all(size > 0 for size in soak["defrag_after_bytes"]), soak
+print("ha_bench smoke: every row, 0 lost, soak read")
 PY

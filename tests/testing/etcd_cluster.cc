@@ -8,9 +8,11 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 
 namespace monta::testing {
@@ -57,6 +59,13 @@ absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(
   if (absl::Status s = Available(); !s.ok()) return s;
   if (options.members != 1 && options.members != 3) {
     return absl::InvalidArgumentError("EtcdCluster: 1 or 3 members");
+  }
+  if (!options.auto_compaction_retention.empty() &&
+      options.auto_compaction_mode != "periodic" &&
+      options.auto_compaction_mode != "revision") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "EtcdCluster: auto_compaction_mode \"", options.auto_compaction_mode,
+        "\": expected periodic or revision"));
   }
   absl::Status last;
   // A free port may be taken by another process before etcd binds it: start
@@ -113,21 +122,60 @@ absl::Status EtcdCluster::RestoreSnapshot() {
 }
 
 absl::Status EtcdCluster::SaveSnapshot(int i, const std::string& path) const {
-  std::vector<std::string> argv = {
-      kEtcdctl, "--command-timeout=30s",
-      absl::StrCat("--endpoints=",
-                   Url(options_.tls != nullptr, members_[i].client_port))};
-  for (std::string& f : EtcdctlFlags()) argv.push_back(std::move(f));
-  for (const std::string& arg :
-       {std::string("snapshot"), std::string("save"), path}) {
-    argv.push_back(arg);
-  }
-  const CommandResult r = Run(argv, absl::Seconds(60));
+  const CommandResult r = Etcdctl(
+      {Url(options_.tls != nullptr, members_[i].client_port)},
+      {"--command-timeout=30s", "snapshot", "save", path}, absl::Seconds(60));
   if (r.exit_code != 0) {
     return absl::InternalError(
         absl::StrCat("etcdctl snapshot save ", path, ": ", r.out, r.err));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> EtcdCluster::Alarms() const {
+  const CommandResult r =
+      Etcdctl(RunningUrls(), {"--command-timeout=5s", "alarm", "list"},
+              absl::Seconds(10));
+  if (r.exit_code != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("etcdctl alarm list: ", r.out, r.err));
+  }
+  std::vector<std::string> alarms;
+  for (absl::string_view line : absl::StrSplit(r.out, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (!line.empty()) alarms.emplace_back(line);
+  }
+  return alarms;
+}
+
+absl::Status EtcdCluster::Defragment(int i) const {
+  const CommandResult r =
+      Etcdctl({Url(options_.tls != nullptr, members_[i].client_port)},
+              {"--command-timeout=60s", "defrag"}, absl::Seconds(90));
+  if (r.exit_code != 0) {
+    return absl::InternalError(absl::StrCat(
+        "etcdctl defrag of member ", members_[i].name, ": ", r.out, r.err));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> EtcdCluster::CountKeys(
+    const std::string& prefix) const {
+  // etcdctl 3.4 has no --count-only; a Range's count is every key of the
+  // range, also past its limit.
+  const CommandResult r =
+      Etcdctl(RunningUrls(),
+              {"--command-timeout=30s", "get", prefix, "--prefix",
+               "--keys-only", "--limit=1", "-w", "json"},
+              absl::Seconds(60));
+  const nlohmann::json reply =
+      nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+  if (r.exit_code != 0 || !reply.is_object()) {
+    return absl::UnavailableError(
+        absl::StrCat("etcdctl get --prefix ", prefix, ": ", r.out, r.err));
+  }
+  // etcd leaves "count" out when it is 0.
+  return reply.value("count", int64_t{0});
 }
 
 absl::Status EtcdCluster::StartMember(int i) {
@@ -157,6 +205,16 @@ absl::Status EtcdCluster::StartMember(int i) {
       "--log-outputs=stderr",
       "--enable-pprof=false",
   };
+  if (!options_.auto_compaction_retention.empty()) {
+    argv.push_back(
+        absl::StrCat("--auto-compaction-mode=", options_.auto_compaction_mode));
+    argv.push_back(absl::StrCat("--auto-compaction-retention=",
+                                options_.auto_compaction_retention));
+  }
+  if (options_.quota_backend_bytes > 0) {
+    argv.push_back(
+        absl::StrCat("--quota-backend-bytes=", options_.quota_backend_bytes));
+  }
   if (tls) {
     argv.push_back(
         absl::StrCat("--cert-file=", options_.tls->server_cert_file));
@@ -180,6 +238,26 @@ std::vector<std::string> EtcdCluster::EtcdctlFlags() const {
   return flags;
 }
 
+std::vector<std::string> EtcdCluster::RunningUrls() const {
+  std::vector<std::string> urls;
+  for (const Member& m : members_) {
+    if (m.process.running()) {
+      urls.push_back(Url(options_.tls != nullptr, m.client_port));
+    }
+  }
+  return urls;
+}
+
+CommandResult EtcdCluster::Etcdctl(const std::vector<std::string>& urls,
+                                   const std::vector<std::string>& args,
+                                   absl::Duration timeout) const {
+  std::vector<std::string> argv = {
+      kEtcdctl, absl::StrCat("--endpoints=", absl::StrJoin(urls, ","))};
+  for (std::string& f : EtcdctlFlags()) argv.push_back(std::move(f));
+  argv.insert(argv.end(), args.begin(), args.end());
+  return Run(argv, timeout);
+}
+
 absl::Status EtcdCluster::WaitHealthy(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   std::string last;
@@ -199,13 +277,10 @@ absl::Status EtcdCluster::WaitHealthy(absl::Duration timeout) {
       }
       running.push_back(Url(options_.tls != nullptr, m.client_port));
     }
-    std::vector<std::string> argv = {
-        kEtcdctl, "--command-timeout=2s", "--dial-timeout=1s",
-        absl::StrCat("--endpoints=", absl::StrJoin(running, ","))};
-    for (std::string& f : EtcdctlFlags()) argv.push_back(std::move(f));
-    argv.push_back("endpoint");
-    argv.push_back("health");
-    CommandResult r = Run(argv, absl::Seconds(10));
+    CommandResult r = Etcdctl(
+        running,
+        {"--command-timeout=2s", "--dial-timeout=1s", "endpoint", "health"},
+        absl::Seconds(10));
     if (r.exit_code == 0) return absl::OkStatus();
     last = r.out + r.err;
     if (absl::Now() > deadline) {
@@ -218,20 +293,10 @@ absl::Status EtcdCluster::WaitHealthy(absl::Duration timeout) {
 }
 
 absl::StatusOr<int> EtcdCluster::LeaderIndex() const {
-  std::vector<std::string> running;
-  for (const Member& m : members_) {
-    if (m.process.running()) {
-      running.push_back(Url(options_.tls != nullptr, m.client_port));
-    }
-  }
-  std::vector<std::string> argv = {
-      kEtcdctl, "--command-timeout=2s", "--dial-timeout=1s",
-      absl::StrCat("--endpoints=", absl::StrJoin(running, ","))};
-  for (std::string& f : EtcdctlFlags()) argv.push_back(std::move(f));
-  for (const char* arg : {"endpoint", "status", "-w", "json"}) {
-    argv.push_back(arg);
-  }
-  const CommandResult r = Run(argv, absl::Seconds(10));
+  const CommandResult r = Etcdctl(RunningUrls(),
+                                  {"--command-timeout=2s", "--dial-timeout=1s",
+                                   "endpoint", "status", "-w", "json"},
+                                  absl::Seconds(10));
   // etcdctl exits non-zero when a member does not answer, and still prints
   // the others.
   const nlohmann::json statuses =

@@ -9,6 +9,7 @@
 #ifndef MONTA_TESTS_TESTING_ETCD_CLUSTER_H_
 #define MONTA_TESTS_TESTING_ETCD_CLUSTER_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,15 @@ class EtcdCluster {
     // restored from it (`etcdctl snapshot restore` with this cluster's names
     // and peer URLs) before the members start, as deploy/README.md's restore.
     std::string restore_snapshot;
+    // etcd's automatic compaction: --auto-compaction-mode ("periodic" or
+    // "revision") and --auto-compaction-retention (periodic: a duration such
+    // as "5m", compacted every that long; revision: a count); none when the
+    // retention is empty (etcd's default).
+    std::string auto_compaction_mode = "periodic";
+    std::string auto_compaction_retention;
+    // --quota-backend-bytes; 0: etcd's default (2 GiB). A member whose
+    // database reaches it raises the NOSPACE alarm and refuses writes.
+    int64_t quota_backend_bytes = 0;
   };
 
   // /usr/bin/etcd, or why it cannot run here.
@@ -78,6 +88,15 @@ class EtcdCluster {
   // `etcdctl snapshot save` of member i into `path`.
   absl::Status SaveSnapshot(int i, const std::string& path) const;
 
+  // The alarms the running members raise (`etcdctl alarm list`), each as
+  // etcdctl prints it ("memberID:<id> alarm:NOSPACE"); empty when none.
+  absl::StatusOr<std::vector<std::string>> Alarms() const;
+  // `etcdctl defrag` of member i: its database file shrinks to what is in
+  // use (it answers nothing meanwhile).
+  absl::Status Defragment(int i) const;
+  // How many keys start with `prefix`.
+  absl::StatusOr<int64_t> CountKeys(const std::string& prefix) const;
+
   // The last `bytes` of member i's log, for failure messages.
   std::string LogTail(int i, size_t bytes = 4000) const;
 
@@ -97,6 +116,12 @@ class EtcdCluster {
   // member's data directory.
   absl::Status RestoreSnapshot();
   std::vector<std::string> EtcdctlFlags() const;
+  // The client URLs of the running members.
+  std::vector<std::string> RunningUrls() const;
+  // etcdctl on `urls` (with EtcdctlFlags), then `args`.
+  CommandResult Etcdctl(const std::vector<std::string>& urls,
+                        const std::vector<std::string>& args,
+                        absl::Duration timeout) const;
 
   Options options_;
   std::string dir_;

@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 namespace monta::testing {
 
 StrategyLoop::StrategyLoop(
     std::function<grpc::Status(size_t, monta::v1::StrategyReply*)> call,
-    size_t replicas, absl::Duration pause)
-    : call_(std::move(call)), replicas_(replicas), pause_(pause) {
+    size_t replicas, absl::Duration pause, Pace pace)
+    : call_(std::move(call)), replicas_(replicas), pause_(pause), pace_(pace) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -28,7 +29,10 @@ double StrategyLoop::QuantileSeconds(double q) const {
 
 void StrategyLoop::Run() {
   using Clock = std::chrono::steady_clock;
+  const auto pause = std::chrono::duration_cast<Clock::duration>(
+      absl::ToChronoNanoseconds(pause_));
   size_t at = 0;
+  Clock::time_point next = Clock::now();
   while (!stop_) {
     const Clock::time_point start = Clock::now();
     bool ok = false;
@@ -48,7 +52,12 @@ void StrategyLoop::Run() {
         std::chrono::duration<double>(Clock::now() - start).count();
     seconds_.push_back(seconds);
     max_seconds_ = std::max(max_seconds_, seconds);
-    std::this_thread::sleep_for(absl::ToChronoNanoseconds(pause_));
+    if (pace_ == Pace::kPauseBetween) {
+      std::this_thread::sleep_for(pause);
+      continue;
+    }
+    next = std::max(next + pause, Clock::now());
+    std::this_thread::sleep_until(next);
   }
 }
 

@@ -21,11 +21,15 @@ namespace monta::testing {
 
 class StrategyLoop {
  public:
-  // `call(i, reply)` asks replica i (0 <= i < replicas); the loop waits
-  // `pause` between calls.
+  // kPauseBetween: the loop waits `pause` after each call; kStartEvery: a
+  // call starts every `pause` (a fixed rate; at once when the last one took
+  // longer).
+  enum class Pace { kPauseBetween, kStartEvery };
+  // `call(i, reply)` asks replica i (0 <= i < replicas).
   StrategyLoop(
       std::function<grpc::Status(size_t, monta::v1::StrategyReply*)> call,
-      size_t replicas, absl::Duration pause = absl::Milliseconds(20));
+      size_t replicas, absl::Duration pause = absl::Milliseconds(20),
+      Pace pace = Pace::kPauseBetween);
   ~StrategyLoop() { Stop(); }
   StrategyLoop(const StrategyLoop&) = delete;
   StrategyLoop& operator=(const StrategyLoop&) = delete;
@@ -47,6 +51,7 @@ class StrategyLoop {
   const std::function<grpc::Status(size_t, monta::v1::StrategyReply*)> call_;
   const size_t replicas_;
   const absl::Duration pause_;
+  const Pace pace_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
   // The loop's thread's until Stop joined it.
