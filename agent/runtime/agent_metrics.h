@@ -21,7 +21,8 @@ class AgentMetrics {
   AgentMetrics(prometheus::Registry& registry, std::string node,
                std::function<bool()> registered);
 
-  // monta_agent_benchmark_runs_total{node,result}; result: succeeded|failed.
+  // monta_agent_benchmark_runs_total{node,result}; result: succeeded, failed
+  // or superseded (a newer leader led: dropped unreported, handed out again).
   void RecordBenchmarkRun(const std::string& result);
   // monta_agent_discarded_errors_total{node,site}: a result dropped at `site`
   // (see DiscardError in agent_runtime.h).

@@ -32,19 +32,40 @@ void DiscardError(const std::string& node, const std::string& site,
 }
 
 void Cancellation::Cancel() {
+  CancelWith(absl::AbortedError("agent shutting down"), false);
+}
+
+bool Cancellation::Supersede(const std::string& why) {
+  return CancelWith(absl::AbortedError(why), true);
+}
+
+bool Cancellation::CancelWith(absl::Status why, bool superseded) {
   std::map<int, std::function<void()>> callbacks;
   {
     absl::MutexLock lock(&mu_);
-    if (cancelled_) return;
+    if (cancelled_) return false;
     cancelled_ = true;
+    superseded_ = superseded;
+    why_ = std::move(why);
     callbacks.swap(callbacks_);
   }
   for (auto& [id, callback] : callbacks) callback();
+  return true;
 }
 
 bool Cancellation::cancelled() const {
   absl::MutexLock lock(&mu_);
   return cancelled_;
+}
+
+bool Cancellation::superseded() const {
+  absl::MutexLock lock(&mu_);
+  return superseded_;
+}
+
+absl::Status Cancellation::status() const {
+  absl::MutexLock lock(&mu_);
+  return why_;
 }
 
 int Cancellation::Add(std::function<void()> on_cancel) {
@@ -112,6 +133,45 @@ std::string AgentRuntime::MoveOn(absl::string_view message) {
 void AgentRuntime::SeeEpoch(int64_t epoch) {
   int64_t seen = newest_epoch_.load();
   while (epoch > seen && !newest_epoch_.compare_exchange_weak(seen, epoch)) {
+  }
+  std::shared_ptr<Cancellation> run;
+  int64_t run_epoch = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (run_cancel_ == nullptr || run_epoch_ >= epoch) return;
+    run = run_cancel_;
+    run_epoch = run_epoch_;
+  }
+  // Its leader is gone or follows now: waiting at its rendezvous until the
+  // deadline would only keep this node from the new leader's attempt.
+  if (run->Supersede(absl::StrCat("leader epoch ", epoch,
+                                  " leads now; the run of leader epoch ",
+                                  run_epoch, " is dropped unreported"))) {
+    ++superseded_runs_;
+  }
+}
+
+void AgentRuntime::RunTask(const monta::v1::BenchmarkTask& task,
+                           monta::v1::AgentGateway::StubInterface* stub) {
+  auto run = std::make_shared<Cancellation>();
+  // Stop() cancels the agent's own, which cancels this run.
+  const int stop_id = cancel_.Add([run] { run->Cancel(); });
+  {
+    absl::MutexLock lock(&mu_);
+    run_cancel_ = run;
+    run_epoch_ = task.leader_epoch();
+  }
+  // An epoch seen between AcceptTask and here.
+  SeeEpoch(newest_epoch_.load());
+  options_.runner(task, stub, *run);
+  {
+    absl::MutexLock lock(&mu_);
+    run_cancel_ = nullptr;
+  }
+  cancel_.Remove(stop_id);
+  if (run->superseded()) {
+    Log(options_.node_name,
+        absl::StrCat("task ", task.task_id(), ": ", run->status().message()));
   }
 }
 
@@ -363,7 +423,13 @@ void AgentRuntime::WatchLoop() {
           absl::StrCat("task ", task.task_id(), " received"));
       if (!AcceptTask(task)) continue;
       if (options_.runner) {
-        options_.runner(task, watch_stub.get(), cancel_);
+        RunTask(task, watch_stub.get());
+        // A superseded run's stream is the old leader's: the next task comes
+        // from the leader the lease loop moved to.
+        if (newest_epoch_.load() > task.leader_epoch()) {
+          context.TryCancel();
+          break;
+        }
       } else {
         monta::v1::ReportBenchmarkRequest report;
         report.set_task_id(task.task_id());

@@ -27,28 +27,44 @@
 
 namespace monta::agent {
 
-// Tells a running task that the agent is stopping (SIGTERM): cancelled()
-// turns true and the callbacks added run once, so a sweep stops within
-// moments instead of running to its deadline.
+// Tells a running task to stop: the agent is stopping (SIGTERM, Cancel), or
+// a newer leader leads (Supersede: the task's leader is gone or no longer
+// leads, and the new one hands its tasks out again). cancelled() turns true
+// and the callbacks added run once, so a sweep, or a wait at the rendezvous,
+// stops within moments instead of running to its deadline.
 class Cancellation {
  public:
+  // The agent stops: the run reports its failure ("agent shutting down").
   void Cancel();
+  // A newer leader leads (`why` says which): the run reports nothing (its
+  // leader took no report for it; the new one runs it again). True when
+  // this call cancelled it (not cancelled before).
+  bool Supersede(const std::string& why);
   bool cancelled() const;
+  bool superseded() const;
+  // ABORTED with why the run was cancelled; OK while it is not.
+  absl::Status status() const;
   // Runs `on_cancel` at Cancel(), or at once when already cancelled (then
   // returns -1). Remove(id) before what it touches goes away.
   int Add(std::function<void()> on_cancel);
   void Remove(int id);
 
  private:
+  // False when cancelled before (nothing changes).
+  bool CancelWith(absl::Status why, bool superseded);
+
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool superseded_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status why_ ABSL_GUARDED_BY(mu_);
   int next_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int, std::function<void()>> callbacks_ ABSL_GUARDED_BY(mu_);
 };
 
 // Runs one benchmark task for this node and reports its result to the planner
 // (through `stub`). Called on the task thread, one task at a time; `cancel`
-// fires when the agent stops.
+// (the run's own) fires when the agent stops, or is superseded when the agent
+// learns of a leader epoch newer than the task's: then it reports nothing.
 using TaskRunner = std::function<void(
     const monta::v1::BenchmarkTask& task,
     monta::v1::AgentGateway::StubInterface* stub, Cancellation& cancel)>;
@@ -111,6 +127,8 @@ class AgentRuntime {
   int64_t newest_epoch() const { return newest_epoch_.load(); }
   // Tasks ignored because their epoch was older than newest_epoch().
   int stale_tasks() const { return stale_tasks_.load(); }
+  // Runs cancelled because a newer leader epoch was seen while they ran.
+  int superseded_runs() const { return superseded_runs_.load(); }
 
  private:
   void LeaseLoop();
@@ -129,8 +147,13 @@ class AgentRuntime {
   std::string MoveOn(absl::string_view message);
   std::string endpoint();
   size_t endpoint_count();
-  // Remembers `epoch` when it is the newest seen.
+  // Remembers `epoch` when it is the newest seen; supersedes the run in
+  // progress when its task is of an older epoch.
   void SeeEpoch(int64_t epoch);
+  // Runs `task` with a cancellation of its own (the agent's Stop and
+  // SeeEpoch cancel it) on the watch thread.
+  void RunTask(const monta::v1::BenchmarkTask& task,
+               monta::v1::AgentGateway::StubInterface* stub);
   // False (logged, counted) for a task of an older epoch than the newest seen.
   bool AcceptTask(const monta::v1::BenchmarkTask& task);
   std::shared_ptr<monta::v1::AgentGateway::Stub> stub();
@@ -144,6 +167,7 @@ class AgentRuntime {
   std::atomic<int> registrations_{0};
   std::atomic<int64_t> newest_epoch_{0};
   std::atomic<int> stale_tasks_{0};
+  std::atomic<int> superseded_runs_{0};
   std::thread lease_thread_;
   std::thread watch_thread_;
 
@@ -156,6 +180,10 @@ class AgentRuntime {
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
   // The open WatchTasks call, so Stop() can cancel it.
   grpc::ClientContext* watch_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The run in progress (null: none) and its task's leader epoch, so that a
+  // newer epoch supersedes it.
+  std::shared_ptr<Cancellation> run_cancel_ ABSL_GUARDED_BY(mu_);
+  int64_t run_epoch_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // A random 16-hex-digit id.

@@ -1,8 +1,10 @@
 // The agent's planner connection against real in-process gRPC gateways:
-// several planner endpoints (a follower that refuses, then the leader), and
-// tasks of an older leader epoch ignored.
+// several planner endpoints (a follower that refuses, then the leader), tasks
+// of an older leader epoch ignored, and a run of an older epoch dropped at
+// once (unreported) when a newer leader shows up.
 #include "agent/runtime/agent_runtime.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "agent/runtime/bench_runner.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -30,7 +33,7 @@ class Gateway : public monta::v1::AgentGateway::Service {
 
   grpc::Status Register(grpc::ServerContext*, const monta::v1::RegisterRequest*,
                         monta::v1::RegisterReply* reply) override {
-    if (!leading_) return NotLeader();
+    if (!leading_ || dead_) return NotLeader();
     absl::MutexLock lock(&mu_);
     ++registrations_;
     reply->set_lease_seconds(5);
@@ -41,7 +44,7 @@ class Gateway : public monta::v1::AgentGateway::Service {
   grpc::Status Heartbeat(grpc::ServerContext*,
                          const monta::v1::HeartbeatRequest*,
                          monta::v1::HeartbeatReply* reply) override {
-    if (!leading_) return NotLeader();
+    if (!leading_ || dead_) return NotLeader();
     reply->set_lease_seconds(5);
     reply->set_leader_epoch(epoch_);
     return grpc::Status::OK;
@@ -56,18 +59,46 @@ class Gateway : public monta::v1::AgentGateway::Service {
       tasks.swap(tasks_);
     }
     for (const auto& task : tasks) writer->Write(task);
-    while (!context->IsCancelled()) absl::SleepFor(absl::Milliseconds(20));
-    return grpc::Status::OK;
+    while (!context->IsCancelled() && !dead_) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return dead_ ? NotLeader() : grpc::Status::OK;
+  }
+  grpc::Status RendezvousSet(grpc::ServerContext*,
+                             const monta::v1::RendezvousSetRequest*,
+                             monta::v1::RendezvousSetReply*) override {
+    return dead_ ? NotLeader() : grpc::Status::OK;
+  }
+  // No key ever comes (the task's other node never joins): waits until the
+  // caller gives up or this replica dies.
+  grpc::Status RendezvousGet(grpc::ServerContext* context,
+                             const monta::v1::RendezvousGetRequest*,
+                             monta::v1::RendezvousGetReply*) override {
+    ++gets_;
+    while (!context->IsCancelled() && !dead_) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return NotLeader();
   }
   grpc::Status ReportBenchmark(grpc::ServerContext*,
-                               const monta::v1::ReportBenchmarkRequest*,
+                               const monta::v1::ReportBenchmarkRequest* request,
                                monta::v1::ReportBenchmarkReply*) override {
-    return grpc::Status::OK;
+    absl::MutexLock lock(&mu_);
+    reports_.push_back(*request);
+    return dead_ ? NotLeader() : grpc::Status::OK;
   }
   int registrations() {
     absl::MutexLock lock(&mu_);
     return registrations_;
   }
+  // Every report that reached this replica (dead or not).
+  std::vector<monta::v1::ReportBenchmarkRequest> reports() {
+    absl::MutexLock lock(&mu_);
+    return reports_;
+  }
+  int gets() const { return gets_.load(); }
+  // SIGKILL, as the agent sees it: every call fails UNAVAILABLE from now on.
+  void Die() { dead_ = true; }
 
  private:
   static grpc::Status NotLeader() {
@@ -76,9 +107,12 @@ class Gateway : public monta::v1::AgentGateway::Service {
   }
   const bool leading_;
   const int64_t epoch_;
+  std::atomic<bool> dead_{false};
+  std::atomic<int> gets_{0};
   absl::Mutex mu_;
   std::vector<monta::v1::BenchmarkTask> tasks_ ABSL_GUARDED_BY(mu_);
   int registrations_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<monta::v1::ReportBenchmarkRequest> reports_ ABSL_GUARDED_BY(mu_);
 };
 
 struct Running {
@@ -105,6 +139,19 @@ monta::v1::BenchmarkTask Task(const std::string& id, int64_t epoch) {
   return task;
 }
 
+// An agent of node-a that knows both replicas, retrying fast.
+AgentOptions TwoReplicas(const Running& first, const Running& second) {
+  AgentOptions options;
+  options.planner_address =
+      absl::StrCat("127.0.0.1:", first.port, ",127.0.0.1:", second.port);
+  options.node_name = "node-a";
+  options.instance_id = "i-1";
+  options.initial_backoff = absl::Milliseconds(10);
+  options.max_backoff = absl::Milliseconds(50);
+  options.rpc_timeout = absl::Seconds(2);
+  return options;
+}
+
 TEST(AgentRuntimeTest, MovesPastAFollowerAndIgnoresTasksOfAnOlderEpoch) {
   Gateway follower(/*leading=*/false, 0);
   Gateway leader(/*leading=*/true, 5,
@@ -116,14 +163,7 @@ TEST(AgentRuntimeTest, MovesPastAFollowerAndIgnoresTasksOfAnOlderEpoch) {
 
   absl::Mutex mu;
   std::vector<std::string> ran;
-  AgentOptions options;
-  options.planner_address =
-      absl::StrCat("127.0.0.1:", f.port, ",127.0.0.1:", l.port);
-  options.node_name = "node-a";
-  options.instance_id = "i-1";
-  options.initial_backoff = absl::Milliseconds(10);
-  options.max_backoff = absl::Milliseconds(50);
-  options.rpc_timeout = absl::Seconds(2);
+  AgentOptions options = TwoReplicas(f, l);
   options.runner = [&](const monta::v1::BenchmarkTask& task,
                        monta::v1::AgentGateway::StubInterface*, Cancellation&) {
     absl::MutexLock lock(&mu);
@@ -149,6 +189,70 @@ TEST(AgentRuntimeTest, MovesPastAFollowerAndIgnoresTasksOfAnOlderEpoch) {
   EXPECT_EQ(agent.stale_tasks(), 1);
   absl::MutexLock lock(&mu);
   EXPECT_EQ(ran, std::vector<std::string>{"of-epoch-5"});
+}
+
+// Polls `done` every 20 ms for up to 30 s; only a broken agent waits that long.
+bool Eventually(const std::function<bool()>& done) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (!done()) {
+    if (absl::Now() > give_up) return false;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return true;
+}
+
+// The leader of epoch 3 hands out a task of two nodes (an hour's timeout) and
+// dies while this node waits at its rendezvous for the other. Once the agent
+// registers with the leader of epoch 4 it drops that run at once, reports
+// nothing for it (to neither replica), and takes epoch 4's attempt of the
+// same task from the new leader (which fails at once here: it does not place
+// the node) and reports that. Without the drop the run would wait out its
+// hour and the test its 30 s.
+TEST(AgentRuntimeTest, ANewerLeaderEpochDropsTheOlderRunUnreported) {
+  monta::v1::BenchmarkTask old_run = Task("bench-1", 3);
+  old_run.add_nodes("node-b");
+  old_run.set_backend(monta::v1::BACKEND_GLOO);
+  old_run.add_collectives(monta::v1::COLLECTIVE_ALLTOALL);
+  old_run.set_timeout_seconds(3600);
+  monta::v1::BenchmarkTask new_attempt = Task("bench-1", 4);
+  new_attempt.set_nodes(0, "node-c");
+  Gateway old_leader(/*leading=*/true, 3, {old_run});
+  Gateway new_leader(/*leading=*/true, 4, {new_attempt});
+  Running o = Serve(&old_leader);
+  Running n = Serve(&new_leader);
+  ASSERT_GT(o.port, 0);
+  ASSERT_GT(n.port, 0);
+
+  absl::Mutex mu;
+  std::vector<std::string> results;
+  BenchRunnerOptions bench;
+  bench.node_name = "node-a";
+  bench.on_finished = [&](const std::string& result) {
+    absl::MutexLock lock(&mu);
+    results.push_back(result);
+  };
+  AgentOptions options = TwoReplicas(o, n);
+  options.runner = MakeBenchRunner(bench);
+  AgentRuntime agent(options);
+  agent.Start();
+  // node-a joined and waits for node-b at the old leader's rendezvous.
+  ASSERT_TRUE(Eventually([&] { return old_leader.gets() > 0; }));
+  old_leader.Die();
+  ASSERT_TRUE(Eventually([&] { return !new_leader.reports().empty(); }));
+  agent.Stop();
+  o.server->Shutdown();
+  n.server->Shutdown();
+
+  EXPECT_EQ(agent.newest_epoch(), 4);
+  EXPECT_EQ(agent.superseded_runs(), 1);
+  EXPECT_TRUE(old_leader.reports().empty());
+  const std::vector<monta::v1::ReportBenchmarkRequest> reports =
+      new_leader.reports();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].task_id(), "bench-1");
+  EXPECT_EQ(reports[0].leader_epoch(), 4);
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(results, (std::vector<std::string>{"superseded", "failed"}));
 }
 
 }  // namespace

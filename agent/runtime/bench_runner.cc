@@ -42,8 +42,6 @@ absl::Time RankDeadline(const monta::v1::BenchmarkTask& task,
   return deadline - absl::Seconds(1);
 }
 
-constexpr char kShuttingDown[] = "agent shutting down";
-
 // One rank's own numbers: per series of the task (each collective, or each
 // dispatch), its points.
 struct RankResult {
@@ -224,7 +222,7 @@ RankResult RunRank(const monta::v1::BenchmarkTask& task, int rank,
   if (task.dispatches_size() > 0) {
     result.status = RunDispatches(task, **comm, deadline, &result.series);
     if (!result.status.ok() && cancel.cancelled()) {
-      result.status = absl::AbortedError(kShuttingDown);
+      result.status = cancel.status();
     }
     if (!result.status.ok()) (*comm)->Abort();
     return result;
@@ -242,8 +240,7 @@ RankResult RunRank(const monta::v1::BenchmarkTask& task, int rank,
     absl::StatusOr<std::vector<bench::SweepPoint>> points =
         bench::SweepCollective(**comm, *collective, sweep);
     if (!points.ok()) {
-      result.status = cancel.cancelled() ? absl::AbortedError(kShuttingDown)
-                                         : points.status();
+      result.status = cancel.cancelled() ? cancel.status() : points.status();
       (*comm)->Abort();
       return result;
     }
@@ -281,7 +278,8 @@ grpc::Status RpcRendezvousStore::Call(
   grpc::Status status = rpc();
   cancel_->Remove(id);
   if (cancel_->cancelled()) {
-    return grpc::Status(grpc::StatusCode::ABORTED, kShuttingDown);
+    return grpc::Status(grpc::StatusCode::ABORTED,
+                        std::string(cancel_->status().message()));
   }
   return status;
 }
@@ -409,6 +407,17 @@ TaskRunner MakeBenchRunner(BenchRunnerOptions options) {
     } else {
       outcome = MeasureNode(task, node_index, deadline, stub, options, cancel,
                             &report);
+    }
+    if (cancel.superseded()) {
+      // Its leader is gone or no longer leads, and the new one hands the
+      // task out again: a report would be refused (or, at a leader that
+      // still knows the epoch, fail the new attempt).
+      std::cerr << "monta-agent[" << options.node_name << "]: task "
+                << task.task_id() << " of leader epoch " << task.leader_epoch()
+                << " dropped, not reported: " << cancel.status().message()
+                << std::endl;
+      if (options.on_finished) options.on_finished("superseded");
+      return;
     }
     if (!outcome.ok()) report.clear_series();
     *report.mutable_status() = StatusToProto(outcome);
