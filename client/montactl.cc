@@ -3,7 +3,7 @@
 //   montactl [--planner ADDR[,ADDR...]] [--output table|json] COMMAND [ARGS]
 //
 // Commands: health, nodes, node NAME, topology NODE, topology --fabric,
-// profiles, plan, bench, verify, curves NODE, forget.
+// profiles, plan, bench, task ID, verify, curves NODE, forget.
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -23,6 +23,7 @@
 #include "client/fabric_render.h"
 #include "client/plan_render.h"
 #include "client/table.h"
+#include "client/task_render.h"
 #include "client/topology_render.h"
 #include "client/verify_render.h"
 #include "common/bandwidth/collective_proto.h"
@@ -610,16 +611,7 @@ int Bench(const Context& ctx, const std::vector<std::string>& args) {
   if (!status.ok()) return Fail("bench", status);
   if (ctx.json) return PrintJson(reply);
   const auto& s = reply.status();
-  std::cout << "task " << s.task_id() << " on " << absl::StrJoin(s.nodes(), ",")
-            << ": " << monta::v1::TaskState_Name(s.state());
-  if (!s.reason().empty()) std::cout << " (" << s.reason() << ")";
-  std::cout << "\n";
-  for (const auto& e : s.excluded()) {
-    std::cout << "  excluded: "
-              << monta::bandwidth::CollectiveProtoName(e.curve().collective())
-              << " on " << absl::StrJoin(e.curve().nodes(), ",") << " ("
-              << monta::ShortName(e.reason()) << "): " << e.detail() << "\n";
-  }
+  std::cout << monta::client::TaskStatusText(s);
   if (s.state() == monta::v1::TASK_STATE_SUCCEEDED) {
     // Show what was measured: the inter-node (or intra-node) AllToAll of the
     // first node.
@@ -647,6 +639,25 @@ int Bench(const Context& ctx, const std::vector<std::string>& args) {
   }
   return s.state() == monta::v1::TASK_STATE_SUCCEEDED || !request.wait() ? 0
                                                                          : 1;
+}
+
+// One benchmark task by id, from any replica (a follower reads the store).
+int Task(const Context& ctx, const std::vector<std::string>& args) {
+  if (args.size() != 1) {
+    std::cerr << "montactl: usage: montactl task ID\n";
+    return 2;
+  }
+  monta::v1::GetBenchmarkTaskRequest request;
+  request.set_task_id(args[0]);
+  monta::v1::GetBenchmarkTaskReply reply;
+  grpc::Status status = CallPlanner(ctx, [&](monta::v1::Planner::Stub& stub) {
+    auto context = RpcContext();
+    return stub.GetBenchmarkTask(context.get(), request, &reply);
+  });
+  if (!status.ok()) return Fail("get task", status);
+  if (ctx.json) return PrintJson(reply);
+  std::cout << monta::client::TaskText(reply);
+  return 0;
 }
 
 // "alltoall", "tp_dedup_pipelined K=4": what a curve measured.
@@ -768,6 +779,8 @@ constexpr char kUsage[] =
     "evidence\n"
     "  bench --nodes a,b measure nodes (one node: intra-node; several: "
     "inter-node)\n"
+    "  task ID           one benchmark task: state, attempt, leader epoch, "
+    "times\n"
     "  bench --fabric [--dry_run]\n"
     "                    measure the fabric's levels now (inside racks, "
     "across racks,\n"
@@ -830,7 +843,7 @@ int main(int argc, char** argv) {
       {"health", Health},     {"nodes", Nodes},       {"node", Node},
       {"topology", Topology}, {"profiles", Profiles}, {"plan", Plan},
       {"bench", Bench},       {"verify", Verify},     {"curves", Curves},
-      {"forget", Forget},
+      {"forget", Forget},     {"task", Task},
   };
   auto it = commands.find(command);
   if (it == commands.end()) {

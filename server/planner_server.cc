@@ -396,9 +396,14 @@ void PlannerServer::StartCoordinator() {
       };
   coordinator_ = std::make_unique<coordination::Coordinator>(
       registry_.get(), coordinator_options);
-  // With an election nobody leads here until it says so.
+  // With an election nobody leads here until it says so; meanwhile (and
+  // while following) GetBenchmarkTask reads the task queue from etcd.
   if (etcd_store_ != nullptr) {
     coordinator_->Follow("campaigning", Instant::Now());
+    etcd_store::EtcdStore* tasks = etcd_store_.get();
+    coordinator_->SetTaskRecordReader([tasks](const std::string& task_id) {
+      return tasks->GetTask(task_id);
+    });
   } else if (store_ != nullptr) {
     // One replica: the tasks a previous process left (finished ones answer
     // as before, unfinished ones fail "planner restarted").

@@ -9,7 +9,11 @@
 // running when it died is on etcd's task queue (issue 20 item 3): the new
 // leader hands it out again under its epoch, the agents finish it and its
 // status (the same task id, as stored) ends SUCCEEDED with its curves,
-// without a second RunBenchmark. Then that leader gets SIGTERM:
+// without a second RunBenchmark; montactl task (GetBenchmarkTask) shows it
+// RUNNING before the kill, on the leader and on a follower (from etcd), and
+// attempt 2 under the new epoch after; the agents drop their run of the dead
+// leader's epoch as soon as they register with the new one (the kill ->
+// SUCCEEDED time is logged). Then that leader gets SIGTERM:
 // it resigns and the last replica leads. Followers refuse the leader-only
 // RPCs with UNAVAILABLE naming the leader, and answer the read RPCs from
 // their watch-fed caches (issue 20 item 6): the same nodes, curves and
@@ -220,8 +224,9 @@ class HaTest : public ::testing::Test {
   }
   // Starts a benchmark of both nodes (not waiting) and returns its id once
   // both agents received it (they log so) and etcd's task queue holds it
-  // PENDING; empty when the agents never received it.
-  std::string BenchmarkRunningOnBothNodes(const EtcdCluster& etcd) {
+  // RUNNING, as GetBenchmarkTask on `leader` and a follower shows it; empty
+  // when the agents never received it.
+  std::string BenchmarkRunningOnBothNodes(const EtcdCluster& etcd, int leader) {
     nlohmann::json bench = Json(cluster_.Montactl(
         {"--output=json", "bench", "--nodes=node-a,node-b", "--wait=false",
          "--max_bytes=16777216", "--bench_timeout_seconds=15"}));
@@ -240,8 +245,43 @@ class HaTest : public ::testing::Test {
         },
         absl::Seconds(20));
     EXPECT_TRUE(received) << Logs();
-    EXPECT_EQ(StoredStatus(etcd, id).state(), monta::v1::TASK_STATE_PENDING);
+    // Handed out: written RUNNING once the task reached an agent's stream.
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          return StoredStatus(etcd, id).state() ==
+                 monta::v1::TASK_STATE_RUNNING;
+        },
+        absl::Seconds(5)))
+        << StoredStatus(etcd, id).DebugString();
+    if (received)
+      running_epoch_ = ExpectTaskRunningOnLeaderAndFollower(leader, id);
     return received ? id : "";
+  }
+
+  // montactl task ID on replica `port` (JSON; null when it failed).
+  nlohmann::json TaskOn(int port, const std::string& id) {
+    const std::string planner = absl::StrCat("--planner=127.0.0.1:", port);
+    const CommandResult r =
+        cluster_.Montactl({planner, "--output=json", "task", id});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return Json(r);
+  }
+  // GetBenchmarkTask of the running task: the leader from memory, a follower
+  // from etcd (both RUNNING, attempt 1). Its leader epoch.
+  std::string ExpectTaskRunningOnLeaderAndFollower(int leader,
+                                                   const std::string& id) {
+    const int follower = ports_[0] == leader ? ports_[1] : ports_[0];
+    nlohmann::json led = TaskOn(leader, id);
+    nlohmann::json read = TaskOn(follower, id);
+    if (!led.is_object() || !read.is_object()) return "";
+    EXPECT_EQ(led["status"]["state"], "TASK_STATE_RUNNING") << led.dump(1);
+    EXPECT_EQ(led["from_store"], false);
+    EXPECT_EQ(read["status"]["state"], "TASK_STATE_RUNNING") << read.dump(1);
+    EXPECT_EQ(read["from_store"], true);
+    EXPECT_EQ(read["attempt"], 1);
+    EXPECT_EQ(read["task"]["leader_epoch"], led["task"]["leader_epoch"]);
+    EXPECT_TRUE(read["status"].contains("started_at")) << read.dump(1);
+    return led["task"]["leader_epoch"].get<std::string>();
   }
 
   // `leader` (elected after the SIGKILL at `killed`) handed `task_id`, which
@@ -274,10 +314,27 @@ class HaTest : public ::testing::Test {
                                      ": leader changed: handed out again")),
               std::string::npos)
         << Logs();
+    // GetBenchmarkTask on the new leader: attempt 2 under its epoch.
+    nlohmann::json task = TaskOn(leader, task_id);
+    EXPECT_EQ(task["status"]["state"], "TASK_STATE_SUCCEEDED") << task.dump(1);
+    EXPECT_EQ(task["attempt"], 2);
+    EXPECT_EQ(task["from_store"], false);
+    EXPECT_NE(task["task"]["leader_epoch"], running_epoch_);
+    int dropped = 0;
+    for (const char* node : {"node-a", "node-b"}) {
+      if (ReadFile(cluster_.agent(node).log_path())
+              .find(absl::StrCat("task ", task_id, ": leader epoch")) !=
+          std::string::npos) {
+        ++dropped;
+      }
+    }
     std::cerr << "ha_test: the benchmark running at the SIGKILL, handed out "
                  "again by the new leader, succeeded "
               << rerun_s << " s after the kill (attempt " << last_attempts_
-              << ")" << std::endl;
+              << "; " << dropped
+              << " of 2 agents dropped their run of the dead leader's epoch "
+                 "on registering with the new one)"
+              << std::endl;
   }
 
   // An operator's Planner stub per replica, in ports_ order.
@@ -481,6 +538,8 @@ class HaTest : public ::testing::Test {
   LocalCluster cluster_;
   std::unique_ptr<etcd::Client> etcd_;
   int last_attempts_ = 0;
+  // The leader epoch of the benchmark running at the SIGKILL.
+  std::string running_epoch_;
   std::vector<int> ports_;
   std::vector<std::unique_ptr<monta::v1::Planner::Stub>> stubs_;
 };
@@ -512,7 +571,7 @@ TEST_F(HaTest, LeaderKillAndGracefulStopHandOverWithNodesAndCurves) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   // A benchmark the agents are running when the leader dies (killed as soon
   // as both received it: its sweep takes longer).
-  const std::string running_id = BenchmarkRunningOnBothNodes(**etcd);
+  const std::string running_id = BenchmarkRunningOnBothNodes(**etcd, first);
   ASSERT_FALSE(running_id.empty()) << Logs();
   const Clock::time_point killed = Clock::now();
   cluster_.replica(first).Signal(SIGKILL);

@@ -1,7 +1,8 @@
 // The agent gateway's waiting calls on gRPC's callback API, through a real
 // in-process planner on loopback: a WatchTasks stream receives a task
 // scheduled after it opened, RendezvousGet waits for a Set, a cancelled Get
-// gives its waiter back, and a stream whose lease expires is ended.
+// gives its waiter back, a stream whose lease expires is ended, and
+// GetBenchmarkTask shows a task pending, then running.
 #include <memory>
 #include <thread>
 
@@ -67,6 +68,15 @@ class AgentGatewayTest : public ::testing::Test {
     return scheduled.status().task_id();
   }
 
+  // node-a's WatchTasks stream on `context`.
+  std::unique_ptr<grpc::ClientReader<monta::v1::BenchmarkTask>> WatchNodeA(
+      grpc::ClientContext* context) {
+    monta::v1::WatchTasksRequest watch;
+    watch.set_node_name("node-a");
+    watch.set_instance_id("i-node-a");
+    return gateway_->WatchTasks(context, watch);
+  }
+
   // Polls `done` until it holds or kBound passed.
   static bool Eventually(const std::function<bool()>& done) {
     const MonoTime end = MonoAfter(std::chrono::steady_clock::now(), kBound);
@@ -84,11 +94,8 @@ class AgentGatewayTest : public ::testing::Test {
 
 TEST_F(AgentGatewayTest, WatchGetsALaterTaskAndGetWaitsForSet) {
   Register("node-a");
-  monta::v1::WatchTasksRequest watch;
-  watch.set_node_name("node-a");
-  watch.set_instance_id("i-node-a");
   auto watch_context = Context();
-  auto reader = gateway_->WatchTasks(watch_context.get(), watch);
+  auto reader = WatchNodeA(watch_context.get());
   // The stream is registered once the server waits on node-a's queue.
   ASSERT_TRUE(
       Eventually([&] { return server_->coordinator().waiter_count() == 1; }));
@@ -126,6 +133,53 @@ TEST_F(AgentGatewayTest, WatchGetsALaterTaskAndGetWaitsForSet) {
       Eventually([&] { return server_->coordinator().waiter_count() == 0; }));
 }
 
+// GetBenchmarkTask (montactl task) over gRPC: a task pending, then running
+// once its node's stream took it (started_at set), attempt 1 of the leader's
+// memory; a bad id names the field, an unknown one is NOT_FOUND.
+TEST_F(AgentGatewayTest, GetBenchmarkTaskShowsATaskPendingThenRunning) {
+  Register("node-a");
+  const std::string task_id = ScheduleOnNodeA();
+  ASSERT_FALSE(task_id.empty());
+  monta::v1::GetBenchmarkTaskRequest get;
+  get.set_task_id(task_id);
+  monta::v1::GetBenchmarkTaskReply pending;
+  ASSERT_TRUE(planner_->GetBenchmarkTask(Context().get(), get, &pending).ok());
+  EXPECT_EQ(pending.status().state(), monta::v1::TASK_STATE_PENDING);
+  EXPECT_FALSE(pending.status().has_started_at());
+  EXPECT_EQ(pending.task().task_id(), task_id);
+  EXPECT_EQ(pending.attempt(), 1);
+  EXPECT_EQ(pending.max_attempts(), 3);
+  EXPECT_FALSE(pending.from_store());
+
+  auto watch_context = Context();
+  auto reader = WatchNodeA(watch_context.get());
+  monta::v1::BenchmarkTask task;
+  ASSERT_TRUE(reader->Read(&task));
+  monta::v1::GetBenchmarkTaskReply running;
+  ASSERT_TRUE(planner_->GetBenchmarkTask(Context().get(), get, &running).ok());
+  EXPECT_EQ(running.status().state(), monta::v1::TASK_STATE_RUNNING);
+  EXPECT_TRUE(running.status().has_started_at());
+  watch_context->TryCancel();
+  reader->Finish();
+
+  for (const std::string& bad :
+       {std::string(), std::string(257, 'x'), std::string("a/b")}) {
+    get.set_task_id(bad);
+    monta::v1::GetBenchmarkTaskReply reply;
+    const grpc::Status refused =
+        planner_->GetBenchmarkTask(Context().get(), get, &reply);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(refused.error_message().find("task_id: expected 1..256 bytes"),
+              std::string::npos)
+        << refused.error_message();
+  }
+  get.set_task_id("bench-0-0");
+  monta::v1::GetBenchmarkTaskReply unknown;
+  EXPECT_EQ(
+      planner_->GetBenchmarkTask(Context().get(), get, &unknown).error_code(),
+      grpc::StatusCode::NOT_FOUND);
+}
+
 TEST_F(AgentGatewayTest, CancelledGetGivesItsWaiterBack) {
   Register("node-a");
   const std::string task_id = ScheduleOnNodeA();
@@ -154,11 +208,8 @@ TEST_F(AgentGatewayTest, CancelledGetGivesItsWaiterBack) {
 
 TEST_F(AgentGatewayTest, WatchEndsWhenTheLeaseExpires) {
   Register("node-a");  // and never heartbeats: the 2 s lease runs out
-  monta::v1::WatchTasksRequest watch;
-  watch.set_node_name("node-a");
-  watch.set_instance_id("i-node-a");
   auto context = Context();
-  auto reader = gateway_->WatchTasks(context.get(), watch);
+  auto reader = WatchNodeA(context.get());
   monta::v1::BenchmarkTask task;
   EXPECT_FALSE(reader->Read(&task));
   const grpc::Status status = reader->Finish();

@@ -12,6 +12,7 @@
 #include "common/proto_names.h"
 #include "server/api/reactors.h"
 #include "server/planning/decide_strategy.h"
+#include "server/store/task_store.h"
 
 namespace monta::api {
 
@@ -207,6 +208,28 @@ grpc::ServerUnaryReactor* PlannerService::GetFabric(
                                              "this planner has no fabric"));
   }
   *reply = fabric_->Tree(registry_->List(Instant::Now(), false));
+  return FinishUnary(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* PlannerService::GetBenchmarkTask(
+    grpc::CallbackServerContext* context,
+    const monta::v1::GetBenchmarkTaskRequest* request,
+    monta::v1::GetBenchmarkTaskReply* reply) {
+  if (grpc::Status s = authz_->RequireAuthenticated(*context); !s.ok())
+    return FinishUnary(context, s);
+  if (absl::Status valid = store::ValidateTaskId(request->task_id(), "task_id");
+      !valid.ok()) {
+    return FinishUnary(context, ToGrpc(valid));
+  }
+  // A follower reads the store here (one etcd read, on this callback thread).
+  absl::StatusOr<coordination::TaskView> view =
+      coordinator_->Describe(request->task_id());
+  if (!view.ok()) return FinishUnary(context, ToGrpc(view.status()));
+  *reply->mutable_status() = std::move(view->status);
+  *reply->mutable_task() = std::move(view->spec);
+  reply->set_attempt(view->attempts);
+  reply->set_max_attempts(view->max_attempts);
+  reply->set_from_store(view->from_store);
   return FinishUnary(context, grpc::Status::OK);
 }
 

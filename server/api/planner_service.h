@@ -89,6 +89,10 @@ class PlannerService final : public monta::v1::Planner::CallbackService {
       grpc::CallbackServerContext* context,
       const monta::v1::GetFabricRequest* request,
       monta::v1::FabricReply* reply) override;
+  grpc::ServerUnaryReactor* GetBenchmarkTask(
+      grpc::CallbackServerContext* context,
+      const monta::v1::GetBenchmarkTaskRequest* request,
+      monta::v1::GetBenchmarkTaskReply* reply) override;
 
  private:
   // RunBenchmark with fabric_levels (or dry_run): checks the request and

@@ -126,6 +126,10 @@ void WatchTasksReactor::OnWriteDone(bool ok) {
     End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "task stream closed"));
     return;
   }
+  // The task reached the agent: its RUNNING record (queued by TryNextTask,
+  // which Pump may run under the coordinator's waiters' lock) is written here,
+  // on a thread that holds none.
+  coordinator_->FlushTaskWrites();
   Pump();  // does nothing once the stream ended
 }
 

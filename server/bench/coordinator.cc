@@ -400,6 +400,7 @@ std::optional<monta::v1::BenchmarkTask> Coordinator::NextTask(
     task = TryNextTask(node_name);
     return task.has_value() || ShuttingDown();
   });
+  FlushTaskWrites();  // TryNextTask's RUNNING record
   return task;
 }
 
@@ -415,7 +416,13 @@ std::optional<monta::v1::BenchmarkTask> Coordinator::TryNextTask(
     queue->second.pop_front();
     auto it = tasks_.find(id);
     if (it == tasks_.end() || IsFinished(it->second.status)) continue;
-    it->second.status.set_state(monta::v1::TASK_STATE_RUNNING);
+    if (it->second.status.state() != monta::v1::TASK_STATE_RUNNING) {
+      // The first node of this hand-out: a new leader and GetBenchmarkTask
+      // see it running once the caller flushes.
+      it->second.status.set_state(monta::v1::TASK_STATE_RUNNING);
+      *it->second.status.mutable_started_at() = ToProto(absl::Now());
+      PersistLocked(it->second);
+    }
     it->second.taken_by.insert(node_name);
     next = it->second.spec;
     // The time left, counted down on the agent's own monotonic clock.
@@ -714,6 +721,45 @@ absl::StatusOr<monta::v1::BenchmarkTask> Coordinator::Spec(
   return (*found)->spec;
 }
 
+void Coordinator::SetTaskRecordReader(TaskRecordReader reader) {
+  absl::MutexLock lock(&mu_);
+  task_reader_ = std::move(reader);
+}
+
+absl::StatusOr<TaskView> Coordinator::Describe(
+    const std::string& task_id) const {
+  TaskView view;
+  view.max_attempts = options_.max_task_attempts;
+  TaskRecordReader reader;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    if (leading_) {
+      absl::StatusOr<const Task*> found = FindTask(task_id);
+      if (!found.ok()) return found.status();
+      view.spec = (*found)->spec;
+      view.status = (*found)->status;
+      view.attempts = (*found)->attempts;
+      return view;
+    }
+    if (task_reader_ == nullptr) return NotLeadingLocked();
+    reader = task_reader_;
+  }
+  absl::StatusOr<std::optional<std::string>> data = reader(task_id);
+  if (!data.ok()) return data.status();
+  if (!data->has_value()) {
+    return absl::NotFoundError(absl::StrCat(
+        "task_id: unknown task ", EchoInput(task_id),
+        " (not on the store; a verify task is known to the leader only)"));
+  }
+  absl::StatusOr<TaskRecord> record = DecodeTaskRecord(**data);
+  if (!record.ok()) return record.status();
+  view.spec = std::move(record->spec);
+  view.status = std::move(record->status);
+  view.attempts = record->attempts;
+  view.from_store = true;
+  return view;
+}
+
 absl::StatusOr<BenchmarkTaskStatus> Coordinator::WaitFinished(
     const std::string& task_id, absl::Duration max_wait) {
   absl::StatusOr<BenchmarkTaskStatus> status;
@@ -955,6 +1001,7 @@ void Coordinator::RestoreLocked(Task task, Instant now, RestoredTasks& counts) {
   t.deadline = MonoAfter(now.mono, old_run_left + timeout);
   *t.spec.mutable_deadline() = ToProto(now.wall + old_run_left + timeout);
   t.status.set_state(monta::v1::TASK_STATE_PENDING);
+  t.status.clear_started_at();
   t.status.set_reason(absl::StrCat(
       "leader changed: handed out again under leader epoch ", epoch_,
       " (its run under epoch ", ran_under, " did not finish; attempt ",

@@ -110,6 +110,23 @@ using DispatchResultsCallback =
 using TaskRecordWriter = std::function<absl::Status(
     const std::map<std::string, std::optional<std::string>>& writes)>;
 
+// Reads one task's record (task_record.h) from the task queue's store, or
+// nullopt when none is stored under the id: how a replica that does not lead
+// answers for a task (the store answers on every replica).
+using TaskRecordReader =
+    std::function<absl::StatusOr<std::optional<std::string>>(
+        const std::string& task_id)>;
+
+// One task as GetBenchmarkTask shows it (Coordinator::Describe).
+struct TaskView {
+  monta::v1::BenchmarkTask spec;
+  monta::v1::BenchmarkTaskStatus status;
+  int attempts = 1;
+  int max_attempts = 1;
+  // Read from the store (this replica does not lead), not the leader's memory.
+  bool from_store = false;
+};
+
 // What Lead found on the store.
 struct RestoredTasks {
   int finished = 0;   // kept for status queries
@@ -159,7 +176,11 @@ class Coordinator {
   std::optional<monta::v1::BenchmarkTask> NextTask(const std::string& node_name,
                                                    absl::Duration max_wait);
   // The next task of `node_name` (now running), nullopt when none is queued or
-  // after Shutdown(). Never waits.
+  // after Shutdown(). Never waits, and writes nothing: the first node that
+  // takes a task of this term marks it RUNNING (started_at now) and queues
+  // its record for the next FlushTaskWrites, which the caller runs once the
+  // task reached the agent (one extra write per hand-out: the other nodes
+  // find it RUNNING). NextTask flushes itself.
   std::optional<monta::v1::BenchmarkTask> TryNextTask(
       const std::string& node_name);
 
@@ -221,6 +242,19 @@ class Coordinator {
   absl::StatusOr<monta::v1::BenchmarkTask> Spec(
       const std::string& task_id) const;
 
+  // The store a replica that does not lead reads tasks from (Describe); set
+  // once before serving (the planner sets it with --store=etcd).
+  void SetTaskRecordReader(TaskRecordReader reader);
+  // One task as this replica can tell: while it leads, from memory (a verify
+  // task's too); otherwise from the store through the reader, never from its
+  // own memory (the tasks it failed "leader changed" when it stopped leading
+  // are unfinished there, for the next leader). NOT_FOUND naming the id when
+  // neither has it; UNAVAILABLE naming the leader on a replica that does not
+  // lead and has no reader (a task queue in memory only); the reader's error
+  // (DATA_LOSS for a record that does not decode) otherwise. Reads the store
+  // outside the state lock.
+  absl::StatusOr<TaskView> Describe(const std::string& task_id) const;
+
   // Waits until the task finished or `max_wait` passed; returns its status
   // either way.
   absl::StatusOr<monta::v1::BenchmarkTaskStatus> WaitFinished(
@@ -268,6 +302,11 @@ class Coordinator {
                      const std::vector<std::string>& records, Instant now);
   // Task record writes that failed (logged; the task runs from memory).
   int64_t task_write_errors() const;
+  // Writes the queued task records (in order, one batch at a time) on the
+  // caller's thread; a no-op without any. Every method that changes a task
+  // calls it before waking anyone; TryNextTask leaves its RUNNING write to
+  // its caller, which must hold no waiter's lock (a Wake() may not call it).
+  void FlushTaskWrites() ABSL_LOCKS_EXCLUDED(mu_, waiters_mu_);
   void Follow(const std::string& why, Instant now);
   // Who leads now as far as this replica knows (an address; empty: unknown),
   // named in CheckLeading's refusal.
@@ -328,8 +367,6 @@ class Coordinator {
   // FlushTaskWrites, when the queue is on a store and the task is stored.
   void PersistLocked(const Task& task, bool erase = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the queued records (WakeOnExit calls it before waking anyone).
-  void FlushTaskWrites() ABSL_LOCKS_EXCLUDED(mu_);
   // Lead's restore of one stored task (its record decoded).
   void RestoreLocked(Task task, Instant now, RestoredTasks& counts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -397,6 +434,8 @@ class Coordinator {
   std::map<std::string, std::optional<std::string>> task_writes_
       ABSL_GUARDED_BY(mu_);
   int64_t task_write_errors_ ABSL_GUARDED_BY(mu_) = 0;
+  // Where Describe reads while this replica does not lead (null: nowhere).
+  TaskRecordReader task_reader_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace monta::coordination

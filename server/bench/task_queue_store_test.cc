@@ -19,6 +19,7 @@ namespace {
 
 using monta::v1::TASK_STATE_FAILED;
 using monta::v1::TASK_STATE_PENDING;
+using monta::v1::TASK_STATE_RUNNING;
 using monta::v1::TASK_STATE_SUCCEEDED;
 
 class TaskQueueStoreTest : public ::testing::Test {
@@ -114,12 +115,15 @@ TEST_F(TaskQueueStoreTest, ANewLeaderListsTheTasksAndFinishesTheRunningOne) {
     auto running = old_leader->Schedule(Pair(), now_);
     ASSERT_TRUE(running.ok());
     ASSERT_TRUE(old_leader->TryNextTask("a").has_value());
+    // Handed out: written RUNNING once the caller (WatchTasks) flushes.
+    old_leader->FlushTaskWrites();
     done_id = done->task_id();
     running_id = running->task_id();
     std::map<std::string, TaskRecord> stored = Stored();
     ASSERT_EQ(stored.size(), 2u);
     EXPECT_EQ(stored[done_id].status.state(), TASK_STATE_SUCCEEDED);
-    EXPECT_EQ(stored[running_id].status.state(), TASK_STATE_PENDING);
+    EXPECT_EQ(stored[running_id].status.state(), TASK_STATE_RUNNING);
+    EXPECT_TRUE(stored[running_id].status.has_started_at());
     EXPECT_EQ(stored[running_id].spec.leader_epoch(), 3);
     // The old leader is gone without a word (SIGKILL): nothing more written.
   }
@@ -137,6 +141,7 @@ TEST_F(TaskQueueStoreTest, ANewLeaderListsTheTasksAndFinishesTheRunningOne) {
       << pending->reason();
   EXPECT_TRUE(absl::StrContains(pending->reason(), "attempt 2 of 3"))
       << pending->reason();
+  EXPECT_FALSE(pending->has_started_at());  // this attempt has not started
   // A restored node is stale until its agent heartbeats here: the re-issued
   // task waits for it instead of failing, also once another node took it.
   leader->FailTasksOfNode("a", "lost its lease", now_);
@@ -144,7 +149,7 @@ TEST_F(TaskQueueStoreTest, ANewLeaderListsTheTasksAndFinishesTheRunningOne) {
   // Handed out again under the new epoch, with its whole timeout.
   auto a = leader->TryNextTask("a");
   leader->FailTasksOfNode("b", "lost its lease", now_);
-  EXPECT_EQ(leader->Status(running_id)->state(), monta::v1::TASK_STATE_RUNNING);
+  EXPECT_EQ(leader->Status(running_id)->state(), TASK_STATE_RUNNING);
   auto b = leader->TryNextTask("b");
   ASSERT_TRUE(a.has_value() && b.has_value());
   EXPECT_EQ(a->task_id(), running_id);
@@ -303,6 +308,115 @@ TEST_F(TaskQueueStoreTest, AFencedTaskWriteMayStopTheCoordinatorFromWithin) {
   EXPECT_EQ(status->state(), TASK_STATE_FAILED);
   EXPECT_TRUE(absl::StrContains(status->reason(), "leader changed"))
       << status->reason();
+}
+
+// A task's store writes: queued, handed out (the first node's take: one
+// write, the second node's: none), finished. Three in all.
+TEST_F(TaskQueueStoreTest, HandingATaskOutWritesItRunningOnce) {
+  std::vector<std::map<std::string, std::string>> writes;
+  Coordinator leader(&registry_, CoordinatorOptions{});
+  auto fence = store_->Lead();
+  ASSERT_TRUE(fence.ok());
+  store::SqliteStore* s = store_.get();
+  const store::Fence f = *fence;
+  leader.Lead(
+      2,
+      [&writes, s, f](const store::TaskWrites& batch) {
+        std::map<std::string, std::string> states;
+        for (const auto& [id, record] : batch) {
+          auto decoded = DecodeTaskRecord(record.value_or(""));
+          states[id] = decoded.ok()
+                           ? monta::v1::TaskState_Name(decoded->status.state())
+                           : "deleted";
+        }
+        writes.push_back(states);
+        return s->WriteTasks(f, batch);
+      },
+      {}, now_);
+  auto scheduled = leader.Schedule(Pair(), now_);
+  ASSERT_TRUE(scheduled.ok());
+  const std::string id = scheduled->task_id();
+  ASSERT_EQ(writes.size(), 1u);
+  EXPECT_EQ(writes[0][id], "TASK_STATE_PENDING");
+  // NextTask flushes the record TryNextTask queued.
+  auto a = leader.NextTask("a", absl::ZeroDuration());
+  ASSERT_TRUE(a.has_value());
+  ASSERT_EQ(writes.size(), 2u);
+  EXPECT_EQ(writes[1][id], "TASK_STATE_RUNNING");
+  EXPECT_TRUE(Stored()[id].status.has_started_at());
+  EXPECT_TRUE(leader.Status(id)->has_started_at());
+  ASSERT_TRUE(leader.NextTask("b", absl::ZeroDuration()).has_value());
+  leader.FlushTaskWrites();
+  EXPECT_EQ(writes.size(), 2u);  // b found it RUNNING: nothing to write
+  Finish(leader, *a);
+  ASSERT_EQ(writes.size(), 3u);
+  EXPECT_EQ(writes[2][id], "TASK_STATE_SUCCEEDED");
+}
+
+// GetBenchmarkTask's source (Coordinator::Describe): the leader answers from
+// memory; a follower (a replica not leading) from the store through its
+// reader, never from its own memory, also across a failover; unknown ids are
+// NOT_FOUND, and a follower without a store names the leader.
+TEST_F(TaskQueueStoreTest, AFollowerDescribesATaskFromTheStore) {
+  std::unique_ptr<Coordinator> leader = Leader(3);
+  auto scheduled = leader->Schedule(Pair(), now_);
+  ASSERT_TRUE(scheduled.ok());
+  const std::string id = scheduled->task_id();
+  ASSERT_TRUE(leader->NextTask("a", absl::ZeroDuration()).has_value());
+
+  Coordinator follower(&registry_, CoordinatorOptions{});
+  follower.Follow("campaigning", now_);
+  follower.SetLeader("10.0.0.1:7400");
+  EXPECT_EQ(follower.Describe(id).status().code(),
+            absl::StatusCode::kUnavailable);
+  store::SqliteStore* s = store_.get();
+  follower.SetTaskRecordReader(
+      [s](const std::string& task_id) { return s->GetTask(task_id); });
+
+  auto led = leader->Describe(id);
+  ASSERT_TRUE(led.ok()) << led.status();
+  EXPECT_FALSE(led->from_store);
+  EXPECT_EQ(led->status.state(), TASK_STATE_RUNNING);
+  auto read = follower.Describe(id);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(read->from_store);
+  EXPECT_EQ(read->status.state(), TASK_STATE_RUNNING);
+  EXPECT_TRUE(read->status.has_started_at());
+  EXPECT_EQ(read->attempts, 1);
+  EXPECT_EQ(read->max_attempts, 3);
+  EXPECT_EQ(read->spec.leader_epoch(), 3);
+  EXPECT_EQ(std::vector<std::string>(read->status.nodes().begin(),
+                                     read->status.nodes().end()),
+            (std::vector<std::string>{"a", "b"}));
+  const auto unknown = follower.Describe("bench-0-0");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(unknown.status().message(), "bench-0-0"))
+      << unknown.status();
+  EXPECT_EQ(leader->Describe("bench-0-0").status().code(),
+            absl::StatusCode::kNotFound);
+
+  // The leader dies (SIGKILL); the next one hands the task out again. The
+  // follower tells its second attempt under epoch 4, pending.
+  leader.reset();
+  std::unique_ptr<Coordinator> next = Leader(4);
+  read = follower.Describe(id);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->status.state(), TASK_STATE_PENDING);
+  EXPECT_FALSE(read->status.has_started_at());
+  EXPECT_EQ(read->attempts, 2);
+  EXPECT_EQ(read->spec.leader_epoch(), 4);
+  EXPECT_TRUE(absl::StrContains(read->status.reason(), "attempt 2 of 3"))
+      << read->status.reason();
+  // A replica that stopped leading answers from the store too, not from the
+  // memory where it failed its tasks "leader changed".
+  next->SetTaskRecordReader(
+      [s](const std::string& task_id) { return s->GetTask(task_id); });
+  next->Follow("lease lost", now_);
+  EXPECT_EQ(next->Status(id)->state(), TASK_STATE_FAILED);
+  read = next->Describe(id);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(read->from_store);
+  EXPECT_EQ(read->status.state(), TASK_STATE_PENDING);
 }
 
 TEST(TaskRecordTest, RoundTripsAndRefusesGarbage) {

@@ -838,4 +838,16 @@ absl::StatusOr<std::vector<std::string>> EtcdStore::ListTasks() {
   return records;
 }
 
+absl::StatusOr<std::optional<std::string>> EtcdStore::GetTask(
+    const std::string& task_id) {
+  if (absl::Status s = store::ValidateTaskId(task_id, "task id"); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<etcd::RangeResult> got =
+      client_->Get(absl::StrCat(options_.prefix, "tasks/", task_id));
+  if (!got.ok()) return got.status();
+  if (got->kvs.empty()) return std::optional<std::string>();
+  return std::optional<std::string>(std::move(got->kvs.front().value));
+}
+
 }  // namespace monta::etcd_store

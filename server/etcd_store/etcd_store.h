@@ -125,6 +125,10 @@ class EtcdStore : public store::Store, public store::TaskStore {
   absl::Status WriteTasks(const store::Fence& fence,
                           const store::TaskWrites& writes) override;
   absl::StatusOr<std::vector<std::string>> ListTasks() override;
+  // One Range of `tasks/<id>` (a linearizable read: any replica, leading or
+  // not, sees the newest record).
+  absl::StatusOr<std::optional<std::string>> GetTask(
+      const std::string& task_id) override;
 
   // Told of every failed Commit (`operation`: registry::ChangeOperation of
   // its first mutation) and of the first successful one after a failure

@@ -309,8 +309,8 @@ TEST(EtcdStoreTest, ABatchOverEtcdsLimitsIsSplitAndAnOversizedNodeRefused) {
 }
 
 // The task queue's records (TaskStore): 300 records of 8 KiB split over
-// etcd's 128 operations and 1.5 MiB, listed back, deleted; outside the
-// registry's List and watch; refused under an older fence, and over the
+// etcd's 128 operations and 1.5 MiB, listed back, read by id, deleted; outside
+// the registry's List and watch; refused under an older fence, and over the
 // record bound.
 TEST(EtcdStoreTest, TaskRecordsAreWrittenInFencedTxnsWithinEtcdsLimits) {
   EtcdStoreOptions options;
@@ -342,6 +342,19 @@ TEST(EtcdStoreTest, TaskRecordsAreWrittenInFencedTxnsWithinEtcdsLimits) {
   for (int i = 0; i < 299; ++i) deletes[absl::StrCat("bench-", 1000 + i)];
   ASSERT_TRUE(store->store().WriteTasks(fence, deletes).ok());
   EXPECT_EQ(store->store().ListTasks()->size(), 1u);
+  // One record by id (what a follower answers GetBenchmarkTask with): the
+  // one left, none for a deleted or unknown id, a bad id refused.
+  auto kept = store->store().GetTask("bench-1299");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_TRUE(kept->has_value());
+  EXPECT_EQ((*kept)->substr(0, 3), "299");
+  auto deleted = store->store().GetTask("bench-1000");
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_FALSE(deleted->has_value());
+  EXPECT_EQ(store->store().GetTask("tasks/../a").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->store().GetTask("").status().code(),
+            absl::StatusCode::kInvalidArgument);
 
   std::unique_ptr<OwningStore> newer;
   Fence newer_fence;

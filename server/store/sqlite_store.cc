@@ -693,6 +693,23 @@ absl::StatusOr<std::vector<std::string>> SqliteStore::ListTasks() {
   return records;
 }
 
+absl::StatusOr<std::optional<std::string>> SqliteStore::GetTask(
+    const std::string& task_id) {
+  if (absl::Status s = ValidateTaskId(task_id, "task id"); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  Statement stmt(db_, "SELECT record FROM bench_tasks WHERE task_id = ?1");
+  if (stmt.get() == nullptr) return SqliteError(db_, "preparing a task read");
+  stmt.BindText(1, task_id);
+  const int step = sqlite3_step(stmt.get());
+  if (step == SQLITE_DONE) return std::optional<std::string>();
+  if (step != SQLITE_ROW) return SqliteError(db_, "reading task " + task_id);
+  const void* blob = sqlite3_column_blob(stmt.get(), 0);
+  const int bytes = sqlite3_column_bytes(stmt.get(), 0);
+  return std::optional<std::string>(
+      std::in_place, static_cast<const char*>(blob),
+      blob == nullptr ? 0 : static_cast<size_t>(bytes));
+}
+
 absl::StatusOr<Committed> SqliteStore::CommitLocked(
     const Fence& fence, const std::vector<Mutation>& mutations,
     const char** operation) {

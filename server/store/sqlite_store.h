@@ -105,6 +105,8 @@ class SqliteStore : public Store,
   absl::Status WriteTasks(const Fence& fence,
                           const TaskWrites& writes) override;
   absl::StatusOr<std::vector<std::string>> ListTasks() override;
+  absl::StatusOr<std::optional<std::string>> GetTask(
+      const std::string& task_id) override;
 
   // AuditLog: appends to the audit_log table.
   void RecordAudit(const AuditEntry& entry) override;

@@ -61,14 +61,20 @@ absl::Status LoadInto(
   return absl::OkStatus();
 }
 
+absl::Status ValidateTaskId(const std::string& id, absl::string_view field) {
+  if (!id.empty() && id.size() <= kMaxTaskIdBytes &&
+      id.find('/') == std::string::npos) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": expected 1..", kMaxTaskIdBytes,
+                   " bytes without '/', got ", id.size(), " bytes",
+                   id.find('/') != std::string::npos ? " with '/'" : ""));
+}
+
 absl::Status ValidateTaskWrites(const TaskWrites& writes) {
   for (const auto& [id, record] : writes) {
-    if (id.empty() || id.size() > kMaxTaskIdBytes ||
-        id.find('/') != std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("task id: expected 1..", kMaxTaskIdBytes,
-                       " bytes without '/', got ", id.size(), " bytes"));
-    }
+    if (absl::Status s = ValidateTaskId(id, "task id"); !s.ok()) return s;
     if (record.has_value() && record->size() > kMaxTaskRecordBytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("task ", id, ": record of ", record->size(),

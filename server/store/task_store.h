@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "server/store/store.h"
 
 namespace monta::store {
@@ -38,7 +39,16 @@ class TaskStore {
                                   const TaskWrites& writes) = 0;
   // Every stored record, by task id.
   virtual absl::StatusOr<std::vector<std::string>> ListTasks() = 0;
+  // The record of `task_id` (nullopt: none stored), for any replica: what a
+  // follower answers GetBenchmarkTask with. INVALID_ARGUMENT for an id
+  // ValidateTaskId refuses.
+  virtual absl::StatusOr<std::optional<std::string>> GetTask(
+      const std::string& task_id) = 0;
 };
+
+// INVALID_ARGUMENT "<field>: expected 1..256 bytes without '/'" unless `id`
+// is within kMaxTaskIdBytes and has no '/' (a key's separator on etcd).
+absl::Status ValidateTaskId(const std::string& id, absl::string_view field);
 
 // INVALID_ARGUMENT naming the first write over the bounds above.
 absl::Status ValidateTaskWrites(const TaskWrites& writes);
