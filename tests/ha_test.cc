@@ -9,11 +9,12 @@
 // running when it died is on etcd's task queue (issue 20 item 3): the new
 // leader hands it out again under its epoch, the agents finish it and its
 // status (the same task id, as stored) ends SUCCEEDED with its curves,
-// without a second RunBenchmark; montactl task (GetBenchmarkTask) shows it
-// RUNNING before the kill, on the leader and on a follower (from etcd), and
-// attempt 2 under the new epoch after; the agents drop their run of the dead
-// leader's epoch as soon as they register with the new one (the kill ->
-// SUCCEEDED time is logged). Then that leader gets SIGTERM:
+// without a second RunBenchmark; it is RUNNING on etcd before the kill, and
+// montactl task (GetBenchmarkTask) shows attempt 2 under the new epoch after,
+// on the new leader (from memory) and on a follower (from etcd); the agents
+// drop their run of the dead leader's epoch as soon as they register with
+// the new one (the kill -> SUCCEEDED time is logged). Then that leader gets
+// SIGTERM:
 // it resigns and the last replica leads. Followers refuse the leader-only
 // RPCs with UNAVAILABLE naming the leader, and answer the read RPCs from
 // their watch-fed caches (issue 20 item 6): the same nodes, curves and
@@ -210,6 +211,7 @@ class HaTest : public ::testing::Test {
     EXPECT_TRUE(record.ok()) << record.status();
     if (!record.ok()) return {};
     last_attempts_ = record->attempts;
+    last_epoch_ = record->spec.leader_epoch();
     return record->status;
   }
   // node-a and node-b, each with --planner naming all three replicas.
@@ -222,10 +224,10 @@ class HaTest : public ::testing::Test {
     ASSERT_TRUE(cluster_.StartAgent("node-a", {planners}).ok());
     ASSERT_TRUE(cluster_.StartAgent("node-b", {planners}).ok());
   }
-  // Starts a benchmark of both nodes (not waiting) and returns its id once
-  // both agents received it (they log so) and etcd's task queue holds it
-  // RUNNING, as GetBenchmarkTask on `leader` and a follower shows it; empty
-  // when the agents never received it.
+  // Starts a benchmark of both nodes (not waiting) on `leader` and returns
+  // its id once both agents received it (they log so) and etcd's task queue
+  // holds it RUNNING; empty when the agents never received it. The leader is
+  // killed at once (its agents at the task's rendezvous, or in its sweep).
   std::string BenchmarkRunningOnBothNodes(const EtcdCluster& etcd, int leader) {
     nlohmann::json bench = Json(cluster_.Montactl(
         {"--output=json", "bench", "--nodes=node-a,node-b", "--wait=false",
@@ -253,8 +255,8 @@ class HaTest : public ::testing::Test {
         },
         absl::Seconds(5)))
         << StoredStatus(etcd, id).DebugString();
-    if (received)
-      running_epoch_ = ExpectTaskRunningOnLeaderAndFollower(leader, id);
+    running_epoch_ = last_epoch_;
+    running_leader_ = leader;
     return received ? id : "";
   }
 
@@ -266,22 +268,28 @@ class HaTest : public ::testing::Test {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return Json(r);
   }
-  // GetBenchmarkTask of the running task: the leader from memory, a follower
-  // from etcd (both RUNNING, attempt 1). Its leader epoch.
-  std::string ExpectTaskRunningOnLeaderAndFollower(int leader,
-                                                   const std::string& id) {
-    const int follower = ports_[0] == leader ? ports_[1] : ports_[0];
+  // GetBenchmarkTask of the re-run task on the new `leader` (from memory)
+  // and the other live replica, a follower (from etcd): SUCCEEDED, attempt 2,
+  // under the new epoch.
+  void ExpectTaskRerunOnLeaderAndFollower(int leader, const std::string& id) {
+    int follower = -1;
+    for (int port : ports_) {
+      if (port != leader && port != running_leader_) follower = port;
+    }
     nlohmann::json led = TaskOn(leader, id);
     nlohmann::json read = TaskOn(follower, id);
-    if (!led.is_object() || !read.is_object()) return "";
-    EXPECT_EQ(led["status"]["state"], "TASK_STATE_RUNNING") << led.dump(1);
+    for (const nlohmann::json* task : {&led, &read}) {
+      if (!task->is_object()) continue;
+      EXPECT_EQ((*task)["status"]["state"], "TASK_STATE_SUCCEEDED")
+          << task->dump(1);
+      EXPECT_EQ((*task)["attempt"], 2);
+      // int64 in proto JSON: a string.
+      EXPECT_EQ((*task)["task"]["leader_epoch"], absl::StrCat(last_epoch_));
+      EXPECT_TRUE((*task)["status"].contains("started_at")) << task->dump(1);
+    }
+    EXPECT_NE(last_epoch_, running_epoch_);
     EXPECT_EQ(led["from_store"], false);
-    EXPECT_EQ(read["status"]["state"], "TASK_STATE_RUNNING") << read.dump(1);
     EXPECT_EQ(read["from_store"], true);
-    EXPECT_EQ(read["attempt"], 1);
-    EXPECT_EQ(read["task"]["leader_epoch"], led["task"]["leader_epoch"]);
-    EXPECT_TRUE(read["status"].contains("started_at")) << read.dump(1);
-    return led["task"]["leader_epoch"].get<std::string>();
   }
 
   // `leader` (elected after the SIGKILL at `killed`) handed `task_id`, which
@@ -314,12 +322,7 @@ class HaTest : public ::testing::Test {
                                      ": leader changed: handed out again")),
               std::string::npos)
         << Logs();
-    // GetBenchmarkTask on the new leader: attempt 2 under its epoch.
-    nlohmann::json task = TaskOn(leader, task_id);
-    EXPECT_EQ(task["status"]["state"], "TASK_STATE_SUCCEEDED") << task.dump(1);
-    EXPECT_EQ(task["attempt"], 2);
-    EXPECT_EQ(task["from_store"], false);
-    EXPECT_NE(task["task"]["leader_epoch"], running_epoch_);
+    ExpectTaskRerunOnLeaderAndFollower(leader, task_id);
     int dropped = 0;
     for (const char* node : {"node-a", "node-b"}) {
       if (ReadFile(cluster_.agent(node).log_path())
@@ -538,8 +541,10 @@ class HaTest : public ::testing::Test {
   LocalCluster cluster_;
   std::unique_ptr<etcd::Client> etcd_;
   int last_attempts_ = 0;
-  // The leader epoch of the benchmark running at the SIGKILL.
-  std::string running_epoch_;
+  int64_t last_epoch_ = 0;
+  // The benchmark running at the SIGKILL: its leader epoch and leader.
+  int64_t running_epoch_ = 0;
+  int running_leader_ = -1;
   std::vector<int> ports_;
   std::vector<std::unique_ptr<monta::v1::Planner::Stub>> stubs_;
 };
