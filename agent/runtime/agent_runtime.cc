@@ -151,8 +151,10 @@ void AgentRuntime::SeeEpoch(int64_t epoch) {
   }
 }
 
-void AgentRuntime::RunTask(const monta::v1::BenchmarkTask& task,
-                           monta::v1::AgentGateway::StubInterface* stub) {
+void AgentRuntime::RunTask(
+    const monta::v1::BenchmarkTask& task,
+    std::shared_ptr<monta::v1::AgentGateway::Stub> stub) {
+  JoinUnwound(/*all=*/false);
   auto run = std::make_shared<Cancellation>();
   // Stop() cancels the agent's own, which cancels this run.
   const int stop_id = cancel_.Add([run] { run->Cancel(); });
@@ -161,18 +163,59 @@ void AgentRuntime::RunTask(const monta::v1::BenchmarkTask& task,
     run_cancel_ = run;
     run_epoch_ = task.leader_epoch();
   }
+  // Ended, or superseded: what the watch thread waits for.
+  auto over = std::make_shared<absl::Mutex>();
+  auto ended = std::make_shared<std::atomic<bool>>(false);
+  std::thread runner([this, task, stub, run, over, ended] {
+    options_.runner(task, stub.get(), *run);
+    absl::MutexLock lock(over.get());
+    *ended = true;
+  });
+  const int superseded_id = run->Add([over] {
+    absl::MutexLock lock(over.get());  // wakes the wait below
+  });
   // An epoch seen between AcceptTask and here.
   SeeEpoch(newest_epoch_.load());
-  options_.runner(task, stub, *run);
+  {
+    struct Over {
+      Cancellation* run;
+      std::atomic<bool>* ended;
+    } state{run.get(), ended.get()};
+    absl::MutexLock lock(over.get());
+    over->Await(absl::Condition(
+        +[](Over* o) { return o->ended->load() || o->run->superseded(); },
+        &state));
+  }
+  run->Remove(superseded_id);
   {
     absl::MutexLock lock(&mu_);
     run_cancel_ = nullptr;
+    if (!ended->load()) {
+      unwinding_.push_back({std::move(runner), ended});
+    }
   }
+  if (runner.joinable()) runner.join();
   cancel_.Remove(stop_id);
   if (run->superseded()) {
     Log(options_.node_name,
         absl::StrCat("task ", task.task_id(), ": ", run->status().message()));
   }
+}
+
+void AgentRuntime::JoinUnwound(bool all) {
+  std::vector<Unwinding> done;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = unwinding_.begin(); it != unwinding_.end();) {
+      if (all || it->ended->load()) {
+        done.push_back(std::move(*it));
+        it = unwinding_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (Unwinding& u : done) u.thread.join();
 }
 
 bool AgentRuntime::AcceptTask(const monta::v1::BenchmarkTask& task) {
@@ -236,6 +279,7 @@ void AgentRuntime::Stop() {
   }
   if (lease_thread_.joinable()) lease_thread_.join();
   if (watch_thread_.joinable()) watch_thread_.join();
+  JoinUnwound(/*all=*/true);
   if (registered_.load()) {
     monta::v1::DeregisterRequest request;
     request.set_node_name(options_.node_name);
@@ -423,7 +467,7 @@ void AgentRuntime::WatchLoop() {
           absl::StrCat("task ", task.task_id(), " received"));
       if (!AcceptTask(task)) continue;
       if (options_.runner) {
-        RunTask(task, watch_stub.get());
+        RunTask(task, watch_stub);
         // A superseded run's stream is the old leader's: the next task comes
         // from the leader the lease loop moved to.
         if (newest_epoch_.load() > task.leader_epoch()) {

@@ -62,7 +62,8 @@ class Cancellation {
 };
 
 // Runs one benchmark task for this node and reports its result to the planner
-// (through `stub`). Called on the task thread, one task at a time; `cancel`
+// (through `stub`). Called on a thread of its own, one task at a time (a
+// superseded run may still be unwinding while the next one runs); `cancel`
 // (the run's own) fires when the agent stops, or is superseded when the agent
 // learns of a leader epoch newer than the task's: then it reports nothing.
 using TaskRunner = std::function<void(
@@ -150,10 +151,15 @@ class AgentRuntime {
   // Remembers `epoch` when it is the newest seen; supersedes the run in
   // progress when its task is of an older epoch.
   void SeeEpoch(int64_t epoch);
-  // Runs `task` with a cancellation of its own (the agent's Stop and
-  // SeeEpoch cancel it) on the watch thread.
+  // Runs `task` on a thread of its own with a cancellation of its own (the
+  // agent's Stop and SeeEpoch cancel it) and waits until it ends, or until it
+  // is superseded: then the run is left to unwind (a Gloo connect in
+  // progress cannot be interrupted; Stop joins it) and the watch thread takes
+  // the new leader's task meanwhile.
   void RunTask(const monta::v1::BenchmarkTask& task,
-               monta::v1::AgentGateway::StubInterface* stub);
+               std::shared_ptr<monta::v1::AgentGateway::Stub> stub);
+  // Joins the superseded runs that ended (all of them: `all`).
+  void JoinUnwound(bool all);
   // False (logged, counted) for a task of an older epoch than the newest seen.
   bool AcceptTask(const monta::v1::BenchmarkTask& task);
   std::shared_ptr<monta::v1::AgentGateway::Stub> stub();
@@ -184,6 +190,12 @@ class AgentRuntime {
   // newer epoch supersedes it.
   std::shared_ptr<Cancellation> run_cancel_ ABSL_GUARDED_BY(mu_);
   int64_t run_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // Superseded runs still unwinding: their threads and whether they ended.
+  struct Unwinding {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> ended;
+  };
+  std::vector<Unwinding> unwinding_ ABSL_GUARDED_BY(mu_);
 };
 
 // A random 16-hex-digit id.
