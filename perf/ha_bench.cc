@@ -44,6 +44,7 @@
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -322,6 +323,11 @@ struct Report {
   int lease_ttl_seconds = 0;
   double storm_seconds = -1;
   int registered_after_storm = 0;
+  // The swarm's Register answers by code during the storm, and the most any
+  // replica held (RSS, threads) while it ran.
+  std::map<std::string, int64_t> storm_register_answers;
+  int64_t storm_peak_rss_kb = 0;
+  int storm_peak_threads = 0;
   Stats steady;
   double etcd_writes_per_second = -1;
   double etcd_txns_per_second = -1;
@@ -864,6 +870,9 @@ nlohmann::json ToJson(Report& r, const std::vector<Row>& rows) {
   j["strategy_p50_ms"] = r.strategy_p50_ms;
   j["swarm_target_moves"] = r.target_moves;
   j["registered_after_storm"] = r.registered_after_storm;
+  j["storm_register_answers"] = r.storm_register_answers;
+  j["storm_peak_rss_mib"] = r.storm_peak_rss_kb / 1024;
+  j["storm_peak_threads"] = r.storm_peak_threads;
   j["lag_probes_missing"] = r.lag_probes_missing;
   j["lag_exported_samples"] = r.lag_exported_samples;
   j["follower_lag_sources"] =
@@ -909,6 +918,10 @@ void PrintTable(const nlohmann::json& j) {
         "%-28s %14.3f  %-22s %s\n", row["name"].get<std::string>(),
         row["value"].get<double>(), row["bar"].get<std::string>(), pass);
   }
+  std::cout << absl::StrFormat(
+      "storm: Register answers %s; replicas' peak RSS %d MiB, threads %d\n",
+      j["storm_register_answers"].dump(), j["storm_peak_rss_mib"].get<int>(),
+      j["storm_peak_threads"].get<int>());
   std::cout << j["follower_lag_sources"].get<std::string>() << "\n";
   for (const auto& e : j["errors"]) {
     std::cout << "error: " << e.get<std::string>() << "\n";
@@ -1016,24 +1029,40 @@ void PrintSoak(const SoakReport& soak) {
 
 // ------------------------------------------------------------------- main --
 
-// The storm: every agent registers; its duration and etcd's key writes.
-void Storm(Swarm& swarm, const EtcdCluster& etcd, Report* report) {
+// The storm: every agent registers; its duration, etcd's key writes, the
+// Register answers and the replicas' peak RSS and threads.
+void Storm(Swarm& swarm, const EtcdCluster& etcd,
+           std::vector<std::unique_ptr<Replica>>& replicas, Report* report) {
   const EtcdCounters before = ReadEtcdCounters(etcd);
   const absl::Time start = absl::Now();
   swarm.Start(absl::GetFlag(FLAGS_register_rate), 0);
-  while (swarm.Registered() < report->agents &&
-         absl::Now() - start < absl::Minutes(5)) {
+  for (int tick = 0; swarm.Registered() < report->agents &&
+                     absl::Now() - start < absl::Minutes(5);
+       ++tick) {
+    if (tick % 25 == 0) {  // every 0.5 s
+      for (auto& r : replicas) {
+        const ProcSample p = ReadProc(r->process.pid());
+        report->storm_peak_rss_kb =
+            std::max(report->storm_peak_rss_kb, p.rss_kb);
+        report->storm_peak_threads =
+            std::max(report->storm_peak_threads, p.threads);
+      }
+    }
     absl::SleepFor(absl::Milliseconds(20));
   }
   report->registered_after_storm = swarm.Registered();
   report->storm_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  report->storm_register_answers = swarm.TakeStats().register_answers;
   const EtcdCounters after = ReadEtcdCounters(etcd);
   if (before.writes >= 0 && after.writes >= 0) {
     report->etcd_writes_storm = after.writes - before.writes;
   }
   std::cerr << "ha_bench: " << report->registered_after_storm << " of "
             << report->agents << " registered in " << report->storm_seconds
-            << " s\n";
+            << " s; Register answers "
+            << nlohmann::json(report->storm_register_answers).dump()
+            << "; replicas' peak RSS " << report->storm_peak_rss_kb / 1024
+            << " MiB, threads " << report->storm_peak_threads << "\n";
 }
 
 // The swarm and the strategy client over the replicas, through every phase.
@@ -1045,7 +1074,7 @@ void RunPhases(EtcdCluster& etcd,
   options.agents = report->agents;
   options.agents_per_channel = absl::GetFlag(FLAGS_agents_per_channel);
   Swarm swarm(std::move(options));
-  Storm(swarm, etcd, report);
+  Storm(swarm, etcd, replicas, report);
   const monta::v1::StrategyRequest job = monta::testing::PaperJobRequest();
   monta::testing::StrategyLoop reader(AskForStrategy(replicas, job),
                                       replicas.size());

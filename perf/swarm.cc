@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -329,6 +330,11 @@ void Swarm::NoteAlive(Agent& a, absl::Time sent) {
 void Swarm::OnRegistered(int i, absl::Time sent, const grpc::Status& status,
                          double interval_seconds) {
   Agent& a = *agents_[i];
+  {
+    absl::MutexLock stats(&stats_mu_);
+    ++stats_.register_answers[absl::StatusCodeToString(
+        static_cast<absl::StatusCode>(status.error_code()))];
+  }
   if (!status.ok()) {
     absl::MutexLock lock(&a.mu);
     MoveOn(a, status);

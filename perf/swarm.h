@@ -113,6 +113,10 @@ struct Stats {
   int64_t watch_lease_ends = 0;  // streams ended "lease expired"
   int64_t tasks = 0;
   int64_t registrations = 0;
+  // Every Register answer, measuring or not, by its code ("OK",
+  // "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED", ...): a storm's refusals,
+  // timeouts and retries (each answer but the last OK of an agent is one).
+  std::map<std::string, int64_t> register_answers;
   // UNAVAILABLE: on to the leader a follower named, else the next replica.
   int64_t target_moves = 0;
   // Successful heartbeats while measuring, per target.

@@ -180,22 +180,47 @@ bool Registry::Queue(Change change) {
   return true;
 }
 
+bool Registry::QueueAt(Change change, Instant now) {
+  const uint64_t before = queued_total_;
+  if (!Queue(std::move(change))) return false;
+  if (queued_total_ != before) queued_at_.emplace_back(queued_total_, now.mono);
+  return true;
+}
+
+void Registry::DropDeliveredStampsLocked() {
+  while (!queued_at_.empty() && queued_at_.front().first <= delivered_total_) {
+    queued_at_.pop_front();
+  }
+}
+
 absl::Status Registry::Admit(absl::string_view node_name,
-                             absl::string_view what) const {
-  if (!observed_ || options_.max_pending_changes <= 0 ||
-      pending_node_.find(node_name) != pending_node_.end()) {
+                             absl::string_view what, Instant now) const {
+  if (!observed_ || pending_node_.find(node_name) != pending_node_.end()) {
     return absl::OkStatus();
   }
   const size_t waiting = pending_.size() + delivering_;
-  if (waiting < static_cast<size_t>(options_.max_pending_changes)) {
-    return absl::OkStatus();
+  if (options_.max_pending_changes > 0 &&
+      waiting >= static_cast<size_t>(options_.max_pending_changes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        what, " refused: the planner is overloaded, ", waiting,
+        " registry changes wait for its store (at most ",
+        options_.max_pending_changes,
+        ", --max_pending_registry_changes); nothing changed, retry after a "
+        "backoff"));
   }
-  return absl::ResourceExhaustedError(absl::StrCat(
-      what, " refused: the planner is overloaded, ", waiting,
-      " registry changes wait for its store (at most ",
-      options_.max_pending_changes,
-      ", --max_pending_registry_changes); nothing changed, retry after a "
-      "backoff"));
+  if (options_.max_pending_wait > absl::ZeroDuration() && !queued_at_.empty()) {
+    const absl::Duration behind =
+        MonoSince(queued_at_.front().second, now.mono);
+    if (behind > options_.max_pending_wait) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          what, " refused: the planner is overloaded, its store is ",
+          absl::FormatDuration(behind), " behind (", waiting,
+          " registry changes wait; at most ",
+          absl::FormatDuration(options_.max_pending_wait),
+          "); nothing changed, retry after a backoff"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 int Registry::PendingChanges() const {
@@ -228,7 +253,17 @@ void Registry::DeliveryLoop() {
       mu_.Await(absl::Condition(this, &Registry::DeliveryDue));
       if (waiters_.empty()) return;  // stopping
     }
-    Deliver();
+    // One batch at a time, its callers answered before the next: while
+    // registrations keep coming the queue may never drain, and a caller whose
+    // change is stored should not wait for it (its call would time out and
+    // be retried, a second write of the same node).
+    {
+      absl::MutexLock deliver(&deliver_mu_);
+      // No kCurvesForgotten among them: Forget delivers its own change.
+      std::vector<BandwidthCurve> restored;
+      DeliverBatchLocked(restored);
+    }
+    RunDelivered();
   }
 }
 
@@ -244,30 +279,63 @@ void Registry::RunDelivered() {
   for (auto& done : ready) done(absl::OkStatus());
 }
 
+std::vector<Change> Registry::TakeBatchLocked() {
+  std::vector<Change> batch;
+  const size_t most =
+      options_.max_changes_per_delivery > 0
+          ? static_cast<size_t>(options_.max_changes_per_delivery)
+          : pending_.size();
+  if (pending_.size() <= most) {
+    batch.swap(pending_);
+    pending_node_.clear();
+    return batch;
+  }
+  batch.assign(std::make_move_iterator(pending_.begin()),
+               std::make_move_iterator(pending_.begin() + most));
+  pending_.erase(pending_.begin(), pending_.begin() + most);
+  // A node whose change goes now gets a new entry for its next change; the
+  // others keep theirs, moved up.
+  for (auto it = pending_node_.begin(); it != pending_node_.end();) {
+    if (it->second < most) {
+      it = pending_node_.erase(it);
+    } else {
+      it->second -= most;
+      ++it;
+    }
+  }
+  return batch;
+}
+
+bool Registry::DeliverBatchLocked(std::vector<BandwidthCurve>& restored) {
+  std::vector<Change> batch;
+  {
+    absl::MutexLock lock(&mu_);
+    batch = TakeBatchLocked();
+    if (observer_ == nullptr) {  // nobody to hand them to
+      delivered_total_ += batch.size();
+      batch.clear();
+      DropDeliveredStampsLocked();
+    }
+    delivering_ = batch.size();
+  }
+  // Another caller's Deliver may have taken this caller's changes already:
+  // they were delivered before deliver_mu_ came free.
+  if (batch.empty()) return false;
+  for (BandwidthCurve& c : observer_->Changed(batch)) {
+    restored.push_back(std::move(c));
+  }
+  absl::MutexLock lock(&mu_);
+  delivering_ = 0;
+  delivered_total_ += batch.size();
+  DropDeliveredStampsLocked();
+  return true;
+}
+
 std::vector<BandwidthCurve> Registry::DeliverLocked() {
   std::vector<BandwidthCurve> restored;
-  while (true) {
-    std::vector<Change> batch;
-    {
-      absl::MutexLock lock(&mu_);
-      batch.swap(pending_);
-      pending_node_.clear();
-      if (observer_ == nullptr) {  // nobody to hand them to
-        delivered_total_ += batch.size();
-        batch.clear();
-      }
-      delivering_ = batch.size();
-    }
-    // Another caller's Deliver may have taken this caller's changes already:
-    // they were delivered before deliver_mu_ came free.
-    if (batch.empty()) return restored;
-    for (BandwidthCurve& c : observer_->Changed(batch)) {
-      restored.push_back(std::move(c));
-    }
-    absl::MutexLock lock(&mu_);
-    delivering_ = 0;
-    delivered_total_ += batch.size();
+  while (DeliverBatchLocked(restored)) {
   }
+  return restored;
 }
 
 absl::Status Registry::Register(const monta::v1::RegisterRequest& request,
@@ -279,7 +347,7 @@ absl::Status Registry::Register(const monta::v1::RegisterRequest& request,
   bool queued = false;
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Status s = Admit(request.node_name(), "Register"); !s.ok())
+    if (absl::Status s = Admit(request.node_name(), "Register", now); !s.ok())
       return s;
     absl::Status registered = RegisterLocked(request, now, &queued);
     if (!registered.ok()) return registered;
@@ -296,7 +364,7 @@ void Registry::RegisterThen(const monta::v1::RegisterRequest& request,
   bool queued = false;
   if (status.ok()) {
     absl::MutexLock lock(&mu_);
-    status = Admit(request.node_name(), "Register");
+    status = Admit(request.node_name(), "Register", now);
     if (status.ok()) status = RegisterLocked(request, now, &queued);
     if (status.ok() && queued && threaded_) {
       // Done once every change queued so far (this one among them) is handed
@@ -374,7 +442,7 @@ absl::Status Registry::HeartbeatLocked(
   // Only a topology with events queues a change: refused over the bound
   // before the lease is renewed (the agent retries the whole heartbeat).
   if (request.has_topology()) {
-    if (absl::Status s = Admit(request.node_name(), "Heartbeat");
+    if (absl::Status s = Admit(request.node_name(), "Heartbeat", now);
         !s.ok() && differ_ != nullptr &&
         ValidateTopology(request.topology(), options_.topology_limits).ok() &&
         !differ_(entry.info.topology(), request.topology()).empty()) {
@@ -414,7 +482,7 @@ absl::Status Registry::Deregister(absl::string_view node_name,
       return absl::FailedPreconditionError(absl::StrCat(
           "node ", EchoInput(node_name), " is held by another agent instance"));
     }
-    if (absl::Status s = Admit(node_name, "Deregister"); !s.ok()) return s;
+    if (absl::Status s = Admit(node_name, "Deregister", now); !s.ok()) return s;
     entry.gone = true;
     entry.quiet_since = now.mono;
     queued = Notify(entry, now);
@@ -510,7 +578,7 @@ std::vector<std::string> Registry::RemoveGone(Instant now) {
       Change change;
       change.kind = Change::Kind::kNodeRemoved;
       change.node_name = name;
-      queued = Queue(std::move(change));
+      queued = QueueAt(std::move(change), now);
     }
   }
   if (queued) Deliver();
@@ -786,6 +854,7 @@ void Registry::Clear() {
     delivered_total_ += pending_.size();
     pending_.clear();
     pending_node_.clear();
+    queued_at_.clear();
     // No batch is in flight (deliver_mu_ is held): every registration still
     // waiting had its change in pending_, now dropped unstored.
     dropped.swap(waiters_);
@@ -838,7 +907,7 @@ bool Registry::Notify(const Entry& entry, Instant now) {
   Change change;
   change.kind = Change::Kind::kNode;
   change.node = Snapshot(entry, now);
-  return Queue(std::move(change));
+  return QueueAt(std::move(change), now);
 }
 
 }  // namespace monta::registry

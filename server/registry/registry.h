@@ -56,6 +56,22 @@ struct RegistryOptions {
   // memory. A retried change of a node whose change still waits replaces it
   // and is never refused. 0: no bound.
   int max_pending_changes = 4096;
+  // Changes handed to the observer in one call at most. The RegisterThen
+  // callers whose changes went in a call are answered when it returns, so a
+  // registration storm is answered batch by batch as the store catches up,
+  // not once the whole queue has drained (which, while registrations keep
+  // arriving, is never: every agent's call timed out and was retried).
+  // 0: no bound.
+  int max_changes_per_delivery = 512;
+  // How long the oldest change not yet persisted may have waited for the
+  // store before an agent's Register, Deregister or topology-carrying
+  // Heartbeat is refused RESOURCE_EXHAUSTED (as over max_pending_changes):
+  // the queue is bounded by the store's pace, so an admitted registration is
+  // answered well inside the agent's 5 s deadline instead of timing out and
+  // being sent (and written) again. Timed on the callers' `now` (changes
+  // queued by AddCurve or Forget, which take none, do not count). 0: no
+  // bound.
+  absl::Duration max_pending_wait = absl::Seconds(2);
 };
 
 // Computes the events between two topologies of the same node (e.g. a NIC that
@@ -270,13 +286,26 @@ class Registry {
   bool DeliveryDue() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells the RegisterThen callers whose changes were all handed over.
   void RunDelivered() ABSL_LOCKS_EXCLUDED(mu_);
+  // The next changes for the observer (at most max_changes_per_delivery,
+  // oldest first), taken out of pending_.
+  std::vector<Change> TakeBatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED when one more change of `node_name` would pass
   // options().max_pending_changes (a queued change of the node that one more
   // would replace does not count); `what` names the call.
-  absl::Status Admit(absl::string_view node_name, absl::string_view what) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Also when the oldest change stamped in queued_at_ has waited past
+  // options().max_pending_wait at `now`.
+  absl::Status Admit(absl::string_view node_name, absl::string_view what,
+                     Instant now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Queue, stamping a change that took a new place in the queue with `now`.
+  bool QueueAt(Change change, Instant now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the stamps of the changes persisted (or cleared) so far.
+  void DropDeliveredStampsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands every queued change to the observer, outside mu_, in order.
   void Deliver() ABSL_LOCKS_EXCLUDED(deliver_mu_, mu_);
+  // Hands the next batch (TakeBatchLocked) to the observer, its answer to a
+  // kCurvesForgotten change appended to `restored`; false when none waited.
+  bool DeliverBatchLocked(std::vector<monta::v1::BandwidthCurve>& restored)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(deliver_mu_) ABSL_LOCKS_EXCLUDED(mu_);
   // Deliver, for a caller holding deliver_mu_; returns the observer's answer
   // to the kCurvesForgotten change among them (at most one can be queued:
   // Forget holds deliver_mu_ until its change is delivered).
@@ -313,6 +342,9 @@ class Registry {
   // Entries ever added to pending_, and of them handed over (or cleared).
   uint64_t queued_total_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t delivered_total_ ABSL_GUARDED_BY(mu_) = 0;
+  // (queued_total_ after it, `now`) of the changes QueueAt queued and not yet
+  // persisted, oldest first: the front's age is how far the store is behind.
+  std::deque<std::pair<uint64_t, MonoTime>> queued_at_ ABSL_GUARDED_BY(mu_);
   // RegisterThen callers: done once delivered_total_ reaches the first.
   std::deque<std::pair<uint64_t, std::function<void(absl::Status)>>> waiters_
       ABSL_GUARDED_BY(mu_);

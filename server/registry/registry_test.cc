@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -582,6 +583,127 @@ TEST_F(RegistryTest, RegisterThenAnswersOncePersistedAndBatchesTheWaiting) {
   // n0 alone, then n1..n3 in one batch.
   EXPECT_EQ(observer.nodes.size(), 4u);
   EXPECT_EQ(observer.batches, (std::vector<size_t>{1, 3}));
+}
+
+// A store that takes each Changed call only when the test releases it.
+class GatedObserver : public RegistryObserver {
+ public:
+  std::vector<monta::v1::BandwidthCurve> Changed(
+      const std::vector<Change>& changes) override {
+    absl::MutexLock lock(&mu_);
+    batches.push_back(changes.size());
+    for (const Change& change : changes) {
+      nodes.push_back(change.node.name() + "@" + change.node.bench_address());
+    }
+    const int call = ++calls_;
+    cv_.SignalAll();
+    while (released_ < call) cv_.Wait(&mu_);
+    return {};
+  }
+  // Waits until call `n` (from 1) is in the store's hands.
+  void WaitForCall(int n) {
+    absl::MutexLock lock(&mu_);
+    while (calls_ < n) cv_.Wait(&mu_);
+  }
+  // Lets the calls up to `n` return.
+  void Release(int n) {
+    absl::MutexLock lock(&mu_);
+    released_ = n;
+    cv_.SignalAll();
+  }
+  std::vector<size_t> batches;     // read after the calls returned
+  std::vector<std::string> nodes;  // name@bench_address of each change
+
+ private:
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  int calls_ = 0;
+  int released_ = 0;
+};
+
+// A registration storm: the store gets at most max_changes_per_delivery
+// changes per call, and the RegisterThen callers of each call are answered
+// when it returns, while later changes still wait (answering only once the
+// queue drained would, with registrations still coming, answer nobody before
+// their calls time out). A retry of a node whose change waits still replaces
+// it after the queue moved up.
+TEST_F(RegistryTest, RegisterThenAnswersEachBatchOnceStoredWhileLaterOnesWait) {
+  RegistryOptions options = Options();
+  options.max_changes_per_delivery = 2;
+  Registry r(options);
+  GatedObserver observer;
+  r.SetObserver(&observer);
+  std::vector<absl::Status> answers(5, absl::UnknownError("no answer"));
+  std::vector<absl::Notification> answered(5);
+  auto register_then = [&](int i, const std::string& bench_address) {
+    monta::v1::RegisterRequest request = Req(absl::StrCat("n", i), "i");
+    request.set_bench_address(bench_address);
+    r.RegisterThen(request, start_, [&, i](absl::Status status) {
+      answers[i] = status;
+      if (!answered[i].HasBeenNotified()) answered[i].Notify();
+    });
+  };
+  register_then(0, "");
+  observer.WaitForCall(1);  // n0 in the store's hands
+  for (int i = 1; i < 5; ++i) register_then(i, "");
+  EXPECT_EQ(r.PendingChanges(), 5);
+  observer.Release(1);
+  observer.WaitForCall(2);  // n1, n2: the bound
+  EXPECT_TRUE(answered[0].HasBeenNotified());
+  EXPECT_TRUE(answers[0].ok()) << answers[0];
+  for (int i = 1; i < 5; ++i) EXPECT_FALSE(answered[i].HasBeenNotified()) << i;
+  register_then(4, "10.0.0.4:7");  // n4's retry replaces its queued change
+  EXPECT_EQ(r.PendingChanges(), 4);
+  observer.Release(2);
+  observer.WaitForCall(3);
+  EXPECT_TRUE(answered[1].HasBeenNotified());
+  EXPECT_TRUE(answered[2].HasBeenNotified());
+  EXPECT_FALSE(answered[3].HasBeenNotified());
+  EXPECT_FALSE(answered[4].HasBeenNotified());
+  observer.Release(3);
+  for (int i = 3; i < 5; ++i) {
+    answered[i].WaitForNotification();
+    EXPECT_TRUE(answers[i].ok()) << answers[i];
+  }
+  EXPECT_EQ(observer.batches, (std::vector<size_t>{1, 2, 2}));
+  EXPECT_EQ(observer.nodes, (std::vector<std::string>{"n0@", "n1@", "n2@",
+                                                      "n3@", "n4@10.0.0.4:7"}));
+  EXPECT_EQ(r.PendingChanges(), 0);
+}
+
+// Admission by the store's pace: once the oldest change not yet persisted
+// has waited past max_pending_wait, a registration that would queue one more
+// is refused at once (well under max_pending_changes), and let in again once
+// the store caught up. A heartbeat queues nothing and is never refused.
+TEST_F(RegistryTest, RegistrationsAreRefusedWhileTheStoreIsBehindTheirWait) {
+  RegistryOptions options = Options();
+  options.max_pending_wait = absl::Seconds(2);
+  Registry r(options);
+  GatedObserver observer;
+  r.SetObserver(&observer);
+  absl::Status b_status = absl::UnknownError("no answer");
+  absl::Notification b_answered;
+  r.RegisterThen(Req("a", "ia"), start_, [](absl::Status) {});
+  observer.WaitForCall(1);  // a's change, queued at 0 s, in the store's hands
+  r.RegisterThen(Req("b", "ib"), At(absl::Seconds(2)), [&](absl::Status s) {
+    b_status = s;
+    b_answered.Notify();
+  });
+  absl::Status c_status;
+  r.RegisterThen(Req("c", "ic"), At(absl::Seconds(3)),
+                 [&](absl::Status s) { c_status = s; });
+  EXPECT_EQ(c_status.code(), absl::StatusCode::kResourceExhausted) << c_status;
+  EXPECT_NE(c_status.message().find("behind"), std::string::npos) << c_status;
+  EXPECT_EQ(r.Get("c", At(absl::Seconds(3))).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(r.Heartbeat(Beat("a", "ia"), At(absl::Seconds(3))).ok());
+  EXPECT_EQ(r.PendingChanges(), 2);
+  observer.Release(2);  // a's batch, then b's
+  b_answered.WaitForNotification();
+  EXPECT_TRUE(b_status.ok()) << b_status;
+  observer.Release(3);
+  EXPECT_TRUE(r.Register(Req("c", "ic"), At(absl::Seconds(3))).ok());
+  EXPECT_EQ(observer.nodes, (std::vector<std::string>{"a@", "b@", "c@"}));
 }
 
 // Forget puts back the store's older curve only if no newer curve of the
