@@ -57,16 +57,16 @@ ABSL_FLAG(int, cpu_ranks_per_node, 2,
           "ranks per node of a benchmark on nodes without GPUs when the "
           "request does not say (1..64)");
 ABSL_FLAG(std::string, db, "",
-          "SQLite file for nodes and measured curves (created if missing); "
-          "empty keeps state "
-          "in memory only");
+          "SQLite file for nodes, measured curves, calibrations and verified "
+          "replies (created if missing); empty keeps state in memory only; "
+          "refused with --store=etcd");
 ABSL_FLAG(std::string, store, "sqlite",
           "where nodes and curves are kept: sqlite (--db, or memory without "
           "it; one replica) or etcd (--etcd_endpoints; several replicas may "
           "run: they elect one leader, which alone serves, and the others "
           "answer UNAVAILABLE naming it; every replica writes its decisions, "
-          "verifications and audit entries to etcd's records/, so --db is "
-          "not needed)");
+          "verifications and audit entries to etcd's records/ and the leader "
+          "its calibrations to knowledge/, so --db is refused)");
 ABSL_FLAG(std::string, etcd_endpoints, "",
           "with --store=etcd: host:port of the etcd members, comma-separated "
           "(1..16)");

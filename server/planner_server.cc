@@ -115,6 +115,17 @@ absl::Status PlannerServer::StartMetrics() {
 absl::Status PlannerServer::OpenRegistry() {
   registry_ = std::make_unique<registry::Registry>(
       options_.registry, &topology_diff::DiffTopologyEvents);
+  knowledge_ = std::make_unique<planning::PlanKnowledge>();
+  if (options_.store == "etcd" && !options_.db_path.empty()) {
+    // Every replica's state, records and knowledge live in etcd: a file
+    // beside it would hold nothing, and an operator would look there.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--db ", options_.db_path,
+        ": not used with --store=etcd (nodes, curves, calibration, "
+        "decisions, verifications and the audit log are all kept in etcd); "
+        "drop it, or copy a single replica's file into etcd with "
+        "--migrate_from_sqlite"));
+  }
   if (!options_.db_path.empty()) {
     if (absl::Status opened = OpenStore(); !opened.ok()) return opened;
   }
@@ -135,6 +146,12 @@ absl::Status PlannerServer::OpenRegistry() {
     registry_writer_ =
         std::make_unique<store::RegistryWriter>(store_.get(), *fence);
     registry_->SetObserver(registry_writer_.get());
+    // What earlier verify runs taught this planner, kept from here on.
+    if (!LoadKnowledge(*store_)) {
+      return absl::UnavailableError(absl::StrCat(
+          "--db ", options_.db_path, ": cannot list its plan knowledge"));
+    }
+    knowledge_->SetWriter(KnowledgeWriter(store_.get(), *fence));
   }
   cluster_collector_ =
       std::make_shared<metrics::ClusterCollector>(registry_.get());
@@ -200,6 +217,22 @@ absl::Status PlannerServer::OpenEtcdStore() {
   follower_options.on_discarded = DiscardedRecorder();
   follower_ = std::make_unique<store::Follower>(
       etcd_store_.get(), registry_.get(), std::move(follower_options));
+  planning::PlanKnowledge* knowledge = knowledge_.get();
+  metrics::PlannerMetrics* metrics = planner_metrics_.get();
+  store::KnowledgeFollower::Sink sink;
+  sink.replace = [knowledge, metrics](const auto& records) {
+    const planning::PlanKnowledge::Loaded loaded = knowledge->Replace(records);
+    for (int i = 0; i < loaded.malformed; ++i) {
+      metrics->RecordDiscardedError("knowledge_record");
+    }
+  };
+  sink.apply = [knowledge, metrics](const store::KnowledgeChange& change) {
+    if (!knowledge->Apply(change)) {
+      metrics->RecordDiscardedError("knowledge_record");
+    }
+  };
+  knowledge_follower_ = std::make_unique<store::KnowledgeFollower>(
+      etcd_store_.get(), std::move(sink));
   etcd_store::RecordWriterOptions records;
   records.prefix = options_.etcd_prefix;
   records.origin = replica_id_;
@@ -261,9 +294,13 @@ void PlannerServer::StartLeading(int64_t epoch) {
   // The registry as etcd holds it now, not as this replica's cache last saw
   // it: the follower stops applying first.
   follower_->Pause();
+  knowledge_follower_->Pause();
   registry_->Clear();
   absl::Status loaded =
       store::LoadInto(*etcd_store_, *registry_, DiscardedRecorder());
+  if (loaded.ok() && !LoadKnowledge(*etcd_store_)) {
+    loaded = absl::UnavailableError("cannot list the plan knowledge");
+  }
   absl::StatusOr<store::Fence> fence =
       loaded.ok() ? etcd_store_->Lead() : absl::StatusOr<store::Fence>(loaded);
   if (!fence.ok()) {
@@ -282,6 +319,7 @@ void PlannerServer::StartLeading(int64_t epoch) {
   }
   term_writer_->Set(
       std::make_unique<store::RegistryWriter>(etcd_store_.get(), *fence));
+  knowledge_->SetWriter(KnowledgeWriter(etcd_store_.get(), *fence));
   term_epoch_ = epoch;
   server_->GetHealthCheckService()->SetServingStatus(
       monta::v1::Planner::service_full_name(), true);
@@ -299,6 +337,7 @@ void PlannerServer::StopLeading(int64_t epoch, const std::string& why) {
   // fail "leader changed", the open task streams end UNAVAILABLE.
   coordinator_->Follow(why, Instant::Now());
   if (term_writer_ != nullptr) term_writer_->Set(nullptr);
+  knowledge_->SetWriter(nullptr);
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(
         monta::v1::Planner::service_full_name(), false);
@@ -306,6 +345,7 @@ void PlannerServer::StopLeading(int64_t epoch, const std::string& why) {
   if (gateway_ != nullptr) gateway_->EndDeniedWatches();
   // The cache lists again and follows the new leader's commits.
   if (follower_ != nullptr) follower_->Resume();
+  if (knowledge_follower_ != nullptr) knowledge_follower_->Resume();
   if (term_epoch_ == 0) return;
   term_epoch_ = 0;
   std::cerr << "monta-planner: stopped leading epoch " << epoch << ": " << why
@@ -329,8 +369,18 @@ void PlannerServer::FollowStore() {
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   std::optional<bool> readable;
   absl::Duration wait = absl::ZeroDuration();
+  std::string knowledge_failure;
   while (!stop_.WaitForNotificationWithTimeout(wait)) {
     wait = follower_->Step();
+    // The knowledge's watch on the same thread: its changes are rare, and
+    // the registry's step above already waited for the poll.
+    const absl::Status followed =
+        knowledge_follower_->Step(absl::ZeroDuration());
+    if (!followed.ok() && followed.message() != knowledge_failure) {
+      std::cerr << "monta-planner: following the plan knowledge: " << followed
+                << " (listing again)" << std::endl;
+    }
+    knowledge_failure = std::string(followed.message());
     const store::Follower::Lag lag = follower_->lag();
     planner_metrics_->SetFollowerLag(absl::ToDoubleSeconds(lag.seconds),
                                      lag.revisions);
@@ -344,7 +394,10 @@ void PlannerServer::FollowStore() {
 
 absl::Status PlannerServer::Readable() const {
   absl::Status leading = coordinator_->CheckLeading();
-  if (leading.ok() || follower_ == nullptr || !follower_->in_sync()) {
+  // A follower answers with the leader's calibration and verified evidence
+  // or not at all.
+  if (leading.ok() || follower_ == nullptr || !follower_->in_sync() ||
+      !knowledge_follower_->in_sync()) {
     return leading;
   }
   const absl::Duration lag = follower_->lag().seconds;
@@ -369,16 +422,42 @@ std::function<void(const std::string&)> PlannerServer::DiscardedRecorder() {
   };
 }
 
+bool PlannerServer::LoadKnowledge(store::KnowledgeStore& store) {
+  absl::StatusOr<store::KnowledgeList> listed = store.ListKnowledge();
+  if (!listed.ok()) {
+    std::cerr << "monta-planner: cannot list the plan knowledge: "
+              << listed.status() << std::endl;
+    return false;
+  }
+  const planning::PlanKnowledge::Loaded loaded =
+      knowledge_->Replace(listed->records);
+  for (int i = 0; i < loaded.malformed; ++i) {
+    planner_metrics_->RecordDiscardedError("knowledge_record");
+  }
+  std::cerr << "monta-planner: plan knowledge on the store: "
+            << loaded.node_sets << " node sets (calibration and runs), "
+            << loaded.jobs << " verified jobs, " << loaded.malformed
+            << " malformed (skipped)" << std::endl;
+  return true;
+}
+
+planning::PlanKnowledge::Writer PlannerServer::KnowledgeWriter(
+    store::KnowledgeStore* store, store::Fence fence) {
+  // A failed write is logged and told to the write listener by the store
+  // (health, monta_store_errors_total{operation="knowledge"}); the next
+  // change of that record writes it whole.
+  return [store, fence](const store::KnowledgeWrites& writes) {
+    (void)store->WriteKnowledge(fence, writes);
+  };
+}
+
 absl::Status PlannerServer::OpenAndLoadStore() {
   absl::StatusOr<std::unique_ptr<store::SqliteStore>> store =
       store::SqliteStore::Open(options_.db_path);
   if (!store.ok()) return store.status();
-  // LoadInto restores nothing when it fails, so a retry starts clean. With
-  // --store=etcd the registry comes from etcd (OpenEtcdStore).
+  // LoadInto restores nothing when it fails, so a retry starts clean.
   if (absl::Status loaded =
-          options_.store == "etcd"
-              ? absl::OkStatus()
-              : store::LoadInto(**store, *registry_, DiscardedRecorder());
+          store::LoadInto(**store, *registry_, DiscardedRecorder());
       !loaded.ok()) {
     return absl::DataLossError(
         absl::StrCat("--db ", options_.db_path, ": ", loaded.message()));
@@ -580,7 +659,6 @@ absl::Status PlannerServer::StartGrpc() {
   gateway_ = std::make_unique<api::AgentGatewayService>(
       registry_.get(), coordinator_.get(), authz_.get(),
       std::move(on_registered));
-  knowledge_ = std::make_unique<planning::PlanKnowledge>();
   verify::VerifierOptions verifier_options = options_.verifier;
   verifier_options.fabric_tree = FabricTree();
   verifier_ = std::make_unique<verify::Verifier>(

@@ -39,6 +39,7 @@
 #include "server/planning/calibration.h"
 #include "server/registry/registry.h"
 #include "server/store/follower.h"
+#include "server/store/knowledge_store.h"
 #include "server/store/sqlite_store.h"
 #include "server/store/store.h"
 #include "server/verify/verifier.h"
@@ -95,14 +96,15 @@ struct PlannerOptions {
   // start stops Start with one line; later the previous content stays.
   fabric::FabricOptions fabric;
   absl::Duration fabric_refresh = absl::Seconds(10);
-  // Where nodes and curves are kept: "sqlite" (db_path, or memory without
-  // it; one replica, no election) or "etcd" (EtcdStore under etcd_prefix on
-  // the etcd of `etcd`; db_path, when set, keeps decisions, verifications
-  // and the audit log only). With etcd every replica campaigns
-  // (server/election, under etcd_prefix without its last '/'); only the
-  // leader serves: it reloads the registry from etcd when it starts leading,
-  // writes under the election's fence and coordinates benchmarks; a follower
-  // refuses every Monta RPC with UNAVAILABLE naming the leader's address.
+  // Where nodes, curves and what verify runs taught the planner are kept:
+  // "sqlite" (db_path, or memory without it; one replica, no election) or
+  // "etcd" (EtcdStore under etcd_prefix on the etcd of `etcd`; db_path must
+  // be empty: decisions, verifications and the audit log go to etcd too). With
+  // etcd every replica campaigns (server/election, under etcd_prefix without
+  // its last '/'); only the leader serves: it reloads the registry from etcd
+  // when it starts leading, writes under the election's fence and coordinates
+  // benchmarks; a follower refuses every Monta RPC with UNAVAILABLE naming the
+  // leader's address.
   std::string store = "sqlite";
   etcd::ClientOptions etcd;
   std::string etcd_prefix = "/monta/v1/";
@@ -193,6 +195,12 @@ class PlannerServer {
   // Counts a stored curve the registry refused on load (LoadInto's and the
   // follower's on_discarded).
   std::function<void(const std::string&)> DiscardedRecorder();
+  // Replaces the plan knowledge with the store's (malformed records counted
+  // and skipped); false when the store cannot be listed (logged).
+  bool LoadKnowledge(store::KnowledgeStore& store);
+  // The plan knowledge's writes to `store` under `fence`.
+  static planning::PlanKnowledge::Writer KnowledgeWriter(
+      store::KnowledgeStore* store, store::Fence fence);
   // --store=etcd: connects and checks the schema; the registry is loaded
   // when this replica starts leading.
   absl::Status OpenEtcdStore();
@@ -292,6 +300,9 @@ class PlannerServer {
   // With --store=etcd: the registry as etcd holds it while this replica
   // follows (paused while it leads), and the thread that steps it.
   std::unique_ptr<store::Follower> follower_;
+  // With --store=etcd: the plan knowledge (knowledge_) as etcd holds it while
+  // this replica follows (paused while it leads), stepped by the same thread.
+  std::unique_ptr<store::KnowledgeFollower> knowledge_follower_;
   std::thread follow_thread_;
   std::string replica_id_;
   std::string advertise_address_;
@@ -312,6 +323,9 @@ class PlannerServer {
   // maintenance thread's only).
   std::set<std::string> hint_disagreements_;
   std::unique_ptr<coordination::Coordinator> coordinator_;
+  // What verify runs taught the planner (calibration per node set, verified
+  // replies per job): loaded from the store (--db, or etcd when leading),
+  // written through it, followed from etcd while following.
   std::unique_ptr<planning::PlanKnowledge> knowledge_;
   std::unique_ptr<verify::Verifier> verifier_;
   std::unique_ptr<api::DenyList> deny_list_;

@@ -2,7 +2,10 @@
 // agents on one host's loopback (scripts/local-cluster.sh). Their benchmark
 // traffic never crosses a link, so verify measures and says so, but neither
 // calibrates nor answers later plans from it (docs/MODEL.md §11), unless
-// --calibrate_on_loopback.
+// --calibrate_on_loopback; what such a run taught the planner outlives its
+// restart on the same --db.
+#include <signal.h>
+
 #include <string>
 #include <vector>
 
@@ -32,10 +35,7 @@ nlohmann::json Decision(nlohmann::json plan) {
 class LocalVerifyTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(cluster_
-                    .StartPlanner({"--bench_on_register=false",
-                                   "--bench_interval_seconds=0"})
-                    .ok());
+    ASSERT_TRUE(cluster_.StartPlanner(PlannerFlags()).ok());
     for (const char* node : {"node-a", "node-b"}) {
       ASSERT_TRUE(cluster_.StartAgent(node).ok());
     }
@@ -69,6 +69,45 @@ class LocalVerifyTest : public ::testing::Test {
     nlohmann::json j = Json(cluster_.Montactl(args), &why);
     EXPECT_FALSE(j.is_null()) << why;
     return j;
+  }
+
+  // A restarted planner on the same --db prices with what the run taught it
+  // (issue 20 item 3): the same verified evidence and calibration, the same
+  // times.
+  void ExpectARestartKeeps(const nlohmann::json& insisted,
+                           const nlohmann::json& verified) {
+    const int port = cluster_.grpc_port();
+    cluster_.planner().Signal(SIGTERM);
+    ASSERT_TRUE(cluster_.planner().Wait(absl::Seconds(15)).ok());
+    ASSERT_TRUE(cluster_.StartPlanner(PlannerFlags(), port).ok());
+    EXPECT_NE(ReadFile(cluster_.planner().log_path())
+                  .find(" node sets (calibration and runs), 1 verified jobs"),
+              std::string::npos)
+        << ReadFile(cluster_.planner().log_path());
+    const nlohmann::json restarted = Plan();
+    ASSERT_FALSE(restarted.is_null());
+    EXPECT_EQ(restarted["evidence"]["origin"], "EVIDENCE_SOURCE_VERIFIED");
+    EXPECT_EQ(restarted["evidence"]["verified"]["task_id"],
+              insisted["task"]["task_id"])
+        << restarted.dump(1);
+    EXPECT_EQ(restarted["evidence"].contains("calibration"),
+              insisted.contains("calibration"))
+        << restarted.dump(1);
+    if (insisted.contains("calibration")) {
+      nlohmann::json before = verified["evidence"]["calibration"];
+      nlohmann::json after = restarted["evidence"]["calibration"];
+      before.erase("age_seconds");
+      after.erase("age_seconds");
+      EXPECT_EQ(after, before);
+    }
+    EXPECT_EQ(restarted["chosen"]["kind"], verified["chosen"]["kind"]);
+    EXPECT_EQ(restarted["chosen"]["total_seconds_per_layer"],
+              verified["chosen"]["total_seconds_per_layer"]);
+  }
+
+  std::vector<std::string> PlannerFlags() const {
+    return {"--bench_on_register=false", "--bench_interval_seconds=0",
+            "--db=" + cluster_.dir() + "/planner.db"};
   }
 
   LocalCluster cluster_;
@@ -159,7 +198,10 @@ TEST_F(LocalVerifyTest, LoopbackNodesAreMeasuredButTeachNothing) {
   EXPECT_TRUE(insisted.value("loopback_only", false));
   EXPECT_NE(insisted["calibration_outcome"], "CALIBRATION_OUTCOME_LOOPBACK")
       << insisted.dump(1);
-  EXPECT_EQ(Plan()["evidence"]["origin"], "EVIDENCE_SOURCE_VERIFIED");
+  const nlohmann::json verified = Plan();
+  EXPECT_EQ(verified["evidence"]["origin"], "EVIDENCE_SOURCE_VERIFIED");
+
+  ExpectARestartKeeps(insisted, verified);
 }
 
 TEST_F(LocalVerifyTest, ABadScopeIsRefusedByTheClient) {

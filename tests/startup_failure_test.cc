@@ -261,7 +261,8 @@ TEST(StartupFailureTest, BadFabricFiles) {
 }
 
 // --store: an unknown store, etcd without endpoints or transport security,
-// and an etcd nobody answers at, each refused with one line naming the flag.
+// an etcd nobody answers at, and etcd with a --db, each refused with one line
+// naming the flag.
 TEST(StartupFailureTest, BadStoreFlags) {
   ExpectRefused("server/monta-planner", PlannerFlags({"--store=zookeeper"}),
                 {"--store", "zookeeper"});
@@ -287,6 +288,12 @@ TEST(StartupFailureTest, BadStoreFlags) {
       PlannerFlags({"--store=etcd", "--etcd_endpoints=127.0.0.1:1",
                     "--etcd_insecure", "--follower_max_lag_seconds=0"}),
       {"--follower_max_lag_seconds", "0.5..3600"});
+  // Everything lives in etcd: a --db beside it would hold nothing.
+  ExpectRefused(
+      "server/monta-planner",
+      PlannerFlags({"--store=etcd", "--etcd_endpoints=127.0.0.1:1",
+                    "--etcd_insecure", "--db=" + TempDir() + "/x.db"}),
+      {"--db", "not used with --store=etcd", "--migrate_from_sqlite"});
 }
 
 TEST(StartupFailureTest, DatabaseDirectoryMissing) {

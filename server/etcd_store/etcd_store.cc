@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <utility>
@@ -13,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "common/clock.h"
 #include "server/etcd/watch.h"
 
@@ -287,55 +289,98 @@ class EtcdStore::Batch {
 namespace {
 
 // The commits of P log after a revision, as ChangeWatch.
+// The next batch of `watch` with something `convert` keeps, waiting up to
+// `timeout` on the monotonic clock (a wall clock step neither ends nor
+// stretches the wait): DEADLINE_EXCEEDED when none came, OUT_OF_RANGE ("list
+// again") when etcd compacted the history the watch needs.
+template <typename T>
+absl::StatusOr<std::vector<T>> NextOf(
+    etcd::Watch& watch, absl::Duration timeout, absl::string_view what,
+    const std::function<absl::Status(const etcd::Event&, std::vector<T>&)>&
+        convert) {
+  const MonoTime deadline =
+      MonoAfter(std::chrono::steady_clock::now(), timeout);
+  while (true) {
+    absl::StatusOr<etcd::WatchBatch> batch = watch.Next(
+        std::max(MonoSince(std::chrono::steady_clock::now(), deadline),
+                 absl::ZeroDuration()));
+    if (!batch.ok()) {
+      if (batch.status().code() == absl::StatusCode::kFailedPrecondition) {
+        return absl::OutOfRangeError(
+            absl::StrCat(what,
+                         ": the history it needs is compacted: list "
+                         "again (",
+                         batch.status().message(), ")"));
+      }
+      return batch.status();
+    }
+    if (batch->compact_revision > 0) {
+      return absl::OutOfRangeError(
+          absl::StrCat(what, ": etcd compacted through revision ",
+                       batch->compact_revision, ": list again"));
+    }
+    std::vector<T> out;
+    for (const etcd::Event& e : batch->events) {
+      if (absl::Status s = convert(e, out); !s.ok()) return s;
+    }
+    if (!out.empty()) return out;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(what, ": nothing new"));
+    }
+  }
+}
+
 class EtcdChangeWatch : public ChangeWatch {
  public:
   explicit EtcdChangeWatch(std::unique_ptr<etcd::Watch> watch)
       : watch_(std::move(watch)) {}
 
   absl::StatusOr<std::vector<Event>> Next(absl::Duration timeout) override {
-    // On the monotonic clock: a wall clock step neither ends nor stretches
-    // the wait.
-    const MonoTime deadline =
-        MonoAfter(std::chrono::steady_clock::now(), timeout);
-    while (true) {
-      absl::StatusOr<etcd::WatchBatch> batch = watch_->Next(
-          std::max(MonoSince(std::chrono::steady_clock::now(), deadline),
-                   absl::ZeroDuration()));
-      if (!batch.ok()) {
-        if (batch.status().code() == absl::StatusCode::kFailedPrecondition) {
-          return absl::OutOfRangeError(absl::StrCat(
-              "etcd store watch: the history it needs is compacted: list "
-              "again (",
-              batch.status().message(), ")"));
-        }
-        return batch.status();
-      }
-      if (batch->compact_revision > 0) {
-        return absl::OutOfRangeError(
-            absl::StrCat("etcd store watch: etcd compacted through revision ",
-                         batch->compact_revision, ": list again"));
-      }
-      std::vector<Event> out;
-      for (const etcd::Event& e : batch->events) {
-        if (e.type != etcd::Event::Type::kPut) continue;
-        absl::StatusOr<std::vector<Mutation>> mutations =
-            DecodeMutations(e.kv.value);
-        if (!mutations.ok()) {
-          return absl::DataLossError(absl::StrCat(mutations.status().message(),
-                                                  " at revision ",
-                                                  e.kv.mod_revision));
-        }
-        out.push_back(Event{e.kv.mod_revision, *std::move(mutations)});
-      }
-      if (!out.empty()) return out;
-      if (std::chrono::steady_clock::now() >= deadline) {
-        return absl::DeadlineExceededError("etcd store watch: no commit");
-      }
-    }
+    return NextOf<Event>(
+        *watch_, timeout, "etcd store watch",
+        [](const etcd::Event& e, std::vector<Event>& out) -> absl::Status {
+          if (e.type != etcd::Event::Type::kPut) return absl::OkStatus();
+          absl::StatusOr<std::vector<Mutation>> mutations =
+              DecodeMutations(e.kv.value);
+          if (!mutations.ok()) {
+            return absl::DataLossError(
+                absl::StrCat(mutations.status().message(), " at revision ",
+                             e.kv.mod_revision));
+          }
+          out.push_back(Event{e.kv.mod_revision, *std::move(mutations)});
+          return absl::OkStatus();
+        });
   }
 
  private:
   std::unique_ptr<etcd::Watch> watch_;
+};
+
+// The puts and deletes of P knowledge/ as knowledge changes (ids without the
+// key's directory).
+class EtcdKnowledgeWatch : public store::KnowledgeWatch {
+ public:
+  EtcdKnowledgeWatch(std::unique_ptr<etcd::Watch> watch, std::string dir)
+      : watch_(std::move(watch)), dir_(std::move(dir)) {}
+
+  absl::StatusOr<std::vector<store::KnowledgeChange>> Next(
+      absl::Duration timeout) override {
+    return NextOf<store::KnowledgeChange>(
+        *watch_, timeout, "etcd knowledge watch",
+        [this](const etcd::Event& e,
+               std::vector<store::KnowledgeChange>& out) -> absl::Status {
+          if (!absl::StartsWith(e.kv.key, dir_)) return absl::OkStatus();
+          store::KnowledgeChange change;
+          change.id = e.kv.key.substr(dir_.size());
+          if (e.type == etcd::Event::Type::kPut) change.value = e.kv.value;
+          out.push_back(std::move(change));
+          return absl::OkStatus();
+        });
+  }
+
+ private:
+  std::unique_ptr<etcd::Watch> watch_;
+  const std::string dir_;
 };
 
 }  // namespace
@@ -761,22 +806,37 @@ absl::StatusOr<std::unique_ptr<ChangeWatch>> EtcdStore::Watch(
 absl::Status EtcdStore::WriteTasks(const Fence& fence,
                                    const store::TaskWrites& writes) {
   if (absl::Status s = store::ValidateTaskWrites(writes); !s.ok()) return s;
+  return WriteRecords(fence, "tasks/", writes, "task");
+}
+
+absl::Status EtcdStore::WriteKnowledge(const Fence& fence,
+                                       const store::KnowledgeWrites& writes) {
+  if (absl::Status s = store::ValidateKnowledgeWrites(writes); !s.ok()) {
+    return s;
+  }
+  return WriteRecords(fence, "knowledge/", writes, "knowledge");
+}
+
+absl::Status EtcdStore::WriteRecords(const Fence& fence, const std::string& dir,
+                                     const store::RecordWrites& writes,
+                                     const std::string& operation) {
   if (writes.empty()) return absl::OkStatus();
   if (fence.epoch <= 0) return Fenced(fence.epoch, "was never handed out");
   absl::MutexLock lock(&mu_);
-  absl::Status written = WriteTasksLocked(fence, writes);
+  absl::Status written = WriteRecordsLocked(fence, dir, writes);
   if (!written.ok()) {
     std::cerr << "monta-planner: etcd store " << options_.prefix << ": writing "
-              << writes.size() << " benchmark tasks failed: " << written
-              << std::endl;
+              << writes.size() << " " << operation
+              << " records failed: " << written << std::endl;
   }
-  if (listener_ && (!written.ok() || failing_)) listener_("task", written);
+  if (listener_ && (!written.ok() || failing_)) listener_(operation, written);
   failing_ = !written.ok();
   return written;
 }
 
-absl::Status EtcdStore::WriteTasksLocked(const Fence& fence,
-                                         const store::TaskWrites& writes) {
+absl::Status EtcdStore::WriteRecordsLocked(const Fence& fence,
+                                           const std::string& dir,
+                                           const store::RecordWrites& writes) {
   const etcd::ClientOptions& limits = client_->options();
   const size_t max_ops = static_cast<size_t>(limits.max_txn_ops);
   const int64_t max_bytes = limits.max_request_bytes -
@@ -785,7 +845,7 @@ absl::Status EtcdStore::WriteTasksLocked(const Fence& fence,
   std::vector<etcd::TxnRequest> txns(1);
   int64_t bytes = 0;
   for (const auto& [id, record] : writes) {
-    const std::string key = absl::StrCat(options_.prefix, "tasks/", id);
+    const std::string key = absl::StrCat(options_.prefix, dir, id);
     const int64_t op_bytes = static_cast<int64_t>(
         key.size() + (record.has_value() ? record->size() : 0) +
         etcd::kOpOverheadBytes);
@@ -808,8 +868,8 @@ absl::Status EtcdStore::WriteTasksLocked(const Fence& fence,
     if (!result.ok()) {
       return absl::Status(
           result.status().code(),
-          absl::StrCat("etcd store task write: ", result.status().message(),
-                       " (", landed, ")"));
+          absl::StrCat("etcd store write of ", dir, ": ",
+                       result.status().message(), " (", landed, ")"));
     }
     if (!result->succeeded) {
       return Fenced(fence.epoch, absl::StrCat("is not the newest: ", landed));
@@ -818,23 +878,39 @@ absl::Status EtcdStore::WriteTasksLocked(const Fence& fence,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::string>> EtcdStore::ListTasks() {
-  const std::string prefix = absl::StrCat(options_.prefix, "tasks/");
+absl::StatusOr<store::KnowledgeList> EtcdStore::ListRecords(
+    const std::string& dir) {
+  const std::string prefix = absl::StrCat(options_.prefix, dir);
   etcd::ListRequest request;
   request.key = prefix;
   request.range_end = etcd::PrefixEnd(prefix);
-  std::vector<std::string> records;
+  store::KnowledgeList list;
   absl::StatusOr<int64_t> listed = client_->ListPages(
       request, [&](std::vector<etcd::KeyValue> page) -> absl::Status {
-        if (records.size() + page.size() > options_.max_keys) {
+        if (list.records.size() + page.size() > options_.max_keys) {
           return absl::ResourceExhaustedError(
               absl::StrCat("etcd store ", prefix, ": more than ",
                            options_.max_keys, " keys"));
         }
-        for (etcd::KeyValue& kv : page) records.push_back(std::move(kv.value));
+        for (etcd::KeyValue& kv : page) {
+          list.records.push_back(store::KnowledgeRecord{
+              kv.key.substr(prefix.size()), std::move(kv.value)});
+        }
         return absl::OkStatus();
       });
   if (!listed.ok()) return listed.status();
+  list.revision = *listed;
+  return list;
+}
+
+absl::StatusOr<std::vector<std::string>> EtcdStore::ListTasks() {
+  absl::StatusOr<store::KnowledgeList> list = ListRecords("tasks/");
+  if (!list.ok()) return list.status();
+  std::vector<std::string> records;
+  records.reserve(list->records.size());
+  for (store::KnowledgeRecord& r : list->records) {
+    records.push_back(std::move(r.value));
+  }
   return records;
 }
 
@@ -848,6 +924,28 @@ absl::StatusOr<std::optional<std::string>> EtcdStore::GetTask(
   if (!got.ok()) return got.status();
   if (got->kvs.empty()) return std::optional<std::string>();
   return std::optional<std::string>(std::move(got->kvs.front().value));
+}
+
+absl::StatusOr<store::KnowledgeList> EtcdStore::ListKnowledge() {
+  return ListRecords("knowledge/");
+}
+
+absl::StatusOr<std::unique_ptr<store::KnowledgeWatch>>
+EtcdStore::WatchKnowledge(int64_t after_revision) {
+  if (after_revision < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "knowledge watch after_revision: expected >= 0, got ", after_revision));
+  }
+  const std::string dir = absl::StrCat(options_.prefix, "knowledge/");
+  etcd::WatchOptions options;
+  options.key = dir;
+  options.range_end = etcd::PrefixEnd(dir);
+  options.start_revision = after_revision + 1;
+  absl::StatusOr<std::unique_ptr<etcd::Watch>> watch =
+      client_->OpenWatch(options);
+  if (!watch.ok()) return watch.status();
+  return std::unique_ptr<store::KnowledgeWatch>(
+      new EtcdKnowledgeWatch(*std::move(watch), dir));
 }
 
 }  // namespace monta::etcd_store

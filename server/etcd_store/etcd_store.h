@@ -21,6 +21,11 @@
 //                             server/bench/task_record.h): written under the
 //                             same fence, outside the log (no watch sees
 //                             them), listed by the leader that takes over
+//   P knowledge/<id>          what verify runs taught the planner
+//                             (KnowledgeStore; server/planning's
+//                             knowledge_record.h): written under the same
+//                             fence, outside the log; followers list and
+//                             watch this range (store::KnowledgeFollower)
 //
 // List is a paged list of P curves/ and P nodes/ at one etcd revision. Commit
 // is ONE etcd Txn: its compare is the fence, its operations the net puts and
@@ -72,6 +77,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/etcd/client.h"
+#include "server/store/knowledge_store.h"
 #include "server/store/store.h"
 #include "server/store/task_store.h"
 
@@ -82,8 +88,8 @@ struct SchemaVersion {
   int minor = 0;
 };
 // This build's layout.
-// 1.1 added P tasks/ (older replicas ignore it).
-inline constexpr SchemaVersion kEtcdSchemaVersion{1, 1};
+// 1.1 added P tasks/, 1.2 P knowledge/ (older replicas ignore both).
+inline constexpr SchemaVersion kEtcdSchemaVersion{1, 2};
 
 struct EtcdStoreOptions {
   // Every key lives under it: non-empty, starting and ending with '/', at
@@ -102,7 +108,9 @@ struct EtcdStoreOptions {
   size_t max_keys = 1 << 20;
 };
 
-class EtcdStore : public store::Store, public store::TaskStore {
+class EtcdStore : public store::Store,
+                  public store::TaskStore,
+                  public store::KnowledgeStore {
  public:
   // Checks the options and the schema version (writing it when the prefix
   // has none). `client` must outlive the store.
@@ -129,6 +137,16 @@ class EtcdStore : public store::Store, public store::TaskStore {
   // not, sees the newest record).
   absl::StatusOr<std::optional<std::string>> GetTask(
       const std::string& task_id) override;
+
+  // KnowledgeStore: P knowledge/<id>, written as the tasks are (fenced Txns
+  // within etcd's limits, outside the log; a failure is told to the write
+  // listener as "knowledge"); listed at one revision and watched from the
+  // revision after (the replicas that follow: store::KnowledgeFollower).
+  absl::Status WriteKnowledge(const store::Fence& fence,
+                              const store::KnowledgeWrites& writes) override;
+  absl::StatusOr<store::KnowledgeList> ListKnowledge() override;
+  absl::StatusOr<std::unique_ptr<store::KnowledgeWatch>> WatchKnowledge(
+      int64_t after_revision) override;
 
   // Told of every failed Commit (`operation`: registry::ChangeOperation of
   // its first mutation) and of the first successful one after a failure
@@ -174,9 +192,19 @@ class EtcdStore : public store::Store, public store::TaskStore {
       const std::function<bool(const monta::v1::BandwidthCurve&)>& which,
       Batch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  absl::Status WriteTasksLocked(const store::Fence& fence,
-                                const store::TaskWrites& writes)
+  // Puts and deletes P <dir><id> under the fence (tasks/, knowledge/), in
+  // as few Txns as etcd's limits allow; failures logged and told to the
+  // listener as `operation`.
+  absl::Status WriteRecords(const store::Fence& fence, const std::string& dir,
+                            const store::RecordWrites& writes,
+                            const std::string& operation)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status WriteRecordsLocked(const store::Fence& fence,
+                                  const std::string& dir,
+                                  const store::RecordWrites& writes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every key of P <dir> at one revision (ids without P <dir>).
+  absl::StatusOr<store::KnowledgeList> ListRecords(const std::string& dir);
   std::string NodeKey(const std::string& name) const;
   std::string CurveKey(const std::string& measurement, uint64_t seq) const;
 

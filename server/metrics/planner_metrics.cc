@@ -382,7 +382,7 @@ void PlannerMetrics::CreateSeries() {
     }
   }
   for (const char* operation :
-       {"node", "curve", "decision", "verification", "audit"}) {
+       {"node", "curve", "knowledge", "decision", "verification", "audit"}) {
     store_errors_.Add({{"operation", operation}});
   }
   for (const char* reason : {"queue_full", "too_large"}) {

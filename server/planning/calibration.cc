@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <limits>
 #include <utility>
 
@@ -13,6 +14,7 @@
 #include "common/strategy/strategy_proto.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "server/planning/knowledge_record.h"
 
 namespace monta::planning {
 namespace {
@@ -297,13 +299,17 @@ std::string JobKey(const v1::StrategyRequest& request) {
 
 namespace {
 
-// Drops the oldest keys of `map` beyond `max` entries.
+// Drops the oldest keys of `map` beyond `max` entries; returns them.
 template <typename Map>
-void BoundEntries(Map& map, std::deque<std::string>& order, size_t max) {
+std::vector<std::string> BoundEntries(Map& map, std::deque<std::string>& order,
+                                      size_t max) {
+  std::vector<std::string> dropped;
   while (order.size() > max) {
     map.erase(order.front());
+    dropped.push_back(std::move(order.front()));
     order.pop_front();
   }
+  return dropped;
 }
 
 void Remember(std::deque<std::string>& order, const std::string& key) {
@@ -311,33 +317,105 @@ void Remember(std::deque<std::string>& order, const std::string& key) {
   order.push_back(key);
 }
 
+void Forget(std::deque<std::string>& order, const std::string& key) {
+  order.erase(std::remove(order.begin(), order.end(), key), order.end());
+}
+
+void TrimRuns(NodeSetRecord& set, int max_runs) {
+  while (set.runs.size() > static_cast<size_t>(std::max(1, max_runs))) {
+    set.runs.pop_front();
+  }
+}
+
+void LogSkipped(const std::string& id, const absl::Status& why) {
+  std::cerr << "monta-planner: knowledge record " << id
+            << " skipped: " << why.message() << std::endl;
+}
+
 }  // namespace
+
+std::vector<std::string> PlanKnowledge::KeepNodeSetLocked(
+    NodeSetRecord record) {
+  TrimRuns(record, options_.max_runs_per_node_set);
+  const std::string key = record.node_set;
+  node_sets_[key] = std::move(record);
+  Remember(node_set_order_, key);
+  return BoundEntries(node_sets_, node_set_order_, options_.max_entries);
+}
+
+std::vector<std::string> PlanKnowledge::KeepJobLocked(const std::string& key,
+                                                      JobRecord record) {
+  verified_[key] = std::move(record);
+  Remember(verified_order_, key);
+  return BoundEntries(verified_, verified_order_, options_.max_entries);
+}
+
+store::KnowledgeWrites PlanKnowledge::NodeSetWritesLocked(
+    const std::string& key, const std::vector<std::string>& dropped_sets) {
+  store::KnowledgeWrites writes;
+  for (const std::string& d : dropped_sets) {
+    writes[NodeSetRecordId(d)] = std::nullopt;
+  }
+  auto it = node_sets_.find(key);
+  if (it == node_sets_.end()) return writes;
+  std::optional<std::string> value =
+      EncodeNodeSetRecord(it->second, store::kMaxKnowledgeRecordBytes);
+  if (value.has_value()) {
+    writes[NodeSetRecordId(key)] = *std::move(value);
+  } else {
+    std::cerr << "monta-planner: the calibration of node set " << key.size()
+              << " bytes long is over a stored record's "
+              << store::kMaxKnowledgeRecordBytes
+              << " bytes: kept in memory only" << std::endl;
+  }
+  return writes;
+}
+
+void PlanKnowledge::Write(const store::KnowledgeWrites& writes) {
+  if (writer_ && !writes.empty()) writer_(writes);
+}
+
+void PlanKnowledge::SetWriter(Writer writer) {
+  absl::MutexLock write(&write_mu_);
+  writer_ = std::move(writer);
+}
+
+void PlanKnowledge::ChangeNodeSet(
+    const std::string& key, const std::function<void(NodeSetRecord&)>& change) {
+  absl::MutexLock write(&write_mu_);
+  store::KnowledgeWrites writes;
+  {
+    absl::MutexLock lock(&mu_);
+    NodeSetRecord set;
+    set.node_set = key;
+    if (auto it = node_sets_.find(key); it != node_sets_.end()) {
+      set = std::move(it->second);
+    }
+    change(set);
+    writes = NodeSetWritesLocked(key, KeepNodeSetLocked(std::move(set)));
+  }
+  Write(writes);
+}
 
 std::vector<Observation> PlanKnowledge::AddRun(std::vector<Observation> run) {
   if (run.empty()) return {};
-  const std::string key = NodeSetKey(run.front().request);
-  absl::MutexLock lock(&mu_);
-  NodeSet& set = node_sets_[key];
-  set.runs.push_back(std::move(run));
-  while (set.runs.size() >
-         static_cast<size_t>(std::max(1, options_.max_runs_per_node_set))) {
-    set.runs.pop_front();
-  }
-  Remember(node_set_order_, key);
   std::vector<Observation> all;
-  for (const auto& r : set.runs) all.insert(all.end(), r.begin(), r.end());
-  BoundEntries(node_sets_, node_set_order_, options_.max_entries);
+  ChangeNodeSet(NodeSetKey(run.front().request), [&](NodeSetRecord& set) {
+    set.runs.push_back(std::move(run));
+    TrimRuns(set, options_.max_runs_per_node_set);
+    set.updated_at = absl::Now();
+    for (const auto& r : set.runs) all.insert(all.end(), r.begin(), r.end());
+  });
   return all;
 }
 
 void PlanKnowledge::SetCalibration(const std::string& node_set,
                                    PlanCalibration fit, absl::Time fitted_at) {
-  absl::MutexLock lock(&mu_);
-  NodeSet& set = node_sets_[node_set];
-  set.calibration = std::move(fit);
-  set.fitted_at = fitted_at;
-  Remember(node_set_order_, node_set);
-  BoundEntries(node_sets_, node_set_order_, options_.max_entries);
+  ChangeNodeSet(node_set, [&](NodeSetRecord& set) {
+    set.calibration = std::move(fit);
+    set.fitted_at = fitted_at;
+    set.updated_at = std::max(fitted_at, set.updated_at);
+  });
 }
 
 std::optional<PlanCalibration> PlanKnowledge::Calibration(
@@ -354,10 +432,26 @@ std::optional<PlanCalibration> PlanKnowledge::Calibration(
 void PlanKnowledge::SetVerified(const v1::StrategyRequest& request,
                                 const v1::VerifyReply& reply, absl::Time at) {
   const std::string key = JobKey(request);
-  absl::MutexLock lock(&mu_);
-  verified_[key] = Verified{reply, at};
-  Remember(verified_order_, key);
-  BoundEntries(verified_, verified_order_, options_.max_entries);
+  JobRecord record{request, reply, at};
+  record.request.mutable_job()->clear_name();
+  absl::MutexLock write(&write_mu_);
+  store::KnowledgeWrites writes;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& d : KeepJobLocked(key, record)) {
+      writes[JobRecordId(d)] = std::nullopt;
+    }
+    if (std::optional<std::string> value =
+            EncodeJobRecord(record, store::kMaxKnowledgeRecordBytes)) {
+      writes[JobRecordId(key)] = *std::move(value);
+    } else {
+      std::cerr << "monta-planner: the verify reply of task "
+                << reply.task().task_id() << " is over a stored record's "
+                << store::kMaxKnowledgeRecordBytes
+                << " bytes: kept in memory only" << std::endl;
+    }
+  }
+  Write(writes);
 }
 
 std::optional<PlanKnowledge::Verified> PlanKnowledge::FreshVerified(
@@ -367,7 +461,99 @@ std::optional<PlanKnowledge::Verified> PlanKnowledge::FreshVerified(
   auto it = verified_.find(key);
   if (it == verified_.end()) return std::nullopt;
   if (now - it->second.at > options_.verified_ttl) return std::nullopt;
-  return it->second;
+  return Verified{it->second.reply, it->second.at};
+}
+
+PlanKnowledge::Loaded PlanKnowledge::Replace(
+    const std::vector<store::KnowledgeRecord>& records) {
+  Loaded loaded;
+  std::vector<NodeSetRecord> sets;
+  std::vector<JobRecord> jobs;
+  for (const store::KnowledgeRecord& r : records) {
+    absl::Status status = absl::DataLossError("an id of no known kind");
+    if (IsNodeSetRecordId(r.id)) {
+      absl::StatusOr<NodeSetRecord> set = DecodeNodeSetRecord(r.id, r.value);
+      status = set.status();
+      if (set.ok()) sets.push_back(*std::move(set));
+    } else if (IsJobRecordId(r.id)) {
+      absl::StatusOr<JobRecord> job = DecodeJobRecord(r.id, r.value);
+      status = job.status();
+      if (job.ok()) jobs.push_back(*std::move(job));
+    }
+    if (!status.ok()) {
+      LogSkipped(r.id, status);
+      ++loaded.malformed;
+    }
+  }
+  // Oldest first, so the bounds keep the newest, as on the replica that
+  // wrote them.
+  std::stable_sort(sets.begin(), sets.end(), [](const auto& a, const auto& b) {
+    return a.updated_at < b.updated_at;
+  });
+  std::stable_sort(jobs.begin(), jobs.end(),
+                   [](const auto& a, const auto& b) { return a.at < b.at; });
+  absl::MutexLock lock(&mu_);
+  node_sets_.clear();
+  node_set_order_.clear();
+  verified_.clear();
+  verified_order_.clear();
+  for (NodeSetRecord& set : sets) KeepNodeSetLocked(std::move(set));
+  for (JobRecord& job : jobs) {
+    const std::string key = JobKey(job.request);
+    KeepJobLocked(key, std::move(job));
+  }
+  loaded.node_sets = static_cast<int>(node_sets_.size());
+  loaded.jobs = static_cast<int>(verified_.size());
+  return loaded;
+}
+
+bool PlanKnowledge::Apply(const store::KnowledgeChange& change) {
+  if (!change.value.has_value()) {
+    absl::MutexLock lock(&mu_);
+    for (auto it = node_sets_.begin(); it != node_sets_.end(); ++it) {
+      if (NodeSetRecordId(it->first) != change.id) continue;
+      Forget(node_set_order_, it->first);
+      node_sets_.erase(it);
+      return true;
+    }
+    for (auto it = verified_.begin(); it != verified_.end(); ++it) {
+      if (JobRecordId(it->first) != change.id) continue;
+      Forget(verified_order_, it->first);
+      verified_.erase(it);
+      return true;
+    }
+    return true;  // not held (dropped by the bound already)
+  }
+  absl::Status status = absl::DataLossError("an id of no known kind");
+  if (IsNodeSetRecordId(change.id)) {
+    absl::StatusOr<NodeSetRecord> set =
+        DecodeNodeSetRecord(change.id, *change.value);
+    status = set.status();
+    if (set.ok()) {
+      absl::MutexLock lock(&mu_);
+      KeepNodeSetLocked(*std::move(set));
+    }
+  } else if (IsJobRecordId(change.id)) {
+    absl::StatusOr<JobRecord> job = DecodeJobRecord(change.id, *change.value);
+    status = job.status();
+    if (job.ok()) {
+      const std::string key = JobKey(job->request);
+      absl::MutexLock lock(&mu_);
+      KeepJobLocked(key, *std::move(job));
+    }
+  }
+  if (!status.ok()) LogSkipped(change.id, status);
+  return status.ok();
+}
+
+size_t PlanKnowledge::node_sets() const {
+  absl::MutexLock lock(&mu_);
+  return node_sets_.size();
+}
+
+size_t PlanKnowledge::jobs() const {
+  absl::MutexLock lock(&mu_);
+  return verified_.size();
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #define MONTA_SERVER_PLANNING_CALIBRATION_H_
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -19,6 +20,7 @@
 #include "proto/monta/v1/planner.pb.h"
 #include "proto/monta/v1/strategy.pb.h"
 #include "server/planning/strategy_planner.h"
+#include "server/store/knowledge_store.h"
 
 namespace monta::planning {
 
@@ -76,9 +78,40 @@ GuardedFit GuardFit(const std::vector<Observation>& run,
 std::string NodeSetKey(const monta::v1::StrategyRequest& request);
 std::string JobKey(const monta::v1::StrategyRequest& request);
 
+// What the planner knows of one node set (stored as one record,
+// knowledge_record.h).
+struct NodeSetRecord {
+  std::string node_set;  // NodeSetKey
+  // When the node set last changed (a run added, a calibration set): the
+  // order the bound on node sets drops the oldest by, on every replica.
+  absl::Time updated_at;
+  // The runs kept for the next refit, oldest first.
+  std::deque<std::vector<Observation>> runs;
+  std::optional<PlanCalibration> calibration;
+  absl::Time fitted_at;
+};
+
+// The newest verify reply of one job on its nodes (one record).
+struct JobRecord {
+  // The job on its nodes, without its name (JobKey's request).
+  monta::v1::StrategyRequest request;
+  monta::v1::VerifyReply reply;
+  absl::Time at;
+};
+
 // The planner's memory of verify runs: observations and the calibration
 // fitted on them per node set, and the latest verify reply per job on its
-// nodes. In memory, bounded; thread-safe.
+// nodes. Bounded; thread-safe.
+//
+// Kept in the store (issue 20 item 3; docs/MODEL.md §11): with a writer set
+// (SetWriter: the single replica's --db, or the leader's etcd under its
+// term's fence) every change writes its node set's or job's record, and the
+// deletes of those the bounds dropped, one change at a time in the order they
+// were made. A planner that starts (or a replica that starts leading) loads
+// the stored records (Replace); a follower replica applies the store's
+// changes as its watch sees them (Apply), so every replica answers
+// GetStrategy with the same calibration and verified evidence. Records that
+// do not decode are skipped and counted by the caller.
 class PlanKnowledge {
  public:
   struct Options {
@@ -94,35 +127,83 @@ class PlanKnowledge {
 
   // Adds one verify run's observations to its node set; returns all the
   // node set's observations (this run's included), for a refit.
-  std::vector<Observation> AddRun(std::vector<Observation> run);
+  std::vector<Observation> AddRun(std::vector<Observation> run)
+      ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
   void SetCalibration(const std::string& node_set, PlanCalibration fit,
-                      absl::Time fitted_at);
+                      absl::Time fitted_at) ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
   // The node set's calibration with its age at `now` in the evidence.
   std::optional<PlanCalibration> Calibration(const std::string& node_set,
-                                             absl::Time now) const;
+                                             absl::Time now) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   void SetVerified(const monta::v1::StrategyRequest& request,
-                   const monta::v1::VerifyReply& reply, absl::Time at);
+                   const monta::v1::VerifyReply& reply, absl::Time at)
+      ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
   // The job's last verify reply and when it ran, while fresh.
   struct Verified {
     monta::v1::VerifyReply reply;
     absl::Time at;
   };
   std::optional<Verified> FreshVerified(
-      const monta::v1::StrategyRequest& request, absl::Time now) const;
+      const monta::v1::StrategyRequest& request, absl::Time now) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Where every change goes from now on (null: memory only). Called with
+  // the store's writes (an id -> its record, or nullopt: delete), outside
+  // the memory's lock, one change at a time; a failed write is the
+  // writer's to report (the next change of that record writes it whole).
+  using Writer = std::function<void(const store::KnowledgeWrites&)>;
+  void SetWriter(Writer writer) ABSL_LOCKS_EXCLUDED(write_mu_);
+
+  // Replaces everything with `records` (a store's list), the newest within
+  // the bounds; records that do not decode are skipped and counted.
+  struct Loaded {
+    int node_sets = 0;
+    int jobs = 0;
+    int malformed = 0;
+  };
+  Loaded Replace(const std::vector<store::KnowledgeRecord>& records)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // One change of the store (a follower's watch): a put decoded and kept,
+  // a delete forgotten. False for a record that does not decode (skipped,
+  // nothing changed).
+  bool Apply(const store::KnowledgeChange& change) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // How many node sets and jobs it holds.
+  size_t node_sets() const ABSL_LOCKS_EXCLUDED(mu_);
+  size_t jobs() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  struct NodeSet {
-    std::deque<std::vector<Observation>> runs;
-    std::optional<PlanCalibration> calibration;
-    absl::Time fitted_at;
-  };
+  // Keeps `record` (replacing the node set's or job's) as the newest entry;
+  // the keys the bound dropped.
+  std::vector<std::string> KeepNodeSetLocked(NodeSetRecord record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::string> KeepJobLocked(const std::string& key,
+                                         JobRecord record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The writes of a change of node set `key` (its record) and of the
+  // entries the bound dropped.
+  store::KnowledgeWrites NodeSetWritesLocked(
+      const std::string& key, const std::vector<std::string>& dropped_sets)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Changes node set `key` (created empty when absent) by `change`, under
+  // the memory's lock, keeps it as the newest and writes its record.
+  void ChangeNodeSet(const std::string& key,
+                     const std::function<void(NodeSetRecord&)>& change)
+      ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
+  // Hands `writes` to the writer, if any.
+  void Write(const store::KnowledgeWrites& writes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
 
   const Options options_;
+  // Serializes changes and their writes, so the store sees them in order.
+  absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  Writer writer_ ABSL_GUARDED_BY(write_mu_);
   mutable absl::Mutex mu_;
-  std::map<std::string, NodeSet> node_sets_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Verified> verified_ ABSL_GUARDED_BY(mu_);
-  // Insertion order of both maps' keys, for the bound.
+  std::map<std::string, NodeSetRecord> node_sets_ ABSL_GUARDED_BY(mu_);
+  // By JobKey.
+  std::map<std::string, JobRecord> verified_ ABSL_GUARDED_BY(mu_);
+  // Keys of both maps, oldest first, for the bound.
   std::deque<std::string> node_set_order_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> verified_order_ ABSL_GUARDED_BY(mu_);
 };

@@ -81,6 +81,13 @@ CREATE TABLE IF NOT EXISTS bench_tasks (
   task_id TEXT PRIMARY KEY,
   record BLOB NOT NULL
 );
+-- What verify runs taught the planner (knowledge_store.h: each node set's
+-- calibration and runs, the newest verify reply per job), by id. Added after
+-- bench_tasks: an older file gains it when a planner opens it.
+CREATE TABLE IF NOT EXISTS plan_knowledge (
+  id TEXT PRIMARY KEY,
+  record BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS store_meta (
   key TEXT PRIMARY KEY,
   value TEXT NOT NULL
@@ -224,6 +231,12 @@ absl::StatusOr<monta::v1::BandwidthCurve> CurveOfRow(sqlite3_stmt* row,
 }
 
 }  // namespace
+
+// The tables of opaque records by id (WriteRowsLocked, ListRows).
+const SqliteStore::RecordTable SqliteStore::kTaskRows{"bench_tasks", "task_id",
+                                                      "task"};
+const SqliteStore::RecordTable SqliteStore::kKnowledgeRows{
+    "plan_knowledge", "id", "knowledge record"};
 
 absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
     const std::string& path) {
@@ -646,30 +659,44 @@ absl::Status SqliteStore::WriteTasks(const Fence& fence,
   if (absl::Status s = ValidateTaskWrites(writes); !s.ok()) return s;
   if (writes.empty()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
-  absl::Status status = WriteTasksLocked(fence, writes);
+  absl::Status status = WriteRowsLocked(kTaskRows, fence, writes);
   WriteDone("task", status);
   return status;
 }
 
-absl::Status SqliteStore::WriteTasksLocked(const Fence& fence,
-                                           const TaskWrites& writes) {
+absl::Status SqliteStore::WriteKnowledge(const Fence& fence,
+                                         const KnowledgeWrites& writes) {
+  if (absl::Status s = ValidateKnowledgeWrites(writes); !s.ok()) return s;
+  if (writes.empty()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  absl::Status status = WriteRowsLocked(kKnowledgeRows, fence, writes);
+  WriteDone("knowledge", status);
+  return status;
+}
+
+absl::Status SqliteStore::WriteRowsLocked(const RecordTable& table,
+                                          const Fence& fence,
+                                          const RecordWrites& writes) {
   if (absl::Status s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
   absl::Status status = CheckFenceLocked(fence);
+  const std::string put =
+      absl::StrCat("INSERT INTO ", table.name, " (", table.id, ", record) ",
+                   "VALUES (?1, ?2) ON CONFLICT(", table.id,
+                   ") DO UPDATE SET record = excluded.record");
+  const std::string remove =
+      absl::StrCat("DELETE FROM ", table.name, " WHERE ", table.id, " = ?1");
   for (const auto& [id, record] : writes) {
     if (!status.ok()) break;
-    Statement stmt(db_, record.has_value()
-                            ? "INSERT INTO bench_tasks (task_id, record) "
-                              "VALUES (?1, ?2) ON CONFLICT(task_id) DO UPDATE "
-                              "SET record = excluded.record"
-                            : "DELETE FROM bench_tasks WHERE task_id = ?1");
+    Statement stmt(db_, record.has_value() ? put.c_str() : remove.c_str());
     if (stmt.get() == nullptr) {
-      status = SqliteError(db_, "preparing a task write");
+      status =
+          SqliteError(db_, absl::StrCat("preparing a ", table.what, " write"));
       break;
     }
     stmt.BindText(1, id);
     if (record.has_value()) stmt.BindBlob(2, *record);
     if (sqlite3_step(stmt.get()) != SQLITE_DONE) {
-      status = SqliteError(db_, "writing task " + id);
+      status = SqliteError(db_, absl::StrCat("writing ", table.what, " ", id));
     }
   }
   if (status.ok()) status = Exec("COMMIT;");
@@ -677,19 +704,38 @@ absl::Status SqliteStore::WriteTasksLocked(const Fence& fence,
   return status;
 }
 
-absl::StatusOr<std::vector<std::string>> SqliteStore::ListTasks() {
+absl::StatusOr<std::vector<KnowledgeRecord>> SqliteStore::ListRows(
+    const RecordTable& table) {
   absl::MutexLock lock(&mu_);
-  Statement stmt(db_, "SELECT record FROM bench_tasks ORDER BY task_id");
-  if (stmt.get() == nullptr) return SqliteError(db_, "preparing a task list");
-  std::vector<std::string> records;
+  const std::string sql = absl::StrCat("SELECT ", table.id, ", record FROM ",
+                                       table.name, " ORDER BY ", table.id);
+  Statement stmt(db_, sql.c_str());
+  if (stmt.get() == nullptr) {
+    return SqliteError(db_, absl::StrCat("preparing a ", table.what, " list"));
+  }
+  std::vector<KnowledgeRecord> rows;
   int step;
   while ((step = sqlite3_step(stmt.get())) == SQLITE_ROW) {
-    const void* blob = sqlite3_column_blob(stmt.get(), 0);
-    const int bytes = sqlite3_column_bytes(stmt.get(), 0);
-    records.emplace_back(static_cast<const char*>(blob),
-                         blob == nullptr ? 0 : static_cast<size_t>(bytes));
+    const unsigned char* id = sqlite3_column_text(stmt.get(), 0);
+    const void* blob = sqlite3_column_blob(stmt.get(), 1);
+    const int bytes = sqlite3_column_bytes(stmt.get(), 1);
+    rows.push_back(KnowledgeRecord{
+        id == nullptr ? "" : reinterpret_cast<const char*>(id),
+        std::string(static_cast<const char*>(blob),
+                    blob == nullptr ? 0 : static_cast<size_t>(bytes))});
   }
-  if (step != SQLITE_DONE) return SqliteError(db_, "listing tasks");
+  if (step != SQLITE_DONE) {
+    return SqliteError(db_, absl::StrCat("listing ", table.what, "s"));
+  }
+  return rows;
+}
+
+absl::StatusOr<std::vector<std::string>> SqliteStore::ListTasks() {
+  absl::StatusOr<std::vector<KnowledgeRecord>> rows = ListRows(kTaskRows);
+  if (!rows.ok()) return rows.status();
+  std::vector<std::string> records;
+  records.reserve(rows->size());
+  for (KnowledgeRecord& row : *rows) records.push_back(std::move(row.value));
   return records;
 }
 
@@ -708,6 +754,20 @@ absl::StatusOr<std::optional<std::string>> SqliteStore::GetTask(
   return std::optional<std::string>(
       std::in_place, static_cast<const char*>(blob),
       blob == nullptr ? 0 : static_cast<size_t>(bytes));
+}
+
+absl::StatusOr<KnowledgeList> SqliteStore::ListKnowledge() {
+  absl::StatusOr<std::vector<KnowledgeRecord>> rows = ListRows(kKnowledgeRows);
+  if (!rows.ok()) return rows.status();
+  KnowledgeList list;
+  list.records = *std::move(rows);
+  return list;
+}
+
+absl::StatusOr<std::unique_ptr<KnowledgeWatch>> SqliteStore::WatchKnowledge(
+    int64_t) {
+  return absl::UnimplementedError(
+      "sqlite: one planner is the only reader of its knowledge: no watch");
 }
 
 absl::StatusOr<Committed> SqliteStore::CommitLocked(

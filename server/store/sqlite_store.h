@@ -1,8 +1,9 @@
 // Durable planner state in an embedded SQLite file (WAL): the nodes the
 // registry knows, the history of every measured curve (with the planner's
 // sequence: the order evidence is judged by), decisions, verifications and
-// the audit log of what operators changed, and the benchmark task queue
-// (TaskStore, bench_tasks). A restarted planner reloads nodes
+// the audit log of what operators changed, the benchmark task queue
+// (TaskStore, bench_tasks) and what verify runs taught the planner
+// (KnowledgeStore, plan_knowledge). A restarted planner reloads nodes
 // and curves, so agents resume with their heartbeats and measurements keep
 // their evidence.
 //
@@ -30,6 +31,7 @@
 #include "server/registry/registry.h"
 #include "server/store/audit_log.h"
 #include "server/store/decision_log.h"
+#include "server/store/knowledge_store.h"
 #include "server/store/store.h"
 #include "server/store/task_store.h"
 
@@ -39,6 +41,7 @@ namespace monta::store {
 
 class SqliteStore : public Store,
                     public TaskStore,
+                    public KnowledgeStore,
                     public DecisionLog,
                     public AuditLog {
  public:
@@ -76,10 +79,10 @@ class SqliteStore : public Store,
 
   // Told of every failed write (status not OK, `operation` one of "node",
   // "curve" (registry::ChangeOperation of a Commit's failing mutation),
-  // "task", "decision", "verification", "audit") and of the first successful
-  // write after a failure (status OK), so health can follow the store. Called
-  // under the store's lock (in write order): it must not call back into the
-  // store. Null stops calls.
+  // "task", "knowledge", "decision", "verification", "audit") and of the
+  // first successful write after a failure (status OK), so health can follow
+  // the store. Called under the store's lock (in write order): it must not
+  // call back into the store. Null stops calls.
   using WriteListener = std::function<void(const std::string& operation,
                                            const absl::Status& status)>;
   void SetWriteListener(WriteListener listener);
@@ -107,6 +110,15 @@ class SqliteStore : public Store,
   absl::StatusOr<std::vector<std::string>> ListTasks() override;
   absl::StatusOr<std::optional<std::string>> GetTask(
       const std::string& task_id) override;
+
+  // KnowledgeStore: the plan_knowledge table, as the task queue's (one
+  // fenced transaction per call; failures reported as "knowledge"). Lists
+  // carry no revision and nothing watches: one planner reads its own file.
+  absl::Status WriteKnowledge(const Fence& fence,
+                              const KnowledgeWrites& writes) override;
+  absl::StatusOr<KnowledgeList> ListKnowledge() override;
+  absl::StatusOr<std::unique_ptr<KnowledgeWatch>> WatchKnowledge(
+      int64_t after_revision) override;
 
   // AuditLog: appends to the audit_log table.
   void RecordAudit(const AuditEntry& entry) override;
@@ -175,8 +187,22 @@ class SqliteStore : public Store,
   // inside a transaction.
   absl::Status CheckFenceLocked(const Fence& fence)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status WriteTasksLocked(const Fence& fence, const TaskWrites& writes)
+  // A table of opaque records by id (bench_tasks, plan_knowledge): its name,
+  // its id column, and what a record is called in errors.
+  struct RecordTable {
+    const char* name;
+    const char* id;
+    const char* what;
+  };
+  static const RecordTable kTaskRows;
+  static const RecordTable kKnowledgeRows;
+  // Puts and deletes `writes` in one transaction comparing the writer epoch.
+  absl::Status WriteRowsLocked(const RecordTable& table, const Fence& fence,
+                               const RecordWrites& writes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every row of `table`, by id.
+  absl::StatusOr<std::vector<KnowledgeRecord>> ListRows(
+      const RecordTable& table) ABSL_LOCKS_EXCLUDED(mu_);
   // Commit's transaction; `operation` names the failing mutation's.
   absl::StatusOr<Committed> CommitLocked(const Fence& fence,
                                          const std::vector<Mutation>& mutations,

@@ -169,6 +169,58 @@ TEST(SqliteStoreTest, ASecondWriterOnTheFileFencesTheFirst) {
   EXPECT_EQ(listed->revision, 2);
 }
 
+// What verify runs taught the planner (knowledge_store.h): records by id,
+// written under the writer's fence, kept across a restart.
+TEST(SqliteStoreTest, KnowledgeRecordsAreFencedAndSurviveARestart) {
+  const std::string path = TempPath("knowledge.db");
+  auto first = SqliteStore::Open(path);
+  ASSERT_TRUE(first.ok()) << first.status();
+  std::vector<std::string> failed;
+  (*first)->SetWriteListener(
+      [&](const std::string& operation, const absl::Status& status) {
+        if (!status.ok()) failed.push_back(operation);
+      });
+  auto fence = (*first)->Lead();
+  ASSERT_TRUE(fence.ok()) << fence.status();
+  ASSERT_TRUE(
+      (*first)
+          ->WriteKnowledge(*fence, {{"nodesets/aa", "one"}, {"jobs/bb", "two"}})
+          .ok());
+  ASSERT_TRUE((*first)
+                  ->WriteKnowledge(*fence, {{"jobs/bb", std::nullopt},
+                                            {"nodesets/aa", "three"}})
+                  .ok());
+  absl::Status bad_id = (*first)->WriteKnowledge(*fence, {{"a b", "x"}});
+  EXPECT_EQ(bad_id.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_id.message().find("knowledge id"), std::string::npos) << bad_id;
+  EXPECT_EQ((*first)
+                ->WriteKnowledge(
+                    *fence, {{"nodesets/big",
+                              std::string(kMaxKnowledgeRecordBytes + 1, 'x')}})
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*first)->WatchKnowledge(0).status().code(),
+            absl::StatusCode::kUnimplemented);
+  // A second planner on the file takes over: the first one's writes are
+  // refused, nothing changed.
+  auto second = SqliteStore::Open(path);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE((*second)->Lead().ok());
+  absl::Status fenced =
+      (*first)->WriteKnowledge(*fence, {{"nodesets/aa", "stale"}});
+  EXPECT_EQ(fenced.code(), absl::StatusCode::kFailedPrecondition) << fenced;
+  EXPECT_EQ(failed, std::vector<std::string>{"knowledge"});
+  first->reset();
+  second->reset();
+  auto reopened = SqliteStore::Open(path);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  absl::StatusOr<KnowledgeList> listed = (*reopened)->ListKnowledge();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->records.size(), 1u);
+  EXPECT_EQ(listed->records[0].id, "nodesets/aa");
+  EXPECT_EQ(listed->records[0].value, "three");
+}
+
 TEST(SqliteStoreTest, DecisionsAreKeptWhole) {
   auto store = SqliteStore::Open(TempPath("decisions.db"));
   ASSERT_TRUE(store.ok());

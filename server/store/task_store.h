@@ -21,8 +21,11 @@
 
 namespace monta::store {
 
+// Id -> its new record, or nullopt: delete it (the task queue's and the
+// plan knowledge's writes, knowledge_store.h).
+using RecordWrites = std::map<std::string, std::optional<std::string>>;
 // Task id -> its new record, or nullopt: delete it.
-using TaskWrites = std::map<std::string, std::optional<std::string>>;
+using TaskWrites = RecordWrites;
 
 // Bounds a write is checked against (INVALID_ARGUMENT naming the task):
 // an id, and one record (etcd's 1.5 MiB request holds several).
