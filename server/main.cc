@@ -99,8 +99,9 @@ ABSL_FLAG(bool, etcd_insecure, false,
           "tests and demos only)");
 ABSL_FLAG(std::string, migrate_from_sqlite, "",
           "with --store=etcd: copy this SQLite store file (a --db) into "
-          "--etcd_prefix (nodes, the kept curve history, decisions, "
-          "verifications, the audit log), print the counts per kind and exit; "
+          "--etcd_prefix (nodes, the kept curve history, calibrations and "
+          "verified replies, decisions, verifications, the audit log), print "
+          "the counts per kind and exit; "
           "no server starts. Stop the SQLite planner first");
 ABSL_FLAG(bool, migrate_into_nonempty, false,
           "with --migrate_from_sqlite: copy into a prefix that already holds "

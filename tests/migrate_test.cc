@@ -53,6 +53,10 @@ void WriteFile(const std::string& path) {
         tm::Curve(absl::StrCat("bench-bc-", i), ++sequence, {"b", "c"})));
   }
   ASSERT_TRUE((*db)->Commit(*fence, batch).ok());
+  ASSERT_TRUE((*db)
+                  ->WriteKnowledge(*fence, {{"nodesets/ab", "calibration"},
+                                            {"jobs/j1", "verify reply"}})
+                  .ok());
   for (int i = 0; i < kDecisions; ++i) {
     v1::StrategyRequest request;
     request.mutable_job()->set_name(absl::StrCat("job-", i));
@@ -224,6 +228,8 @@ TEST(MigrateTest, EverySqliteRecordLandsInEtcd) {
   EXPECT_TRUE(absl::StrContains(r.out, "verifications: read 5, in etcd 5"))
       << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "audit: read 3, in etcd 3")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "knowledge: read 2, in etcd 2"))
+      << r.out;
 
   ExpectEtcdHoldsTheFile(file, **etcd);
   if (HasFatalFailure()) return;

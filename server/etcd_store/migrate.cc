@@ -104,6 +104,23 @@ absl::Status CopyNodesAndCurves(SqliteStore& from, EtcdStore& to,
   return committer.Flush();
 }
 
+// The plan knowledge (calibrations, verified replies) as it is, record by
+// record, under the store's fence.
+absl::Status CopyKnowledge(SqliteStore& from, EtcdStore& to,
+                           MigrationReport& report) {
+  absl::StatusOr<store::KnowledgeList> listed = from.ListKnowledge();
+  if (!listed.ok()) return listed.status();
+  report.kinds.push_back(KindCount{"knowledge"});
+  report.kinds.back().read = static_cast<int64_t>(listed->records.size());
+  store::KnowledgeWrites writes;
+  for (store::KnowledgeRecord& r : listed->records) {
+    writes[r.id] = std::move(r.value);
+  }
+  absl::StatusOr<store::Fence> fence = to.Lead();
+  if (!fence.ok()) return fence.status();
+  return to.WriteKnowledge(*fence, writes);
+}
+
 absl::Status CopyRecords(SqliteStore& from, etcd::Client& client,
                          const std::string& prefix, SqliteStore::LogTable table,
                          KindCount& count) {
@@ -164,6 +181,7 @@ absl::StatusOr<MigrationReport> MigrateFromSqlite(
   if (absl::Status s = CopyNodesAndCurves(from, **to, report); !s.ok()) {
     return s;
   }
+  if (absl::Status s = CopyKnowledge(from, **to, report); !s.ok()) return s;
   const std::string& prefix = options.store.prefix;
   for (auto table :
        {SqliteStore::LogTable::kDecisions,
@@ -179,10 +197,10 @@ absl::StatusOr<MigrationReport> MigrateFromSqlite(
   }
   for (KindCount& k : report.kinds) {
     const std::string table = k.kind == "audit" ? "audit_log" : k.kind;
-    absl::StatusOr<int64_t> in_etcd =
-        CountKeys(client, k.kind == "nodes" || k.kind == "curves"
-                              ? absl::StrCat(prefix, k.kind, "/")
-                              : RecordTablePrefix(prefix, table));
+    absl::StatusOr<int64_t> in_etcd = CountKeys(
+        client, k.kind == "nodes" || k.kind == "curves" || k.kind == "knowledge"
+                    ? absl::StrCat(prefix, k.kind, "/")
+                    : RecordTablePrefix(prefix, table));
     if (!in_etcd.ok()) return in_etcd.status();
     k.written = *in_etcd;
   }

@@ -8,6 +8,9 @@
 //              history the etcd store keeps; P curves/...), committed in
 //              sequence order through EtcdStore, so the layout is the
 //              planner's own; older rows are counted as not copied
+//   knowledge  every plan knowledge record (calibrations and verify runs
+//              per node set, verified replies per job; P knowledge/<id>),
+//              as it is, under the store's fence
 //   decisions, verifications, audit
 //              every row, as a record of origin "sqlite" numbered by its
 //              row id (records.h: the format the replicas write theirs in);
@@ -38,9 +41,10 @@
 namespace monta::etcd_store {
 
 struct KindCount {
-  std::string kind;        // nodes, curves, decisions, verifications, audit
-  int64_t read = 0;        // rows in the file
-  int64_t written = 0;     // keys of the kind in etcd afterwards
+  std::string kind;     // nodes, curves, knowledge, decisions, verifications,
+                        // audit
+  int64_t read = 0;     // rows in the file
+  int64_t written = 0;  // keys of the kind in etcd afterwards
   int64_t not_copied = 0;  // curves: rows older than the kept history
 };
 

@@ -707,13 +707,24 @@ absl::Status SqliteStore::WriteRowsLocked(const RecordTable& table,
 absl::StatusOr<std::vector<KnowledgeRecord>> SqliteStore::ListRows(
     const RecordTable& table) {
   absl::MutexLock lock(&mu_);
+  std::vector<KnowledgeRecord> rows;
+  {
+    // A file opened read-only may predate the table: it holds none.
+    Statement exists(db_,
+                     "SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                     "name = ?1");
+    if (exists.get() == nullptr) {
+      return SqliteError(db_, absl::StrCat("looking up ", table.name));
+    }
+    exists.BindText(1, table.name);
+    if (sqlite3_step(exists.get()) != SQLITE_ROW) return rows;
+  }
   const std::string sql = absl::StrCat("SELECT ", table.id, ", record FROM ",
                                        table.name, " ORDER BY ", table.id);
   Statement stmt(db_, sql.c_str());
   if (stmt.get() == nullptr) {
     return SqliteError(db_, absl::StrCat("preparing a ", table.what, " list"));
   }
-  std::vector<KnowledgeRecord> rows;
   int step;
   while ((step = sqlite3_step(stmt.get())) == SQLITE_ROW) {
     const unsigned char* id = sqlite3_column_text(stmt.get(), 0);
