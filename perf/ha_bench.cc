@@ -354,6 +354,7 @@ struct Report {
   int lost_on_leader = -1;
   int lost_on_follower = -1;
   int64_t target_moves = 0;
+  int64_t home_moves = 0;
   SoakReport soak;  // with --soak_seconds
   std::vector<std::string> errors;
 };
@@ -850,8 +851,9 @@ nlohmann::json ToJson(Report& r, const std::vector<Row>& rows) {
   j["agents"] = r.agents;
   j["rounds"] = r.rounds;
   j["leader_lease_seconds"] = r.lease_ttl_seconds;
-  // Which replicas took the steady state's heartbeats (today: the leader only;
-  // a follower answers the agent gateway UNAVAILABLE).
+  // Which replicas took the steady state's heartbeats: every replica (each
+  // agent heartbeats to its home replica, a hash of its name; the replica
+  // owns its liveness, server/etcd_store/attachments.h).
   std::vector<int64_t> by_replica(3, 0);
   for (const auto& [target, n] : r.steady.heartbeats_by_target) {
     if (target >= 0 && target < 3) by_replica[target] = n;
@@ -860,15 +862,13 @@ nlohmann::json ToJson(Report& r, const std::vector<Row>& rows) {
       by_replica.begin(), by_replica.end(), [](int64_t n) { return n > 0; }));
   j["steady_heartbeats_by_replica"] = by_replica;
   j["agents_accepted_by"] =
-      accepting == 1
-          ? "one replica, the leader (followers answer the agent gateway "
-            "UNAVAILABLE)"
-          : absl::StrCat(accepting, " replicas");
+      accepting == 1 ? "one replica" : absl::StrCat(accepting, " replicas");
   j["failover_seconds"] = r.failover_seconds;
   j["handover_seconds"] = r.handover_seconds;
   j["strategy_moves"] = r.strategy_moves;
   j["strategy_p50_ms"] = r.strategy_p50_ms;
   j["swarm_target_moves"] = r.target_moves;
+  j["swarm_home_moves"] = r.home_moves;
   j["registered_after_storm"] = r.registered_after_storm;
   j["storm_register_answers"] = r.storm_register_answers;
   j["storm_peak_rss_mib"] = r.storm_peak_rss_kb / 1024;
@@ -1100,7 +1100,9 @@ void RunPhases(EtcdCluster& etcd,
   std::vector<std::string> acknowledged = swarm.Acknowledged();
   acknowledged.insert(acknowledged.end(), probes.begin(), probes.end());
   MeasureLoss(replicas, acknowledged, report);
-  report->target_moves = swarm.TakeStats().target_moves;
+  const Stats stats = swarm.TakeStats();
+  report->target_moves = stats.target_moves;
+  report->home_moves = stats.home_moves;
   swarm.Stop();
 }
 

@@ -177,11 +177,15 @@ Swarm::Swarm(SwarmOptions options) : options_(std::move(options)) {
   const std::string run = absl::StrFormat("%08x", std::random_device{}());
   agents_.reserve(n);
   for (int i = 0; i < n; ++i) {
-    // Agent i starts at targets[i % size].
+    // Agent i starts at targets[i % size]; it heartbeats to its home.
+    const std::string name = absl::StrFormat("swarm-%05d", i);
     agents_.push_back(std::make_unique<Agent>(
-        replicas::Endpoints(options_.targets, static_cast<size_t>(i))));
+        replicas::Endpoints(options_.targets, static_cast<size_t>(i)),
+        replicas::Endpoints(
+            options_.targets,
+            replicas::HomeIndex(name, options_.targets.size()))));
     Agent& a = *agents_[i];
-    a.name = absl::StrFormat("swarm-%05d", i);
+    a.name = name;
     a.instance_id = absl::StrCat(run, "-", i);
     a.channel = i / per_channel;
   }
@@ -372,12 +376,13 @@ void Swarm::Heartbeat(int i) {
   call->request.set_instance_id(a.instance_id);
   const absl::Time sent = absl::Now();
   ++in_flight_;
-  GatewayOf(a).async()->Heartbeat(&call->context, &call->request, &call->reply,
-                                  [this, i, call, sent](grpc::Status status) {
-                                    OnHeartbeat(i, sent, status);
-                                    delete call;
-                                    --in_flight_;
-                                  });
+  HomeGatewayOf(a).async()->Heartbeat(
+      &call->context, &call->request, &call->reply,
+      [this, i, call, sent](grpc::Status status) {
+        OnHeartbeat(i, sent, status);
+        delete call;
+        --in_flight_;
+      });
 }
 
 void Swarm::OnHeartbeat(int i, absl::Time sent, const grpc::Status& status) {
@@ -399,7 +404,7 @@ void Swarm::OnHeartbeat(int i, absl::Time sent, const grpc::Status& status) {
   if (status.ok()) {
     if (measuring_) {
       absl::MutexLock stats(&stats_mu_);
-      ++stats_.heartbeats_by_target[a.endpoints.index()];
+      ++stats_.heartbeats_by_target[a.home.index()];
     }
     a.heartbeat_attempt = 0;
     NoteAlive(a, sent);
@@ -408,6 +413,17 @@ void Swarm::OnHeartbeat(int i, absl::Time sent, const grpc::Status& status) {
              status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
     a.registered = false;  // the planner forgot us: register again
     Schedule(now, i, Kind::kRegister);
+  } else if (options_.targets.size() > 1 &&
+             status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    // The home replica is down (or its cache behind): heartbeat to the next
+    // one; the registration stays in the store.
+    a.home.MoveOn("");
+    {
+      absl::MutexLock stats(&stats_mu_);
+      ++stats_.home_moves;
+    }
+    Schedule(now + Backoff(a.heartbeat_attempt++, interval()), i,
+             Kind::kHeartbeat);
   } else if (MoveOn(a, status)) {
     a.registered = false;  // registers with the next replica
     Schedule(now + Backoff(a.heartbeat_attempt++, interval()), i,
@@ -491,6 +507,9 @@ void Swarm::OnWatchDone(int i, bool got_any, absl::Time started,
     a.watch_context = nullptr;
     if (!got_any) ++a.watch_attempt;
     if (got_any) a.watch_attempt = 0;
+    // Tasks come from the leader: heartbeats to a follower do not notice a
+    // change of leader, the watch does.
+    MoveOn(a, status);
     bool stopping;
     bool recovering;  // restarted, and this agent not yet alive since
     {

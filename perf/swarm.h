@@ -81,13 +81,18 @@ struct Event {
 };
 
 struct Agent {
-  explicit Agent(replicas::Endpoints targets) : endpoints(std::move(targets)) {}
+  Agent(replicas::Endpoints targets, replicas::Endpoints home_targets)
+      : endpoints(std::move(targets)), home(std::move(home_targets)) {}
   std::string name;
   std::string instance_id;
   int channel = 0;
   absl::Mutex mu;
   // The planner replicas; current() is the one the agent talks to now.
   replicas::Endpoints endpoints ABSL_GUARDED_BY(mu);
+  // The replica heartbeats go to (as the agent's: at the hash of the name,
+  // the next one after an UNAVAILABLE); registrations and the task watch go
+  // to `endpoints`, which follows the leader.
+  replicas::Endpoints home ABSL_GUARDED_BY(mu);
   // The agent believes it holds the lease (its last Register or Heartbeat
   // succeeded).
   bool registered ABSL_GUARDED_BY(mu) = false;
@@ -119,7 +124,9 @@ struct Stats {
   std::map<std::string, int64_t> register_answers;
   // UNAVAILABLE: on to the leader a follower named, else the next replica.
   int64_t target_moves = 0;
-  // Successful heartbeats while measuring, per target.
+  // A heartbeat answered UNAVAILABLE: on to the next home replica.
+  int64_t home_moves = 0;
+  // Successful heartbeats while measuring, per target (the agents' homes).
   std::map<int, int64_t> heartbeats_by_target;
   double max_lag_ms = 0;
 };
@@ -192,6 +199,10 @@ class Swarm {
   monta::v1::AgentGateway::Stub& GatewayOf(Agent& a) {
     absl::MutexLock lock(&a.mu);
     return Gateway(a);
+  }
+  monta::v1::AgentGateway::Stub& HomeGatewayOf(Agent& a) {
+    absl::MutexLock lock(&a.mu);
+    return *gateways_[a.home.index()][a.channel];
   }
 
   const SwarmOptions options_;

@@ -81,7 +81,9 @@ ABSL_FLAG(std::string, etcd_key_file, "",
 ABSL_FLAG(double, leader_lease_seconds, 10,
           "with --store=etcd: the election lease's TTL, how long a dead "
           "leader keeps leading at most before another replica takes over "
-          "(whole seconds, 1..3600; SIGTERM hands over at once)");
+          "(whole seconds, 1..3600; SIGTERM hands over at once); also the "
+          "TTL of each replica's attachment lease, how long a dead "
+          "replica's agents still count as alive at most");
 ABSL_FLAG(std::string, replica_id, "",
           "with --store=etcd: this replica's name in the election, unique "
           "among the replicas ([A-Za-z0-9._-]; e.g. the pod name); empty = "
@@ -94,6 +96,11 @@ ABSL_FLAG(double, follower_max_lag_seconds, 5,
           "with --store=etcd: a follower answers reads (monta.v1.Planner.read "
           "SERVING) only while its cache holds every commit older than this "
           "(0.5..3600; monta_store_follower_lag_seconds)");
+ABSL_FLAG(double, liveness_publish_seconds, 2,
+          "with --store=etcd: how often a replica writes the liveness of the "
+          "agents heartbeating to it (their attachments, added and removed "
+          "in one batch of what changed; nothing when nothing did), never "
+          "per heartbeat (0.1..60)");
 ABSL_FLAG(bool, etcd_insecure, false,
           "with --store=etcd: plaintext to etcd, no certificates (loopback "
           "tests and demos only)");
@@ -422,6 +429,12 @@ absl::Status StoreFromFlags(monta::PlannerOptions* options) {
         "--follower_max_lag_seconds: expected seconds in 0.5..3600");
   }
   options->follower_max_lag = absl::Seconds(lag);
+  const double publish = absl::GetFlag(FLAGS_liveness_publish_seconds);
+  if (!(publish >= 0.1 && publish <= 60)) {
+    return absl::InvalidArgumentError(
+        "--liveness_publish_seconds: expected seconds in 0.1..60");
+  }
+  options->liveness_publish = absl::Seconds(publish);
   return absl::OkStatus();
 }
 

@@ -85,11 +85,15 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(
   if (absl::Status started = s->StartGrpc(); !started.ok()) return started;
   if (absl::Status started = s->StartWebhook(); !started.ok()) return started;
   s->WatchStore();
+  if (absl::Status started = s->StartLiveness(); !started.ok()) return started;
   if (absl::Status started = s->StartElection(); !started.ok()) return started;
   PlannerServer* self = s.get();
   s->maintenance_ = std::thread([self] { self->Maintain(); });
   if (s->follower_ != nullptr) {
     s->follow_thread_ = std::thread([self] { self->FollowStore(); });
+  }
+  if (s->attachments_ != nullptr) {
+    s->liveness_thread_ = std::thread([self] { self->FollowLiveness(); });
   }
   return s;
 }
@@ -388,6 +392,58 @@ void PlannerServer::FollowStore() {
     if (readable != now_readable) {
       health->SetServingStatus(kReadService, now_readable);
       readable = now_readable;
+    }
+  }
+}
+
+absl::Status PlannerServer::StartLiveness() {
+  if (etcd_store_ == nullptr) return absl::OkStatus();
+  etcd_store::AttachmentsOptions options;
+  options.prefix = options_.etcd_prefix;
+  options.replica_id = replica_id_;
+  options.lease_ttl = options_.leader_lease;
+  registry::Registry* registry = registry_.get();
+  options.on_attached = [registry](const etcd_store::AttachedNodes& attached) {
+    registry->SetAttached(attached, Instant::Now());
+  };
+  absl::StatusOr<std::unique_ptr<etcd_store::Attachments>> started =
+      etcd_store::Attachments::Start(etcd_client_.get(), std::move(options));
+  if (!started.ok()) {
+    return absl::Status(
+        started.status().code(),
+        absl::StrCat("--store=etcd: ", started.status().message()));
+  }
+  attachments_ = *std::move(started);
+  return absl::OkStatus();
+}
+
+void PlannerServer::FollowLiveness() {
+  MonoTime last_publish = MonoTime::min();
+  absl::Status last_error;
+  while (!stop_.HasBeenNotified()) {
+    // Watch errors (etcd unreachable) end the wait early: pause a moment.
+    absl::Status followed = attachments_->Follow(absl::Milliseconds(200));
+    const MonoTime now = std::chrono::steady_clock::now();
+    absl::Status published;
+    if (last_publish == MonoTime::min() ||
+        MonoSince(last_publish, now) >= options_.liveness_publish) {
+      last_publish = now;
+      // The leader hears agents registering and refreshing their topology:
+      // those heartbeating to another replica are that replica's to attach.
+      published = attachments_->Publish(registry_->Heard(Instant::Now()),
+                                        coordinator_->CheckLeading().ok());
+    }
+    const absl::Status& failed = !followed.ok() ? followed : published;
+    if (!failed.ok()) {
+      planner_metrics_->RecordStoreError("attachments");
+      if (failed.message() != last_error.message()) {
+        std::cerr << "monta-planner: liveness: " << failed.message()
+                  << std::endl;
+      }
+      last_error = failed;
+      stop_.WaitForNotificationWithTimeout(absl::Milliseconds(200));
+    } else {
+      last_error = absl::OkStatus();
     }
   }
 }
@@ -988,6 +1044,7 @@ void PlannerServer::Shutdown(absl::Duration grace) {
   stop_.Notify();
   // Within one watch poll; it sets health, so before the server goes.
   if (follow_thread_.joinable()) follow_thread_.join();
+  if (liveness_thread_.joinable()) liveness_thread_.join();
   // Start may have failed part way: each member is null until its step ran.
   if (store_ != nullptr) store_->SetWriteListener(nullptr);
   if (etcd_store_ != nullptr) etcd_store_->SetWriteListener(nullptr);

@@ -32,6 +32,7 @@
 #include "server/bench/coordinator.h"
 #include "server/election/election.h"
 #include "server/etcd/client.h"
+#include "server/etcd_store/attachments.h"
 #include "server/etcd_store/etcd_store.h"
 #include "server/etcd_store/record_writer.h"
 #include "server/fabric/fabric.h"
@@ -117,6 +118,10 @@ struct PlannerOptions {
   // A follower is readable while its cache lags the store by at most this
   // (store::Follower::lag).
   absl::Duration follower_max_lag = absl::Seconds(5);
+  // How often this replica writes the liveness of the agents heartbeating to
+  // it (their attachments, server/etcd_store/attachments.h): one batch of
+  // what changed per interval at most, nothing when nothing changed.
+  absl::Duration liveness_publish = absl::Seconds(2);
   std::string replica_id;
   std::string advertise_address;
   // SQLite file for nodes and curve history; empty keeps state in memory only.
@@ -217,6 +222,11 @@ class PlannerServer {
   // --store=etcd: the follower thread's loop (follower_->Step) and the read
   // health it keeps (kReadService: SERVING while leading or in sync).
   void FollowStore();
+  // --store=etcd: starts this replica's attachments (StartLiveness) and the
+  // thread that publishes them every options_.liveness_publish and follows
+  // every replica's into the registry (FollowLiveness).
+  absl::Status StartLiveness();
+  void FollowLiveness();
   // OK when this replica may answer read-only RPCs: it leads, or its
   // follower's cache is in sync; else why not (the leader named).
   absl::Status Readable() const;
@@ -304,6 +314,11 @@ class PlannerServer {
   // this replica follows (paused while it leads), stepped by the same thread.
   std::unique_ptr<store::KnowledgeFollower> knowledge_follower_;
   std::thread follow_thread_;
+  // With --store=etcd: this replica's agents' attachments (on its own lease)
+  // and every replica's, followed into the registry; the thread that
+  // publishes and follows them.
+  std::unique_ptr<etcd_store::Attachments> attachments_;
+  std::thread liveness_thread_;
   std::string replica_id_;
   std::string advertise_address_;
   // Serializes StartLeading and StopLeading; the epoch whose term runs (0:

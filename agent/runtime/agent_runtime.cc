@@ -104,11 +104,28 @@ replicas::Endpoints PlannerEndpoints(const std::string& address) {
 
 AgentRuntime::AgentRuntime(AgentOptions options)
     : options_(std::move(options)),
-      endpoints_(PlannerEndpoints(options_.planner_address)) {
+      endpoints_(PlannerEndpoints(options_.planner_address)),
+      home_(endpoints_.all(),
+            replicas::HomeIndex(options_.node_name, endpoints_.size())) {
   if (options_.instance_id.empty()) options_.instance_id = RandomInstanceId();
   std::random_device rd;
   rng_.seed((static_cast<uint64_t>(rd()) << 32) | rd());
   Reconnect();
+  absl::MutexLock lock(&mu_);
+  home_stub_ = NewStub(home_.current());
+}
+
+std::shared_ptr<monta::v1::AgentGateway::Stub> AgentRuntime::HeartbeatStub(
+    bool with_topology) {
+  absl::MutexLock lock(&mu_);
+  return with_topology || endpoints_.size() == 1 ? stub_ : home_stub_;
+}
+
+std::string AgentRuntime::MoveHome() {
+  absl::MutexLock lock(&mu_);
+  home_.MoveOn("");  // the next replica, not the leader
+  home_stub_ = NewStub(home_.current());
+  return home_.current();
 }
 
 std::string AgentRuntime::endpoint() {
@@ -234,6 +251,13 @@ bool AgentRuntime::AcceptTask(const monta::v1::BenchmarkTask& task) {
 }
 
 void AgentRuntime::Reconnect() {
+  std::shared_ptr<monta::v1::AgentGateway::Stub> stub = NewStub(endpoint());
+  absl::MutexLock lock(&mu_);
+  stub_ = std::move(stub);
+}
+
+std::shared_ptr<monta::v1::AgentGateway::Stub> AgentRuntime::NewStub(
+    const std::string& target) const {
   grpc::ChannelArguments args;
   // A channel of our own with a private subchannel pool: after a planner
   // restart a fresh channel connects at once instead of waiting out gRPC's
@@ -245,14 +269,11 @@ void AgentRuntime::Reconnect() {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   auto channel = grpc::CreateCustomChannel(
-      endpoint(),
+      target,
       options_.credentials != nullptr ? options_.credentials
                                       : grpc::InsecureChannelCredentials(),
       args);
-  std::shared_ptr<monta::v1::AgentGateway::Stub> stub =
-      monta::v1::AgentGateway::NewStub(channel);
-  absl::MutexLock lock(&mu_);
-  stub_ = std::move(stub);
+  return monta::v1::AgentGateway::NewStub(channel);
 }
 
 std::shared_ptr<monta::v1::AgentGateway::Stub> AgentRuntime::stub() {
@@ -370,6 +391,17 @@ bool AgentRuntime::TryRegister(int& attempt) {
   return false;
 }
 
+monta::v1::HeartbeatRequest AgentRuntime::NewHeartbeat(bool with_topology) {
+  monta::v1::HeartbeatRequest request;
+  request.set_node_name(options_.node_name);
+  request.set_instance_id(options_.instance_id);
+  if (with_topology && options_.discover) {
+    absl::StatusOr<monta::v1::NodeTopology> topology = options_.discover();
+    if (topology.ok()) *request.mutable_topology() = *std::move(topology);
+  }
+  return request;
+}
+
 void AgentRuntime::LeaseLoop() {
   int attempt = 0;
   bool need_register = true;
@@ -391,16 +423,21 @@ void AgentRuntime::LeaseLoop() {
                                                           : Backoff(attempt)))
       break;
 
-    monta::v1::HeartbeatRequest request;
-    request.set_node_name(options_.node_name);
-    request.set_instance_id(options_.instance_id);
-    if (refresh_topology && options_.discover) {
-      absl::StatusOr<monta::v1::NodeTopology> topology = options_.discover();
-      if (topology.ok()) *request.mutable_topology() = *std::move(topology);
-    }
+    const monta::v1::HeartbeatRequest request = NewHeartbeat(refresh_topology);
     monta::v1::HeartbeatReply reply;
     auto context = NewContext();
-    grpc::Status status = stub()->Heartbeat(context.get(), request, &reply);
+    const bool home = endpoint_count() > 1 && !request.has_topology();
+    grpc::Status status = HeartbeatStub(request.has_topology())
+                              ->Heartbeat(context.get(), request, &reply);
+    if (home && status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      // The home replica is down (or its cache behind): heartbeat to the
+      // next one at once; the registration stays in the store.
+      Log(options_.node_name,
+          absl::StrCat("heartbeat failed (", status.error_message(),
+                       "); heartbeating to ", MoveHome()));
+      ++attempt;
+      continue;
+    }
     if (status.ok()) {
       SeeEpoch(reply.leader_epoch());
       if (attempt > 0) Log(options_.node_name, "heartbeat ok again");
@@ -508,6 +545,20 @@ void AgentRuntime::WatchLoop() {
       watch_context_ = nullptr;
     }
     if (stop_.HasBeenNotified()) break;
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      // Tasks come from the leader: to the one named, else the next replica
+      // (heartbeats to a follower do not notice a change of leader). One
+      // endpoint (a Service in front of the replicas): a new channel, which
+      // may reach another replica.
+      if (endpoint_count() > 1) {
+        const std::string next = MoveOn(status.error_message());
+        Log(options_.node_name,
+            absl::StrCat("task watch ended (", status.error_message(),
+                         "); watching at ", next));
+      } else {
+        Reconnect();
+      }
+    }
     if (!got_any) ++attempt;
     stop_.WaitForNotificationWithTimeout(Backoff(attempt));
   }

@@ -82,9 +82,12 @@ void DiscardError(const std::string& node, const std::string& site,
 
 struct AgentOptions {
   // The planner: host:port, or several comma-separated (the replicas of a
-  // planner on etcd). With several, a call refused UNAVAILABLE (the replica
-  // is down, or not the leader) moves the agent to the next one, where it
-  // registers again.
+  // planner on etcd). With several, the agent heartbeats to its home replica
+  // (the list's entry at a hash of the node name, so agents spread over the
+  // replicas without a balancer; the next one when it is down), which owns
+  // its liveness, and registers, watches tasks and sends topology refreshes
+  // to the leader: a call refused UNAVAILABLE there (the replica is down, or
+  // not the leader) moves to the leader it named, else the next one.
   std::string planner_address = "127.0.0.1:7400";
   // How to reach the planner: mutual TLS with this node's certificate (see
   // common/grpc_security.h); null = plaintext (monta-agent sets it always,
@@ -139,6 +142,9 @@ class AgentRuntime {
   // logged, moved to the next replica on UNAVAILABLE and waited its backoff.
   bool TryRegister(int& attempt);
   absl::Duration Backoff(int attempt);
+  // A heartbeat, carrying the node's topology when `with_topology` (and it
+  // could be discovered).
+  monta::v1::HeartbeatRequest NewHeartbeat(bool with_topology);
   std::unique_ptr<grpc::ClientContext> NewContext() const;
   // Replaces the channel (after the planner became unreachable).
   void Reconnect();
@@ -148,6 +154,15 @@ class AgentRuntime {
   std::string MoveOn(absl::string_view message);
   std::string endpoint();
   size_t endpoint_count();
+  // The stub a heartbeat goes to: the home replica's, or the leader's for a
+  // heartbeat carrying a topology (and with one endpoint, the one stub).
+  std::shared_ptr<monta::v1::AgentGateway::Stub> HeartbeatStub(
+      bool with_topology);
+  // After the home replica answered UNAVAILABLE: the next one, and its
+  // channel. Returns it.
+  std::string MoveHome();
+  std::shared_ptr<monta::v1::AgentGateway::Stub> NewStub(
+      const std::string& target) const;
   // Remembers `epoch` when it is the newest seen; supersedes the run in
   // progress when its task is of an older epoch.
   void SeeEpoch(int64_t epoch);
@@ -181,6 +196,10 @@ class AgentRuntime {
   std::shared_ptr<monta::v1::AgentGateway::Stub> stub_ ABSL_GUARDED_BY(mu_);
   // options_.planner_address split at ','.
   replicas::Endpoints endpoints_ ABSL_GUARDED_BY(mu_);
+  // With several endpoints: the replica heartbeats go to, and its stub.
+  replicas::Endpoints home_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<monta::v1::AgentGateway::Stub> home_stub_
+      ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(5);
   MonoTime last_topology_ ABSL_GUARDED_BY(mu_) = MonoTime();
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);

@@ -1,11 +1,13 @@
 // The agent's planner connection against real in-process gRPC gateways:
 // several planner endpoints (a follower that refuses, then the leader), tasks
-// of an older leader epoch ignored, and a run of an older epoch dropped at
-// once (unreported) when a newer leader shows up.
+// of an older leader epoch ignored, a run of an older epoch dropped at once
+// (unreported) when a newer leader shows up, and heartbeats spread over the
+// replicas (a planner on etcd), moving on when one goes.
 #include "agent/runtime/agent_runtime.h"
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,9 +30,14 @@ namespace {
 // streams the tasks it was given.
 class Gateway : public monta::v1::AgentGateway::Service {
  public:
+  // `beats_anywhere`: a follower answers heartbeats (a planner on etcd).
   Gateway(bool leading, int64_t epoch,
-          std::vector<monta::v1::BenchmarkTask> tasks = {})
-      : leading_(leading), epoch_(epoch), tasks_(std::move(tasks)) {}
+          std::vector<monta::v1::BenchmarkTask> tasks = {},
+          bool beats_anywhere = false)
+      : leading_(leading),
+        beats_anywhere_(beats_anywhere),
+        epoch_(epoch),
+        tasks_(std::move(tasks)) {}
 
   grpc::Status Register(grpc::ServerContext*, const monta::v1::RegisterRequest*,
                         monta::v1::RegisterReply* reply) override {
@@ -43,9 +50,14 @@ class Gateway : public monta::v1::AgentGateway::Service {
     return grpc::Status::OK;
   }
   grpc::Status Heartbeat(grpc::ServerContext*,
-                         const monta::v1::HeartbeatRequest*,
+                         const monta::v1::HeartbeatRequest* request,
                          monta::v1::HeartbeatReply* reply) override {
-    if (!leading_ || dead_) return NotLeader();
+    if ((!leading_ && !beats_anywhere_) || dead_) return NotLeader();
+    {
+      absl::MutexLock lock(&mu_);
+      beats_[request->node_name()] += 1;
+      if (request->has_topology()) ++topology_beats_;
+    }
     reply->set_lease_seconds(5);
     reply->set_leader_epoch(epoch_);
     return grpc::Status::OK;
@@ -100,6 +112,15 @@ class Gateway : public monta::v1::AgentGateway::Service {
   int gets() const { return gets_.load(); }
   // SIGKILL, as the agent sees it: every call fails UNAVAILABLE from now on.
   void Die() { dead_ = true; }
+  // Heartbeats by node, and those that carried a topology.
+  std::map<std::string, int> beats() {
+    absl::MutexLock lock(&mu_);
+    return beats_;
+  }
+  int topology_beats() {
+    absl::MutexLock lock(&mu_);
+    return topology_beats_;
+  }
 
  private:
   static grpc::Status NotLeader() {
@@ -107,6 +128,7 @@ class Gateway : public monta::v1::AgentGateway::Service {
                         "not the leader (leader: unknown)");
   }
   const bool leading_;
+  const bool beats_anywhere_;
   const int64_t epoch_;
   std::atomic<bool> dead_{false};
   std::atomic<int> gets_{0};
@@ -114,6 +136,8 @@ class Gateway : public monta::v1::AgentGateway::Service {
   std::vector<monta::v1::BenchmarkTask> tasks_ ABSL_GUARDED_BY(mu_);
   int registrations_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<monta::v1::ReportBenchmarkRequest> reports_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> beats_ ABSL_GUARDED_BY(mu_);
+  int topology_beats_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 struct Running {
@@ -256,6 +280,64 @@ TEST(AgentRuntimeTest, ANewerLeaderEpochDropsTheOlderRunUnreported) {
   // The dropped run unwinds on its own thread while the new one runs.
   std::sort(results.begin(), results.end());
   EXPECT_EQ(results, (std::vector<std::string>{"failed", "superseded"}));
+}
+
+// A planner on etcd: every replica takes heartbeats. Agents spread their
+// heartbeats over the replicas by their names' hash and register, watch and
+// send topology refreshes at the leader only; when a follower goes, its
+// agents heartbeat to the next replica without registering again.
+TEST(AgentRuntimeTest, HeartbeatsSpreadOverReplicasAndMoveWhenOneGoes) {
+  Gateway follower(/*leading=*/false, 0, {}, /*beats_anywhere=*/true);
+  Gateway leader(/*leading=*/true, 5);
+  Running f = Serve(&follower);
+  Running l = Serve(&leader);
+  ASSERT_GT(f.port, 0);
+  ASSERT_GT(l.port, 0);
+  std::vector<std::unique_ptr<AgentRuntime>> agents;
+  for (int i = 0; i < 8; ++i) {
+    AgentOptions options;
+    options.planner_address =
+        absl::StrCat("127.0.0.1:", f.port, ",127.0.0.1:", l.port);
+    options.node_name = absl::StrCat("node-", i);
+    options.initial_backoff = absl::Milliseconds(10);
+    options.max_backoff = absl::Milliseconds(50);
+    options.rpc_timeout = absl::Seconds(2);
+    options.topology_refresh = absl::Milliseconds(500);
+    options.discover = [] { return monta::v1::NodeTopology(); };
+    agents.push_back(std::make_unique<AgentRuntime>(options));
+    agents.back()->Start();
+  }
+  // Every agent heartbeats somewhere, and both replicas get some.
+  const auto beating = [&] {
+    std::map<std::string, int> all = follower.beats();
+    for (const auto& [node, n] : leader.beats()) all[node] += n;
+    return all.size() == 8 && follower.beats().size() >= 1 &&
+           leader.topology_beats() >= 1;
+  };
+  EXPECT_TRUE(Eventually(beating));
+  EXPECT_EQ(follower.registrations(), 0);
+  EXPECT_EQ(leader.registrations(), 8);
+  // Topology refreshes go to the leader, never to a follower.
+  EXPECT_EQ(follower.topology_beats(), 0);
+  const size_t on_follower = follower.beats().size();
+  EXPECT_GT(on_follower, 0u);
+  EXPECT_LT(on_follower, 8u);
+
+  // The follower goes: its agents heartbeat to the leader, registered once.
+  f.server->Shutdown();
+  const std::map<std::string, int> before = leader.beats();
+  EXPECT_TRUE(Eventually([&] {
+    const std::map<std::string, int> now = leader.beats();
+    if (now.size() != 8) return false;
+    for (const auto& [node, n] : now) {
+      auto it = before.find(node);
+      if (it != before.end() && it->second >= n) return false;
+    }
+    return true;
+  }));
+  for (auto& agent : agents) agent->Stop();
+  l.server->Shutdown();
+  EXPECT_EQ(leader.registrations(), 8);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "common/replicas/endpoints.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -23,6 +24,16 @@ std::string LeaderNamed(absl::string_view message) {
   if (end == absl::string_view::npos) return "";
   const std::string leader(rest.substr(0, end));
   return leader == "unknown" ? "" : leader;
+}
+
+size_t HomeIndex(absl::string_view name, size_t count) {
+  if (count == 0) return 0;
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a's offset basis
+  for (unsigned char c : name) {
+    hash ^= c;
+    hash *= 1099511628211ull;  // FNV's 64-bit prime
+  }
+  return static_cast<size_t>(hash % count);
 }
 
 bool IsDnsTarget(absl::string_view target) {

@@ -52,6 +52,12 @@ bool IsDnsTarget(absl::string_view target);
 void UseRoundRobinForDns(absl::string_view target,
                          grpc::ChannelArguments* args);
 
+// The home replica of a client named `name` among `count` endpoints (an
+// agent's heartbeats, server/etcd_store/attachments.h): a hash of the name
+// (64-bit FNV-1a, the same in every process and build) modulo `count`, so a
+// fleet spreads evenly over the replicas without a balancer. 0 for count 0.
+size_t HomeIndex(absl::string_view name, size_t count);
+
 class Endpoints {
  public:
   // `list`: comma-separated targets (spaces around them and empty entries

@@ -20,6 +20,24 @@ TEST(LeaderNamedTest, ReadsTheFollowersRefusal) {
   EXPECT_EQ(LeaderNamed("not the leader (leader: a:1"), "");
 }
 
+TEST(HomeIndexTest, IsStableAndSpreadsNamesEvenly) {
+  // FNV-1a: the same index in every process (an agent's home must not move
+  // when it restarts).
+  EXPECT_EQ(HomeIndex("node-a", 3), HomeIndex("node-a", 3));
+  EXPECT_EQ(HomeIndex("", 3), 14695981039346656037ull % 3);
+  EXPECT_EQ(HomeIndex("node-a", 0), 0u);
+  EXPECT_EQ(HomeIndex("node-a", 1), 0u);
+  std::map<size_t, int> per_replica;
+  for (int i = 0; i < 3000; ++i) {
+    ++per_replica[HomeIndex("node-" + std::to_string(i), 3)];
+  }
+  ASSERT_EQ(per_replica.size(), 3u);
+  for (const auto& [replica, n] : per_replica) {
+    EXPECT_GT(n, 900) << replica;
+    EXPECT_LT(n, 1100) << replica;
+  }
+}
+
 TEST(EndpointsTest, ParseRefusesAnEmptyOrMalformedList) {
   absl::StatusOr<Endpoints> none = Endpoints::Parse(" , ,", "--planner");
   ASSERT_FALSE(none.ok());

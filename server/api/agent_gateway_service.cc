@@ -50,10 +50,22 @@ grpc::ServerUnaryReactor* AgentGatewayService::Heartbeat(
     grpc::CallbackServerContext* context,
     const monta::v1::HeartbeatRequest* request,
     monta::v1::HeartbeatReply* reply) {
-  if (grpc::Status s = authz_->RequireNode(*context, request->node_name());
+  // Any replica whose cache is in sync: liveness is the replica's own
+  // (server/etcd_store/attachments.h), and nothing here writes the store.
+  if (grpc::Status s =
+          authz_->RequireNodeOnAnyReplica(*context, request->node_name());
       !s.ok())
     return FinishUnary(context, s);
-  absl::Status status = registry_->Heartbeat(*request, Instant::Now());
+  absl::Status status;
+  if (request->has_topology() && !coordinator_->CheckLeading().ok()) {
+    // A topology's events are a leader's write: a follower renews the lease
+    // only (agents send their topology refreshes to the leader).
+    monta::v1::HeartbeatRequest beat = *request;
+    beat.clear_topology();
+    status = registry_->Heartbeat(beat, Instant::Now());
+  } else {
+    status = registry_->Heartbeat(*request, Instant::Now());
+  }
   if (status.ok()) {
     reply->set_lease_seconds(absl::ToDoubleSeconds(registry_->options().lease));
     reply->set_leader_epoch(coordinator_->epoch());

@@ -177,6 +177,21 @@ grpc::Status Authorizer::Leading() const {
 grpc::Status Authorizer::RequireNode(const grpc::ServerContextBase& context,
                                      absl::string_view node_name) const {
   if (grpc::Status s = Leading(); !s.ok()) return s;
+  return CheckCallerIsNode(context, node_name);
+}
+
+grpc::Status Authorizer::RequireNodeOnAnyReplica(
+    const grpc::ServerContextBase& context, absl::string_view node_name) const {
+  if (grpc::Status s = Readable(); !s.ok()) return s;
+  return CheckCallerIsNode(context, node_name);
+}
+
+grpc::Status Authorizer::Readable() const {
+  return readable_ ? ToGrpc(readable_()) : Leading();
+}
+
+grpc::Status Authorizer::CheckCallerIsNode(
+    const grpc::ServerContextBase& context, absl::string_view node_name) const {
   if (!enforce_) return grpc::Status::OK;
   absl::StatusOr<Principal> caller = Caller(context);
   if (!caller.ok()) return ToGrpc(caller.status());
@@ -250,9 +265,7 @@ grpc::Status Authorizer::RequireOperator(
 
 grpc::Status Authorizer::RequireAuthenticated(
     const grpc::ServerContextBase& context) const {
-  if (grpc::Status s = readable_ ? ToGrpc(readable_()) : Leading(); !s.ok()) {
-    return s;
-  }
+  if (grpc::Status s = Readable(); !s.ok()) return s;
   if (!enforce_) return grpc::Status::OK;
   absl::StatusOr<Principal> caller = Caller(context);
   return caller.ok() ? grpc::Status::OK : ToGrpc(caller.status());

@@ -80,15 +80,22 @@ class Authorizer {
 
   bool enforced() const { return enforce_; }
 
-  // Every Require* below but RequireAuthenticated first asks the coordinator
+  // Every Require* below but RequireAuthenticated and
+  // RequireNodeOnAnyReplica first asks the coordinator
   // whether this replica leads (Coordinator::CheckLeading): a follower
   // refuses them with UNAVAILABLE naming the leader, so clients move to it.
-  // RequireAuthenticated (the read-only RPCs) asks `readable` instead: a
-  // follower answers reads from its watch-fed cache (issue 20 item 6).
+  // RequireAuthenticated (the read-only RPCs) and RequireNodeOnAnyReplica
+  // (Heartbeat) ask `readable` instead: a follower answers reads from its
+  // watch-fed cache (issue 20 item 6) and agents' heartbeats (item 4).
 
   // Register, Heartbeat, Deregister, WatchTasks: the caller is `node_name`.
   grpc::Status RequireNode(const grpc::ServerContextBase& context,
                            absl::string_view node_name) const;
+  // Heartbeat: the caller is `node_name`, on any replica that is readable
+  // (a leader, or a follower whose cache is in sync: it knows the node's
+  // registration and owns its liveness, server/etcd_store/attachments.h).
+  grpc::Status RequireNodeOnAnyReplica(const grpc::ServerContextBase& context,
+                                       absl::string_view node_name) const;
   // RendezvousSet, RendezvousGet: the caller is a node of task `task_id`.
   grpc::Status RequireTaskMember(const grpc::ServerContextBase& context,
                                  const std::string& task_id) const;
@@ -120,6 +127,11 @@ class Authorizer {
                            const Principal& caller) const;
   // OK while this replica leads (always without an election).
   grpc::Status Leading() const;
+  // OK while this replica may answer reads (`readable`; Leading without it).
+  grpc::Status Readable() const;
+  // The caller is node `node_name` (always under --insecure).
+  grpc::Status CheckCallerIsNode(const grpc::ServerContextBase& context,
+                                 absl::string_view node_name) const;
   // The caller as node `node_name` (PERMISSION_DENIED otherwise).
   grpc::Status CheckNode(const Principal& caller,
                          absl::string_view node_name) const;

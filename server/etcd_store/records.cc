@@ -100,9 +100,17 @@ bool RecordTxn::Fits(int64_t bytes) const {
          bytes_ + bytes <= max_bytes_;
 }
 
+int64_t RecordTxn::OpBytes(const etcd::Op& op) {
+  return PutBytes(op.key, op.value);
+}
+
 void RecordTxn::Add(std::string key, std::string value) {
-  bytes_ += PutBytes(key, value);
-  txn_.success.push_back(etcd::Op::Put(std::move(key), std::move(value)));
+  AddOp(etcd::Op::Put(std::move(key), std::move(value)));
+}
+
+void RecordTxn::AddOp(etcd::Op op) {
+  bytes_ += OpBytes(op);
+  txn_.success.push_back(std::move(op));
 }
 
 absl::Status RecordTxn::Send(etcd::Client& client) {

@@ -46,18 +46,22 @@ std::string EncodeRecord(double at_unix_seconds,
 absl::StatusOr<store::SqliteStore::LogRow> DecodeRecord(
     const std::string& value);
 
-// A Txn of record puts within the client's limits (max_txn_ops operations,
-// max_request_bytes less etcd's envelope and room for the framing).
+// A Txn of record puts (or any puts and deletes: attachments.h) within the
+// client's limits (max_txn_ops operations, max_request_bytes less etcd's
+// envelope and room for the framing).
 class RecordTxn {
  public:
   explicit RecordTxn(const etcd::ClientOptions& limits);
   // The bytes one put of key and value counts for.
   static int64_t PutBytes(const std::string& key, const std::string& value);
+  // The bytes `op` counts for (its key and value).
+  static int64_t OpBytes(const etcd::Op& op);
   // The most one Txn may carry; a record over it can never be written.
   int64_t max_bytes() const { return max_bytes_; }
   // Whether a put of `bytes` still fits beside what is added.
   bool Fits(int64_t bytes) const;
   void Add(std::string key, std::string value);
+  void AddOp(etcd::Op op);
   bool empty() const { return txn_.success.empty(); }
   size_t size() const { return txn_.success.size(); }
   // Sends what was added (nothing when empty) and starts a new Txn.

@@ -386,10 +386,14 @@ absl::Status Registry::RegisterLocked(const monta::v1::RegisterRequest& request,
         entry.info.instance_id() != request.instance_id()) {
       return absl::AlreadyExistsError(absl::StrCat(
           "node_name ", EchoInput(request.node_name()),
-          " is held by another agent instance whose lease is alive (last "
-          "heartbeat ",
-          absl::FormatDuration(MonoSince(*entry.heard, now.mono)),
-          " ago); stop that agent or wait for its lease (",
+          " is held by another agent instance whose lease is alive (",
+          HeardAlive(entry, now)
+              ? absl::StrCat(
+                    "last heartbeat ",
+                    absl::FormatDuration(MonoSince(*entry.heard, now.mono)),
+                    " ago")
+              : std::string("heartbeating to another planner replica"),
+          "); stop that agent or wait for its lease (",
           absl::FormatDuration(options_.lease), ") to expire"));
     }
   }
@@ -500,9 +504,42 @@ bool Registry::IsAlive(absl::string_view node_name,
   return e.info.instance_id() == instance_id && Alive(e, now);
 }
 
-bool Registry::Alive(const Entry& entry, Instant now) const {
+bool Registry::HeardAlive(const Entry& entry, Instant now) const {
   return !entry.gone && entry.heard.has_value() &&
          MonoSince(*entry.heard, now.mono) < options_.lease;
+}
+
+bool Registry::IsAttached(const Entry& entry) const {
+  if (attached_.empty()) return false;
+  auto it = attached_.find(entry.info.name());
+  return it != attached_.end() && it->second.count(entry.info.instance_id());
+}
+
+bool Registry::Alive(const Entry& entry, Instant now) const {
+  return HeardAlive(entry, now) || (!entry.gone && IsAttached(entry));
+}
+
+HeardNodes Registry::Heard(Instant now) const {
+  absl::ReaderMutexLock lock(&mu_);
+  HeardNodes heard;
+  for (const auto& [name, entry] : nodes_) {
+    if (HeardAlive(entry, now)) heard[name] = entry.info.instance_id();
+  }
+  return heard;
+}
+
+void Registry::SetAttached(AttachedNodes attached, Instant now) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [name, entry] : nodes_) {
+    if (!IsAttached(entry)) continue;
+    auto it = attached.find(name);
+    if (it != attached.end() && it->second.count(entry.info.instance_id())) {
+      continue;
+    }
+    // Alive through the attachment until now: quiet from here.
+    if (!HeardAlive(entry, now)) entry.quiet_since = now.mono;
+  }
+  attached_ = std::move(attached);
 }
 
 std::vector<NodeInfo> Registry::List(Instant now, bool include_gone) const {
@@ -830,6 +867,17 @@ bool Registry::Superseded(const BandwidthCurve& older) const {
 void Registry::Restore(const NodeInfo& node, Instant now) {
   absl::MutexLock lock(&mu_);
   Entry& entry = nodes_[node.name()];
+  // Heard before (by this process, as this instance): the lease stays.
+  std::optional<HeardBefore> heard;
+  if (entry.heard.has_value() &&
+      entry.info.instance_id() == node.instance_id()) {
+    heard = HeardBefore{node.instance_id(), *entry.heard, entry.last_heartbeat};
+  } else if (auto before = heard_before_clear_.find(node.name());
+             before != heard_before_clear_.end()) {
+    if (before->second.instance_id == node.instance_id())
+      heard = before->second;
+    heard_before_clear_.erase(before);
+  }
   // Curves come on their own (RestoreCurve): the ones it holds stay.
   google::protobuf::RepeatedPtrField<BandwidthCurve> curves =
       std::move(*entry.info.mutable_curves());
@@ -843,6 +891,12 @@ void Registry::Restore(const NodeInfo& node, Instant now) {
   entry.last_heartbeat = absl::FromUnixNanos(
       TimeUtil::TimestampToNanoseconds(node.last_heartbeat()));
   entry.gone = node.state() == monta::v1::NODE_STATE_GONE;
+  if (heard.has_value() && !entry.gone) {
+    entry.heard = heard->heard;
+    entry.quiet_since = heard->heard;
+    entry.last_heartbeat =
+        std::max(entry.last_heartbeat, heard->last_heartbeat);
+  }
 }
 
 void Registry::Clear() {
@@ -850,6 +904,12 @@ void Registry::Clear() {
   {
     absl::MutexLock deliver(&deliver_mu_);
     absl::MutexLock lock(&mu_);
+    heard_before_clear_.clear();
+    for (const auto& [name, entry] : nodes_) {
+      if (!entry.heard.has_value()) continue;
+      heard_before_clear_[name] = HeardBefore{
+          entry.info.instance_id(), *entry.heard, entry.last_heartbeat};
+    }
     nodes_.clear();
     delivered_total_ += pending_.size();
     pending_.clear();

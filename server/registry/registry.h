@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -122,6 +123,13 @@ class RegistryObserver {
       const std::vector<Change>& changes) = 0;
 };
 
+// Nodes attached to a planner replica on etcd (server/etcd_store/
+// attachments.h): node name -> the agent instance ids attached.
+using AttachedNodes = std::map<std::string, std::set<std::string>, std::less<>>;
+// Node name -> instance id of the nodes alive by this process's own
+// heartbeats.
+using HeardNodes = std::map<std::string, std::string, std::less<>>;
+
 // Thread-safe. Every method takes the current time (both clocks: leases run on
 // `now.mono`, `now.wall` is only reported and stored) so tests control, and
 // step, each clock.
@@ -158,6 +166,15 @@ class Registry {
   // Marks the node gone. Same errors as Heartbeat.
   absl::Status Deregister(absl::string_view node_name,
                           absl::string_view instance_id, Instant now);
+
+  // The nodes alive by their heartbeats to this process (not through an
+  // attachment): what this replica attaches.
+  HeardNodes Heard(Instant now) const;
+  // Every replica's attachments (a planner on etcd): a node whose instance is
+  // attached anywhere is alive, whether or not this process hears it. Replaces
+  // the previous set; a node alive only through an attachment that went is
+  // quiet from `now` (RemoveGone counts gone_after from then).
+  void SetAttached(AttachedNodes attached, Instant now);
 
   // True when `instance_id` holds a live lease on `node_name`.
   bool IsAlive(absl::string_view node_name, absl::string_view instance_id,
@@ -220,7 +237,9 @@ class Registry {
       const ForgetSelector& what);
 
   // Restores a node read back from the store (no lease: it starts stale, and
-  // is removed options().gone_after after `now` unless its agent returns).
+  // is removed options().gone_after after `now` unless its agent returns;
+  // a node this process heard, as the same instance, before it was restored
+  // or Cleared keeps its lease).
   // `node`'s curves are ignored: the curves a known node holds stay (a
   // follower applies a node's change without losing them); RestoreCurve adds
   // curves.
@@ -252,7 +271,11 @@ class Registry {
     // Curves of its tasks the planner excluded, oldest first.
     std::deque<monta::v1::ExcludedCurve> excluded;
   };
-  bool Alive(const Entry& entry, Instant now) const;
+  // Alive by this process's heartbeats, or by an attachment.
+  bool Alive(const Entry& entry, Instant now) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  bool HeardAlive(const Entry& entry, Instant now) const;
+  bool IsAttached(const Entry& entry) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The bodies of Register, Heartbeat and RemoveGone; `queued`: a change
   // waits for Deliver.
   absl::Status RegisterLocked(const monta::v1::RegisterRequest& request,
@@ -353,6 +376,17 @@ class Registry {
   // Started once, by SetObserver; joined by the destructor.
   std::thread delivery_thread_;
   std::map<std::string, Entry, std::less<>> nodes_ ABSL_GUARDED_BY(mu_);
+  AttachedNodes attached_ ABSL_GUARDED_BY(mu_);
+  // What Clear forgot of the nodes this process heard (instance id, last
+  // heartbeat on both clocks): Restore of the same instance keeps it, so a
+  // replica that reloads its registry does not count its own agents stale.
+  struct HeardBefore {
+    std::string instance_id;
+    MonoTime heard;
+    absl::Time last_heartbeat;
+  };
+  std::map<std::string, HeardBefore, std::less<>> heard_before_clear_
+      ABSL_GUARDED_BY(mu_);
   // The sequence of the next curve AddCurve accepts.
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
 };

@@ -66,6 +66,74 @@ TEST_F(RegistryTest, HeartbeatRenewsLease) {
   EXPECT_FALSE(r.IsAlive("node-a", "other", At(absl::Seconds(15))));
 }
 
+// A planner on etcd: a node heartbeating to another replica is alive here
+// through its attachment (its instance's), and Heard lists only the nodes
+// this process hears itself (what it attaches).
+TEST_F(RegistryTest, AttachedNodeIsAliveWithoutHeartbeatsHere) {
+  RegistryOptions options = Options();
+  options.gone_after = absl::Seconds(30);
+  Registry r(options);
+  ASSERT_TRUE(r.Register(Req("node-a", "i1"), start_).ok());
+  ASSERT_TRUE(r.Register(Req("node-b", "i2"), start_).ok());
+  const Instant later = At(absl::Seconds(40));
+  EXPECT_EQ(r.Get("node-a", later)->state(), NODE_STATE_STALE);
+  r.SetAttached({{"node-a", {"i1"}}, {"node-b", {"another-instance"}}}, later);
+  EXPECT_EQ(r.Get("node-a", later)->state(), NODE_STATE_ALIVE);
+  EXPECT_TRUE(r.IsAlive("node-a", "i1", later));
+  // Another instance's attachment is not this one's lease.
+  EXPECT_EQ(r.Get("node-b", later)->state(), NODE_STATE_STALE);
+  EXPECT_EQ(r.StaleNodes(later), std::vector<std::string>{"node-b"});
+  // A node alive through its attachment is not removed, however long this
+  // process has not heard it; once detached it is quiet from then on.
+  EXPECT_EQ(r.RemoveGone(later), std::vector<std::string>{"node-b"});
+  r.SetAttached({}, At(absl::Seconds(50)));
+  EXPECT_EQ(r.Get("node-a", At(absl::Seconds(50)))->state(), NODE_STATE_STALE);
+  EXPECT_TRUE(r.RemoveGone(At(absl::Seconds(79))).empty());
+  EXPECT_EQ(r.RemoveGone(At(absl::Seconds(80))),
+            std::vector<std::string>{"node-a"});
+}
+
+TEST_F(RegistryTest, HeardListsOnlyNodesHeardHereAndDeregisteredGoes) {
+  Registry r(Options());
+  ASSERT_TRUE(r.Register(Req("node-a", "i1"), start_).ok());
+  ASSERT_TRUE(r.Register(Req("node-b", "i2"), start_).ok());
+  ASSERT_TRUE(r.Register(Req("node-c", "i3"), start_).ok());
+  ASSERT_TRUE(r.Deregister("node-c", "i3", start_).ok());
+  r.SetAttached({{"node-b", {"i2"}}}, start_);
+  EXPECT_EQ(r.Heard(At(absl::Seconds(5))),
+            (HeardNodes{{"node-a", "i1"}, {"node-b", "i2"}}));
+  // node-b's lease here expired: alive through its attachment, not heard.
+  monta::v1::HeartbeatRequest hb;
+  hb.set_node_name("node-a");
+  hb.set_instance_id("i1");
+  ASSERT_TRUE(r.Heartbeat(hb, At(absl::Seconds(8))).ok());
+  EXPECT_EQ(r.Heard(At(absl::Seconds(12))), (HeardNodes{{"node-a", "i1"}}));
+  // A deregistered node is gone even while an attachment names it.
+  r.SetAttached({{"node-c", {"i3"}}}, At(absl::Seconds(12)));
+  EXPECT_EQ(r.Get("node-c", At(absl::Seconds(12)))->state(), NODE_STATE_GONE);
+}
+
+// A replica reloading its registry from the store (it starts leading, or its
+// cache lists again) keeps the leases of the agents it heard, of the same
+// instance only.
+TEST_F(RegistryTest, ClearThenRestoreKeepsTheLeasesHeard) {
+  Registry r(Options());
+  ASSERT_TRUE(r.Register(Req("node-a", "i1"), start_).ok());
+  ASSERT_TRUE(r.Register(Req("node-b", "i2"), start_).ok());
+  const monta::v1::NodeInfo a = *r.Get("node-a", start_);
+  monta::v1::NodeInfo b = *r.Get("node-b", start_);
+  b.set_instance_id("i2-restarted");
+  r.Clear();
+  r.Restore(a, At(absl::Seconds(1)));
+  r.Restore(b, At(absl::Seconds(1)));
+  EXPECT_EQ(r.Get("node-a", At(absl::Seconds(5)))->state(), NODE_STATE_ALIVE);
+  EXPECT_EQ(r.Get("node-a", At(absl::Seconds(11)))->state(), NODE_STATE_STALE);
+  EXPECT_EQ(r.Get("node-b", At(absl::Seconds(5)))->state(), NODE_STATE_STALE);
+  // A follower applying a change of a node it hears keeps the lease too.
+  r.Restore(a, At(absl::Seconds(2)));
+  EXPECT_EQ(r.Get("node-a", At(absl::Seconds(5)))->state(), NODE_STATE_ALIVE);
+}
+
 TEST_F(RegistryTest, StaleNodesListsExpiredLeasesOnly) {
   Registry r(Options());
   ASSERT_TRUE(r.Register(Req("node-a", "i1"), start_).ok());
