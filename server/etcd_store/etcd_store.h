@@ -88,8 +88,9 @@ struct SchemaVersion {
   int minor = 0;
 };
 // This build's layout.
-// 1.1 added P tasks/, 1.2 P knowledge/ (older replicas ignore both).
-inline constexpr SchemaVersion kEtcdSchemaVersion{1, 2};
+// 1.1 added P tasks/, 1.2 P knowledge/, 1.3 P attach/ (older replicas ignore
+// all three).
+inline constexpr SchemaVersion kEtcdSchemaVersion{1, 3};
 
 struct EtcdStoreOptions {
   // Every key lives under it: non-empty, starting and ending with '/', at
