@@ -545,22 +545,25 @@ void AgentRuntime::WatchLoop() {
       watch_context_ = nullptr;
     }
     if (stop_.HasBeenNotified()) break;
-    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      // Tasks come from the leader: to the one named, else the next replica
-      // (heartbeats to a follower do not notice a change of leader). One
-      // endpoint (a Service in front of the replicas): a new channel, which
-      // may reach another replica.
-      if (endpoint_count() > 1) {
-        const std::string next = MoveOn(status.error_message());
-        Log(options_.node_name,
-            absl::StrCat("task watch ended (", status.error_message(),
-                         "); watching at ", next));
-      } else {
-        Reconnect();
-      }
-    }
+    WatchEnded(status);
     if (!got_any) ++attempt;
     stop_.WaitForNotificationWithTimeout(Backoff(attempt));
+  }
+}
+
+void AgentRuntime::WatchEnded(const grpc::Status& status) {
+  if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return;
+  // Tasks come from the leader: to the one named, else the next replica
+  // (heartbeats to a follower do not notice a change of leader). One endpoint
+  // (a Service in front of the replicas): a new channel, which may reach
+  // another replica.
+  if (endpoint_count() > 1) {
+    const std::string next = MoveOn(status.error_message());
+    Log(options_.node_name,
+        absl::StrCat("task watch ended (", status.error_message(),
+                     "); watching at ", next));
+  } else {
+    Reconnect();
   }
 }
 

@@ -137,6 +137,9 @@ class AgentRuntime {
  private:
   void LeaseLoop();
   void WatchLoop();
+  // After the task watch ended with `status`: on UNAVAILABLE, the leader it
+  // names or the next replica (a new channel with one endpoint).
+  void WatchEnded(const grpc::Status& status);
   absl::Status RegisterOnce();
   // RegisterOnce with the loop's bookkeeping: true when registered; else it
   // logged, moved to the next replica on UNAVAILABLE and waited its backoff.
