@@ -34,9 +34,9 @@ shaped rate were registered.
 --rule=curve replays issue 18's chunk-pricing candidates instead (parse_rule): each chunk's
 inter-node AllToAll (tp_dedup's one, tp_dedup_pipelined's K; flat is left as priced) from a
 variant of the curve, the difference to the model's price times ops and chunks (exact while
-the network bounds the op; the calibration's network scale kept, its latency scale not
-refitted), and a chunk bound from the curve's efficiency at the chunk's size (a K it bounds
-is left out of the scored run, as verify's default sweep would). Every row prints that
+the network bounds the op; the calibration's network and latency scales applied to both
+prices, not refitted), and a chunk bound from the curve's efficiency at the chunk's size (a
+K it bounds is left out of the scored run, as verify's default sweep would). Every row prints that
 efficiency (the uncapped link rate at the chunk's size over the rate at the largest sample).
 The null rule (--rule=curve alone) reproduces every prediction; its "after" regret is the
 medians' pick, the fair baseline for the calibrated regret (the "before" one is verify's,
@@ -65,6 +65,7 @@ from verify_summary import NAME, load, uncalibrated_regret
 PER_PEER_LATENCY_SECONDS = 10e-6  # the cpu-gloo profile's (server/model/hardware_profile.cc)
 STALL_FACTOR = 1.5  # server/model/bandwidth_curve.cc kStallFactor
 RATES = {"mbit": 1e6 / 8, "gbit": 1e9 / 8}
+TIME_UNITS = {"us": 1e6, "ms": 1e3, "s": 1.0}  # montactl bench's TIME column
 
 
 class Curve:
@@ -136,9 +137,10 @@ def read_curve(path):
             m = re.match(r"\s*alltoall, (\d+) ranks on (\d+) node", line)
             if m:
                 shape = (int(m.group(1)), int(m.group(1)) // int(m.group(2)))
-            m = re.match(r"(\d+) (KiB|MiB|GiB)\s+([0-9.]+) ms", line)
+            m = re.match(r"(\d+) (KiB|MiB|GiB)\s+([0-9.]+) (us|ms|s)\b", line)
             if m and shape:
-                samples.append((int(m.group(1)) * units[m.group(2)], float(m.group(3)) / 1e3))
+                samples.append((int(m.group(1)) * units[m.group(2)],
+                                float(m.group(3)) / TIME_UNITS[m.group(4)]))
     return Curve(samples, *shape)
 
 
@@ -163,15 +165,17 @@ def chunk_shape(kind, k, d, t):
     return None
 
 
-def curve_delta_seconds(curve, new, x, e, ns, scale, alpha_scale):
+def curve_delta_seconds(curve, new, x, e, ns, scale, alpha_scale, latency_scale=1.0):
     """One chunk's price under the curve `new` (and its launch latency times alpha_scale)
-    minus under the model's curve, while the network bounds it."""
+    minus under the model's curve, while the network bounds it; `scale` and `latency_scale`
+    the calibration's network and latency scales (1 uncalibrated), which the model applies
+    to both curves' prices."""
     inter = x * (e - ns) / e
     if inter <= 0:
         return 0.0
     y = x * curve.nranks / e
     return (scale * inter * (1 / new.link_rate(y) - 1 / curve.link_rate(y))
-            + alpha_scale * launch_seconds(new, e) - launch_seconds(curve, e))
+            + latency_scale * (alpha_scale * launch_seconds(new, e) - launch_seconds(curve, e)))
 
 
 def launch_seconds(curve, e):
@@ -191,8 +195,9 @@ def replay_run(reply, curve, t, line_rate, rule):
     after)."""
     plan = reply["plan"]
     d, g, e, ns, ops = plan_shape(plan)
-    scale = float(plan.get("evidence", {}).get("calibration", {})
-                  .get("network_scale_ratio", 1) or 1)
+    calibration = plan.get("evidence", {}).get("calibration", {})
+    scale = float(calibration.get("network_scale_ratio", 1) or 1)
+    latency_scale = float(calibration.get("latency_scale_ratio", 1) or 1)
     rows = []
     for c in reply["candidates"]:
         if c["measured_seconds"] <= 0:
@@ -209,7 +214,7 @@ def replay_run(reply, curve, t, line_rate, rule):
             n, x = shape
             new = rule["curve"](curve)
             cal_after += ops * n * curve_delta_seconds(curve, new, x, e, ns, scale,
-                                                       rule["alpha_scale"])
+                                                       rule["alpha_scale"], latency_scale)
             unc_after += ops * n * curve_delta_seconds(curve, new, x, e, ns, 1,
                                                        rule["alpha_scale"])
         if (rule.get("bound") and kind == "tp_dedup_pipelined" and k > 1

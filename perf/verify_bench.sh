@@ -18,8 +18,11 @@
 #                        [--scope=layer|op] [--bin_dir=DIR]
 #   perf/verify_bench.sh --smallest     # one config, both layouts, 8 -> 4 MiB, 3 iterations
 #
-# Writes DIR/<config>-<layout>-<role>-<MiB>mib.json (the VerifyReply) and prints the summary
-# with the issue's bars. Exit status: 0 every bar met, 1 a bar missed, 2 usage, 3 no
+# Writes DIR/<config>-<layout>-<role>-<MiB>mib.json (the VerifyReply) and
+# DIR/<config>-planner.db (the planner's file: the curves every prediction was priced from and
+# the runs in order; `bazel run //perf:calibration_replay -- --db=... --config=... --out=...`
+# replays them through another build's planning code), and prints the summary with the
+# issue's bars. Exit status: 0 every bar met, 1 a bar missed, 2 usage, 3 no
 # namespaces here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -109,5 +112,9 @@ for config in $CONFIGS; do
     done
   done
   "${CLUSTER[@]}" down --name="$NAME" >/dev/null
+  # The planner's file (its curves, and every verify request and reply in
+  # order), for perf/calibration_replay: the cluster's default run directory.
+  db="/tmp/monta-emul-$NAME/planner.db"
+  if [[ -f "$db" ]]; then cp -f "$db" "$OUT/$config-planner.db"; fi
 done
 /usr/bin/python3 perf/verify_summary.py "$OUT"

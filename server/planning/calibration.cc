@@ -279,6 +279,20 @@ GuardedFit GuardFit(const std::vector<Observation>& run,
   return out;
 }
 
+PlanCalibration WithEvidence(PlanCalibration c, const CalibrationFit& fit,
+                             const std::string& task_id) {
+  v1::Calibration& ev = c.evidence;
+  ev.set_per_chunk_overhead_seconds(c.model.per_chunk_overhead_seconds);
+  ev.set_contention_factor(c.contention_factor);
+  ev.set_network_scale_ratio(c.model.network_scale);
+  ev.set_local_scale_ratio(c.model.local_scale);
+  ev.set_latency_scale_ratio(c.model.latency_scale);
+  ev.set_task_id(task_id);
+  ev.set_error_before_ratio(fit.error_before_ratio);
+  ev.set_error_after_ratio(fit.error_after_ratio);
+  return c;
+}
+
 std::string NodeSetKey(const v1::StrategyRequest& request) {
   std::vector<std::string> names(request.placement().node_names().begin(),
                                  request.placement().node_names().end());

@@ -73,6 +73,12 @@ GuardedFit GuardFit(const std::vector<Observation>& run,
                     const PlanCalibration* previous, const CalibrationFit& fit,
                     const NodeLookup* lookup, double max_growth_ratio = 0.05);
 
+// The calibration to store, with its evidence: its parameters, the verify
+// task it was fitted on and the fit's errors over every observation it was
+// fitted on.
+PlanCalibration WithEvidence(PlanCalibration c, const CalibrationFit& fit,
+                             const std::string& task_id);
+
 // Canonical key of a node set (sorted names) and of a job on its nodes (the
 // request without the job's name).
 std::string NodeSetKey(const monta::v1::StrategyRequest& request);

@@ -334,23 +334,6 @@ std::vector<planning::Observation> Observations(
   return out;
 }
 
-// The calibration to store, with its evidence (the fit's errors over every
-// observation it was fitted on).
-planning::PlanCalibration WithEvidence(planning::PlanCalibration c,
-                                       const planning::CalibrationFit& fit,
-                                       const std::string& task_id) {
-  v1::Calibration& ev = c.evidence;
-  ev.set_per_chunk_overhead_seconds(c.model.per_chunk_overhead_seconds);
-  ev.set_contention_factor(c.contention_factor);
-  ev.set_network_scale_ratio(c.model.network_scale);
-  ev.set_local_scale_ratio(c.model.local_scale);
-  ev.set_latency_scale_ratio(c.model.latency_scale);
-  ev.set_task_id(task_id);
-  ev.set_error_before_ratio(fit.error_before_ratio);
-  ev.set_error_after_ratio(fit.error_after_ratio);
-  return c;
-}
-
 // Whether this run may teach the model at all; sets the outcome when not.
 bool MayCalibrate(const v1::VerifyRequest& request, v1::VerifyReply* reply) {
   if (request.skip_calibration()) {
@@ -411,8 +394,8 @@ void Calibrate(const v1::VerifyRequest& request,
         limit, " (", guarded.worst, "): the previous calibration stays"));
     return;
   }
-  const planning::PlanCalibration c =
-      WithEvidence(*guarded.calibration, *fit, reply->task().task_id());
+  const planning::PlanCalibration c = planning::WithEvidence(
+      *guarded.calibration, *fit, reply->task().task_id());
   if (guarded.outcome == planning::GuardedFit::Outcome::kShrunk) {
     reply->set_calibration_outcome(v1::CALIBRATION_OUTCOME_SHRUNK);
     reply->set_calibration_note(absl::StrFormat(
