@@ -143,24 +143,33 @@ double CostModel::ChunkLaunchFloorSeconds() const {
       .launch_floor_seconds();
 }
 
-bool CostModel::ChunkResolved(double bytes) const {
+double CostModel::PipelineChunkFixedSeconds() const {
+  // GatheredOp charges every chunk the calibrated overhead on top of its
+  // stages (0 uncalibrated): a fixed cost per chunk like the launch's.
+  return ChunkLaunchFloorSeconds() +
+         cluster_.calibration.per_chunk_overhead_seconds;
+}
+
+bool CostModel::ChunkResolved(double bytes, double fixed_seconds) const {
   const Stage a = AllToAll(bytes, traffic_.ep_group_size,
                            traffic_.ep_members_on_node, nullptr);
-  return a.seconds >= kChunkLaunchFloorMultiple * ChunkLaunchFloorSeconds();
+  return a.seconds >= kChunkLaunchFloorMultiple * fixed_seconds;
 }
 
 bool CostModel::PipelineChunkResolved(int chunks) const {
   // GatheredOp's chunk: D / (t K) per rank.
   const double t = std::max(1, traffic_.tensor_parallel_size);
-  return ChunkResolved(traffic_.dispatch_bytes / (t * std::max(1, chunks)));
+  return ChunkResolved(traffic_.dispatch_bytes / (t * std::max(1, chunks)),
+                       PipelineChunkFixedSeconds());
 }
 
 bool CostModel::OverlapChunkResolved(int chunks) const {
-  // ExpertOverlap's chunk: the op's bytes / K.
+  // ExpertOverlap's chunk: the op's bytes / K (its chunks pay no calibrated
+  // overhead: ExpertOverlap charges none).
   const double bytes =
       traffic_.dispatch_bytes /
       (DropsEverywhere() ? std::max(1, traffic_.tensor_parallel_size) : 1);
-  return ChunkResolved(bytes / std::max(1, chunks));
+  return ChunkResolved(bytes / std::max(1, chunks), ChunkLaunchFloorSeconds());
 }
 
 Stage CostModel::AllGather(double input_bytes,

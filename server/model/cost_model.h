@@ -164,14 +164,18 @@ class CostModel {
   StrategyTime ExpertOverlap(int chunks, ExtrapolationFlags* flags) const;
 
   // The chunk bound (docs/MODEL.md §5): a chunk of a chunked schedule must
-  // take at least kChunkLaunchFloorMultiple times the launch floor
-  // (BandwidthCurve::launch_floor_seconds) of the curve its AllToAll launch
-  // reads, the inter-node one when the EP group leaves the node. Below it,
-  // a launch cost the sweep measured but the curve's line does not price is
-  // more than 36% of every chunk. The floor, and whether one chunk of a
-  // tp_dedup_pipelined (expert_overlap) split into `chunks` keeps above it.
+  // take at least kChunkLaunchFloorMultiple times the fixed cost of a chunk:
+  // the launch floor (BandwidthCurve::launch_floor_seconds) of the curve its
+  // AllToAll launch reads, the inter-node one when the EP group leaves the
+  // node, and for tp_dedup_pipelined the calibration's per-chunk overhead,
+  // which every one of its chunks pays on top (§11). Below it, a fixed cost
+  // the sweep or the calibration measured but the curve's line does not
+  // price is more than 36% of every chunk. The floor, the pipeline's fixed
+  // cost per chunk, and whether one chunk of a tp_dedup_pipelined
+  // (expert_overlap) split into `chunks` keeps above it.
   static constexpr double kChunkLaunchFloorMultiple = 2.75;
   double ChunkLaunchFloorSeconds() const;
+  double PipelineChunkFixedSeconds() const;
   bool PipelineChunkResolved(int chunks) const;
   bool OverlapChunkResolved(int chunks) const;
 
@@ -184,9 +188,9 @@ class CostModel {
   Stage Copy(double bytes, ExtrapolationFlags* flags) const;
 
  private:
-  // Whether an AllToAll of `bytes` per rank over the EP group keeps above
-  // the chunk bound.
-  bool ChunkResolved(double bytes) const;
+  // Whether an AllToAll of `bytes` per rank over the EP group takes at least
+  // kChunkLaunchFloorMultiple times `fixed_seconds`.
+  bool ChunkResolved(double bytes, double fixed_seconds) const;
 
   // A pipeline's steady-state interval tau and the resource that sets it.
   struct SteadyStateInterval {

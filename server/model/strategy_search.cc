@@ -481,14 +481,23 @@ void AddLatencyNotes(const ClusterView& cluster, const Traffic& tr,
 }
 
 // Where the chunk bound cut a chunked kind's K search, and why.
-std::string ChunkBoundNote(const Candidate& c, const CostModel& model) {
+std::string ChunkBoundNote(StrategyKind kind, const Candidate& c,
+                           const CostModel& model) {
+  const double floor = model.ChunkLaunchFloorSeconds();
+  const double overhead = kind == StrategyKind::kTpDedupPipelined
+                              ? model.PipelineChunkFixedSeconds() - floor
+                              : 0;
   return absl::StrCat(
       c.name, ": K searched up to ", c.chunks_resolved_max,
       ": a chunk of more would take under ",
       CostModel::kChunkLaunchFloorMultiple, "x the ",
-      absl::SixDigits(model.ChunkLaunchFloorSeconds() * 1e3),
+      absl::SixDigits(floor * 1e3),
       " ms launch floor of its AllToAll curve (what the smallest size swept "
-      "took beyond its bytes; a profile's latency)");
+      "took beyond its bytes; a profile's latency)",
+      overhead > 0 ? absl::StrCat(" plus the calibrated ",
+                                  absl::SixDigits(overhead * 1e3),
+                                  " ms per-chunk overhead")
+                   : "");
 }
 
 }  // namespace
@@ -535,7 +544,7 @@ absl::StatusOr<Decision> Decide(const MoeJobShape& job, const NodeShape& shape,
         EvaluateFeasible(kind, *choice.traffic, pricing.drops(), *choice.model,
                          options, refs, &decision.extrapolated);
     if (c.chunks_resolved_max > 0) {
-      decision.notes.push_back(ChunkBoundNote(c, *choice.model));
+      decision.notes.push_back(ChunkBoundNote(kind, c, *choice.model));
     }
     c.padded_rows = choice.traffic->split_rows - tr.split_rows;
     c.padding_bytes_per_rank =

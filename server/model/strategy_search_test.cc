@@ -1,6 +1,7 @@
 #include "server/model/strategy_search.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -597,12 +598,12 @@ TEST(StrategySearch, MeasuredCurvesOfTheProfileGiveTheProfilesAnswer) {
 
 // perf/verify_bench.sh's 4 MiB job (examples/cpu-dev.yaml at sequence 1024):
 // TP 2 inside each of 2 CPU nodes, EP 2 across them, tensor-parallel experts.
-MoeJobShape VerifyBenchJob() {
+MoeJobShape VerifyBenchJob(int sequence_length = 1024) {
   MoeJobShape j = PaperJobShape();  // bf16, capacity factor 1, one micro-batch
   j.hidden_size = 1024;
   j.num_experts = 8;
   j.top_k = 2;
-  j.sequence_length = 1024;
+  j.sequence_length = sequence_length;  // 1024: 4 MiB per rank, 4096: 16 MiB
   j.moe_layers = 4;
   j.world_size = 4;
   j.tensor_parallel_size = 2;
@@ -612,18 +613,36 @@ MoeJobShape VerifyBenchJob() {
 // The inter-node AllToAll curve of the quiet verify bench at 400 Mbit/s
 // (4 ranks on 2 nodes; docs/notes bench vb/2x400mbit-bench.txt), the 64 KiB
 // launch at `first_seconds` (3.984 ms measured).
-ClusterView ShapedLinkView(double first_seconds) {
+// The pipeline's chunk bound for `job` on 2 nodes x 2 ranks of `view`.
+int PipelineBound(const MoeJobShape& job, const ClusterView& view) {
+  return Find(DecideOrDie(job, {2, 2}, view), StrategyKind::kTpDedupPipelined)
+      .chunks_resolved_max;
+}
+
+// Whether a note of `d` starts with `prefix` and contains `part`.
+bool Noted(const Decision& d, const std::string& prefix,
+           const std::string& part = "") {
+  for (const std::string& n : d.notes) {
+    if (n.find(prefix) == 0 && n.find(part) != std::string::npos) return true;
+  }
+  return false;
+}
+
+ClusterView InterLinkView(std::vector<CurveSample> samples) {
   ClusterView view = View("cpu-gloo", 2, 2);
-  auto inter =
-      BandwidthCurve::FromSamples(bandwidth::Collective::kAllToAll, 4, 2,
-                                  {{65536, first_seconds},
-                                   {262144, 5.601e-3},
-                                   {1048576, 23.299e-3},
-                                   {4194304, 89.106e-3},
-                                   {16777216, 377.779e-3}});
+  auto inter = BandwidthCurve::FromSamples(bandwidth::Collective::kAllToAll, 4,
+                                           2, std::move(samples));
   EXPECT_TRUE(inter.ok()) << inter.status();
   view.alltoall_inter = *inter;
   return view;
+}
+
+ClusterView ShapedLinkView(double first_seconds) {
+  return InterLinkView({{65536, first_seconds},
+                        {262144, 5.601e-3},
+                        {1048576, 23.299e-3},
+                        {4194304, 89.106e-3},
+                        {16777216, 377.779e-3}});
 }
 
 // docs/MODEL.md §5, the chunk bound. At 4 MiB the verify bench measured
@@ -638,11 +657,7 @@ TEST(StrategySearch, ChunksStayAboveTheCurvesLaunchFloor) {
   const Candidate& pipe = Find(d, StrategyKind::kTpDedupPipelined);
   EXPECT_EQ(pipe.chunks_resolved_max, 6);
   EXPECT_LE(pipe.chunks_effective, 6);
-  bool noted = false;
-  for (const std::string& n : d.notes) {
-    noted |= n.find("tp_dedup_pipelined: K searched up to 6") == 0;
-  }
-  EXPECT_TRUE(noted);
+  EXPECT_TRUE(Noted(d, "tp_dedup_pipelined: K searched up to 6"));
   // Without the bound the same curve's best K is above it: the bound, not
   // the prices, keeps the choice small.
   const Decision free = DecideOrDie(VerifyBenchJob(), {2, 2},
@@ -656,12 +671,46 @@ TEST(StrategySearch, ChunksStayAboveTheCurvesLaunchFloor) {
   EXPECT_EQ(Find(f, StrategyKind::kTpDedupPipelined).chunks_effective, 16);
   EXPECT_EQ(Find(f, StrategyKind::kTpDedupPipelined).chunks_resolved_max, 6);
   // 16 MiB: chunks four times larger, the bound four times higher.
-  MoeJobShape bigger = VerifyBenchJob();
-  bigger.sequence_length = 4096;
-  EXPECT_EQ(
-      Find(DecideOrDie(bigger, {2, 2}, view), StrategyKind::kTpDedupPipelined)
-          .chunks_resolved_max,
-      27);
+  EXPECT_EQ(PipelineBound(VerifyBenchJob(4096), view), 27);
+}
+
+// The 1 Gbit/s inter-node AllToAll curve of issue 18's quiet verify bench at
+// d867e2a (4 ranks on 2 nodes): its 64 KiB launch ran at the link's rate
+// (0.583 ms), so the curve's launch floor is nearly 0 and bounds no K.
+ClusterView GigabitLinkView() {
+  return InterLinkView({{65536, 0.583e-3},
+                        {262144, 2.531e-3},
+                        {1048576, 9.010e-3},
+                        {4194304, 35.753e-3},
+                        {16777216, 147.542e-3}});
+}
+
+// docs/MODEL.md §5 and §11: the calibration's per-chunk overhead is a fixed
+// cost every pipelined chunk pays, so it raises the chunk bound's floor. That
+// bench's fit (per-chunk overhead 0.76 ms, network x0.917, from its 8 and
+// 32 MiB runs) priced K = 32 at 4 MiB (64 KiB chunks) 278 ms against 166 ms
+// measured: the K search, and verify's sweep, ran K = 16 and 32 there
+// because the near-zero launch floor bounded nothing. With the overhead in
+// the floor a chunk must take 2.75 x 0.76 ms: at 4 MiB K <= 8 (256 KiB
+// chunks, 2.2 ms on the link), at 16 MiB K <= 32.
+TEST(StrategySearch, TheCalibratedChunkOverheadRaisesTheChunkBound) {
+  ClusterView view = GigabitLinkView();
+  EXPECT_LT(view.alltoall_inter.launch_floor_seconds(), 0.01e-3);
+  const Decision free = DecideOrDie(VerifyBenchJob(), {2, 2}, view);
+  EXPECT_EQ(Find(free, StrategyKind::kTpDedupPipelined).chunks_resolved_max, 0);
+  view.calibration.per_chunk_overhead_seconds = 0.7616e-3;
+  view.calibration.network_scale = 0.917;
+  const Decision d = DecideOrDie(VerifyBenchJob(), {2, 2}, view);
+  const Candidate& pipe = Find(d, StrategyKind::kTpDedupPipelined);
+  EXPECT_EQ(pipe.chunks_resolved_max, 8);
+  EXPECT_LE(pipe.chunks_effective, 8);
+  EXPECT_TRUE(Noted(d, "tp_dedup_pipelined: K searched up to 8",
+                    "plus the calibrated 0.7616 ms per-chunk overhead"));
+  EXPECT_EQ(PipelineBound(VerifyBenchJob(4096), view), 33);
+  // Experts not tensor-parallel: the gathered ops' chunks are the same D/(tK).
+  MoeJobShape whole = VerifyBenchJob();
+  whole.expert_layout = ExpertLayout::kNotTensorParallel;
+  EXPECT_EQ(PipelineBound(whole, view), 8);
 }
 
 TEST(StrategySearch, SameInputSameAnswer) {
