@@ -209,7 +209,8 @@ void KeepPairedRegrets(const v1::VerifyReply& recorded, v1::VerifyReply* out) {
 }
 
 // Fits the node set's calibration on this run as the verifier does
-// (server/verify/verifier.cc Calibrate); the outcome for the reply.
+// (planning::CalibrateRun on its quiet and all its measured candidates); the
+// outcome for the reply.
 void Calibrate(const v1::VerifyRequest& request, const v1::VerifyReply& reply,
                MeasuredScope scope, const planning::NodeLookup& lookup,
                const std::optional<planning::PlanCalibration>& previous,
@@ -224,24 +225,19 @@ void Calibrate(const v1::VerifyRequest& request, const v1::VerifyReply& reply,
     if (!c.noisy()) quiet.push_back(o);
   }
   if (quiet.empty()) return;
-  absl::StatusOr<planning::CalibrationFit> fit =
-      planning::FitCalibration(knowledge->AddRun(quiet), &lookup);
-  if (!fit.ok()) return;
-  const planning::GuardedFit guarded = planning::GuardFit(
-      all, previous ? &*previous : nullptr, *fit, &lookup, kMaxGrowthRatio);
-  if (!guarded.calibration) {
+  const planning::RunCalibration calibrated = planning::CalibrateRun(
+      all, std::move(quiet), previous ? &*previous : nullptr, &lookup,
+      reply.task().task_id(), absl::Now(), kMaxGrowthRatio, knowledge);
+  const planning::GuardedFit& guarded = calibrated.guarded;
+  if (!calibrated.status.ok() || !guarded.calibration) {
     out->set_calibration_outcome(v1::CALIBRATION_OUTCOME_REFUSED);
     return;
   }
-  const planning::PlanCalibration c = planning::WithEvidence(
-      *guarded.calibration, *fit, reply.task().task_id());
   out->set_calibration_outcome(guarded.outcome ==
                                        planning::GuardedFit::Outcome::kShrunk
                                    ? v1::CALIBRATION_OUTCOME_SHRUNK
                                    : v1::CALIBRATION_OUTCOME_FITTED);
-  *out->mutable_calibration() = c.evidence;
-  knowledge->SetCalibration(planning::NodeSetKey(request.request()), c,
-                            absl::Now());
+  *out->mutable_calibration() = guarded.calibration->evidence;
 }
 
 // long-function: one verify run replayed, step by step as the verifier

@@ -293,6 +293,45 @@ PlanCalibration WithEvidence(PlanCalibration c, const CalibrationFit& fit,
   return c;
 }
 
+std::optional<double> MedianErrorRatio(
+    const std::vector<Observation>& observations, const PlanCalibration& c,
+    const NodeLookup* lookup) {
+  std::map<std::string, PreparedPlan> plans;
+  const std::vector<double> errors =
+      AbsErrors(PreparePoints(observations, lookup, &plans), c);
+  if (errors.empty()) return std::nullopt;
+  return bandwidth::Median(errors);
+}
+
+RunCalibration CalibrateRun(const std::vector<Observation>& run,
+                            std::vector<Observation> quiet,
+                            const PlanCalibration* previous,
+                            const NodeLookup* lookup,
+                            const std::string& task_id, absl::Time now,
+                            double max_growth_ratio, PlanKnowledge* knowledge) {
+  RunCalibration out;
+  const std::string node_set = NodeSetKey(quiet.front().request);
+  const std::vector<Observation> fitted = knowledge->AddRun(std::move(quiet));
+  absl::StatusOr<CalibrationFit> fit = FitCalibration(fitted, lookup);
+  if (!fit.ok()) {
+    out.status = fit.status();
+    return out;
+  }
+  out.fit = *fit;
+  out.guarded = GuardFit(run, previous, *fit, lookup, max_growth_ratio);
+  if (!out.guarded.calibration) return out;
+  CalibrationFit stored = *fit;
+  if (out.guarded.outcome == GuardedFit::Outcome::kShrunk) {
+    stored.error_after_ratio =
+        MedianErrorRatio(fitted, *out.guarded.calibration, lookup)
+            .value_or(fit->error_after_ratio);
+  }
+  out.guarded.calibration =
+      WithEvidence(*out.guarded.calibration, stored, task_id);
+  knowledge->SetCalibration(node_set, *out.guarded.calibration, now);
+  return out;
+}
+
 std::string NodeSetKey(const v1::StrategyRequest& request) {
   std::vector<std::string> names(request.placement().node_names().begin(),
                                  request.placement().node_names().end());

@@ -79,6 +79,34 @@ GuardedFit GuardFit(const std::vector<Observation>& run,
 PlanCalibration WithEvidence(PlanCalibration c, const CalibrationFit& fit,
                              const std::string& task_id);
 
+// Median |predicted / measured - 1| of `observations` under `c`; nullopt when
+// the model predicts none of them.
+std::optional<double> MedianErrorRatio(
+    const std::vector<Observation>& observations, const PlanCalibration& c,
+    const NodeLookup* lookup);
+
+class PlanKnowledge;
+
+// One verify run's step of its node set's calibration (docs/MODEL.md §11):
+// the run's quiet observations join the node set's kept runs
+// (PlanKnowledge::AddRun), the fit over all of them (FitCalibration) is
+// guarded on every observation of the run against `previous` (GuardFit),
+// and what passes is stored with its evidence (WithEvidence; a shrunk
+// calibration's error after is its own over the fitted observations, not the
+// whole fit's). `quiet` must not be empty.
+struct RunCalibration {
+  absl::Status status;  // FitCalibration's error; OK otherwise
+  CalibrationFit fit;
+  // guarded.calibration, when set, is what was stored, with its evidence.
+  GuardedFit guarded;
+};
+RunCalibration CalibrateRun(const std::vector<Observation>& run,
+                            std::vector<Observation> quiet,
+                            const PlanCalibration* previous,
+                            const NodeLookup* lookup,
+                            const std::string& task_id, absl::Time now,
+                            double max_growth_ratio, PlanKnowledge* knowledge);
+
 // Canonical key of a node set (sorted names) and of a job on its nodes (the
 // request without the job's name).
 std::string NodeSetKey(const monta::v1::StrategyRequest& request);

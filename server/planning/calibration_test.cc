@@ -1,5 +1,6 @@
 #include "server/planning/calibration.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -147,6 +148,58 @@ TEST(CalibrationTest, AFitMayNotGrowAnyErrorByMoreThanFivePoints) {
   stay.model = previous.model;
   EXPECT_EQ(GuardFit(at_previous, &previous, stay, nullptr).outcome,
             GuardedFit::Outcome::kFitted);
+}
+
+// A verify run's calibration step: the fit over the node set's kept runs,
+// guarded on this run. An earlier run measured the network 20% slower than
+// this one; the fit between the two would grow this run's errors by more than
+// five points, so it is shrunk, and the stored evidence's error after is the
+// stored (shrunk) calibration's over every fitted observation, not the whole
+// fit's (issue 18: the 8 MiB SHRUNK rows reported the whole fit's).
+TEST(CalibrationTest, AShrunkCalibrationReportsItsOwnError) {
+  model::ModelCalibration slower;
+  slower.network_scale = 1.2;
+  PlanKnowledge knowledge;
+  const std::vector<Observation> earlier = Synthetic(slower, 1);
+  knowledge.AddRun(earlier);
+  const std::vector<Observation> run = Synthetic({}, 1);
+  const RunCalibration c =
+      CalibrateRun(run, run, nullptr, nullptr, "task-7", absl::Now(),
+                   /*max_growth_ratio=*/0.05, &knowledge);
+  ASSERT_TRUE(c.status.ok()) << c.status;
+  ASSERT_EQ(c.guarded.outcome, GuardedFit::Outcome::kShrunk) << c.guarded.worst;
+  ASSERT_TRUE(c.guarded.calibration.has_value());
+  const PlanCalibration& stored = *c.guarded.calibration;
+  EXPECT_LT(stored.model.network_scale, c.fit.model.network_scale);
+  // Its own median |error| over the 24 fitted observations, computed here.
+  std::vector<Observation> fitted = earlier;
+  fitted.insert(fitted.end(), run.begin(), run.end());
+  std::vector<double> errors;
+  for (const Observation& o : fitted) {
+    absl::StatusOr<PreparedPlan> plan = PreparePlan(o.request, nullptr);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    errors.push_back(std::abs(
+        *PredictMeasuredSeconds(*plan, o.scope, o.kind, o.chunks, stored.model,
+                                stored.contention_factor) /
+            o.measured_seconds -
+        1));
+  }
+  std::sort(errors.begin(), errors.end());
+  const double median = (errors[11] + errors[12]) / 2;
+  EXPECT_NEAR(stored.evidence.error_after_ratio(), median, 1e-12);
+  EXPECT_GT(
+      std::abs(stored.evidence.error_after_ratio() - c.fit.error_after_ratio),
+      1e-6);
+  EXPECT_DOUBLE_EQ(stored.evidence.error_before_ratio(),
+                   c.fit.error_before_ratio);
+  EXPECT_EQ(stored.evidence.task_id(), "task-7");
+  EXPECT_DOUBLE_EQ(stored.evidence.network_scale_ratio(),
+                   stored.model.network_scale);
+  // And it is the node set's calibration now.
+  const std::optional<PlanCalibration> kept =
+      knowledge.Calibration(NodeSetKey(run.front().request), absl::Now());
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_DOUBLE_EQ(kept->model.network_scale, stored.model.network_scale);
 }
 
 // Runs whose ops cost a quarter of the curves' latency (back-to-back chunks

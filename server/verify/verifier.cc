@@ -356,8 +356,8 @@ bool MayCalibrate(const v1::VerifyRequest& request, v1::VerifyReply* reply) {
 
 // Fits the node set's calibration on this run's quiet candidates and the
 // earlier runs kept for it, guarded so that no candidate's |error| grows by
-// more than the options allow, stores it, and fills the reply's
-// calibration, outcome and calibrated times.
+// more than the options allow, stores it (planning::CalibrateRun), and fills
+// the reply's calibration, outcome and calibrated times.
 void Calibrate(const v1::VerifyRequest& request,
                const planning::NodeLookup& lookup, const JobShape& job,
                const VerifierOptions& options, absl::Time now,
@@ -373,17 +373,17 @@ void Calibrate(const v1::VerifyRequest& request,
         options.max_spread_ratio * 100));
     return;
   }
-  absl::StatusOr<planning::CalibrationFit> fit =
-      planning::FitCalibration(knowledge->AddRun(std::move(quiet)), &lookup);
-  if (!fit.ok()) {
+  const planning::RunCalibration calibrated = planning::CalibrateRun(
+      Observations(request, job, *reply, /*quiet_only=*/false),
+      std::move(quiet), job.calibration ? &*job.calibration : nullptr, &lookup,
+      reply->task().task_id(), now, options.max_calibration_error_growth_ratio,
+      knowledge);
+  if (!calibrated.status.ok()) {
     reply->set_calibration_outcome(v1::CALIBRATION_OUTCOME_REFUSED);
-    reply->set_calibration_note(std::string(fit.status().message()));
+    reply->set_calibration_note(std::string(calibrated.status.message()));
     return;
   }
-  const planning::GuardedFit guarded = planning::GuardFit(
-      Observations(request, job, *reply, /*quiet_only=*/false),
-      job.calibration ? &*job.calibration : nullptr, *fit, &lookup,
-      options.max_calibration_error_growth_ratio);
+  const planning::GuardedFit& guarded = calibrated.guarded;
   const std::string limit = absl::StrFormat(
       "%.0f points", options.max_calibration_error_growth_ratio * 100);
   if (!guarded.calibration) {
@@ -394,8 +394,7 @@ void Calibrate(const v1::VerifyRequest& request,
         limit, " (", guarded.worst, "): the previous calibration stays"));
     return;
   }
-  const planning::PlanCalibration c = planning::WithEvidence(
-      *guarded.calibration, *fit, reply->task().task_id());
+  const planning::PlanCalibration& c = *guarded.calibration;
   if (guarded.outcome == planning::GuardedFit::Outcome::kShrunk) {
     reply->set_calibration_outcome(v1::CALIBRATION_OUTCOME_SHRUNK);
     reply->set_calibration_note(absl::StrFormat(
@@ -414,7 +413,6 @@ void Calibrate(const v1::VerifyRequest& request,
         row.chunks_requested(), c.model, c.contention_factor);
     if (p) row.set_calibrated_seconds(*p);
   }
-  knowledge->SetCalibration(planning::NodeSetKey(request.request()), c, now);
 }
 
 // The host of a benchmark address ("10.0.0.1", "10.0.0.1:5000", "[::1]:5").
