@@ -403,9 +403,10 @@ absl::Status PlannerServer::StartLiveness() {
   options.replica_id = replica_id_;
   options.lease_ttl = options_.leader_lease;
   registry::Registry* registry = registry_.get();
-  options.on_attached = [registry](const etcd_store::AttachedNodes& attached) {
-    registry->SetAttached(attached, Instant::Now());
-  };
+  options.on_attached =
+      [registry](const std::vector<registry::AttachmentChange>& changes) {
+        registry->ApplyAttached(changes, Instant::Now());
+      };
   absl::StatusOr<std::unique_ptr<etcd_store::Attachments>> started =
       etcd_store::Attachments::Start(etcd_client_.get(), std::move(options));
   if (!started.ok()) {
@@ -430,8 +431,14 @@ void PlannerServer::FollowLiveness() {
       last_publish = now;
       // The leader hears agents registering and refreshing their topology:
       // those heartbeating to another replica are that replica's to attach.
+      const int64_t puts = attachments_->puts();
+      const int64_t deletes = attachments_->deletes();
+      const int64_t txns = attachments_->writes();
       published = attachments_->Publish(registry_->Heard(Instant::Now()),
                                         coordinator_->CheckLeading().ok());
+      planner_metrics_->RecordAttachmentWrites(
+          attachments_->puts() - puts, attachments_->deletes() - deletes,
+          attachments_->writes() - txns);
     }
     const absl::Status& failed = !followed.ok() ? followed : published;
     if (!failed.ok()) {

@@ -220,20 +220,31 @@ TEST_F(AgentGatewayTest, WatchEndsWhenTheLeaseExpires) {
 }
 
 // Three WatchTasks streams of one instance: each newer one ends the older
-// with ABORTED saying why, and the newest gets the node's tasks.
+// with ABORTED saying why, and the newest gets the node's tasks; another
+// node's stream, open throughout, is not touched.
 TEST_F(AgentGatewayTest, ANewerWatchEndsTheOlderOne) {
   Register("node-a");
-  // Keeps the 2 s lease alive while the streams come and go.
+  Register("node-b");
+  // Keeps the 2 s leases alive while the streams come and go.
   absl::Notification stop;
   std::thread heartbeats([&] {
     do {
-      monta::v1::HeartbeatRequest beat;
-      beat.set_node_name("node-a");
-      beat.set_instance_id("i-node-a");
-      monta::v1::HeartbeatReply reply;
-      gateway_->Heartbeat(Context().get(), beat, &reply);
+      for (const std::string node : {"node-a", "node-b"}) {
+        monta::v1::HeartbeatRequest beat;
+        beat.set_node_name(node);
+        beat.set_instance_id("i-" + node);
+        monta::v1::HeartbeatReply reply;
+        gateway_->Heartbeat(Context().get(), beat, &reply);
+      }
     } while (!stop.WaitForNotificationWithTimeout(absl::Milliseconds(200)));
   });
+  monta::v1::WatchTasksRequest other;
+  other.set_node_name("node-b");
+  other.set_instance_id("i-node-b");
+  std::unique_ptr<grpc::ClientContext> other_context = Context();
+  auto other_reader = gateway_->WatchTasks(other_context.get(), other);
+  ASSERT_TRUE(
+      Eventually([&] { return server_->coordinator().waiter_count() == 1; }));
   monta::v1::WatchTasksRequest watch;
   watch.set_node_name("node-a");
   watch.set_instance_id("i-node-a");
@@ -245,7 +256,7 @@ TEST_F(AgentGatewayTest, ANewerWatchEndsTheOlderOne) {
     readers.push_back(gateway_->WatchTasks(contexts.back().get(), watch));
     if (i == 0) {
       ASSERT_TRUE(Eventually(
-          [&] { return server_->coordinator().waiter_count() == 1; }));
+          [&] { return server_->coordinator().waiter_count() == 2; }));
       continue;
     }
     monta::v1::BenchmarkTask task;
@@ -256,7 +267,7 @@ TEST_F(AgentGatewayTest, ANewerWatchEndsTheOlderOne) {
               "superseded by a newer WatchTasks stream of this instance");
   }
   ASSERT_TRUE(
-      Eventually([&] { return server_->coordinator().waiter_count() == 1; }));
+      Eventually([&] { return server_->coordinator().waiter_count() == 2; }));
   const std::string task_id = ScheduleOnNodeA();
   ASSERT_FALSE(task_id.empty());
   monta::v1::BenchmarkTask task;
@@ -266,6 +277,9 @@ TEST_F(AgentGatewayTest, ANewerWatchEndsTheOlderOne) {
   heartbeats.join();
   contexts[2]->TryCancel();
   EXPECT_EQ(readers[2]->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // node-b's stream was open until its own cancellation, never superseded.
+  other_context->TryCancel();
+  EXPECT_EQ(other_reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
 }
 
 TEST_F(AgentGatewayTest, GetWithoutTheKeyTimesOutNamingIt) {

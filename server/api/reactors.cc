@@ -20,8 +20,8 @@ void WatchList::Add(WatchTasksReactor* reactor) {
   // One stream per node gets its tasks: the newest. An older one would stay
   // open and silently get nothing, so it ends, saying why (its agent may have
   // reconnected without noticing the old stream was still open).
-  for (WatchTasksReactor* older : reactors_) {
-    if (older->node_name() != reactor->node_name()) continue;
+  std::set<WatchTasksReactor*>& of_node = by_node_[reactor->node_name()];
+  for (WatchTasksReactor* older : of_node) {
     older->End(grpc::Status(
         grpc::StatusCode::ABORTED,
         older->instance_id() == reactor->instance_id()
@@ -29,22 +29,27 @@ void WatchList::Add(WatchTasksReactor* reactor) {
             : "superseded by a newer WatchTasks stream of this node (another "
               "agent instance)"));
   }
-  reactors_.insert(reactor);
+  if (of_node.insert(reactor).second) ++size_;
 }
 
 void WatchList::Remove(WatchTasksReactor* reactor) {
   absl::MutexLock lock(&mu_);
-  reactors_.erase(reactor);
+  auto of_node = by_node_.find(reactor->node_name());
+  if (of_node == by_node_.end()) return;
+  if (of_node->second.erase(reactor) != 0) --size_;
+  if (of_node->second.empty()) by_node_.erase(of_node);
 }
 
 void WatchList::ExpireLeases(const registry::Registry& registry, Instant now) {
   // Held throughout: a reactor leaves the list (in OnDone) before it is
   // deleted, so every pointer here is alive.
   absl::MutexLock lock(&mu_);
-  for (WatchTasksReactor* reactor : reactors_) {
-    if (!registry.IsAlive(reactor->node_name(), reactor->instance_id(), now)) {
-      reactor->End(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                "lease expired; register again"));
+  for (const auto& [node, reactors] : by_node_) {
+    for (WatchTasksReactor* reactor : reactors) {
+      if (!registry.IsAlive(node, reactor->instance_id(), now)) {
+        reactor->End(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                  "lease expired; register again"));
+      }
     }
   }
 }
@@ -54,16 +59,18 @@ void WatchList::EndIf(
         why) {
   // Held throughout, as in ExpireLeases.
   absl::MutexLock lock(&mu_);
-  for (WatchTasksReactor* reactor : reactors_) {
-    if (std::optional<grpc::Status> status = why(*reactor)) {
-      reactor->End(*status);
+  for (const auto& [node, reactors] : by_node_) {
+    for (WatchTasksReactor* reactor : reactors) {
+      if (std::optional<grpc::Status> status = why(*reactor)) {
+        reactor->End(*status);
+      }
     }
   }
 }
 
 size_t WatchList::size() const {
   absl::MutexLock lock(&mu_);
-  return reactors_.size();
+  return size_;
 }
 
 // -------------------------------------------------------- WatchTasksReactor

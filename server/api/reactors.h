@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -63,7 +64,11 @@ class WatchList {
 
  private:
   mutable absl::Mutex mu_;
-  std::set<WatchTasksReactor*> reactors_ ABSL_GUARDED_BY(mu_);
+  // By node: Add and Remove touch that node's streams only (one, or an older
+  // one ending), whatever the number of agents watching.
+  std::map<std::string, std::set<WatchTasksReactor*>, std::less<>> by_node_
+      ABSL_GUARDED_BY(mu_);
+  size_t size_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // One agent's WatchTasks stream: writes each task queued for its node, one at

@@ -77,30 +77,31 @@ absl::Status Attachments::Renew() {
   return absl::OkStatus();
 }
 
-AttachedNodes Attachments::Elsewhere() {
+void Attachments::DropAttachedElsewhere(OwnNodes& own) {
   absl::MutexLock follow(&follow_mu_);
-  AttachedNodes elsewhere;
-  for (const auto& [key, attachment] : keys_) {
-    if (key ==
-        AttachKey(options_.prefix, attachment.first, options_.replica_id)) {
-      continue;
+  for (auto it = own.begin(); it != own.end();) {
+    // Keys of this instance of the node, less this replica's own.
+    int elsewhere = 0;
+    if (auto node = counts_.find(it->first); node != counts_.end()) {
+      if (auto count = node->second.find(it->second);
+          count != node->second.end()) {
+        elsewhere = count->second;
+      }
     }
-    elsewhere[attachment.first].insert(attachment.second);
+    if (elsewhere > 0) {
+      auto mine = keys_.find(
+          AttachKey(options_.prefix, it->first, options_.replica_id));
+      if (mine != keys_.end() && mine->second.second == it->second) {
+        --elsewhere;
+      }
+    }
+    it = elsewhere > 0 ? own.erase(it) : std::next(it);
   }
-  return elsewhere;
 }
 
 absl::Status Attachments::Publish(const OwnNodes& heard, bool defer) {
   OwnNodes own = heard;
-  if (defer) {
-    const AttachedNodes elsewhere = Elsewhere();
-    for (auto it = own.begin(); it != own.end();) {
-      auto other = elsewhere.find(it->first);
-      const bool taken =
-          other != elsewhere.end() && other->second.count(it->second) != 0;
-      it = taken ? own.erase(it) : std::next(it);
-    }
-  }
+  if (defer) DropAttachedElsewhere(own);
   absl::MutexLock publish(&publish_mu_);
   if (keepalive_ == nullptr || keepalive_->lost()) {
     if (absl::Status renewed = Renew(); !renewed.ok()) return renewed;
@@ -186,8 +187,29 @@ absl::Status Attachments::Relist() {
       client_->OpenWatch(watch);
   if (!opened.ok()) return opened.status();
   watch_ = *std::move(opened);
+  // The difference from what Follow held (a list is rare: the first, and
+  // after a compaction or a lost watch).
+  Counts counts;
+  for (const auto& [key, attachment] : keys) {
+    ++counts[attachment.first][attachment.second];
+  }
+  std::vector<AttachmentChange> changes;
+  const auto differ = [&changes](const auto& from, const auto& to,
+                                 bool attached) {
+    for (const auto& [node, instances] : from) {
+      auto other = to.find(node);
+      for (const auto& [instance, count] : instances) {
+        if (other == to.end() || other->second.count(instance) == 0) {
+          changes.push_back({node, instance, attached});
+        }
+      }
+    }
+  };
+  differ(counts, counts_, true);
+  differ(counts_, counts, false);
   keys_ = std::move(keys);
-  Tell();
+  counts_ = std::move(counts);
+  Tell(changes);
   return absl::OkStatus();
 }
 
@@ -202,29 +224,75 @@ absl::Status Attachments::Follow(absl::Duration wait) {
   }
   if (batch->events.empty()) return absl::OkStatus();
   const std::string prefix = AttachPrefix(options_.prefix);
+  std::vector<AttachmentChange> changes;
   for (etcd::Event& event : batch->events) {
     if (event.type == etcd::Event::Type::kDelete) {
-      keys_.erase(event.kv.key);
+      Drop(event.kv.key, changes);
       continue;
     }
     std::string node = NodeOfKey(prefix, event.kv.key);
     if (node.empty()) continue;
-    keys_[event.kv.key] = {std::move(node), std::move(event.kv.value)};
+    Add(event.kv.key, std::move(node), std::move(event.kv.value), changes);
   }
-  Tell();
+  Tell(changes);
   return absl::OkStatus();
 }
 
-void Attachments::Tell() {
-  AttachedNodes attached;
-  for (const auto& [key, attachment] : keys_) {
-    attached[attachment.first].insert(attachment.second);
+void Attachments::Add(const std::string& key, std::string node,
+                      std::string instance,
+                      std::vector<AttachmentChange>& changes) {
+  auto [it, added] = keys_.try_emplace(key);
+  if (!added && it->second.first == node && it->second.second == instance) {
+    return;
   }
+  // A key that named another instance is counted as the new one before the
+  // old one is uncounted: an instance attached through it before and after
+  // never counts as detached.
+  std::pair<std::string, std::string> before =
+      std::exchange(it->second, {node, instance});
+  if (++counts_[node][instance] == 1) {
+    changes.push_back({std::move(node), std::move(instance), true});
+  }
+  if (!added) Uncount(before.first, before.second, changes);
+}
+
+void Attachments::Drop(const std::string& key,
+                       std::vector<AttachmentChange>& changes) {
+  auto it = keys_.find(key);
+  if (it == keys_.end()) return;
+  std::pair<std::string, std::string> before = std::move(it->second);
+  keys_.erase(it);
+  Uncount(before.first, before.second, changes);
+}
+
+void Attachments::Uncount(const std::string& node, const std::string& instance,
+                          std::vector<AttachmentChange>& changes) {
+  auto of_node = counts_.find(node);
+  if (of_node == counts_.end()) return;
+  auto count = of_node->second.find(instance);
+  if (count == of_node->second.end() || --count->second > 0) return;
+  of_node->second.erase(count);
+  if (of_node->second.empty()) counts_.erase(of_node);
+  changes.push_back({node, instance, false});
+}
+
+void Attachments::Tell(const std::vector<AttachmentChange>& changes) {
   {
     absl::MutexLock lock(&mu_);
-    attached_nodes_ = attached.size();
+    attached_nodes_ = counts_.size();
   }
-  if (options_.on_attached) options_.on_attached(attached);
+  if (!changes.empty() && options_.on_attached) options_.on_attached(changes);
+}
+
+AttachedNodes Attachments::attached() const {
+  absl::MutexLock follow(&follow_mu_);
+  AttachedNodes attached;
+  for (const auto& [node, instances] : counts_) {
+    for (const auto& [instance, count] : instances) {
+      attached[node].insert(instance);
+    }
+  }
+  return attached;
 }
 
 int64_t Attachments::lease() const {

@@ -22,8 +22,11 @@
 //
 // Follow() keeps every replica's attachments (a list of `attach/` at one
 // revision, then a watch after it; a compacted watch lists again) and hands
-// the whole set to `on_attached` after each change: a node attached anywhere
-// is alive for every replica (registry::Registry::SetAttached).
+// `on_attached` what changed: a node's instance attached at its first
+// replica, detached when its last attachment went (a list again hands the
+// difference from what it had). A node attached anywhere is alive for every
+// replica (registry::Registry::ApplyAttached); the work per watch event is
+// that event's, not the fleet's.
 //
 // Thread-safe; Publish and Follow are each called from one thread (the
 // planner's, or Run's).
@@ -36,6 +39,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -45,11 +49,13 @@
 #include "server/etcd/client.h"
 #include "server/etcd/lease_keepalive.h"
 #include "server/etcd/watch.h"
+#include "server/registry/registry.h"
 
 namespace monta::etcd_store {
 
 // Node name -> instance ids attached (any replica); one instance usually.
 using AttachedNodes = std::map<std::string, std::set<std::string>, std::less<>>;
+using registry::AttachmentChange;
 // Node name -> instance id of the agents alive here by their heartbeats.
 using OwnNodes = std::map<std::string, std::string, std::less<>>;
 
@@ -61,8 +67,9 @@ struct AttachmentsOptions {
   // The TTL of this replica's attachment lease: how long a dead replica's
   // agents still count as alive at most (plus etcd's expiry check).
   absl::Duration lease_ttl = absl::Seconds(10);
-  // Told the whole set after every change Follow applied (its thread).
-  std::function<void(const AttachedNodes&)> on_attached;
+  // Told what changed after every watch batch or list Follow applied that
+  // changed anything (its thread), in order.
+  std::function<void(const std::vector<AttachmentChange>&)> on_attached;
 };
 
 // "<prefix>attach/"
@@ -98,21 +105,38 @@ class Attachments {
 
   // The lease the attachments are on now.
   int64_t lease() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Txns Publish sent (each one etcd write), and attachments written.
+  // Txns Publish sent (each one etcd write), and attachments written
+  // (puts) and removed (deletes).
   int64_t writes() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t puts() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t deletes() const ABSL_LOCKS_EXCLUDED(mu_);
   // Nodes attached anywhere, as Follow last saw them.
   size_t attached_nodes() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Every replica's attachments, as Follow last saw them.
+  AttachedNodes attached() const ABSL_LOCKS_EXCLUDED(follow_mu_);
 
  private:
   Attachments(etcd::Client* client, AttachmentsOptions options);
   // A lease and its keepalive (a new one after a loss).
   absl::Status Renew() ABSL_EXCLUSIVE_LOCKS_REQUIRED(publish_mu_);
   absl::Status Relist() ABSL_EXCLUSIVE_LOCKS_REQUIRED(follow_mu_);
-  // The nodes (and instances) other replicas have attached.
-  AttachedNodes Elsewhere() ABSL_LOCKS_EXCLUDED(follow_mu_);
-  void Tell() ABSL_EXCLUSIVE_LOCKS_REQUIRED(follow_mu_);
+  // Drops from `own` the nodes another replica has attached as the same
+  // instance.
+  void DropAttachedElsewhere(OwnNodes& own) ABSL_LOCKS_EXCLUDED(follow_mu_);
+  // keys_ and counts_ with `key` attaching (node, instance), or no longer
+  // (Drop); a first attachment or a last detachment of an instance of a node
+  // is added to `changes`.
+  void Add(const std::string& key, std::string node, std::string instance,
+           std::vector<AttachmentChange>& changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(follow_mu_);
+  void Drop(const std::string& key, std::vector<AttachmentChange>& changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(follow_mu_);
+  // One key of (node, instance) fewer in counts_.
+  void Uncount(const std::string& node, const std::string& instance,
+               std::vector<AttachmentChange>& changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(follow_mu_);
+  void Tell(const std::vector<AttachmentChange>& changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(follow_mu_);
 
   etcd::Client* const client_;
   const AttachmentsOptions options_;
@@ -124,10 +148,13 @@ class Attachments {
   OwnNodes published_ ABSL_GUARDED_BY(publish_mu_);
 
   // Follow's state: every replica's attachments, key -> (node, instance).
-  absl::Mutex follow_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  mutable absl::Mutex follow_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::unique_ptr<etcd::Watch> watch_ ABSL_GUARDED_BY(follow_mu_);
   std::map<std::string, std::pair<std::string, std::string>> keys_
       ABSL_GUARDED_BY(follow_mu_);
+  // Node -> instance -> its keys in keys_ (at how many replicas).
+  using Counts = std::map<std::string, std::map<std::string, int>, std::less<>>;
+  Counts counts_ ABSL_GUARDED_BY(follow_mu_);
 
   mutable absl::Mutex mu_;
   int64_t lease_ ABSL_GUARDED_BY(mu_) = 0;

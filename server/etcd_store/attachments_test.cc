@@ -5,8 +5,10 @@
 // live replica whose lease was lost grants a new one and writes them again.
 #include "server/etcd_store/attachments.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -19,16 +21,32 @@ namespace {
 
 class AttachmentsTest : public monta::testing::EtcdSuite<1> {
  protected:
-  std::unique_ptr<Attachments> Replica(const std::string& id,
-                                       AttachedNodes* seen = nullptr) {
+  // `seen`: the set the changes told to on_attached build up; `told`: every
+  // change, in order.
+  std::unique_ptr<Attachments> Replica(
+      const std::string& id, AttachedNodes* seen = nullptr,
+      std::vector<AttachmentChange>* told = nullptr) {
     AttachmentsOptions options;
     options.prefix = prefix_ + "/";
     options.replica_id = id;
     options.lease_ttl = absl::Seconds(5);
     if (seen != nullptr) {
-      options.on_attached = [seen](const AttachedNodes& attached) {
-        *seen = attached;
-      };
+      options.on_attached =
+          [seen, told](const std::vector<AttachmentChange>& changes) {
+            for (const AttachmentChange& change : changes) {
+              if (told != nullptr) told->push_back(change);
+              if (change.attached) {
+                EXPECT_TRUE((*seen)[change.node].insert(change.instance).second)
+                    << change.node << " " << change.instance
+                    << " told attached twice";
+                continue;
+              }
+              EXPECT_EQ((*seen)[change.node].erase(change.instance), 1u)
+                  << change.node << " " << change.instance
+                  << " told detached while not attached";
+              if ((*seen)[change.node].empty()) seen->erase(change.node);
+            }
+          };
     }
     auto started = Attachments::Start(client_.get(), std::move(options));
     EXPECT_TRUE(started.ok()) << started.status();
@@ -92,8 +110,9 @@ TEST_F(AttachmentsTest, PublishesOnlyChangesInBatchesOnItsLease) {
 
 TEST_F(AttachmentsTest, AnotherReplicaFollowsAndADeadLeaseTakesItsNodes) {
   AttachedNodes seen;
+  std::vector<AttachmentChange> told;
   std::unique_ptr<Attachments> a = Replica("planner-a");
-  std::unique_ptr<Attachments> b = Replica("planner-b", &seen);
+  std::unique_ptr<Attachments> b = Replica("planner-b", &seen, &told);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   ASSERT_TRUE(a->Publish({{"node-a", "ia"}, {"node-both", "ix"}}).ok());
@@ -108,13 +127,27 @@ TEST_F(AttachmentsTest, AnotherReplicaFollowsAndADeadLeaseTakesItsNodes) {
   FollowUntil(*b, [&] { return seen.count("node-b") == 1; });
   EXPECT_EQ(seen.size(), 3u);
   EXPECT_EQ(b->attached_nodes(), 3u);
+  EXPECT_EQ(b->attached(), seen);
+  // Told as changes: node-both's second attachment (at b) was no change.
+  EXPECT_EQ(std::count(told.begin(), told.end(),
+                       AttachmentChange{"node-both", "ix", true}),
+            1);
 
   // a dies: its lease ends (revoked here rather than waiting out the TTL)
   // and its attachments go with it; node-both stays attached at b.
   ASSERT_TRUE(client_->RevokeLease(a->lease()).ok());
+  told.clear();
   FollowUntil(*b, [&] { return seen.count("node-a") == 0; });
   EXPECT_EQ(seen.count("node-both"), 1u);
   EXPECT_EQ(seen.count("node-b"), 1u);
+  // Only node-a's last attachment went: one change, not the whole set.
+  EXPECT_EQ(told, (std::vector<AttachmentChange>{{"node-a", "ia", false}}));
+  // A replica that starts following lists: told every attachment at once.
+  AttachedNodes listed;
+  std::unique_ptr<Attachments> c = Replica("planner-c", &listed);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->Follow(absl::Milliseconds(10)).ok());
+  EXPECT_EQ(listed, seen);
 
   // a lives on after all (etcd was cut off past its TTL): its next Publish,
   // once the keepalive noticed the loss, is on a new lease and writes every

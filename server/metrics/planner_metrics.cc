@@ -133,8 +133,11 @@ std::vector<MetricFamily> ClusterCollector::Collect() const {
   MetricFamily state =
       Family("monta_node_state",
              "1 for the node's current state (alive, stale, gone), else 0");
-  MetricFamily lease = Family("monta_node_lease_age_seconds",
-                              "Seconds since the last heartbeat");
+  MetricFamily lease = Family(
+      "monta_node_lease_age_seconds",
+      "Seconds since the last heartbeat this replica heard; for a node "
+      "heartbeating to another replica (--store=etcd), since this replica "
+      "saw its attachment appear if that is later");
   MetricFamily busbw =
       Family("monta_collective_busbw_bytes_per_second",
              "Measured bus bandwidth (nccl-tests definition) of the latest "
@@ -363,8 +366,30 @@ PlannerMetrics::PlannerMetrics(prometheus::Registry& registry)
               .Help("The store's newest commit minus the one this "
                     "follower's cache applied, at its last probe")
               .Register(registry)
-              .Add({})) {
+              .Add({})),
+      attachment_writes_(
+          prometheus::BuildCounter()
+              .Name("monta_liveness_attachment_writes_total")
+              .Help("Attachments this replica wrote to etcd (--store=etcd: "
+                    "put, an agent heartbeating here attached; delete, "
+                    "detached), in batches every --liveness_publish_seconds")
+              .Register(registry)),
+      attachment_txns_(prometheus::BuildCounter()
+                           .Name("monta_liveness_attachment_txns_total")
+                           .Help("etcd Txns that carried this replica's "
+                                 "attachment writes (each one etcd write)")
+                           .Register(registry)
+                           .Add({})) {
   CreateSeries();
+}
+
+void PlannerMetrics::RecordAttachmentWrites(int64_t puts, int64_t deletes,
+                                            int64_t txns) {
+  attachment_writes_.Add({{"operation", "put"}})
+      .Increment(static_cast<double>(puts));
+  attachment_writes_.Add({{"operation", "delete"}})
+      .Increment(static_cast<double>(deletes));
+  attachment_txns_.Increment(static_cast<double>(txns));
 }
 
 void PlannerMetrics::SetFollowerLag(double seconds, int64_t revisions) {
@@ -387,6 +412,9 @@ void PlannerMetrics::CreateSeries() {
   }
   for (const char* reason : {"queue_full", "too_large"}) {
     records_dropped_.Add({{"reason", reason}});
+  }
+  for (const char* operation : {"put", "delete"}) {
+    attachment_writes_.Add({{"operation", operation}});
   }
   for (auto reason : {monta::v1::EXCLUSION_REASON_NODES_DISAGREE,
                       monta::v1::EXCLUSION_REASON_ABOVE_LINE_RATE,

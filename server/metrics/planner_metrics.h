@@ -137,6 +137,11 @@ class PlannerMetrics {
   // monta_store_follower_revisions_behind: the store's newest commit minus
   // the one applied, at the last probe. Both 0 on the leader and with SQLite.
   void SetFollowerLag(double seconds, int64_t revisions);
+  // monta_liveness_attachment_writes_total{operation}: attachments one
+  // Publish wrote (operation "put" or "delete"; server/etcd_store/
+  // attachments.h), and monta_liveness_attachment_txns_total: the Txns that
+  // carried them. The series exist at 0 from the start.
+  void RecordAttachmentWrites(int64_t puts, int64_t deletes, int64_t txns);
   // monta_deny_list_loads_total{result}: a read of --deny_list_file; when
   // `ok`, monta_deny_list_entries becomes `entries`.
   void RecordDenyListLoad(bool ok, size_t entries);
@@ -176,6 +181,8 @@ class PlannerMetrics {
   prometheus::Gauge& deny_list_entries_;
   prometheus::Gauge& follower_lag_seconds_;
   prometheus::Gauge& follower_revisions_behind_;
+  prometheus::Family<prometheus::Counter>& attachment_writes_;
+  prometheus::Counter& attachment_txns_;
 };
 
 // "flat", "tp_dedup", ... for a StrategyKind; "none" for unspecified.

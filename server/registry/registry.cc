@@ -1,6 +1,7 @@
 #include "server/registry/registry.h"
 
 #include <algorithm>
+#include <iterator>
 #include <set>
 #include <utility>
 #include <vector>
@@ -509,47 +510,75 @@ bool Registry::HeardAlive(const Entry& entry, Instant now) const {
          MonoSince(*entry.heard, now.mono) < options_.lease;
 }
 
-bool Registry::IsAttached(const Entry& entry) const {
-  if (attached_.empty()) return false;
+std::optional<MonoTime> Registry::AttachedSince(const Entry& entry) const {
+  if (attached_.empty()) return std::nullopt;
   auto it = attached_.find(entry.info.name());
-  return it != attached_.end() && it->second.count(entry.info.instance_id());
+  if (it == attached_.end()) return std::nullopt;
+  auto since = it->second.find(entry.info.instance_id());
+  if (since == it->second.end()) return std::nullopt;
+  return since->second;
 }
 
 bool Registry::Alive(const Entry& entry, Instant now) const {
-  return HeardAlive(entry, now) || (!entry.gone && IsAttached(entry));
+  return HeardAlive(entry, now) ||
+         (!entry.gone && AttachedSince(entry).has_value());
+}
+
+void Registry::VisitInPages(
+    const std::function<void(const std::string&, const Entry&)>& visit) const {
+  constexpr int kNodesPerLock = 256;
+  std::string after;
+  for (bool first = true;; first = false) {
+    absl::ReaderMutexLock lock(&mu_);
+    auto it = first ? nodes_.begin() : nodes_.upper_bound(after);
+    for (int visited = 0; it != nodes_.end() && visited < kNodesPerLock;
+         ++it, ++visited) {
+      visit(it->first, it->second);
+    }
+    if (it == nodes_.end()) return;
+    after = std::prev(it)->first;
+  }
 }
 
 HeardNodes Registry::Heard(Instant now) const {
-  absl::ReaderMutexLock lock(&mu_);
   HeardNodes heard;
-  for (const auto& [name, entry] : nodes_) {
+  VisitInPages([&](const std::string& name, const Entry& entry) {
+    mu_.AssertReaderHeld();
     if (HeardAlive(entry, now)) heard[name] = entry.info.instance_id();
-  }
+  });
   return heard;
 }
 
-void Registry::SetAttached(AttachedNodes attached, Instant now) {
+void Registry::ApplyAttached(const std::vector<AttachmentChange>& changes,
+                             Instant now) {
   absl::MutexLock lock(&mu_);
-  for (auto& [name, entry] : nodes_) {
-    if (!IsAttached(entry)) continue;
-    auto it = attached.find(name);
-    if (it != attached.end() && it->second.count(entry.info.instance_id())) {
+  for (const AttachmentChange& change : changes) {
+    if (change.attached) {
+      attached_[change.node].try_emplace(change.instance, now.mono);
+      continue;
+    }
+    auto of_node = attached_.find(change.node);
+    if (of_node == attached_.end() ||
+        of_node->second.erase(change.instance) == 0) {
+      continue;
+    }
+    if (of_node->second.empty()) attached_.erase(of_node);
+    auto it = nodes_.find(change.node);
+    if (it == nodes_.end() ||
+        it->second.info.instance_id() != change.instance) {
       continue;
     }
     // Alive through the attachment until now: quiet from here.
-    if (!HeardAlive(entry, now)) entry.quiet_since = now.mono;
+    if (!HeardAlive(it->second, now)) it->second.quiet_since = now.mono;
   }
-  attached_ = std::move(attached);
 }
 
 std::vector<NodeInfo> Registry::List(Instant now, bool include_gone) const {
-  absl::ReaderMutexLock lock(&mu_);
   std::vector<NodeInfo> out;
-  out.reserve(nodes_.size());
-  for (const auto& [name, entry] : nodes_) {
-    if (entry.gone && !include_gone) continue;
-    out.push_back(Snapshot(entry, now));
-  }
+  VisitInPages([&](const std::string& name, const Entry& entry) {
+    mu_.AssertReaderHeld();
+    if (!entry.gone || include_gone) out.push_back(Snapshot(entry, now));
+  });
   return out;
 }
 
@@ -597,15 +626,28 @@ absl::StatusOr<monta::v1::ListNodesReply> Registry::ListNodes(
 }
 
 std::vector<std::string> Registry::StaleNodes(Instant now) const {
-  absl::ReaderMutexLock lock(&mu_);
   std::vector<std::string> out;
-  for (const auto& [name, entry] : nodes_) {
+  VisitInPages([&](const std::string& name, const Entry& entry) {
+    mu_.AssertReaderHeld();
     if (!entry.gone && !Alive(entry, now)) out.push_back(name);
-  }
+  });
   return out;
 }
 
+bool Registry::GoneFor(const Entry& entry, Instant now) const {
+  return !Alive(entry, now) &&
+         MonoSince(entry.quiet_since, now.mono) >= options_.gone_after;
+}
+
 std::vector<std::string> Registry::RemoveGone(Instant now) {
+  // Looked for under the shared lock, page by page: a node to remove is rare,
+  // and the exclusive lock over every node each second would hold heartbeats.
+  bool any = false;
+  VisitInPages([&](const std::string&, const Entry& entry) {
+    mu_.AssertReaderHeld();
+    any = any || GoneFor(entry, now);
+  });
+  if (!any) return {};
   bool queued = false;
   std::vector<std::string> removed;
   {
@@ -625,9 +667,7 @@ std::vector<std::string> Registry::RemoveGone(Instant now) {
 std::vector<std::string> Registry::RemoveGoneLocked(Instant now) {
   std::vector<std::string> removed;
   for (auto it = nodes_.begin(); it != nodes_.end();) {
-    const Entry& entry = it->second;
-    if (Alive(entry, now) ||
-        MonoSince(entry.quiet_since, now.mono) < options_.gone_after) {
+    if (!GoneFor(it->second, now)) {
       ++it;
       continue;
     }
@@ -929,11 +969,17 @@ void Registry::Clear() {
 NodeInfo Registry::Snapshot(const Entry& entry, Instant now) const {
   NodeInfo info = entry.info;
   // Monotonic while this process heard the node; for a restored node only the
-  // stored wall time is known, shown (never compared) as its age.
-  const absl::Duration age =
+  // stored wall time is known, shown (never compared) as its age. A node
+  // alive through an attachment (its heartbeats go to another replica): since
+  // this process last heard it or saw that attachment appear, the later.
+  absl::Duration age =
       entry.heard.has_value()
           ? MonoSince(*entry.heard, now.mono)
           : std::max(absl::ZeroDuration(), now.wall - entry.last_heartbeat);
+  if (std::optional<MonoTime> attached = AttachedSince(entry);
+      attached.has_value() && !entry.gone) {
+    age = std::min(age, MonoSince(*attached, now.mono));
+  }
   if (entry.gone) {
     info.set_state(monta::v1::NODE_STATE_GONE);
   } else if (Alive(entry, now)) {

@@ -123,9 +123,18 @@ class RegistryObserver {
       const std::vector<Change>& changes) = 0;
 };
 
-// Nodes attached to a planner replica on etcd (server/etcd_store/
-// attachments.h): node name -> the agent instance ids attached.
-using AttachedNodes = std::map<std::string, std::set<std::string>, std::less<>>;
+// A change of the attachments of the planner replicas on etcd
+// (server/etcd_store/attachments.h): `instance` of `node` attached at its
+// first replica, or detached from its last.
+struct AttachmentChange {
+  std::string node;
+  std::string instance;
+  bool attached = true;
+  bool operator==(const AttachmentChange& other) const {
+    return node == other.node && instance == other.instance &&
+           attached == other.attached;
+  }
+};
 // Node name -> instance id of the nodes alive by this process's own
 // heartbeats.
 using HeardNodes = std::map<std::string, std::string, std::less<>>;
@@ -170,17 +179,22 @@ class Registry {
   // The nodes alive by their heartbeats to this process (not through an
   // attachment): what this replica attaches.
   HeardNodes Heard(Instant now) const;
-  // Every replica's attachments (a planner on etcd): a node whose instance is
-  // attached anywhere is alive, whether or not this process hears it. Replaces
-  // the previous set; a node alive only through an attachment that went is
-  // quiet from `now` (RemoveGone counts gone_after from then).
-  void SetAttached(AttachedNodes attached, Instant now);
+  // Every replica's attachments (a planner on etcd), as changes in order: a
+  // node whose instance is attached anywhere is alive, whether or not this
+  // process hears it. A node alive only through an attachment that went is
+  // quiet from `now` (RemoveGone counts gone_after from then). The work is
+  // per change, not per node held.
+  void ApplyAttached(const std::vector<AttachmentChange>& changes, Instant now)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // True when `instance_id` holds a live lease on `node_name`.
   bool IsAlive(absl::string_view node_name, absl::string_view instance_id,
                Instant now) const;
 
-  // Snapshot of every node (gone ones only when asked), sorted by name.
+  // Snapshot of every node (gone ones only when asked), sorted by name. Read
+  // in pages of a few hundred nodes, the lock let go between them (heartbeats
+  // wait for a page, not for the fleet): a node that changes meanwhile shows
+  // its state when its page was read. So do Heard and StaleNodes.
   std::vector<monta::v1::NodeInfo> List(Instant now, bool include_gone) const;
 
   // One page of List, sorted by name: `page_size` nodes (0 or more than
@@ -275,7 +289,18 @@ class Registry {
   bool Alive(const Entry& entry, Instant now) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   bool HeardAlive(const Entry& entry, Instant now) const;
-  bool IsAttached(const Entry& entry) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Not alive, and quiet for options().gone_after: RemoveGone's to remove.
+  bool GoneFor(const Entry& entry, Instant now) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Calls `visit` on every node in name order, under the shared lock taken
+  // for a few hundred nodes at a time (let go between them: a full scan
+  // never holds heartbeats, which take it exclusively, for the whole fleet).
+  void VisitInPages(
+      const std::function<void(const std::string&, const Entry&)>& visit) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Since when `entry`'s instance has been attached (nothing: it is not).
+  std::optional<MonoTime> AttachedSince(const Entry& entry) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The bodies of Register, Heartbeat and RemoveGone; `queued`: a change
   // waits for Deliver.
   absl::Status RegisterLocked(const monta::v1::RegisterRequest& request,
@@ -376,7 +401,9 @@ class Registry {
   // Started once, by SetObserver; joined by the destructor.
   std::thread delivery_thread_;
   std::map<std::string, Entry, std::less<>> nodes_ ABSL_GUARDED_BY(mu_);
-  AttachedNodes attached_ ABSL_GUARDED_BY(mu_);
+  // Node -> instance id -> since when this process has seen it attached.
+  std::map<std::string, std::map<std::string, MonoTime>, std::less<>> attached_
+      ABSL_GUARDED_BY(mu_);
   // What Clear forgot of the nodes this process heard (instance id, last
   // heartbeat on both clocks): Restore of the same instance keeps it, so a
   // replica that reloads its registry does not count its own agents stale.

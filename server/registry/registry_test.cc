@@ -1,6 +1,7 @@
 #include "server/registry/registry.h"
 
 #include <algorithm>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -37,6 +38,16 @@ class RegistryTest : public ::testing::Test {
   Instant At(absl::Duration d) const {
     return Instant{t0_ + d, MonoAfter(m0_, d)};
   }
+  // node-a (instance i1) and node-b (i2) registered at start_; removed 30 s
+  // after they went quiet.
+  std::unique_ptr<Registry> TwoNodesGoneAfter30s() {
+    RegistryOptions options = Options();
+    options.gone_after = absl::Seconds(30);
+    auto r = std::make_unique<Registry>(options);
+    EXPECT_TRUE(r->Register(Req("node-a", "i1"), start_).ok());
+    EXPECT_TRUE(r->Register(Req("node-b", "i2"), start_).ok());
+    return r;
+  }
   const absl::Time t0_ = absl::FromUnixSeconds(1'700'000'000);
   const MonoTime m0_ = MonoTime() + std::chrono::hours(1000);
   const Instant start_ = At(absl::ZeroDuration());
@@ -70,14 +81,12 @@ TEST_F(RegistryTest, HeartbeatRenewsLease) {
 // through its attachment (its instance's), and Heard lists only the nodes
 // this process hears itself (what it attaches).
 TEST_F(RegistryTest, AttachedNodeIsAliveWithoutHeartbeatsHere) {
-  RegistryOptions options = Options();
-  options.gone_after = absl::Seconds(30);
-  Registry r(options);
-  ASSERT_TRUE(r.Register(Req("node-a", "i1"), start_).ok());
-  ASSERT_TRUE(r.Register(Req("node-b", "i2"), start_).ok());
+  std::unique_ptr<Registry> registry = TwoNodesGoneAfter30s();
+  Registry& r = *registry;
   const Instant later = At(absl::Seconds(40));
   EXPECT_EQ(r.Get("node-a", later)->state(), NODE_STATE_STALE);
-  r.SetAttached({{"node-a", {"i1"}}, {"node-b", {"another-instance"}}}, later);
+  r.ApplyAttached(
+      {{"node-a", "i1", true}, {"node-b", "another-instance", true}}, later);
   EXPECT_EQ(r.Get("node-a", later)->state(), NODE_STATE_ALIVE);
   EXPECT_TRUE(r.IsAlive("node-a", "i1", later));
   // Another instance's attachment is not this one's lease.
@@ -86,11 +95,77 @@ TEST_F(RegistryTest, AttachedNodeIsAliveWithoutHeartbeatsHere) {
   // A node alive through its attachment is not removed, however long this
   // process has not heard it; once detached it is quiet from then on.
   EXPECT_EQ(r.RemoveGone(later), std::vector<std::string>{"node-b"});
-  r.SetAttached({}, At(absl::Seconds(50)));
+  r.ApplyAttached(
+      {{"node-b", "another-instance", false}, {"node-a", "i1", false}},
+      At(absl::Seconds(50)));
   EXPECT_EQ(r.Get("node-a", At(absl::Seconds(50)))->state(), NODE_STATE_STALE);
   EXPECT_TRUE(r.RemoveGone(At(absl::Seconds(79))).empty());
   EXPECT_EQ(r.RemoveGone(At(absl::Seconds(80))),
             std::vector<std::string>{"node-a"});
+}
+
+// Attachments come as changes (first attached, last detached): a node stays
+// alive while any instance of it that is its own is attached, an unrelated
+// node is untouched, and the detachment of its own instance makes it quiet
+// from that moment, not from its last heartbeat here.
+TEST_F(RegistryTest, AttachmentChangesApplyOnlyToTheirNode) {
+  std::unique_ptr<Registry> registry = TwoNodesGoneAfter30s();
+  Registry& r = *registry;
+  // node-a: its own instance and an older one of the same node attached.
+  r.ApplyAttached({{"node-a", "i1", true}, {"node-a", "i0", true}},
+                  At(absl::Seconds(5)));
+  r.ApplyAttached({{"node-b", "i2", true}}, At(absl::Seconds(5)));
+  const Instant t20 = At(absl::Seconds(20));
+  EXPECT_EQ(r.Get("node-a", t20)->state(), NODE_STATE_ALIVE);
+  // The older instance's attachment goes: node-a stays alive (its own
+  // instance is still attached) and nothing is quiet yet.
+  r.ApplyAttached({{"node-a", "i0", false}}, t20);
+  EXPECT_EQ(r.Get("node-a", t20)->state(), NODE_STATE_ALIVE);
+  EXPECT_TRUE(r.IsAlive("node-a", "i1", At(absl::Seconds(60))));
+  // A detachment of an instance never attached changes nothing.
+  r.ApplyAttached({{"node-a", "never", false}}, t20);
+  EXPECT_TRUE(r.IsAlive("node-a", "i1", At(absl::Seconds(60))));
+  // node-b's last attachment goes at 25 s: stale from then, removed
+  // gone_after (30 s) after that, while node-a, still attached, stays.
+  r.ApplyAttached({{"node-b", "i2", false}}, At(absl::Seconds(25)));
+  EXPECT_EQ(r.Get("node-b", At(absl::Seconds(25)))->state(), NODE_STATE_STALE);
+  EXPECT_TRUE(r.RemoveGone(At(absl::Seconds(54))).empty());
+  EXPECT_EQ(r.RemoveGone(At(absl::Seconds(55))),
+            std::vector<std::string>{"node-b"});
+  EXPECT_EQ(r.Get("node-a", At(absl::Seconds(55)))->state(), NODE_STATE_ALIVE);
+  // Its own instance's last attachment goes at 60 s: quiet from then, not
+  // from its registration.
+  r.ApplyAttached({{"node-a", "i1", false}}, At(absl::Seconds(60)));
+  EXPECT_EQ(r.Get("node-a", At(absl::Seconds(60)))->state(), NODE_STATE_STALE);
+  EXPECT_TRUE(r.RemoveGone(At(absl::Seconds(89))).empty());
+  EXPECT_EQ(r.RemoveGone(At(absl::Seconds(90))),
+            std::vector<std::string>{"node-a"});
+}
+
+// lease_age_seconds of a node alive only through an attachment: the time
+// since this replica last heard it or saw the attachment appear, the later;
+// never the growing time since its last heartbeat here.
+TEST_F(RegistryTest, LeaseAgeOfAnAttachedNodeCountsFromTheAttachment) {
+  Registry r(Options());
+  ASSERT_TRUE(r.Register(Req("node-a", "i1"), start_).ok());
+  EXPECT_DOUBLE_EQ(r.Get("node-a", At(absl::Seconds(4)))->lease_age_seconds(),
+                   4.0);
+  r.ApplyAttached({{"node-a", "i1", true}}, At(absl::Seconds(30)));
+  auto info = r.Get("node-a", At(absl::Seconds(42)));
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->state(), NODE_STATE_ALIVE);
+  EXPECT_DOUBLE_EQ(info->lease_age_seconds(), 12.0);
+  // Heard here again: its heartbeat is the newer evidence.
+  monta::v1::HeartbeatRequest hb;
+  hb.set_node_name("node-a");
+  hb.set_instance_id("i1");
+  ASSERT_TRUE(r.Heartbeat(hb, At(absl::Seconds(45))).ok());
+  EXPECT_DOUBLE_EQ(r.Get("node-a", At(absl::Seconds(47)))->lease_age_seconds(),
+                   2.0);
+  // Detached: back to the time since its last heartbeat here.
+  r.ApplyAttached({{"node-a", "i1", false}}, At(absl::Seconds(50)));
+  EXPECT_DOUBLE_EQ(r.Get("node-a", At(absl::Seconds(70)))->lease_age_seconds(),
+                   25.0);
 }
 
 TEST_F(RegistryTest, HeardListsOnlyNodesHeardHereAndDeregisteredGoes) {
@@ -99,7 +174,7 @@ TEST_F(RegistryTest, HeardListsOnlyNodesHeardHereAndDeregisteredGoes) {
   ASSERT_TRUE(r.Register(Req("node-b", "i2"), start_).ok());
   ASSERT_TRUE(r.Register(Req("node-c", "i3"), start_).ok());
   ASSERT_TRUE(r.Deregister("node-c", "i3", start_).ok());
-  r.SetAttached({{"node-b", {"i2"}}}, start_);
+  r.ApplyAttached({{"node-b", "i2", true}}, start_);
   EXPECT_EQ(r.Heard(At(absl::Seconds(5))),
             (HeardNodes{{"node-a", "i1"}, {"node-b", "i2"}}));
   // node-b's lease here expired: alive through its attachment, not heard.
@@ -109,7 +184,7 @@ TEST_F(RegistryTest, HeardListsOnlyNodesHeardHereAndDeregisteredGoes) {
   ASSERT_TRUE(r.Heartbeat(hb, At(absl::Seconds(8))).ok());
   EXPECT_EQ(r.Heard(At(absl::Seconds(12))), (HeardNodes{{"node-a", "i1"}}));
   // A deregistered node is gone even while an attachment names it.
-  r.SetAttached({{"node-c", {"i3"}}}, At(absl::Seconds(12)));
+  r.ApplyAttached({{"node-c", "i3", true}}, At(absl::Seconds(12)));
   EXPECT_EQ(r.Get("node-c", At(absl::Seconds(12)))->state(), NODE_STATE_GONE);
 }
 
