@@ -41,6 +41,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <functional>
 #include <iostream>
@@ -330,6 +331,10 @@ struct Report {
   int storm_peak_threads = 0;
   Stats steady;
   double etcd_writes_per_second = -1;
+  // The bench's own GetStrategy answers in the steady window (each one
+  // decision record in etcd), and etcd's writes less them.
+  double decisions_per_second = -1;
+  double etcd_writes_upkeep_per_second = -1;
   double etcd_txns_per_second = -1;
   double etcd_proposals_per_second = -1;
   // Key writes during the storm: shows the counters count the planner's
@@ -417,13 +422,14 @@ void SampleExportedLag(std::vector<std::unique_ptr<Replica>>& replicas,
 // the followers' exported lag read every --lag_scrape_seconds during it.
 void MeasureSteady(Swarm& swarm, const EtcdCluster& etcd,
                    std::vector<std::unique_ptr<Replica>>& replicas,
-                   Report* report) {
+                   const std::atomic<int64_t>& decisions, Report* report) {
   absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_settle_seconds)));
   const int leader = WaitForLeader(replicas, -1, absl::Seconds(30));
   if (leader < 0) report->errors.push_back("steady: no leader");
   const absl::Duration scrape_every =
       absl::Seconds(absl::GetFlag(FLAGS_lag_scrape_seconds));
   const EtcdCounters before = ReadEtcdCounters(etcd);
+  const int64_t decisions_before = decisions.load();
   const absl::Time start = absl::Now();
   const absl::Time end =
       start + absl::Seconds(absl::GetFlag(FLAGS_steady_seconds));
@@ -438,6 +444,7 @@ void MeasureSteady(Swarm& swarm, const EtcdCluster& etcd,
         "steady: no follower's /metrics held ", kFollowerLagSeries));
   }
   const EtcdCounters after = ReadEtcdCounters(etcd);
+  const int64_t decisions_after = decisions.load();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   report->steady = swarm.TakeStats();
   if (before.writes < 0 || after.writes < 0) {
@@ -445,6 +452,10 @@ void MeasureSteady(Swarm& swarm, const EtcdCluster& etcd,
     return;
   }
   report->etcd_writes_per_second = (after.writes - before.writes) / seconds;
+  report->decisions_per_second =
+      static_cast<double>(decisions_after - decisions_before) / seconds;
+  report->etcd_writes_upkeep_per_second = std::max(
+      0.0, report->etcd_writes_per_second - report->decisions_per_second);
   report->etcd_txns_per_second = (after.txns - before.txns) / seconds;
   report->etcd_proposals_per_second =
       (after.proposals - before.proposals) / seconds;
@@ -832,8 +843,11 @@ std::vector<Row> Rows(Report& r) {
       {"heartbeat_p99_ms", hb_p99, "<= 100 ms",
        !r.steady.heartbeat_us.empty() && hb_p99 <= 100},
       {"heartbeat_errors_steady", static_cast<double>(hb_errors), "", -1},
-      {"etcd_writes_per_s", r.etcd_writes_per_second, "< 50/s",
-       r.etcd_writes_per_second >= 0 && r.etcd_writes_per_second < 50},
+      {"etcd_writes_per_s", r.etcd_writes_per_second, "", -1},
+      {"strategy_decisions_per_s", r.decisions_per_second, "", -1},
+      {"etcd_writes_upkeep_per_s", r.etcd_writes_upkeep_per_second, "< 50/s",
+       r.etcd_writes_upkeep_per_second >= 0 &&
+           r.etcd_writes_upkeep_per_second < 50},
       {"etcd_txns_per_s", r.etcd_txns_per_second, "", -1},
       {"etcd_proposals_per_s", r.etcd_proposals_per_second, "", -1},
       {"etcd_writes_during_storm", r.etcd_writes_storm, "", -1},
@@ -1076,9 +1090,18 @@ void RunPhases(EtcdCluster& etcd,
   Swarm swarm(std::move(options));
   Storm(swarm, etcd, replicas, report);
   const monta::v1::StrategyRequest job = monta::testing::PaperJobRequest();
-  monta::testing::StrategyLoop reader(AskForStrategy(replicas, job),
-                                      replicas.size());
-  MeasureSteady(swarm, etcd, replicas, report);
+  // Each answer is one decision record in etcd: the steady state's writes
+  // are told with and without them.
+  std::atomic<int64_t> decisions{0};
+  auto ask = AskForStrategy(replicas, job);
+  monta::testing::StrategyLoop reader(
+      [&ask, &decisions](size_t i, monta::v1::StrategyReply* reply) {
+        grpc::Status status = ask(i, reply);
+        if (status.ok()) ++decisions;
+        return status;
+      },
+      replicas.size());
+  MeasureSteady(swarm, etcd, replicas, decisions, report);
   std::vector<std::string> probes = MeasureLag(replicas, report);
   for (int round = 0; round < report->rounds; ++round) {
     if (absl::Status s = Round(round, etcd, replicas, report); !s.ok()) {

@@ -26,7 +26,9 @@ want = ["failover_sigkill_max_s", "handover_sigterm_max_s", "strategy_calls",
         "strategy_failed_calls", "strategy_p99_ms",
         "registrations_acknowledged", "lost_on_leader", "lost_on_follower",
         "registration_storm_s", "heartbeat_p50_ms", "heartbeat_p99_ms",
-        "heartbeat_errors_steady", "etcd_writes_per_s", "etcd_txns_per_s",
+        "heartbeat_errors_steady", "etcd_writes_per_s",
+        "strategy_decisions_per_s", "etcd_writes_upkeep_per_s",
+        "etcd_txns_per_s",
         "etcd_proposals_per_s", "etcd_writes_during_storm",
         "follower_lag_p50_ms", "follower_lag_p99_ms",
         "follower_lag_exported_max_ms", "soak_seconds", "soak_etcd_db_max_mb",
@@ -49,6 +51,8 @@ assert report["registered_after_storm"] == 50, report
 # The etcd counters are read and count the planner's commits.
 assert rows["etcd_writes_during_storm"]["value"] >= 50, rows
 assert rows["etcd_writes_per_s"]["value"] >= 0, rows
+assert rows["strategy_decisions_per_s"]["value"] > 0, rows
+assert 0 <= rows["etcd_writes_upkeep_per_s"]["value"] <= rows["etcd_writes_per_s"]["value"], rows
 # The followers' own monta_store_follower_lag_seconds was read from /metrics.
 assert report["lag_exported_samples"] > 0, report
 assert rows["follower_lag_exported_max_ms"]["value"] >= 0, rows
