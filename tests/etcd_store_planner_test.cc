@@ -2,19 +2,29 @@
 // a real three-member etcd (tests/testing/etcd_cluster) and two real agents on
 // loopback. The agents register and measure themselves; the planner is
 // SIGKILLed and started again on the same etcd: the nodes and their curves
-// are back, loaded from etcd.
+// are back, loaded from etcd. A follower's GetBenchmarkTask (an etcd read)
+// holds none of gRPC's callback threads: with etcd stopped and many such calls
+// waiting, the replica still answers other RPCs.
 #include <signal.h>
 
+#include <algorithm>
+#include <chrono>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "proto/monta/v1/planner.grpc.pb.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/etcd_cluster.h"
+#include "tests/testing/grpc_clients.h"
 
 namespace monta::testing {
 namespace {
@@ -111,6 +121,138 @@ TEST(EtcdStorePlannerTest, FailedCommitsMakeThePlannerNotServingUntilOneLands) {
   ASSERT_TRUE(cluster.StartAgent("node-b").ok());  // the next commit lands
   EXPECT_TRUE(cluster.WaitForPlannerHealth("SERVING", absl::Seconds(30)))
       << ReadFile(cluster.planner().log_path());
+}
+
+// GetBenchmarkTask calls in flight, and how those that ended did.
+class TaskCalls {
+ public:
+  // The callbacks use this object: a test that failed early cancels them.
+  ~TaskCalls() {
+    for (auto& call : calls_) call->context.TryCancel();
+    WaitAll(absl::Seconds(60));
+  }
+  // Sends `count` calls of unknown task ids on `stub`, not waiting.
+  void Send(monta::v1::Planner::Stub& stub, int count) {
+    for (int i = 0; i < count; ++i) {
+      calls_.push_back(std::make_unique<Call>());
+      Call& call = *calls_.back();
+      call.context.set_deadline(std::chrono::system_clock::now() +
+                                std::chrono::seconds(120));
+      call.request.set_task_id(absl::StrCat("bench-1-", i));
+      stub.async()->GetBenchmarkTask(&call.context, &call.request, &call.reply,
+                                     [this](grpc::Status status) {
+                                       absl::MutexLock lock(&mu_);
+                                       ended_.push_back(std::move(status));
+                                     });
+    }
+  }
+  std::vector<grpc::Status> Ended() {
+    absl::MutexLock lock(&mu_);
+    return ended_;
+  }
+  // Waits until every call ended.
+  bool WaitAll(absl::Duration timeout) {
+    return WaitFor([&] { return Ended().size() == calls_.size(); }, timeout);
+  }
+
+ private:
+  struct Call {
+    grpc::ClientContext context;
+    monta::v1::GetBenchmarkTaskRequest request;
+    monta::v1::GetBenchmarkTaskReply reply;
+  };
+  std::vector<std::unique_ptr<Call>> calls_;
+  absl::Mutex mu_;
+  std::vector<grpc::Status> ended_ ABSL_GUARDED_BY(mu_);
+};
+
+bool Refused(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+}
+
+// A leader and a follower on one etcd member; `cluster` points at the
+// follower once its cache is in sync. Empty on failure.
+std::unique_ptr<EtcdCluster> StartLeaderAndFollower(LocalCluster& cluster) {
+  EtcdCluster::Options options;
+  options.members = 1;
+  auto etcd = EtcdCluster::Start(std::move(options));
+  EXPECT_TRUE(etcd.ok()) << etcd.status();
+  if (!etcd.ok()) return nullptr;
+  const std::vector<std::string> flags = {
+      "--store=etcd", "--etcd_endpoints=" + (*etcd)->endpoint(0),
+      "--etcd_insecure", "--bench_on_register=false",
+      "--leader_lease_seconds=2",
+      // The follower keeps answering reads while etcd is stopped.
+      "--follower_max_lag_seconds=600"};
+  EXPECT_TRUE(cluster.StartPlanner(flags).ok());
+  EXPECT_TRUE(cluster.WaitForPlannerHealth("SERVING", absl::Seconds(20)));
+  absl::StatusOr<int> follower = cluster.StartReplica(flags);
+  EXPECT_TRUE(follower.ok()) << follower.status();
+  if (!follower.ok()) return nullptr;
+  cluster.UsePlanner(*follower);
+  const bool in_sync = WaitFor(
+      [&] {
+        return cluster.Montactl({"health", "monta.v1.Planner.read"}).out ==
+               "SERVING\n";
+      },
+      absl::Seconds(20));
+  EXPECT_TRUE(in_sync) << ReadFile(cluster.replica(*follower).log_path());
+  return in_sync ? *std::move(etcd) : nullptr;
+}
+
+// A follower reads GetBenchmarkTask's task from etcd: on a few threads of its
+// own (server/api/planner_service.h), never on gRPC's callback threads, and
+// refusing RESOURCE_EXHAUSTED past a bound. With etcd stopped (SIGSTOP: every
+// read waits its 5 s deadline) and many such calls in flight, the follower
+// still answers ListProfiles while none of those reads has finished (before
+// the fix ListProfiles timed out after 60 s); the calls past the bound are
+// refused naming it, the others end once etcd is back.
+TEST(EtcdStorePlannerTest, AFollowersStoreReadsHoldNoCallbackThread) {
+  LocalCluster cluster;
+  std::unique_ptr<EtcdCluster> etcd = StartLeaderAndFollower(cluster);
+  ASSERT_NE(etcd, nullptr);
+  std::shared_ptr<grpc::Channel> channel =
+      PlannerChannel(cluster, cluster.OperatorTlsFlags());
+  ASSERT_NE(channel, nullptr);
+  auto stub = monta::v1::Planner::NewStub(channel);
+  monta::v1::ListProfilesReply profiles;
+  ASSERT_TRUE(
+      stub->ListProfiles(ContextWithDeadline().get(), {}, &profiles).ok());
+
+  etcd->Pause(0);
+  // Far more calls than gRPC 1.51 has callback threads on this box.
+  constexpr int kCalls = 200;
+  TaskCalls calls;
+  calls.Send(*stub, kCalls);
+  // The calls past the bound are refused at once: all reached the replica.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const std::vector<grpc::Status> ended = calls.Ended();
+        return std::count_if(ended.begin(), ended.end(), Refused) > 0;
+      },
+      absl::Seconds(60)));
+  const grpc::Status answered =
+      stub->ListProfiles(ContextWithDeadline(60).get(), {}, &profiles);
+  const std::vector<grpc::Status> ended_before = calls.Ended();
+  etcd->Resume(0);
+  EXPECT_TRUE(answered.ok()) << answered.error_message();
+  int refused = 0;
+  for (const grpc::Status& s : ended_before) {
+    // No store read had finished (etcd was stopped) when ListProfiles
+    // answered: it did not wait for a thread they held.
+    EXPECT_TRUE(Refused(s)) << s.error_code() << " " << s.error_message();
+    if (!Refused(s)) continue;
+    ++refused;
+    EXPECT_NE(s.error_message().find("GetBenchmarkTask store reads"),
+              std::string::npos)
+        << s.error_message();
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_LT(refused, kCalls);
+  ASSERT_TRUE(calls.WaitAll(absl::Seconds(100)));
+  std::cerr << "ListProfiles answered while " << kCalls - refused
+            << " GetBenchmarkTask store reads waited (" << refused
+            << " refused at the bound)" << std::endl;
 }
 
 }  // namespace

@@ -221,16 +221,34 @@ grpc::ServerUnaryReactor* PlannerService::GetBenchmarkTask(
       !valid.ok()) {
     return FinishUnary(context, ToGrpc(valid));
   }
-  // A follower reads the store here (one etcd read, on this callback thread).
-  absl::StatusOr<coordination::TaskView> view =
-      coordinator_->Describe(request->task_id());
-  if (!view.ok()) return FinishUnary(context, ToGrpc(view.status()));
-  *reply->mutable_status() = std::move(view->status);
-  *reply->mutable_task() = std::move(view->spec);
-  reply->set_attempt(view->attempts);
-  reply->set_max_attempts(view->max_attempts);
-  reply->set_from_store(view->from_store);
-  return FinishUnary(context, grpc::Status::OK);
+  coordination::Coordinator* coordinator = coordinator_;
+  const auto describe = [coordinator, request, reply]() {
+    absl::StatusOr<coordination::TaskView> view =
+        coordinator->Describe(request->task_id());
+    if (!view.ok()) return ToGrpc(view.status());
+    *reply->mutable_status() = std::move(view->status);
+    *reply->mutable_task() = std::move(view->spec);
+    reply->set_attempt(view->attempts);
+    reply->set_max_attempts(view->max_attempts);
+    reply->set_from_store(view->from_store);
+    return grpc::Status::OK;
+  };
+  // The leader answers from memory, on this thread.
+  if (coordinator_->CheckLeading().ok()) {
+    return FinishUnary(context, describe());
+  }
+  // A follower reads the task queue from etcd: on store_reads_' threads.
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // A call cancelled while it waited (its caller gone, or the server
+  // shutting down) reads nothing.
+  absl::Status queued = store_reads_.Submit([describe, reactor, context] {
+    reactor->Finish(context->IsCancelled()
+                        ? grpc::Status(grpc::StatusCode::CANCELLED,
+                                       "cancelled while waiting for the store")
+                        : describe());
+  });
+  if (!queued.ok()) reactor->Finish(ToGrpc(queued));
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* PlannerService::Verify(

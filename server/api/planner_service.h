@@ -1,7 +1,8 @@
 // gRPC handlers of the public Planner API: thin adapters over the registry, the
 // strategy planner and the benchmark coordinator, on gRPC's callback API
 // (RunBenchmark with wait is a reactor that holds no thread while it waits;
-// Verify, which runs benchmarks for minutes, runs on a thread of its own).
+// Verify, which runs benchmarks for minutes, runs on a thread of its own; a
+// follower's GetBenchmarkTask, an etcd read, runs on store_reads_).
 #ifndef MONTA_SERVER_API_PLANNER_SERVICE_H_
 #define MONTA_SERVER_API_PLANNER_SERVICE_H_
 
@@ -11,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/work_queue.h"
 #include "proto/monta/v1/planner.grpc.pb.h"
 #include "server/api/authz.h"
 #include "server/bench/coordinator.h"
@@ -42,7 +44,12 @@ class PlannerService final : public monta::v1::Planner::CallbackService {
                  store::AuditLog* audit = nullptr,
                  const fabric::Fabric* fabric = nullptr);
 
-  // Waits for the Verify calls still running.
+  // Threads and queue bound of a follower's GetBenchmarkTask store reads.
+  static constexpr int kStoreReadThreads = 4;
+  static constexpr int kMaxQueuedStoreReads = 64;
+
+  // Waits for the Verify calls still running and answers the store reads
+  // still queued.
   ~PlannerService() override;
 
   // What RunBenchmark with fabric_levels runs: one round of level
@@ -113,6 +120,15 @@ class PlannerService final : public monta::v1::Planner::CallbackService {
   // Verify calls running on their own threads.
   absl::Mutex verify_mu_;
   int verifying_ ABSL_GUARDED_BY(verify_mu_) = 0;
+  // A follower's GetBenchmarkTask reads the task queue from etcd (up to the
+  // etcd client's deadline per endpoint) here, never on one of gRPC's few
+  // callback threads: a slow etcd would stall every RPC of the replica. Past
+  // kMaxQueuedStoreReads waiting it refuses RESOURCE_EXHAUSTED. Last member:
+  // destroyed (its queued reads answered) before the rest.
+  WorkQueue store_reads_{
+      {"GetBenchmarkTask store reads (a follower reads "
+       "the task queue from etcd)",
+       kStoreReadThreads, kMaxQueuedStoreReads}};
 };
 
 }  // namespace monta::api
