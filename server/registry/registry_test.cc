@@ -849,6 +849,54 @@ TEST_F(RegistryTest, RegistrationsAreRefusedWhileTheStoreIsBehindTheirWait) {
   EXPECT_EQ(observer.nodes, (std::vector<std::string>{"a@", "b@", "c@"}));
 }
 
+// Clear (the registry reloaded from the store) drops the changes still queued
+// unstored: a RegisterThen caller waiting for its change is answered
+// UNAVAILABLE ("not stored ... register again"), never OK, the node is not in
+// memory, and its change never reaches the store. The interleaving is pinned
+// by clearing from the first caller's answer: the delivery thread has let go
+// of the store then, and the second change waits for the next batch.
+TEST_F(RegistryTest, ClearAnswersTheRegistrationsItDroppedUnavailable) {
+  Registry r(Options());
+  GatedObserver observer;
+  r.SetObserver(&observer);
+  absl::Status b_status = absl::UnknownError("no answer");
+  absl::Notification b_answered;
+  bool b_answered_by_clear = false;
+  absl::Notification a_answered;
+  r.RegisterThen(Req("a", "ia"), start_, [&](absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    r.Clear();
+    b_answered_by_clear = b_answered.HasBeenNotified();
+    a_answered.Notify();
+  });
+  observer.WaitForCall(1);  // a's change in the store's hands
+  r.RegisterThen(Req("b", "ib"), start_, [&](absl::Status s) {
+    b_status = s;
+    b_answered.Notify();
+  });
+  EXPECT_EQ(r.PendingChanges(), 2);
+  observer.Release(1);
+  a_answered.WaitForNotification();
+  EXPECT_TRUE(b_answered_by_clear);
+  EXPECT_EQ(b_status.code(), absl::StatusCode::kUnavailable) << b_status;
+  EXPECT_NE(b_status.message().find("not stored"), std::string::npos)
+      << b_status;
+  EXPECT_NE(b_status.message().find("register again"), std::string::npos)
+      << b_status;
+  EXPECT_TRUE(r.List(start_, /*include_gone=*/true).empty());
+  EXPECT_EQ(r.Get("b", start_).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(r.PendingChanges(), 0);
+  // b's change was dropped, not delayed: the store's next call has c only.
+  absl::Notification c_answered;
+  r.RegisterThen(Req("c", "ic"), start_, [&](absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    c_answered.Notify();
+  });
+  observer.Release(2);
+  c_answered.WaitForNotification();
+  EXPECT_EQ(observer.nodes, (std::vector<std::string>{"a@", "c@"}));
+}
+
 // Forget puts back the store's older curve only if no newer curve of the
 // measurement came while the store was deleting.
 TEST_F(RegistryTest, ForgetPutsNoOlderCurveOverOneThatCameMeanwhile) {
