@@ -152,10 +152,12 @@ ABSL_FLAG(int, max_curves_per_node, 1024,
           "over it is refused, a re-measurement replaces its predecessor");
 ABSL_FLAG(int, max_pending_registry_changes, 4096,
           "registry changes (registrations, deregistrations, topology "
-          "changes) waiting for the store at most; over it an agent's "
-          "Register, Deregister or topology-changing Heartbeat is refused "
-          "RESOURCE_EXHAUSTED (the agent backs off) instead of queueing; a "
-          "retry of a node whose change still waits replaces it");
+          "changes, curves) waiting for the store at most; over it an "
+          "agent's Register, Deregister, topology-changing Heartbeat or a "
+          "task's last ReportBenchmark (its curves) is refused "
+          "RESOURCE_EXHAUSTED (the agent backs off and sends it again) "
+          "instead of queueing; a retry of a node whose change still waits "
+          "replaces it");
 ABSL_FLAG(int, max_curves_per_report, 64,
           "series (curves to be) one ReportBenchmark may carry");
 ABSL_FLAG(int, max_points_per_curve, 1024,

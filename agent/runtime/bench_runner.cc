@@ -383,6 +383,39 @@ absl::Status MeasureNode(const monta::v1::BenchmarkTask& task, int node_index,
   return absl::OkStatus();
 }
 
+// Sends `report`. A RESOURCE_EXHAUSTED refusal (the planner took nothing:
+// its store is behind, --max_pending_registry_changes) is sent again after a
+// backoff (200 ms doubling to 5 s) until `deadline` or a cancellation; the
+// last answer is returned.
+absl::Status SendReport(monta::v1::AgentGateway::StubInterface* stub,
+                        const monta::v1::ReportBenchmarkRequest& report,
+                        absl::Time deadline, const Cancellation& cancel,
+                        const std::string& node_name) {
+  absl::Duration backoff = absl::Milliseconds(200);
+  while (true) {
+    monta::v1::ReportBenchmarkReply reply;
+    grpc::ClientContext context;
+    // Stopping: the report is worth a moment, not the whole grace period.
+    context.set_deadline(GrpcDeadline(cancel.cancelled() ? absl::Seconds(2)
+                                                         : absl::Seconds(10)));
+    const absl::Status reported =
+        FromGrpc(stub->ReportBenchmark(&context, report, &reply));
+    if (!absl::IsResourceExhausted(reported) || cancel.cancelled() ||
+        absl::Now() + backoff > deadline) {
+      return reported;
+    }
+    std::cerr << "monta-agent[" << node_name << "]: report of task "
+              << report.task_id() << " refused (" << reported.message()
+              << "); sending it again in " << absl::FormatDuration(backoff)
+              << std::endl;
+    const absl::Time until = absl::Now() + backoff;
+    while (!cancel.cancelled() && absl::Now() < until) {
+      absl::SleepFor(std::min(absl::Milliseconds(50), until - absl::Now()));
+    }
+    backoff = std::min(backoff * 2, absl::Seconds(5));
+  }
+}
+
 }  // namespace
 
 TaskRunner MakeBenchRunner(BenchRunnerOptions options) {
@@ -429,13 +462,8 @@ TaskRunner MakeBenchRunner(BenchRunnerOptions options) {
               << task.task_id() << " "
               << (outcome.ok() ? "done" : "failed: " + outcome.ToString())
               << std::endl;
-    monta::v1::ReportBenchmarkReply reply;
-    grpc::ClientContext context;
-    // Stopping: the report is worth a moment, not the whole grace period.
-    context.set_deadline(GrpcDeadline(cancel.cancelled() ? absl::Seconds(2)
-                                                         : absl::Seconds(10)));
     const absl::Status reported =
-        FromGrpc(stub->ReportBenchmark(&context, report, &reply));
+        SendReport(stub, report, deadline, cancel, options.node_name);
     if (!reported.ok()) {
       // The planner fails the task at its deadline; nothing else to do here.
       DiscardError(options.node_name, "report_benchmark",

@@ -650,10 +650,22 @@ absl::Status Coordinator::Accept(
   task.reports.emplace(report.node_name(), report);
   task.report_bytes += bytes;
   held_report_bytes_ += bytes;
-  if (task.reports.size() == static_cast<size_t>(task.spec.nodes_size())) {
-    Complete(task, now);
+  if (task.reports.size() < static_cast<size_t>(task.spec.nodes_size())) {
+    return absl::OkStatus();
   }
-  return absl::OkStatus();
+  absl::Status completed = Complete(task, now);
+  if (completed.ok()) return completed;
+  // The registry's store is too far behind to take the curves: as if this
+  // report never came, so the agent's retry completes the task.
+  task.reported_nodes.erase(report.node_name());
+  task.reports.erase(report.node_name());
+  task.report_bytes -= bytes;
+  held_report_bytes_ -= bytes;
+  return absl::Status(
+      completed.code(),
+      absl::StrCat(completed.message(), " (the curves of task ",
+                   task.spec.task_id(), " were not stored; the task waits for ",
+                   "this node's report until its deadline)"));
 }
 
 CurveChecks Coordinator::ChecksFor(const monta::v1::BenchmarkTask& spec,
@@ -671,7 +683,7 @@ CurveChecks Coordinator::ChecksFor(const monta::v1::BenchmarkTask& spec,
   return checks;
 }
 
-void Coordinator::Complete(Task& task, Instant now) {
+absl::Status Coordinator::Complete(Task& task, Instant now) {
   FormedCurves formed =
       FormCurves(task.spec, task.reports, ChecksFor(task.spec, now), now.wall);
   std::string store_error;
@@ -679,11 +691,13 @@ void Coordinator::Complete(Task& task, Instant now) {
     // A job's dispatches are that job's measurements, not node curves.
     task.dispatch_curves = std::move(formed.kept);
   } else {
-    for (const auto& curve : formed.kept) {
-      if (absl::Status s = registry_->AddCurve(curve); !s.ok()) {
-        store_error = std::string(s.message());
-      }
+    std::vector<absl::Status> errors;
+    if (absl::Status s =
+            registry_->AddCurves(formed.kept, "ReportBenchmark", &errors);
+        !s.ok()) {
+      return s;  // none added: the last report is refused, to be retried
     }
+    if (!errors.empty()) store_error = std::string(errors.back().message());
     for (const auto& excluded : formed.excluded) {
       registry_->AddExcluded(excluded);
     }
@@ -703,6 +717,7 @@ void Coordinator::Complete(Task& task, Instant now) {
   } else {
     Finish(task, monta::v1::TASK_STATE_SUCCEEDED, "", now);
   }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<BenchmarkTaskStatus> Coordinator::Status(

@@ -226,7 +226,10 @@ class Coordinator {
   // curves are formed, the trusted ones go to the registry (a verify task's to
   // its DispatchResultsCallback), the others are listed in the status's
   // `excluded` (and the registry's exclusions), and the reports are freed. A
-  // failure report fails the task for everyone.
+  // failure report fails the task for everyone. The last report is refused
+  // RESOURCE_EXHAUSTED, as if it never came, while the registry's store is
+  // too far behind to take the curves (--max_pending_registry_changes): the
+  // agent retries it after a backoff.
   absl::Status Report(const monta::v1::ReportBenchmarkRequest& request,
                       Instant now);
 
@@ -357,7 +360,10 @@ class Coordinator {
                       const monta::v1::ReportBenchmarkRequest& report,
                       Instant now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every node reported: forms the curves, files them, finishes the task.
-  void Complete(Task& task, Instant now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED, the task unchanged, when the registry refused the
+  // curves (its store too far behind: Registry::AddCurves).
+  absl::Status Complete(Task& task, Instant now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What the registry knows of the task's nodes' links (line-rate check).
   CurveChecks ChecksFor(const monta::v1::BenchmarkTask& spec,
                         Instant now) const;

@@ -3,6 +3,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/status_proto.h"
@@ -118,6 +119,67 @@ TEST_F(CoordinatorTest, TaskGoesToEveryNodeAndSucceedsWithCurves) {
   EXPECT_DOUBLE_EQ(curve.points(0).time_seconds(), 2e-3);
   EXPECT_DOUBLE_EQ(curve.node_spread_ratio(), 2);
   EXPECT_EQ(registry_.Get("a", now_)->curves(0).sequence(), curve.sequence());
+}
+
+// A store that holds its first write until released.
+class StuckStore : public registry::RegistryObserver {
+ public:
+  std::vector<monta::v1::BandwidthCurve> Changed(
+      const std::vector<registry::Change>& changes) override {
+    if (!entered.HasBeenNotified()) entered.Notify();
+    release.WaitForNotification();
+    return {};
+  }
+  absl::Notification entered;
+  absl::Notification release;
+};
+
+// The last report of a task while the registry's store is behind
+// (--max_pending_registry_changes): refused RESOURCE_EXHAUSTED, saying the
+// curves were not stored, as if it never came (the task runs on, no curve is
+// added); the agent's retry once the store caught up completes the task.
+TEST_F(CoordinatorTest, TheLastReportIsRefusedWhileTheStoreIsBehind) {
+  registry::RegistryOptions options;
+  options.max_pending_changes = 1;
+  registry::Registry registry(options);
+  for (const char* name : {"a", "b"}) {
+    monta::v1::RegisterRequest r;
+    r.set_node_name(name);
+    r.set_instance_id(std::string("i-") + name);
+    ASSERT_TRUE(registry.Register(r, now_).ok());
+  }
+  Coordinator coordinator(&registry, CoordinatorOptions{});
+  StuckStore store;
+  registry.SetObserver(&store);
+  monta::v1::RegisterRequest c;  // one change for the stuck store
+  c.set_node_name("c");
+  c.set_instance_id("i-c");
+  absl::Notification c_stored;
+  registry.RegisterThen(c, now_, [&](absl::Status) { c_stored.Notify(); });
+  store.entered.WaitForNotification();
+  auto task = coordinator.Schedule(Pair(), now_);
+  ASSERT_TRUE(task.ok()) << task.status();
+  const std::string id = task->task_id();
+  ASSERT_TRUE(coordinator.NextTask("a", absl::Seconds(1)));
+  ASSERT_TRUE(coordinator.NextTask("b", absl::Seconds(1)));
+  ASSERT_TRUE(coordinator.Report(Ok(coordinator, id, "a"), now_).ok());
+  const monta::v1::ReportBenchmarkRequest last = Ok(coordinator, id, "b");
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const absl::Status refused = coordinator.Report(last, now_);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+    EXPECT_NE(refused.message().find("ReportBenchmark refused"),
+              std::string::npos)
+        << refused;
+    EXPECT_NE(refused.message().find("were not stored"), std::string::npos)
+        << refused;
+  }
+  EXPECT_EQ(coordinator.Status(id)->state(), monta::v1::TASK_STATE_RUNNING);
+  EXPECT_EQ(registry.Get("a", now_)->curves_size(), 0);
+  store.release.Notify();
+  c_stored.WaitForNotification();
+  ASSERT_TRUE(coordinator.Report(last, now_).ok());
+  EXPECT_EQ(coordinator.Status(id)->state(), monta::v1::TASK_STATE_SUCCEEDED);
+  EXPECT_EQ(registry.Get("a", now_)->curves_size(), 1);
 }
 
 TEST_F(CoordinatorTest, ANodeReportsOncePerTask) {

@@ -194,21 +194,27 @@ void Registry::DropDeliveredStampsLocked() {
   }
 }
 
+absl::Status Registry::AdmitCount(absl::string_view what) const {
+  const size_t waiting = pending_.size() + delivering_;
+  if (!observed_ || options_.max_pending_changes <= 0 ||
+      waiting < static_cast<size_t>(options_.max_pending_changes)) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      what, " refused: the planner is overloaded, ", waiting,
+      " registry changes wait for its store (at most ",
+      options_.max_pending_changes,
+      ", --max_pending_registry_changes); nothing changed, retry after a "
+      "backoff"));
+}
+
 absl::Status Registry::Admit(absl::string_view node_name,
                              absl::string_view what, Instant now) const {
   if (!observed_ || pending_node_.find(node_name) != pending_node_.end()) {
     return absl::OkStatus();
   }
   const size_t waiting = pending_.size() + delivering_;
-  if (options_.max_pending_changes > 0 &&
-      waiting >= static_cast<size_t>(options_.max_pending_changes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        what, " refused: the planner is overloaded, ", waiting,
-        " registry changes wait for its store (at most ",
-        options_.max_pending_changes,
-        ", --max_pending_registry_changes); nothing changed, retry after a "
-        "backoff"));
-  }
+  if (absl::Status s = AdmitCount(what); !s.ok()) return s;
   if (options_.max_pending_wait > absl::ZeroDuration() && !queued_at_.empty()) {
     const absl::Duration behind =
         MonoSince(queued_at_.front().second, now.mono);
@@ -742,16 +748,32 @@ absl::Status Registry::PutCurve(const BandwidthCurve& curve) {
 }
 
 absl::Status Registry::AddCurve(const BandwidthCurve& curve) {
+  std::vector<absl::Status> errors;
+  if (absl::Status s = AddCurves({curve}, "AddCurve", &errors); !s.ok()) {
+    return s;
+  }
+  return errors.empty() ? absl::OkStatus() : errors.front();
+}
+
+absl::Status Registry::AddCurves(const std::vector<BandwidthCurve>& curves,
+                                 absl::string_view what,
+                                 std::vector<absl::Status>* errors) {
   bool queued = false;
   {
     absl::MutexLock lock(&mu_);
-    Change change;
-    change.kind = Change::Kind::kCurve;
-    change.curve = curve;
-    change.curve.set_sequence(next_sequence_);
-    if (absl::Status s = PutCurve(change.curve); !s.ok()) return s;
-    ++next_sequence_;
-    queued = Queue(std::move(change));
+    if (absl::Status s = AdmitCount(what); !s.ok()) return s;
+    for (const BandwidthCurve& curve : curves) {
+      Change change;
+      change.kind = Change::Kind::kCurve;
+      change.curve = curve;
+      change.curve.set_sequence(next_sequence_);
+      if (absl::Status s = PutCurve(change.curve); !s.ok()) {
+        errors->push_back(std::move(s));
+        continue;
+      }
+      ++next_sequence_;
+      queued = Queue(std::move(change)) || queued;
+    }
   }
   if (queued) Deliver();
   return absl::OkStatus();

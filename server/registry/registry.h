@@ -52,8 +52,9 @@ struct RegistryOptions {
   TopologyLimits topology_limits;
   // Changes made but not yet persisted (queued for the observer, or in its
   // hands) at most: an agent's Register, Deregister or topology-carrying
-  // Heartbeat that would queue one more is refused RESOURCE_EXHAUSTED before
-  // it changes anything, so a slow store sheds load instead of growing
+  // Heartbeat, or a benchmark's curves (AddCurves: the task's last report),
+  // that would queue one more is refused RESOURCE_EXHAUSTED before it changes
+  // anything, so a slow store sheds load instead of growing
   // memory. A retried change of a node whose change still waits replaces it
   // and is never refused. 0: no bound.
   int max_pending_changes = 4096;
@@ -220,8 +221,18 @@ class Registry {
   // the same measurement (collective, scope, strategy, chunks, node set,
   // nranks: CurveKey). The registry gives it the next sequence: the planner's
   // order of evidence, never the agents' clocks (an etcd store would give its
-  // revision here).
+  // revision here). RESOURCE_EXHAUSTED, adding nothing, while
+  // options().max_pending_changes changes wait for the store (as Register;
+  // curves take no `now`, so max_pending_wait does not apply).
   absl::Status AddCurve(const monta::v1::BandwidthCurve& curve);
+  // AddCurve of each of `curves` (a benchmark task's), admitted together:
+  // RESOURCE_EXHAUSTED over max_pending_changes (naming `what`, the caller's
+  // call) adds none. Admitted, each curve is added or fails on its own (its
+  // error appended to `errors`), and it returns once the added ones are
+  // persisted.
+  absl::Status AddCurves(const std::vector<monta::v1::BandwidthCurve>& curves,
+                         absl::string_view what,
+                         std::vector<absl::Status>* errors);
 
   // A curve read back from the store, with its sequence; later AddCurve calls
   // number above it. Not told to the observer.
@@ -344,6 +355,9 @@ class Registry {
   // options().max_pending_wait at `now`.
   absl::Status Admit(absl::string_view node_name, absl::string_view what,
                      Instant now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Admit's bound on the count alone (max_pending_changes), for any change.
+  absl::Status AdmitCount(absl::string_view what) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Queue, stamping a change that took a new place in the queue with `now`.
   bool QueueAt(Change change, Instant now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the stamps of the changes persisted (or cleared) so far.

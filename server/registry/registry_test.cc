@@ -849,6 +849,53 @@ TEST_F(RegistryTest, RegistrationsAreRefusedWhileTheStoreIsBehindTheirWait) {
   EXPECT_EQ(observer.nodes, (std::vector<std::string>{"a@", "b@", "c@"}));
 }
 
+// Curves are under the same bound as registrations: while
+// max_pending_changes changes wait for the store, AddCurve and AddCurves
+// (a task's curves, together) are refused RESOURCE_EXHAUSTED naming the
+// caller's call and the flag, and add nothing; once the store caught up they
+// go in. Admitted, a curve that fails on its own does not stop the others.
+TEST_F(RegistryTest, CurvesAreRefusedWhileTheStoreIsBehindAndAddNothing) {
+  RegistryOptions options = Options();
+  options.max_pending_changes = 2;
+  Registry r(options);
+  ASSERT_TRUE(r.Register(Req("a", "ia"), start_).ok());  // no store yet
+  ASSERT_TRUE(r.Register(Req("b", "ib"), start_).ok());
+  GatedObserver observer;
+  r.SetObserver(&observer);
+  absl::Notification d_answered;
+  r.RegisterThen(Req("c", "ic"), start_, [](absl::Status) {});
+  observer.WaitForCall(1);  // c's change in the store's hands
+  r.RegisterThen(Req("d", "id"), start_,
+                 [&](absl::Status) { d_answered.Notify(); });
+  ASSERT_EQ(r.PendingChanges(), 2);
+  const absl::Status one = r.AddCurve(PairCurve("t1"));
+  EXPECT_EQ(one.code(), absl::StatusCode::kResourceExhausted) << one;
+  EXPECT_NE(one.message().find("AddCurve refused"), std::string::npos) << one;
+  std::vector<absl::Status> errors;
+  const absl::Status task = r.AddCurves({PairCurve("t2"), PairCurve("t2", 8)},
+                                        "ReportBenchmark", &errors);
+  EXPECT_EQ(task.code(), absl::StatusCode::kResourceExhausted) << task;
+  EXPECT_NE(task.message().find("ReportBenchmark refused"), std::string::npos)
+      << task;
+  EXPECT_NE(task.message().find("--max_pending_registry_changes"),
+            std::string::npos)
+      << task;
+  EXPECT_TRUE(errors.empty());
+  EXPECT_EQ(r.Get("a", start_)->curves_size(), 0);
+  EXPECT_EQ(r.PendingChanges(), 2);
+  observer.Release(3);  // c's batch, d's, then the curves'
+  d_answered.WaitForNotification();
+  monta::v1::BandwidthCurve stranger = PairCurve("t2", 16);
+  stranger.add_nodes("nobody");
+  ASSERT_TRUE(r.AddCurves({PairCurve("t2"), stranger, PairCurve("t2", 8)},
+                          "ReportBenchmark", &errors)
+                  .ok());
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].code(), absl::StatusCode::kNotFound) << errors[0];
+  EXPECT_EQ(r.Get("a", start_)->curves_size(), 2);
+  EXPECT_EQ(r.PendingChanges(), 0);
+}
+
 // Clear (the registry reloaded from the store) drops the changes still queued
 // unstored: a RegisterThen caller waiting for its change is answered
 // UNAVAILABLE ("not stored ... register again"), never OK, the node is not in
