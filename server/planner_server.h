@@ -271,6 +271,9 @@ class PlannerServer {
   // failure is logged and counted under `site`.
   void ScheduleBenchmark(const monta::v1::RunBenchmarkRequest& request,
                          Instant now, const std::string& site);
+  // The gateway's registered callback: --bench_on_register's intra-node
+  // sweep of a node without curves (null without the flag).
+  api::AgentGatewayService::RegisteredCallback BenchOnRegister();
   // Schedules the periodic sweeps (see PlannerOptions::bench_interval).
   void SchedulePeriodicBenchmarks(Instant now);
   // One round of fabric level measurements (RunBenchmark with fabric_levels,

@@ -1,5 +1,6 @@
 #include "server/api/agent_gateway_service.h"
 
+#include <iostream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,11 +12,18 @@ namespace monta::api {
 AgentGatewayService::AgentGatewayService(registry::Registry* registry,
                                          coordination::Coordinator* coordinator,
                                          const Authorizer* authz,
-                                         RegisteredCallback on_registered)
+                                         RegisteredCallback on_registered,
+                                         int max_queued_registered)
     : registry_(registry),
       coordinator_(coordinator),
       authz_(authz),
-      on_registered_(std::move(on_registered)) {}
+      on_registered_(std::move(on_registered)) {
+  if (on_registered_) {
+    registered_ = std::make_unique<WorkQueue>(
+        WorkQueueOptions{"work on registration (--bench_on_register)", 1,
+                         max_queued_registered});
+  }
+}
 
 grpc::ServerUnaryReactor* AgentGatewayService::Register(
     grpc::CallbackServerContext* context,
@@ -39,11 +47,23 @@ grpc::ServerUnaryReactor* AgentGatewayService::Register(
                               reactor->Finish(ToGrpc(status));
                               return;
                             }
-                            if (on_registered_)
-                              on_registered_(request->node_name());
+                            if (registered_ != nullptr) {
+                              Registered(request->node_name());
+                            }
                             reactor->Finish(grpc::Status::OK);
                           });
   return reactor;
+}
+
+void AgentGatewayService::Registered(const std::string& node) {
+  // On the registry's delivery thread: queued, never run here.
+  const absl::Status queued =
+      registered_->Submit([this, node] { on_registered_(node); });
+  if (!queued.ok()) {
+    std::cerr << "monta-planner: node " << node
+              << " registered; its work on registration is dropped: "
+              << queued.message() << std::endl;
+  }
 }
 
 grpc::ServerUnaryReactor* AgentGatewayService::Heartbeat(

@@ -5,8 +5,10 @@
 #define MONTA_SERVER_API_AGENT_GATEWAY_SERVICE_H_
 
 #include <functional>
+#include <memory>
 #include <string>
 
+#include "common/work_queue.h"
 #include "proto/monta/v1/agent.grpc.pb.h"
 #include "server/api/authz.h"
 #include "server/api/reactors.h"
@@ -19,7 +21,11 @@ class AgentGatewayService final
     : public monta::v1::AgentGateway::CallbackService {
  public:
   // Called after a successful Register with the node's name (e.g. to schedule
-  // its intra-node sweep).
+  // its intra-node sweep, a store write), once the registration is persisted
+  // (so what it writes lands after the node), in registration order, on a
+  // thread of the service's own: never on the registry's delivery thread,
+  // which answers every registration and would wait for it. At most
+  // `max_queued_registered` calls wait; past them one is dropped, logged.
   using RegisteredCallback = std::function<void(const std::string& node_name)>;
 
   // No pointer is owned; all must outlive the service. `authz` decides who
@@ -27,7 +33,8 @@ class AgentGatewayService final
   AgentGatewayService(registry::Registry* registry,
                       coordination::Coordinator* coordinator,
                       const Authorizer* authz,
-                      RegisteredCallback on_registered = nullptr);
+                      RegisteredCallback on_registered = nullptr,
+                      int max_queued_registered = 1024);
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const monta::v1::RegisterRequest* request,
@@ -66,11 +73,17 @@ class AgentGatewayService final
   size_t open_watches() const { return watches_.size(); }
 
  private:
+  // Queues on_registered_ for `node` (on registered_'s thread).
+  void Registered(const std::string& node);
+
   registry::Registry* const registry_;
   coordination::Coordinator* const coordinator_;
   const Authorizer* const authz_;
   const RegisteredCallback on_registered_;
   WatchList watches_;
+  // Runs on_registered_ (null without it). Last member: destroyed, its
+  // queued calls run, before the rest.
+  std::unique_ptr<WorkQueue> registered_;
 };
 
 }  // namespace monta::api

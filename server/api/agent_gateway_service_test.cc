@@ -2,7 +2,10 @@
 // in-process planner on loopback: a WatchTasks stream receives a task
 // scheduled after it opened, RendezvousGet waits for a Set, a cancelled Get
 // gives its waiter back, a stream whose lease expires is ended, and
-// GetBenchmarkTask shows a task pending, then running.
+// GetBenchmarkTask shows a task pending, then running. The work a
+// registration starts (--bench_on_register) holds up no registration.
+#include "server/api/agent_gateway_service.h"
+
 #include <memory>
 #include <thread>
 
@@ -10,9 +13,11 @@
 #include "absl/time/clock.h"
 #include "common/clock.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
 #include "proto/monta/v1/agent.grpc.pb.h"
 #include "proto/monta/v1/planner.grpc.pb.h"
+#include "server/api/authz.h"
 #include "server/planner_server.h"
 
 namespace monta {
@@ -296,6 +301,63 @@ TEST_F(AgentGatewayTest, GetWithoutTheKeyTimesOutNamingIt) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_NE(status.error_message().find("never-set"), std::string::npos)
       << status.error_message();
+}
+
+// A store that takes every change at once.
+class AcceptingStore : public registry::RegistryObserver {
+ public:
+  std::vector<monta::v1::BandwidthCurve> Changed(
+      const std::vector<registry::Change>&) override {
+    return {};
+  }
+};
+
+// The registered callback (the planner's --bench_on_register schedule, a
+// store write) runs off the registry's delivery thread, which answers every
+// registration: while it hangs on node-a, node-a's and node-b's Registers are
+// answered; it then runs for both, in registration order. (It ran on the
+// delivery thread before the agent's answer: node-a's Register waited for
+// it, and every registration behind it.)
+TEST(AgentGatewayRegisteredTest, ItsWorkHoldsUpNoRegistration) {
+  registry::Registry registry{registry::RegistryOptions{}};
+  AcceptingStore store;
+  registry.SetObserver(&store);
+  coordination::Coordinator coordinator(&registry, {});
+  api::Authorizer authz(/*enforce=*/false, &coordinator);
+  absl::Notification entered, release;
+  absl::Mutex mu;
+  std::vector<std::string> ran;
+  auto gateway = std::make_unique<api::AgentGatewayService>(
+      &registry, &coordinator, &authz, [&](const std::string& node) {
+        if (!entered.HasBeenNotified()) entered.Notify();
+        release.WaitForNotification();
+        absl::MutexLock lock(&mu);
+        ran.push_back(node);
+      });
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(gateway.get());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  auto stub = monta::v1::AgentGateway::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  for (const char* node : {"node-a", "node-b"}) {
+    monta::v1::RegisterRequest request;
+    request.set_node_name(node);
+    request.set_instance_id(std::string("i-") + node);
+    monta::v1::RegisterReply reply;
+    grpc::ClientContext context;
+    context.set_deadline(GrpcDeadline(kBound));
+    const grpc::Status status = stub->Register(&context, request, &reply);
+    EXPECT_TRUE(status.ok()) << node << ": " << status.error_message();
+  }
+  // Both answered while the work on node-a may hang still.
+  release.Notify();
+  server->Shutdown();
+  gateway.reset();  // runs what is still queued
+  EXPECT_EQ(ran, (std::vector<std::string>{"node-a", "node-b"}));
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The election against a real one-member etcd (tests/testing/etcd_cluster):
+// The election against a real three-member etcd (tests/testing/etcd_cluster):
 // the oldest candidate leads and the others wait in line behind it, fenced
 // writes land while leading and nothing lands once the key is lost, every
 // loss path (key deleted, lease revoked, etcd unreachable past the lease's

@@ -1,6 +1,7 @@
-// The etcd client against a real one-member etcd (tests/testing/etcd_cluster):
-// KV and paging at a revision, transactions and their limits, leases and
-// their loss, watches and compaction, mutual TLS. No mocks.
+// The etcd client against a real three-member etcd
+// (tests/testing/etcd_cluster): KV and paging at a revision, transactions and
+// their limits, leases and their loss, watches and compaction, mutual TLS. No
+// mocks.
 #include "server/etcd/client.h"
 
 #include <signal.h>
