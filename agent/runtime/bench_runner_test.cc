@@ -17,7 +17,15 @@
 namespace monta::agent {
 namespace {
 
-TEST(BenchRunnerTest, AReportThePlannerDoesNotTakeIsCounted) {
+// How a run of a task that does not place node-a (it fails without running
+// anything; its failure is still reported) ended.
+struct RunEnd {
+  std::string finished;  // what on_finished was told
+  bool counted = false;  // the report was counted dropped
+};
+
+// Runs that task with its report going to `address`.
+RunEnd RunTask(const std::string& address, int timeout_seconds) {
   prometheus::Registry registry;
   AgentMetrics metrics(registry, "node-a", [] { return true; });
   BenchRunnerOptions options;
@@ -25,29 +33,32 @@ TEST(BenchRunnerTest, AReportThePlannerDoesNotTakeIsCounted) {
   options.on_discarded_error = [&metrics](const std::string& site) {
     metrics.RecordDiscardedError(site);
   };
-  std::string finished;
-  options.on_finished = [&finished](const std::string& result) {
-    finished = result;
+  RunEnd run;
+  options.on_finished = [&run](const std::string& result) {
+    run.finished = result;
   };
-  // No planner behind this socket: the report fails at once (UNAVAILABLE).
   auto stub = monta::v1::AgentGateway::NewStub(
-      grpc::CreateChannel("unix:/nonexistent-monta-dir/planner.sock",
-                          grpc::InsecureChannelCredentials()));
-  // A task that does not place this node fails without running anything.
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   monta::v1::BenchmarkTask task;
   task.set_task_id("t-1");
   task.add_nodes("node-b");
   task.set_ranks_per_node(1);
+  task.set_timeout_seconds(timeout_seconds);
   Cancellation cancel;
   MakeBenchRunner(options)(task, stub.get(), cancel);
-
-  EXPECT_EQ(finished, "failed");
   const std::string out =
       prometheus::TextSerializer().Serialize(registry.Collect());
-  EXPECT_NE(out.find("monta_agent_discarded_errors_total{node=\"node-a\",site="
-                     "\"report_benchmark\"} 1"),
-            std::string::npos)
-      << out;
+  run.counted = out.find(
+                    "monta_agent_discarded_errors_total{node=\"node-a\",site="
+                    "\"report_benchmark\"} 1") != std::string::npos;
+  return run;
+}
+
+TEST(BenchRunnerTest, AReportThePlannerDoesNotTakeIsCounted) {
+  // No planner behind this socket: the report fails at once (UNAVAILABLE).
+  const RunEnd run = RunTask("unix:/nonexistent-monta-dir/planner.sock", 0);
+  EXPECT_EQ(run.finished, "failed");
+  EXPECT_TRUE(run.counted);
 }
 
 // A planner whose store is behind for the first `refusals` reports: it
@@ -80,10 +91,8 @@ class BusyGateway : public monta::v1::AgentGateway::CallbackService {
   int reports_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// Runs a task that does not place node-a (its failure is still reported)
-// against `gateway`; returns the discarded-error counter's line ("" when
-// none was counted).
-std::string RunAgainst(BusyGateway& gateway, int timeout_seconds) {
+// RunTask with the report going to `gateway`, served on loopback.
+RunEnd RunAgainst(BusyGateway& gateway, int timeout_seconds) {
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
@@ -91,36 +100,16 @@ std::string RunAgainst(BusyGateway& gateway, int timeout_seconds) {
   builder.RegisterService(&gateway);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   EXPECT_NE(server, nullptr);
-  prometheus::Registry registry;
-  AgentMetrics metrics(registry, "node-a", [] { return true; });
-  BenchRunnerOptions options;
-  options.node_name = "node-a";
-  options.on_discarded_error = [&metrics](const std::string& site) {
-    metrics.RecordDiscardedError(site);
-  };
-  auto stub = monta::v1::AgentGateway::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
-  monta::v1::BenchmarkTask task;
-  task.set_task_id("t-1");
-  task.add_nodes("node-b");
-  task.set_ranks_per_node(1);
-  task.set_timeout_seconds(timeout_seconds);
-  Cancellation cancel;
-  MakeBenchRunner(options)(task, stub.get(), cancel);
+  const RunEnd run = RunTask(absl::StrCat("127.0.0.1:", port), timeout_seconds);
   server->Shutdown();
-  const std::string out =
-      prometheus::TextSerializer().Serialize(registry.Collect());
-  const std::string line =
-      "monta_agent_discarded_errors_total{node=\"node-a\",site="
-      "\"report_benchmark\"} 1";
-  return out.find(line) != std::string::npos ? line : "";
+  return run;
 }
 
 // A report refused because the planner's store is behind is sent again
 // after a backoff until the planner takes it: nothing is dropped.
 TEST(BenchRunnerTest, AReportRefusedWhileThePlannerIsBehindIsSentAgain) {
   BusyGateway gateway(/*refusals=*/2);
-  EXPECT_EQ(RunAgainst(gateway, /*timeout_seconds=*/60), "");
+  EXPECT_FALSE(RunAgainst(gateway, /*timeout_seconds=*/60).counted);
   EXPECT_EQ(gateway.reports(), 3);
 }
 
@@ -128,7 +117,7 @@ TEST(BenchRunnerTest, AReportRefusedWhileThePlannerIsBehindIsSentAgain) {
 // report dropped (the planner fails the task at its deadline).
 TEST(BenchRunnerTest, AReportRefusedUntilTheDeadlineIsCountedDropped) {
   BusyGateway gateway(/*refusals=*/1000);
-  EXPECT_NE(RunAgainst(gateway, /*timeout_seconds=*/2), "");
+  EXPECT_TRUE(RunAgainst(gateway, /*timeout_seconds=*/2).counted);
   EXPECT_GT(gateway.reports(), 1);
 }
 
