@@ -758,6 +758,7 @@ absl::Status Registry::AddCurve(const BandwidthCurve& curve) {
 absl::Status Registry::AddCurves(const std::vector<BandwidthCurve>& curves,
                                  absl::string_view what,
                                  std::vector<absl::Status>* errors) {
+  if (curves.empty()) return absl::OkStatus();  // nothing to wait for
   bool queued = false;
   {
     absl::MutexLock lock(&mu_);

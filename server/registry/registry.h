@@ -227,9 +227,9 @@ class Registry {
   absl::Status AddCurve(const monta::v1::BandwidthCurve& curve);
   // AddCurve of each of `curves` (a benchmark task's), admitted together:
   // RESOURCE_EXHAUSTED over max_pending_changes (naming `what`, the caller's
-  // call) adds none. Admitted, each curve is added or fails on its own (its
-  // error appended to `errors`), and it returns once the added ones are
-  // persisted.
+  // call) adds none (no curves: never refused). Admitted, each curve is
+  // added or fails on its own (its error appended to `errors`), and it
+  // returns once the added ones are persisted.
   absl::Status AddCurves(const std::vector<monta::v1::BandwidthCurve>& curves,
                          absl::string_view what,
                          std::vector<absl::Status>* errors);

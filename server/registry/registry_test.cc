@@ -881,6 +881,8 @@ TEST_F(RegistryTest, CurvesAreRefusedWhileTheStoreIsBehindAndAddNothing) {
             std::string::npos)
       << task;
   EXPECT_TRUE(errors.empty());
+  // A task whose curves were all excluded stores nothing: not refused.
+  EXPECT_TRUE(r.AddCurves({}, "ReportBenchmark", &errors).ok());
   EXPECT_EQ(r.Get("a", start_)->curves_size(), 0);
   EXPECT_EQ(r.PendingChanges(), 2);
   observer.Release(3);  // c's batch, d's, then the curves'
