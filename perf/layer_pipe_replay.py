@@ -4,7 +4,8 @@ without rerunning it (issue 18; the node-link twin of docs/MODEL.md §12's rule 
 uplink, perf/fabric_pipe_replay.py).
 
   perf/layer_pipe_replay.py DIR [--line_rate=B/s | --rule=curve [--capped=0] [--drop_kib=N]
-      [--alpha=small|rising|envelope|least] [--alpha_scale=S] [--bound=F]]
+      [--alpha=small|rising|envelope|least] [--alpha_scale=S] [--bound=F]
+      | --rule=file --curve_file=BENCH.txt | --rule=file --scale=KIB:F,KIB:F,...]
 
 DIR holds verify_bench.sh's files (<config>-<layout>-<calibrate|score>-<N>mib.json,
 <config>-bench.txt, job-2n-<N>mib-<layout>.yaml). Per scored run: every candidate's
@@ -41,6 +42,15 @@ efficiency (the uncapped link rate at the chunk's size over the rate at the larg
 The null rule (--rule=curve alone) reproduces every prediction; its "after" regret is the
 medians' pick, the fair baseline for the calibrated regret (the "before" one is verify's,
 from paired iterations).
+
+--rule=file replays another measurement of the same inter-node curve (issue 18: the sweep's
+statistic): every AllToAll of every candidate's layer (MODEL.md §4's table: flat's four, the
+pipelined ops' K chunks each, a whole-experts layer's two unchunked ones) priced from the
+curve in --curve_file (montactl bench's table, e.g. a steady-state sweep's) or from the run's
+own curve with each swept sample of KIB KiB divided by F (--scale=1024:1.06,4096:1.03),
+the difference to the model's price added (exact while the network bounds each op; the
+calibration's scales applied to both prices, not refitted). The launch latency moves with
+the curve's.
 
 Regret: the measured candidate each prediction would pick (calibrated: the fastest
 predicted, the smallest pipelined K within 0.5% of the fastest K, docs/MODEL.md §5;
@@ -165,6 +175,18 @@ def chunk_shape(kind, k, d, t):
     return None
 
 
+def layer_alltoalls(kind, k, d, t, layout):
+    """(count, bytes per rank) of the AllToAlls one layer of a candidate runs (docs/MODEL.md
+    §4's table; K chunks of a pipelined op count K); None for a kind not modelled here."""
+    if kind == "flat":
+        return [(4, d)] if layout == "tp" else [(4, d / t)]
+    if kind in ("tp_dedup", "tp_dedup_pipelined"):
+        k = k if kind == "tp_dedup_pipelined" else 1
+        gathering = [(4 if layout == "tp" else 2) * k, d / (t * k)]
+        return [tuple(gathering)] + ([] if layout == "tp" else [(2, d / t)])
+    return None
+
+
 def curve_delta_seconds(curve, new, x, e, ns, scale, alpha_scale, latency_scale=1.0):
     """One chunk's price under the curve `new` (and its launch latency times alpha_scale)
     minus under the model's curve, while the network bounds it; `scale` and `latency_scale`
@@ -189,7 +211,7 @@ def chunk_efficiency(curve, x, e):
     return free.link_rate(x * curve.nranks / e) / free.top_rate()
 
 
-def replay_run(reply, curve, t, line_rate, rule):
+def replay_run(reply, curve, t, line_rate, rule, layout=None):
     """Rows (kind, K, calibrated before, after, measured, uncalibrated before, after); with
     rule["bound"] the pipelined K whose chunk's efficiency is below it are not run (None
     after)."""
@@ -217,6 +239,12 @@ def replay_run(reply, curve, t, line_rate, rule):
                                                        rule["alpha_scale"], latency_scale)
             unc_after += ops * n * curve_delta_seconds(curve, new, x, e, ns, 1,
                                                        rule["alpha_scale"])
+        elif rule["name"] == "file" and layer_alltoalls(kind, k, d, t, layout):
+            new = rule["curve"](curve)
+            for n, x in layer_alltoalls(kind, k, d, t, layout):
+                cal_after += n * curve_delta_seconds(curve, new, x, e, ns, scale, 1,
+                                                     latency_scale)
+                unc_after += n * curve_delta_seconds(curve, new, x, e, ns, 1, 1)
         if (rule.get("bound") and kind == "tp_dedup_pipelined" and k > 1
                 and chunk_efficiency(curve, d / (t * k), e) < rule["bound"]):
             cal_after = unc_after = None
@@ -245,6 +273,18 @@ def parse_rule(flags):
                                   "least": "least"}
                      .get(flags.get("alpha"), False))
 
+    if name == "file":
+        if "curve_file" in flags:
+            other = read_curve(flags["curve_file"])
+            return {"name": name, "curve": lambda c: other, "alpha_scale": 1.0, "bound": 0.0}
+        factor = {float(kib) * 1024: float(f) for kib, f in
+                  (item.split(":") for item in flags.get("scale", "").split(",") if item)}
+
+        def scaled(c):
+            return Curve([(x, tx / factor.get(x, 1.0)) for x, tx in c.swept], c.nranks,
+                         c.ranks_per_node)
+
+        return {"name": name, "curve": scaled, "alpha_scale": 1.0, "bound": 0.0}
     return {"name": name, "curve": curve_of, "alpha_scale": float(flags.get("alpha_scale", 1)),
             "bound": float(flags.get("bound", 0))}
 
@@ -278,7 +318,7 @@ def main(argv):
         with open(os.path.join(out, f"job-{config.split('x')[0]}n-{mib}mib-{layout}.yaml")) as f:
             t = int(re.search(r"tensor_parallel_size:\s*(\d+)", f.read()).group(1))
         reply = load(path)
-        rows = replay_run(reply, curve, t, line_rate, rule)
+        rows = replay_run(reply, curve, t, line_rate, rule, layout)
         d, _, e, _, _ = plan_shape(reply["plan"])
         print(f"== {config} {layout} {mib} MiB: curve alpha {curve.alpha * 1e3:.3f} ms, launch "
               f"floor {curve.floor * 1e3:.3f} ms, line {line_rate / 1e6:.1f} MB/s per node, "
