@@ -34,14 +34,22 @@ struct SweepOptions {
   // those and leaves the agreeing to the planner, so that no rank's number can
   // stand in for another's.
   bool agree_across_ranks = true;
+  // SweepCollective: time each size as a warm back-to-back chain
+  // (BackToBackTimeUs) rather than as the median of iterations timed alone.
+  // The agent sets it for inter-node benchmarks (docs/MODEL.md §2): a
+  // network-bound op's chain is what a layer's ops see; inside one node (the
+  // CPU's sub-ms ops on a shared host) a chain's mean also takes in the
+  // scheduling stalls a median drops.
+  bool back_to_back = false;
   // MeasureInterleaved calls it before each warm-up and timed iteration of a
   // workload (the order it runs them in, for tests); unset: nothing.
   std::function<void(size_t workload, int iteration, bool warmup)> on_iteration;
 };
 
 // One row of the nccl-tests-style table: with agree_across_ranks the slowest
-// rank's median time and the sum of every rank's wrong bytes, else this
-// rank's own.
+// rank's time and the sum of every rank's wrong bytes, else this rank's own.
+// The time: the median of the timed iterations, or with
+// SweepOptions::back_to_back one op of a warm chain (SweepCollective).
 struct SweepPoint {
   uint64_t bytes = 0;  // nccl-tests "size" (see bandwidth::AlgBwBytesPerSecond)
   uint64_t count = 0;  // elements of `type`
@@ -122,10 +130,26 @@ absl::StatusOr<std::vector<ChunkCurve>> SweepChunks(
 
 // A plain collective over `comm` (collective over it), on stream 0, at each of
 // bandwidth::SweepMessageBytes. Sizes as nccl-tests: AllToAll = bytes each
-// rank sends, AllGather = gathered output, copy = bytes copied.
+// rank sends, AllGather = gathered output, copy = bytes copied. Each size is
+// data-checked on a poisoned output, then timed: with options.back_to_back by
+// BackToBackTimeUs (what one op costs inside a warm chain of them, as a MoE
+// layer's ops and a pipeline's chunks run; docs/MODEL.md §2), else the median
+// of the timed iterations after the warm-up.
 absl::StatusOr<std::vector<SweepPoint>> SweepCollective(
     comm::Communicator& comm, bandwidth::Collective collective,
     const SweepOptions& options);
+
+// Collective over `comm`: `run` options.warmup_iterations times, then every
+// rank meets (an AllGather), then `run` options.iterations times back to back
+// (at least once), timed as a whole; returns that chain's time over its
+// length, in us: this rank's time of one op in a warm back-to-back chain.
+// Without the meeting, or with each iteration timed on its own, ranks drift
+// against each other and a rank's iteration also holds part of its peers'
+// (issue 18: at 400 Mbit/s the slowest rank's median of five such iterations
+// read 0-13% above the chain's time at 1-4 MiB, docs/MODEL.md §2).
+absl::StatusOr<double> BackToBackTimeUs(
+    comm::Communicator& comm, const SweepOptions& options,
+    const std::function<absl::Status()>& run);
 
 // Collective over `comm`: (max over ranks of `time_us`, sum of `wrong`).
 absl::StatusOr<std::pair<double, uint64_t>> AgreeAcrossRanks(

@@ -97,6 +97,9 @@ bench::SweepOptions SweepOptionsOf(const monta::v1::BenchmarkTask& task) {
   sweep.iterations = std::max(1, task.iterations());
   // Each rank reports its own numbers; the planner agrees them.
   sweep.agree_across_ranks = false;
+  // Across nodes a point is one op of a warm chain, what a layer's ops see
+  // (docs/MODEL.md §2); inside a node the median of iterations.
+  sweep.back_to_back = task.scope() == monta::v1::SCOPE_INTER_NODE;
   return sweep;
 }
 
