@@ -307,12 +307,14 @@ void PlannerServer::StartLeading(int64_t epoch) {
   }
   const MonoTime started = std::chrono::steady_clock::now();
   // The registry as etcd holds it now, not as this replica's cache last saw
-  // it: the follower stops applying first.
+  // it: the follower stops applying first. Loaded beside it and swapped in
+  // at once: a read let in before the pause never finds it emptied.
   follower_->Pause();
   knowledge_follower_->Pause();
-  registry_->Clear();
+  registry::Registry loaded_registry(registry_->options());
   absl::Status loaded =
-      store::LoadInto(*etcd_store_, *registry_, DiscardedRecorder());
+      store::LoadInto(*etcd_store_, loaded_registry, DiscardedRecorder());
+  if (loaded.ok()) registry_->Replace(loaded_registry);
   if (loaded.ok() && !LoadKnowledge(*etcd_store_)) {
     loaded = absl::UnavailableError("cannot list the plan knowledge");
   }

@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "server/etcd/client.h"
+#include "server/store/forwarding_store.h"
 #include "server/store/store_contract.h"
 #include "tests/testing/etcd_cluster.h"
 
@@ -28,6 +29,7 @@ using store::ChangeWatch;
 using store::Committed;
 using store::Event;
 using store::Fence;
+using store::ForwardingStore;
 using store::Mutation;
 using store::Snapshot;
 using store::Store;
@@ -73,7 +75,7 @@ std::string FreshPrefix(const std::string& what) {
 }
 
 // A store with its own client.
-class OwningStore : public Store {
+class OwningStore : public ForwardingStore {
  public:
   static absl::StatusOr<std::unique_ptr<OwningStore>> Open(
       EtcdStoreOptions options) {
@@ -84,28 +86,15 @@ class OwningStore : public Store {
     return std::unique_ptr<OwningStore>(
         new OwningStore(std::move(client), *std::move(store)));
   }
-  absl::StatusOr<Fence> Lead() override { return store_->Lead(); }
-  absl::StatusOr<Snapshot> List(int64_t revision = 0) override {
-    return store_->List(revision);
-  }
-  absl::StatusOr<Committed> Commit(
-      const Fence& fence, const std::vector<Mutation>& mutations) override {
-    return store_->Commit(fence, mutations);
-  }
-  absl::StatusOr<std::unique_ptr<ChangeWatch>> Watch(
-      int64_t after_revision) override {
-    return store_->Watch(after_revision);
-  }
-  absl::StatusOr<int64_t> NewestRevision() override {
-    return store_->NewestRevision();
-  }
   etcd::Client& client() { return *client_; }
   EtcdStore& store() { return *store_; }
 
  private:
   OwningStore(std::unique_ptr<etcd::Client> client,
               std::unique_ptr<EtcdStore> store)
-      : client_(std::move(client)), store_(std::move(store)) {}
+      : ForwardingStore(store.get()),
+        client_(std::move(client)),
+        store_(std::move(store)) {}
   std::unique_ptr<etcd::Client> client_;
   std::unique_ptr<EtcdStore> store_;
 };

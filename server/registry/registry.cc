@@ -954,15 +954,29 @@ void Registry::Restore(const NodeInfo& node, Instant now) {
   entry.last_heartbeat = absl::FromUnixNanos(
       TimeUtil::TimestampToNanoseconds(node.last_heartbeat()));
   entry.gone = node.state() == monta::v1::NODE_STATE_GONE;
-  if (heard.has_value() && !entry.gone) {
-    entry.heard = heard->heard;
-    entry.quiet_since = heard->heard;
-    entry.last_heartbeat =
-        std::max(entry.last_heartbeat, heard->last_heartbeat);
-  }
+  if (heard.has_value()) KeepHeard(*heard, entry);
+}
+
+void Registry::KeepHeard(const HeardBefore& heard, Entry& entry) {
+  if (entry.gone) return;
+  entry.heard = heard.heard;
+  entry.quiet_since = heard.heard;
+  entry.last_heartbeat = std::max(entry.last_heartbeat, heard.last_heartbeat);
 }
 
 void Registry::Clear() {
+  Registry empty(options_);
+  Replace(empty);
+}
+
+void Registry::Replace(Registry& loaded) {
+  std::map<std::string, Entry, std::less<>> nodes;
+  uint64_t next_sequence = 0;
+  {
+    absl::MutexLock lock(&loaded.mu_);
+    nodes.swap(loaded.nodes_);
+    next_sequence = loaded.next_sequence_;
+  }
   std::deque<std::pair<uint64_t, std::function<void(absl::Status)>>> dropped;
   {
     absl::MutexLock deliver(&deliver_mu_);
@@ -973,7 +987,18 @@ void Registry::Clear() {
       heard_before_clear_[name] = HeardBefore{
           entry.info.instance_id(), *entry.heard, entry.last_heartbeat};
     }
-    nodes_.clear();
+    // As Restore after Clear: a node heard as the same instance keeps its
+    // lease.
+    for (auto& [name, entry] : nodes) {
+      auto before = heard_before_clear_.find(name);
+      if (before == heard_before_clear_.end()) continue;
+      if (before->second.instance_id == entry.info.instance_id()) {
+        KeepHeard(before->second, entry);
+      }
+      heard_before_clear_.erase(before);
+    }
+    nodes_.swap(nodes);
+    next_sequence_ = std::max(next_sequence_, next_sequence);
     delivered_total_ += pending_.size();
     pending_.clear();
     pending_node_.clear();

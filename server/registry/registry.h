@@ -275,6 +275,13 @@ class Registry {
   // RegisterThen still waiting for its change is answered UNAVAILABLE (not
   // stored; the agent registers again, with whichever replica leads).
   void Clear() ABSL_LOCKS_EXCLUDED(deliver_mu_, mu_);
+  // Clear, then every node, curve and exclusion `loaded` holds (a registry
+  // filled by Restore and RestoreCurve, left empty), at once: a reader sees
+  // the registry before or after, never emptied and being refilled (a
+  // replica reloading its cache from the store, server/store/follower.h).
+  // Restore's rule holds: a node this process heard, as the same instance,
+  // keeps its lease. Later AddCurve calls number above both registries'.
+  void Replace(Registry& loaded) ABSL_LOCKS_EXCLUDED(deliver_mu_, mu_);
 
   const RegistryOptions& options() const { return options_; }
 
@@ -428,6 +435,8 @@ class Registry {
   };
   std::map<std::string, HeardBefore, std::less<>> heard_before_clear_
       ABSL_GUARDED_BY(mu_);
+  // `entry` (restored, not gone) keeps the lease `heard` gave it.
+  static void KeepHeard(const HeardBefore& heard, Entry& entry);
   // The sequence of the next curve AddCurve accepts.
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
 };

@@ -209,6 +209,29 @@ TEST_F(RegistryTest, ClearThenRestoreKeepsTheLeasesHeard) {
   EXPECT_EQ(r.Get("node-a", At(absl::Seconds(5)))->state(), NODE_STATE_ALIVE);
 }
 
+TEST_F(RegistryTest, ReplaceSwapsInTheLoadedNodesKeepingTheLeasesHeard) {
+  Registry r(Options());
+  ASSERT_TRUE(r.Register(Req("node-a", "i1"), start_).ok());
+  ASSERT_TRUE(r.Register(Req("node-b", "i2"), start_).ok());
+  ASSERT_TRUE(r.Register(Req("node-c", "i3"), start_).ok());
+  const monta::v1::NodeInfo a = *r.Get("node-a", start_);
+  monta::v1::NodeInfo b = *r.Get("node-b", start_);
+  b.set_instance_id("i2-restarted");
+  // What a store lists (node-c is no longer stored), loaded beside `r`.
+  Registry loaded(Options());
+  loaded.Restore(a, At(absl::Seconds(1)));
+  loaded.Restore(b, At(absl::Seconds(1)));
+  r.Replace(loaded);
+  EXPECT_EQ(r.Get("node-a", At(absl::Seconds(5)))->state(), NODE_STATE_ALIVE);
+  EXPECT_EQ(r.Get("node-a", At(absl::Seconds(11)))->state(), NODE_STATE_STALE);
+  EXPECT_EQ(r.Get("node-b", At(absl::Seconds(5)))->state(), NODE_STATE_STALE);
+  EXPECT_EQ(r.Get("node-c", start_).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(loaded.Get("node-a", start_).status().code(),
+            absl::StatusCode::kNotFound)
+      << "the loaded registry is left empty";
+}
+
 TEST_F(RegistryTest, StaleNodesListsExpiredLeasesOnly) {
   Registry r(Options());
   ASSERT_TRUE(r.Register(Req("node-a", "i1"), start_).ok());

@@ -84,15 +84,21 @@ void Follower::Reached() {
 }
 
 absl::Duration Follower::Relist() {
-  absl::MutexLock lock(&mu_);
-  if (paused_) return options_.poll;
+  uint64_t generation = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (paused_) return options_.poll;
+    in_sync_ = false;
+    generation = generation_;
+  }
   // The List holds every commit made before it started.
   const MonoTime started = options_.now();
-  in_sync_ = false;
-  registry_->Clear();
+  // Listed beside the registry, outside the lock (a network call on etcd):
+  // readers keep the registry whole until Replace swaps the list in.
+  registry::Registry listed(registry_->options());
   int64_t revision = 0;
   if (absl::Status loaded =
-          LoadInto(*store_, *registry_, options_.on_discarded, &revision);
+          LoadInto(*store_, listed, options_.on_discarded, &revision);
       !loaded.ok()) {
     std::cerr << "monta-planner: follower: list: " << loaded << std::endl;
     return options_.poll;
@@ -103,6 +109,10 @@ absl::Duration Follower::Relist() {
               << ": " << watch.status() << std::endl;
     return options_.poll;
   }
+  absl::MutexLock lock(&mu_);
+  // Paused meanwhile: the registry is a leader's now.
+  if (paused_ || generation != generation_) return absl::ZeroDuration();
+  registry_->Replace(listed);
   watch_ = *std::move(watch);
   revision_ = revision;
   ++lists_;

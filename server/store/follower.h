@@ -10,8 +10,10 @@
 // in_sync(): the registry holds a listed revision and the watch after it
 // runs. It is false from the start, while paused, and from a failed watch or
 // a relist until the next List landed: readers refuse then (UNAVAILABLE), so
-// a client moves to another replica rather than read a registry being
-// refilled.
+// a client moves to another replica. A List fills a registry of its own,
+// outside the lock, and Registry::Replace swaps it in at once: a read let in
+// before the relist (its readiness checked, then the registry read) finds the
+// registry whole, never emptied and being refilled.
 //
 // A leader pauses its follower (Pause: returns once no change is being
 // applied, so the leader may reload the registry itself) and resumes it when
@@ -87,8 +89,8 @@ class Follower {
   Lag lag() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // Clears the registry and lists the store into it, then watches after the
-  // listed revision.
+  // Lists the store into a fresh registry and swaps it in (unless paused
+  // meanwhile), then watches after the listed revision.
   absl::Duration Relist() ABSL_LOCKS_EXCLUDED(mu_);
   // Applies `event` unless it needs a List: false then.
   bool Apply(const Event& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,12 +1,17 @@
 #include "server/store/follower.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/synchronization/notification.h"
 #include "common/clock.h"
 #include "gtest/gtest.h"
+#include "server/store/forwarding_store.h"
 #include "server/store/sqlite_store.h"
 #include "server/store/test_mutations.h"
 
@@ -20,6 +25,29 @@ using test_mutations::NodeRemoved;
 Mutation Curve(const std::string& task, uint64_t sequence) {
   return CurveAdded(test_mutations::Curve(task, sequence));
 }
+
+// The real store, whose next List waits, once held, until released: the
+// moment a follower lists again, held still.
+class HeldListStore : public ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  void HoldNextList() { hold_ = true; }
+  absl::Notification& listing() { return listing_; }
+  absl::Notification& release() { return release_; }
+
+  absl::StatusOr<Snapshot> List(int64_t revision) override {
+    if (hold_.exchange(false)) {
+      listing_.Notify();
+      release_.WaitForNotification();
+    }
+    return ForwardingStore::List(revision);
+  }
+
+ private:
+  std::atomic<bool> hold_{false};
+  absl::Notification listing_;
+  absl::Notification release_;
+};
 
 class FollowerTest : public ::testing::Test {
  protected:
@@ -126,6 +154,43 @@ TEST_F(FollowerTest, PausedAppliesNothingAndListsOnResume) {
   StepTo(last);
   EXPECT_TRUE(cache_.Get("c", Instant::Now()).ok());
   EXPECT_EQ(follower_->lists(), 2);
+}
+
+// While it lists again (after a pause, a removal, a watch that failed) the
+// cache is out of sync, so new reads are refused; a read that was let in
+// just before still finds the registry whole: the listed state replaces it
+// at once when the List landed, never an emptied registry being refilled.
+TEST_F(FollowerTest, ListingAgainKeepsTheRegistryWholeUntilTheListLanded) {
+  HeldListStore held(store_.get());
+  FollowerOptions options;
+  options.poll = absl::Milliseconds(20);
+  options.now = [this] { return clock_; };
+  Follower follower(&held, &cache_, options);
+  Commit({Node("a"), Node("b"), Curve("t1", 1)});
+  follower.Step();
+  ASSERT_TRUE(follower.in_sync());
+  follower.Pause();
+  follower.Step();  // drops the watch: the next Step lists
+  follower.Resume();
+  const int64_t last = Commit({Node("c")});
+  held.HoldNextList();
+  std::thread step([&follower] { follower.Step(); });
+  {
+    absl::Cleanup listed = [&] {
+      held.release().Notify();
+      step.join();
+    };
+    held.listing().WaitForNotification();
+    ASSERT_TRUE(cache_.Get("a", Instant::Now()).ok())
+        << "node a vanished while the follower listed again";
+    EXPECT_EQ(CurveTasks("b"), std::vector<std::string>{"t1"});
+    EXPECT_FALSE(follower.in_sync());
+  }
+  EXPECT_TRUE(follower.in_sync());
+  EXPECT_EQ(follower.revision(), last);
+  EXPECT_TRUE(cache_.Get("c", Instant::Now()).ok());
+  EXPECT_EQ(CurveTasks("a"), std::vector<std::string>{"t1"});
+  EXPECT_EQ(follower.lists(), 2);
 }
 
 TEST_F(FollowerTest, WatchFallenBehindTheStoreListsAgain) {
