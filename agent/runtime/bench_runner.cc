@@ -97,9 +97,10 @@ bench::SweepOptions SweepOptionsOf(const monta::v1::BenchmarkTask& task) {
   sweep.iterations = std::max(1, task.iterations());
   // Each rank reports its own numbers; the planner agrees them.
   sweep.agree_across_ranks = false;
-  // Across nodes a point is one op of a warm chain, what a layer's ops see
-  // (docs/MODEL.md §2); inside a node the median of iterations.
-  sweep.back_to_back = task.scope() == monta::v1::SCOPE_INTER_NODE;
+  // The slowest rank's median of iterations timed alone, across nodes too:
+  // a warm chain (SweepOptions::back_to_back) measured the link truer in the
+  // quiet verify bench but its faster small sizes let the planner take
+  // chunks it prices too cheaply (docs/MODEL.md §2, §10), so it stays off.
   return sweep;
 }
 
