@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +12,8 @@
 #include "absl/strings/str_join.h"
 #include "client/table.h"
 #include "common/proto_names.h"
+#include "common/strategy/strategy.h"
+#include "common/strategy/strategy_proto.h"
 
 namespace monta::client {
 namespace {
@@ -234,6 +238,31 @@ std::string UncalibratedPick(const v1::VerifyReply& reply) {
   return "";
 }
 
+// The plan's candidates that run the same schedule as a simpler one, which
+// verify runs once as the simpler (strategy::SameScheduleAs; docs/MODEL.md
+// §11): "tp_dedup_pipelined K=1 as tp_dedup".
+std::string SameScheduleNote(const v1::VerifyReply& reply) {
+  const bool drops_everywhere =
+      reply.scope() == v1::VERIFY_SCOPE_LAYER &&
+      reply.plan().expert_layout() == v1::EXPERT_LAYOUT_NOT_TENSOR_PARALLEL;
+  std::vector<std::string> merged;
+  for (const v1::Candidate& c : reply.plan().candidates()) {
+    const std::optional<strategy::StrategyKind> kind =
+        strategy::StrategyFromProto(c.kind());
+    if (!c.feasible() || !kind) continue;
+    const strategy::StrategyKind same =
+        strategy::SameScheduleAs(*kind, 1, drops_everywhere);
+    if (same == *kind) continue;
+    merged.push_back(absl::StrCat(
+        strategy::StrategyName(*kind),
+        *kind == strategy::StrategyKind::kTpDedupPipelined ? " K=1" : "",
+        " as ", strategy::StrategyName(same)));
+  }
+  if (merged.empty()) return "";
+  return absl::StrCat("same schedule, run and scored once: ",
+                      absl::StrJoin(merged, ", "), "\n");
+}
+
 // Regret, errors, and what the run did to the calibration.
 std::string Summary(const v1::VerifyReply& reply) {
   std::string out = absl::StrFormat(
@@ -243,7 +272,7 @@ std::string Summary(const v1::VerifyReply& reply) {
           ? " (inside the noise of the two runs)"
           : "",
       reply.median_error_ratio() * 100, reply.max_error_ratio() * 100);
-  absl::StrAppend(&out, UncalibratedPick(reply));
+  absl::StrAppend(&out, UncalibratedPick(reply), SameScheduleNote(reply));
   if (reply.loopback_only()) {
     absl::StrAppend(&out,
                     "these nodes do not cross a link: their benchmark "

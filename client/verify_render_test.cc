@@ -66,6 +66,35 @@ TEST(VerifyRenderTest, TableShowsTheUncalibratedPickAndItsRegret) {
       << t;
 }
 
+// Verify runs a schedule once (docs/MODEL.md §11); the table names the
+// plan's candidates it ran as a simpler one.
+TEST(VerifyRenderTest, TableNamesCandidatesRunAsTheSameSchedule) {
+  v1::VerifyReply r = Reply();
+  r.set_scope(v1::VERIFY_SCOPE_LAYER);
+  r.mutable_plan()->set_expert_layout(v1::EXPERT_LAYOUT_TENSOR_PARALLEL);
+  for (v1::StrategyKind kind :
+       {v1::STRATEGY_KIND_FLAT, v1::STRATEGY_KIND_TP_DEDUP,
+        v1::STRATEGY_KIND_TP_DEDUP_PIPELINED}) {
+    v1::Candidate* c = r.mutable_plan()->add_candidates();
+    c->set_kind(kind);
+    c->set_feasible(true);
+  }
+  EXPECT_NE(VerifyTable(r).find("same schedule, run and scored once: "
+                                "tp_dedup_pipelined K=1 as tp_dedup\n"),
+            std::string::npos)
+      << VerifyTable(r);
+  r.mutable_plan()->set_expert_layout(v1::EXPERT_LAYOUT_NOT_TENSOR_PARALLEL);
+  EXPECT_NE(VerifyTable(r).find("same schedule, run and scored once: "
+                                "tp_dedup as flat, tp_dedup_pipelined K=1 as "
+                                "flat\n"),
+            std::string::npos)
+      << VerifyTable(r);
+  r.set_scope(v1::VERIFY_SCOPE_OP);  // one dispatch op: flat is its own
+  EXPECT_NE(VerifyTable(r).find(": tp_dedup_pipelined K=1 as tp_dedup\n"),
+            std::string::npos)
+      << VerifyTable(r);
+}
+
 TEST(VerifyRenderTest, TableShowsScopeSpreadNoiseAndLoopback) {
   v1::VerifyReply r = Reply();
   r.set_scope(v1::VERIFY_SCOPE_LAYER);

@@ -193,15 +193,19 @@ std::optional<std::pair<int, int>> Flagged(const v1::VerifyReply& reply,
 // ScoreRun without iterations takes the regrets from the medians; where the
 // replay picks the same candidates as the recorded run, the recorded regret
 // (from paired iterations) is the same estimate of the same pair: kept.
+// A pick that runs the best's schedule keeps ScoreRun's none (the recorded
+// reply may predate one schedule, one candidate).
 void KeepPairedRegrets(const v1::VerifyReply& recorded, v1::VerifyReply* out) {
   using C = v1::VerifiedCandidate;
   const bool same_best = Flagged(recorded, &C::best) == Flagged(*out, &C::best);
-  if (same_best && Flagged(recorded, &C::chosen) == Flagged(*out, &C::chosen)) {
+  if (same_best && out->regret_ratio() > 0 &&
+      Flagged(recorded, &C::chosen) == Flagged(*out, &C::chosen)) {
     out->set_regret_ratio(recorded.regret_ratio());
     out->set_regret_within_noise(recorded.regret_within_noise());
   }
-  if (same_best && Flagged(recorded, &C::uncalibrated_chosen) ==
-                       Flagged(*out, &C::uncalibrated_chosen)) {
+  if (same_best && out->uncalibrated_regret_ratio() > 0 &&
+      Flagged(recorded, &C::uncalibrated_chosen) ==
+          Flagged(*out, &C::uncalibrated_chosen)) {
     out->set_uncalibrated_regret_ratio(recorded.uncalibrated_regret_ratio());
     out->set_uncalibrated_regret_within_noise(
         recorded.uncalibrated_regret_within_noise());

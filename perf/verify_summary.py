@@ -12,7 +12,11 @@ candidate's prediction: calibrated on other sizes (the scored runs ran with
 uncalibrated_seconds; the uncalibrated plan's regret is the reply's
 uncalibrated_regret_ratio, the candidate with the smallest uncalibrated prediction against the
 fastest from paired iterations as verify estimates the plan's, or, for a reply from before the
-field (no candidate is uncalibrated_chosen), the ratio of the two medians). Then per
+field (no candidate is uncalibrated_chosen), the ratio of the two medians). A pick that runs the
+same schedule as the fastest has no regret (verify scores it so since issue 18's one schedule,
+one candidate: tp_dedup_pipelined at K = 1 is tp_dedup, and in a layer whose experts are not
+tensor-parallel tp_dedup is flat; server/verify/score.h SameSchedule); older replies that ran
+both are scored the same way, and a kind run as another shows as "=flat". Then per
 configuration and layout, over its scored sizes: median and max |error| and the largest
 regret, both ways; the bars score verify's (paired) regret.
 
@@ -45,11 +49,29 @@ def load(path):
     return reply
 
 
+def schedule_of(reply, c):
+    """(kind, K_eff) of the schedule a candidate runs: common/strategy SameScheduleAs."""
+    kind, k = c["kind"], int(c.get("chunks_effective", 1))
+    drops = (reply.get("scope") != "VERIFY_SCOPE_OP" and reply.get("plan", {})
+             .get("expert_layout") == "EXPERT_LAYOUT_NOT_TENSOR_PARALLEL")
+    if kind == "TP_DEDUP_PIPELINED" and k <= 1:
+        kind = "TP_DEDUP"
+    if kind == "TP_DEDUP" and drops:
+        kind = "FLAT"
+    return kind, (k if kind == "TP_DEDUP_PIPELINED" else 1)
+
+
+def fastest(reply):
+    cands = [c for c in reply.get("candidates", []) if c["measured_seconds"] > 0]
+    return min(cands, key=lambda c: c["measured_seconds"]) if cands else None
+
+
 def unpaired_regret(reply):
     """measured(chosen) / measured(fastest) - 1, from the candidates' medians."""
     cands = [c for c in reply.get("candidates", []) if c["measured_seconds"] > 0]
     chosen = next((c for c in cands if c.get("chosen")), None)
-    if not cands or chosen is None:
+    if not cands or chosen is None or schedule_of(reply, chosen) == schedule_of(
+            reply, fastest(reply)):
         return 0.0
     return chosen["measured_seconds"] / min(c["measured_seconds"] for c in cands) - 1
 
@@ -60,26 +82,43 @@ def scores(reply):
     errs = [abs(c["error_ratio"]) for c in cands]
     unc = [abs(c["uncalibrated_seconds"] / c["measured_seconds"] - 1)
            for c in cands if c["uncalibrated_seconds"] > 0]
-    return errs, unc, float(reply.get("regret_ratio", 0)), uncalibrated_regret(reply)[0]
+    chosen = next((c for c in cands if c.get("chosen")), None)
+    best = fastest(reply)
+    regret = float(reply.get("regret_ratio", 0))
+    if chosen and best and schedule_of(reply, chosen) == schedule_of(reply, best):
+        regret = 0.0
+    return errs, unc, regret, uncalibrated_regret(reply)[0]
 
 
 def uncalibrated_regret(reply):
     """(regret, inside the noise) of the uncalibrated model's pick: the reply's paired one
     when it names the pick, else (an older reply) from the medians."""
     cands = [c for c in reply.get("candidates", []) if c["measured_seconds"] > 0]
-    if any(c.get("uncalibrated_chosen") for c in reply.get("candidates", [])):
+    best = fastest(reply)
+    pick = next((c for c in cands if c.get("uncalibrated_chosen")), None)
+    if pick is not None:
+        if schedule_of(reply, pick) == schedule_of(reply, best):
+            return 0.0, False
         return (float(reply.get("uncalibrated_regret_ratio", 0)),
                 bool(reply.get("uncalibrated_regret_within_noise")))
-    fastest = min(c["measured_seconds"] for c in cands)
     pick = min((c for c in cands if c["uncalibrated_seconds"] > 0),
                key=lambda c: c["uncalibrated_seconds"], default=None)
-    return (pick["measured_seconds"] / fastest - 1 if pick else 0.0), False
+    if pick is None or schedule_of(reply, pick) == schedule_of(reply, best):
+        return 0.0, False
+    return pick["measured_seconds"] / best["measured_seconds"] - 1, False
 
 
 def row(config, layout, role, mib, reply):
     cands = reply.get("candidates", [])
     best = {k: min((c["measured_seconds"] for c in cands if c["kind"] == k), default=0)
             for k in KINDS}
+    # A feasible kind verify ran as another (one schedule, one candidate).
+    runs_as = {}
+    for p in reply.get("plan", {}).get("candidates", []):
+        kind = p.get("kind", "").replace("STRATEGY_KIND_", "")
+        same = schedule_of(reply, {"kind": kind, "chunks_effective": 1})[0]
+        if p.get("feasible") and kind in KINDS and not best[kind] and same != kind:
+            runs_as[kind] = "=" + same.lower()
     chosen = next((c for c in cands if c.get("chosen")), {})
     errs, unc, regret, unc_regret = scores(reply)
     spread = max((c["spread_ratio"] for c in cands), default=0)
@@ -87,7 +126,8 @@ def row(config, layout, role, mib, reply):
     unc_noise = " (noise)" if unc_regret > 0 and uncalibrated_regret(reply)[1] else ""
     unpaired = unpaired_regret(reply)
     print(f"{config:10s} {layout:7s} {role:9s} {mib:3d} "
-          + " ".join(f"{1e3 * best[k]:9.1f}" for k in KINDS)
+          + " ".join(f"{runs_as[k]:>9s}" if k in runs_as else f"{1e3 * best[k]:9.1f}"
+                     for k in KINDS)
           + f"  {chosen.get('kind', '?').lower():18s}({chosen.get('chunks_requested', 1):>2})"
           f" {100 * regret:6.1f}%{noise:8s} {100 * unpaired:6.1f}%"
           f" {100 * statistics.median(errs):6.1f}%"

@@ -6,7 +6,9 @@
 // restart on the same --db.
 #include <signal.h>
 
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -143,6 +145,24 @@ void ExpectUncalibratedPick(const nlohmann::json& v) {
   }
 }
 
+// Each schedule runs once (docs/MODEL.md §11): the sweep's
+// tp_dedup_pipelined K=1 is tp_dedup's schedule (cpu-dev.yaml's experts are
+// tensor-parallel), so only tp_dedup's row is there, and no (kind, K_eff)
+// twice.
+void ExpectOneRunPerSchedule(const nlohmann::json& v) {
+  std::set<std::pair<std::string, int>> seen;
+  bool dedup = false;
+  for (const auto& c : v["candidates"]) {
+    const std::string kind = c["kind"];
+    const int k = c.value("chunks_effective", 1);
+    EXPECT_TRUE(seen.insert({kind, k}).second) << v.dump(1);
+    EXPECT_FALSE(kind == "STRATEGY_KIND_TP_DEDUP_PIPELINED" && k == 1)
+        << v.dump(1);
+    dedup = dedup || kind == "STRATEGY_KIND_TP_DEDUP";
+  }
+  EXPECT_TRUE(dedup) << v.dump(1);
+}
+
 TEST_F(LocalVerifyTest, LoopbackNodesAreMeasuredButTeachNothing) {
   const nlohmann::json before = Plan();
   ASSERT_FALSE(before.is_null());
@@ -172,6 +192,7 @@ TEST_F(LocalVerifyTest, LoopbackNodesAreMeasuredButTeachNothing) {
       EXPECT_EQ(c.value("calibrated_seconds", 0.0), 0.0) << c.dump(1);
     }
     ExpectUncalibratedPick(v);
+    ExpectOneRunPerSchedule(v);
   }
   // Three runs later, the plan for these nodes is the one before them.
   const nlohmann::json after = Plan();
@@ -189,6 +210,10 @@ TEST_F(LocalVerifyTest, LoopbackNodesAreMeasuredButTeachNothing) {
   EXPECT_NE(table.out.find("one dispatch op per candidate"), std::string::npos)
       << table.out;
   EXPECT_NE(table.out.find("these nodes do not cross a link"),
+            std::string::npos)
+      << table.out;
+  EXPECT_NE(table.out.find("same schedule, run and scored once: "
+                           "tp_dedup_pipelined K=1 as tp_dedup"),
             std::string::npos)
       << table.out;
 

@@ -25,4 +25,15 @@ std::optional<StrategyKind> StrategyFromName(absl::string_view name) {
   return std::nullopt;
 }
 
+StrategyKind SameScheduleAs(StrategyKind kind, int chunks_effective,
+                            bool drops_everywhere) {
+  if (kind == StrategyKind::kTpDedupPipelined && chunks_effective <= 1) {
+    kind = StrategyKind::kTpDedup;
+  }
+  if (kind == StrategyKind::kTpDedup && drops_everywhere) {
+    kind = StrategyKind::kFlat;
+  }
+  return kind;
+}
+
 }  // namespace monta::strategy

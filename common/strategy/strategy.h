@@ -37,6 +37,15 @@ const char* StrategyName(StrategyKind kind);
 // The kind whose StrategyName is `name`; nullopt for any other name.
 std::optional<StrategyKind> StrategyFromName(absl::string_view name);
 
+// The simplest kind that runs the same schedule as `kind` cut into
+// `chunks_effective` pipeline chunks (docs/MODEL.md §4): tp_dedup_pipelined
+// in one chunk is tp_dedup, and where every schedule drops the TP duplicates
+// (`drops_everywhere`: one MoE layer whose experts are not tensor-parallel,
+// t > 1) tp_dedup is flat. Every other kind is itself. The model prices such
+// candidates the same; verify runs and scores them as one (§11).
+StrategyKind SameScheduleAs(StrategyKind kind, int chunks_effective,
+                            bool drops_everywhere);
+
 }  // namespace monta::strategy
 
 #endif  // MONTA_COMMON_STRATEGY_STRATEGY_H_

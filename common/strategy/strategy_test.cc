@@ -31,5 +31,25 @@ TEST(StrategyTest, NamesAreTheProtoShortNames) {
   }
 }
 
+// The agents' schedules (agent/bench/schedule.cc) and the model
+// (cost_model.cc: TpDedup is TpDedupPipelined(1), and whole experts' Flat is
+// TpDedup) run and price these as one.
+TEST(StrategyTest, SameScheduleAs) {
+  using K = StrategyKind;
+  EXPECT_EQ(SameScheduleAs(K::kTpDedupPipelined, 1, false), K::kTpDedup);
+  EXPECT_EQ(SameScheduleAs(K::kTpDedupPipelined, 2, false),
+            K::kTpDedupPipelined);
+  EXPECT_EQ(SameScheduleAs(K::kTpDedup, 1, false), K::kTpDedup);
+  EXPECT_EQ(SameScheduleAs(K::kFlat, 1, false), K::kFlat);
+  // Whole experts: DeepSpeed's drop path is flat, tp_dedup and the
+  // pipeline's K = 1.
+  EXPECT_EQ(SameScheduleAs(K::kTpDedup, 1, true), K::kFlat);
+  EXPECT_EQ(SameScheduleAs(K::kTpDedupPipelined, 1, true), K::kFlat);
+  EXPECT_EQ(SameScheduleAs(K::kTpDedupPipelined, 4, true),
+            K::kTpDedupPipelined);
+  EXPECT_EQ(SameScheduleAs(K::kHierarchical, 1, true), K::kHierarchical);
+  EXPECT_EQ(SameScheduleAs(K::kExpertOverlap, 1, false), K::kExpertOverlap);
+}
+
 }  // namespace
 }  // namespace monta::strategy

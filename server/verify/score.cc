@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/bandwidth/bandwidth.h"
+#include "common/strategy/strategy_proto.h"
 #include "server/verify/regret.h"
 
 namespace monta::verify {
@@ -22,7 +23,38 @@ MeasuredRun Measured(const v1::VerifyReply& reply,
   return run;
 }
 
+// A regret of `row` against the fastest row: none when both run one
+// schedule.
+Regret RegretAgainstBest(const v1::VerifyReply& reply,
+                         const std::vector<std::vector<double>>& iterations,
+                         int row, int best) {
+  if (SameSchedule(reply, reply.candidates(row), reply.candidates(best))) {
+    return Regret{};
+  }
+  return PlanRegret(Measured(reply, iterations, row),
+                    Measured(reply, iterations, best));
+}
+
+strategy::StrategyKind ScheduleOf(const v1::VerifyReply& reply,
+                                  const v1::VerifiedCandidate& c) {
+  const bool drops_everywhere =
+      reply.scope() != v1::VERIFY_SCOPE_OP &&
+      reply.plan().expert_layout() == v1::EXPERT_LAYOUT_NOT_TENSOR_PARALLEL;
+  return strategy::SameScheduleAs(
+      strategy::StrategyFromProto(c.kind()).value_or(
+          strategy::StrategyKind::kFlat),
+      c.chunks_effective(), drops_everywhere);
+}
+
 }  // namespace
+
+bool SameSchedule(const v1::VerifyReply& reply, const v1::VerifiedCandidate& a,
+                  const v1::VerifiedCandidate& b) {
+  const strategy::StrategyKind kind = ScheduleOf(reply, a);
+  return kind == ScheduleOf(reply, b) &&
+         (kind != strategy::StrategyKind::kTpDedupPipelined ||
+          a.chunks_effective() == b.chunks_effective());
+}
 
 void ScoreRun(const std::vector<std::vector<double>>& iteration_seconds,
               v1::VerifyReply* reply) {
@@ -46,18 +78,16 @@ void ScoreRun(const std::vector<std::vector<double>>& iteration_seconds,
   }
   if (best >= 0) {
     reply->mutable_candidates(best)->set_best(true);
-    const MeasuredRun fastest = Measured(*reply, iteration_seconds, best);
     if (chosen >= 0) {
       // From iterations that ran side by side when the agents sent them.
       const Regret r =
-          PlanRegret(Measured(*reply, iteration_seconds, chosen), fastest);
+          RegretAgainstBest(*reply, iteration_seconds, chosen, best);
       reply->set_regret_ratio(r.ratio);
       reply->set_regret_within_noise(r.within_noise);
     }
     if (pick >= 0) {
       reply->mutable_candidates(pick)->set_uncalibrated_chosen(true);
-      const Regret r =
-          PlanRegret(Measured(*reply, iteration_seconds, pick), fastest);
+      const Regret r = RegretAgainstBest(*reply, iteration_seconds, pick, best);
       reply->set_uncalibrated_regret_ratio(r.ratio);
       reply->set_uncalibrated_regret_within_noise(r.within_noise);
     }

@@ -93,5 +93,76 @@ TEST(ScoreRunTest, NoUncalibratedPredictionNoPick) {
   EXPECT_NEAR(reply.regret_ratio(), 1.0, 1e-12);
 }
 
+v1::VerifiedCandidate* AddKind(v1::VerifyReply* reply, v1::StrategyKind kind,
+                               int chunks, double measured, bool chosen) {
+  v1::VerifiedCandidate* c = reply->add_candidates();
+  c->set_kind(kind);
+  c->set_chunks_requested(chunks);
+  c->set_chunks_effective(chunks);
+  c->set_measured_seconds(measured);
+  c->set_uncalibrated_seconds(0.0918);
+  c->set_chosen(chosen);
+  return c;
+}
+
+// Issue 18's quiet verify bench (2x1gbit, tensor-parallel experts, 4 MiB):
+// the plan's tp_dedup and the sweep's tp_dedup_pipelined K = 1, one
+// schedule priced 91.8 ms, measured 81.5 and 80.8 ms, and side by side the
+// first 15.9% slower: noise between two runs of one schedule, not a regret.
+// Both regrets are those of that schedule against flat, the other one: it is
+// the fastest, so none.
+TEST(ScoreRunTest, TwoRunsOfOneScheduleAreOneCandidate) {
+  v1::VerifyReply reply;
+  reply.set_scope(v1::VERIFY_SCOPE_LAYER);
+  reply.mutable_plan()->set_expert_layout(v1::EXPERT_LAYOUT_TENSOR_PARALLEL);
+  AddKind(&reply, v1::STRATEGY_KIND_TP_DEDUP, 1, 0.0815, true);
+  AddKind(&reply, v1::STRATEGY_KIND_TP_DEDUP_PIPELINED, 1, 0.0808, false);
+  AddKind(&reply, v1::STRATEGY_KIND_FLAT, 1, 0.1416, false)
+      ->set_uncalibrated_seconds(0.1474);
+  const std::vector<double> pipe = {0.080, 0.081, 0.079, 0.083, 0.080};
+  std::vector<std::vector<double>> iterations(3);
+  for (double p : pipe) {
+    iterations[0].push_back(1.159 * p);
+    iterations[1].push_back(p);
+    iterations[2].push_back(1.75 * p);
+  }
+  ScoreRun(iterations, &reply);
+  EXPECT_TRUE(reply.candidates(1).best());
+  EXPECT_TRUE(reply.candidates(0).uncalibrated_chosen());
+  EXPECT_EQ(reply.regret_ratio(), 0);
+  EXPECT_FALSE(reply.regret_within_noise());
+  EXPECT_EQ(reply.uncalibrated_regret_ratio(), 0);
+  // Against another schedule the regret stands, from the pairs.
+  reply.mutable_candidates(2)->set_measured_seconds(0.0700);
+  iterations[2] = {0.070, 0.070, 0.070, 0.070, 0.070};
+  ScoreRun(iterations, &reply);
+  EXPECT_TRUE(reply.candidates(2).best());
+  EXPECT_NEAR(reply.regret_ratio(), 1.159 * 0.080 / 0.070 - 1, 1e-9);
+}
+
+// Experts not tensor-parallel, one layer: flat is DeepSpeed's drop path,
+// the schedule tp_dedup and the pipeline's K = 1 name too; a pipeline of
+// 2 chunks, or one dispatch op (scope OP), is another schedule.
+TEST(ScoreRunTest, WholeExpertsFlatAndTpDedupAreOneSchedule) {
+  v1::VerifyReply reply;
+  reply.set_scope(v1::VERIFY_SCOPE_LAYER);
+  reply.mutable_plan()->set_expert_layout(
+      v1::EXPERT_LAYOUT_NOT_TENSOR_PARALLEL);
+  AddKind(&reply, v1::STRATEGY_KIND_FLAT, 1, 0.0761, true);
+  AddKind(&reply, v1::STRATEGY_KIND_TP_DEDUP, 1, 0.0765, false);
+  AddKind(&reply, v1::STRATEGY_KIND_TP_DEDUP_PIPELINED, 1, 0.0740, false);
+  AddKind(&reply, v1::STRATEGY_KIND_TP_DEDUP_PIPELINED, 2, 0.0790, false);
+  ScoreRun({}, &reply);
+  EXPECT_TRUE(reply.candidates(2).best());
+  EXPECT_EQ(reply.regret_ratio(), 0);
+  EXPECT_TRUE(SameSchedule(reply, reply.candidates(0), reply.candidates(1)));
+  EXPECT_FALSE(SameSchedule(reply, reply.candidates(2), reply.candidates(3)));
+  reply.set_scope(v1::VERIFY_SCOPE_OP);
+  EXPECT_FALSE(SameSchedule(reply, reply.candidates(0), reply.candidates(1)));
+  EXPECT_TRUE(SameSchedule(reply, reply.candidates(1), reply.candidates(2)));
+  ScoreRun({}, &reply);
+  EXPECT_NEAR(reply.regret_ratio(), 0.0761 / 0.0740 - 1, 1e-9);
+}
+
 }  // namespace
 }  // namespace monta::verify

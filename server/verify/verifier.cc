@@ -174,11 +174,30 @@ std::vector<int> OfferedChunks(const JobShape& job,
   return offered;
 }
 
+// The simplest kind that runs the same schedule as `kind` in
+// `chunks_effective` chunks in this job's scope and layout
+// (strategy::SameScheduleAs).
+v1::StrategyKind ScheduleKind(const JobShape& job, v1::StrategyKind kind,
+                              int chunks_effective) {
+  const std::optional<strategy::StrategyKind> k =
+      strategy::StrategyFromProto(kind);
+  if (!k) return kind;
+  return strategy::StrategyToProto(
+      strategy::SameScheduleAs(*k, chunks_effective, DropsEverywhere(job)));
+}
+
 // Every feasible, runnable strategy of the plan; the pipeline at every K of
-// the sweep and the chosen K, one run per distinct K_eff.
+// the sweep and the chosen K; one run per schedule: a K with the K_eff of
+// another runs once, and a candidate that runs the same schedule as a simpler
+// one (tp_dedup_pipelined in one chunk is tp_dedup; with whole experts
+// tp_dedup is flat) is run once as the simpler, chosen when the plan's
+// choice is either (docs/MODEL.md §11).
 std::vector<Run> PlanRuns(const JobShape& job, const v1::StrategyReply& plan,
                           const std::vector<int>& sweep) {
   std::vector<Run> runs;
+  std::set<std::pair<int, int>> seen;  // (schedule kind, K_eff)
+  const v1::StrategyKind chosen =
+      ScheduleKind(job, plan.chosen().kind(), plan.chosen().chunks_effective());
   for (const v1::Candidate& c : plan.candidates()) {
     if (!c.feasible() || !Runnable(c.kind())) continue;
     std::vector<int> ks = {1};
@@ -186,13 +205,16 @@ std::vector<Run> PlanRuns(const JobShape& job, const v1::StrategyReply& plan,
       ks = sweep;
       ks.push_back(c.chunks_requested());
     }
-    std::set<int> seen_effective;
     for (int k : ks) {
       std::optional<Run> run = MakeRun(job, c.kind(), k);
-      if (!run || !seen_effective.insert(run->row.chunks_effective()).second) {
+      if (!run) continue;
+      const v1::StrategyKind kind =
+          ScheduleKind(job, c.kind(), run->row.chunks_effective());
+      if (kind != c.kind()) run = MakeRun(job, kind, 1);
+      if (!run || !seen.insert({kind, run->row.chunks_effective()}).second) {
         continue;
       }
-      run->row.set_chosen(c.kind() == plan.chosen().kind() &&
+      run->row.set_chosen(kind == chosen &&
                           run->row.chunks_effective() ==
                               plan.chosen().chunks_effective());
       runs.push_back(*std::move(run));
