@@ -5,7 +5,9 @@ uplink, perf/fabric_pipe_replay.py).
 
   perf/layer_pipe_replay.py DIR [--line_rate=B/s | --rule=curve [--capped=0] [--drop_kib=N]
       [--alpha=small|rising|envelope|least] [--alpha_scale=S] [--bound=F]
-      | --rule=file --curve_file=BENCH.txt | --rule=file --scale=KIB:F,KIB:F,...]
+      | --rule=file --curve_file=BENCH.txt | --rule=file --scale=KIB:F,KIB:F,...
+      | --rule=chunk [--rate_from=DIR2] [--latency_from=DIR2] [--chunk_floor_from=DIR2]
+        [--bound_floor_from=DIR2]]
 
 DIR holds verify_bench.sh's files (<config>-<layout>-<calibrate|score>-<N>mib.json,
 <config>-bench.txt, job-2n-<N>mib-<layout>.yaml). Per scored run: every candidate's
@@ -52,13 +54,30 @@ the difference to the model's price added (exact while the network bounds each o
 calibration's scales applied to both prices, not refitted). The launch latency moves with
 the curve's.
 
+--rule=chunk replays issue 18's prices of a layer's short chunk from the sweep's two statistics
+(each iteration timed alone, the slowest rank's median; or a warm back-to-back chain): every
+AllToAll repriced as --rule=file does from a curve whose link rate comes from --rate_from's curve
+(DIR2/<config>-bench.txt, another run of the same configuration) and whose launch latency and
+launch floor come from --latency_from's (each the run's own curve when not given);
+--chunk_floor_from: every chunk of a pipelined K >= 2 pays at least that curve's launch floor
+as its launch (docs/MODEL.md §2); --bound_floor_from: a pipelined K whose chunk's
+AllToAll (as priced after the rule) takes under 2.75x that curve's launch floor (plus the
+calibrated per-chunk overhead in the calibrated column, MODEL.md §5) is not run. The other
+statistic of a run comes from that other run (the agents record one). --both_from=DIR2
+--chain=own|other: the sweep recording both statistics, the run's own curve and DIR2's (which
+of them is the chain): link rates from the chain, the launch latency the smaller of the two
+curves', the chunk bound's floor the larger of their launch floors (--bound_from=median: the
+median's; --multiple=M: the bound's multiple, 2.75 as the model's). A K the recorded run's
+own bound left out cannot be added back.
+
 Regret: the measured candidate each prediction would pick (calibrated: the fastest
 predicted, the smallest pipelined K within 0.5% of the fastest K, docs/MODEL.md §5;
 uncalibrated: the fastest predicted, verify's uncalibrated_chosen) over the fastest
 measured, from the medians (the replies carry no iterations). The before column prints the
 regret as perf/verify_summary.py scores it (verify's, paired where the reply has it) and, in
 [..], the medians' pick of the before predictions: a rule's after regret is compared with
-the latter, like for like. The planner searches every K up to its
+the latter, like for like. A pick that runs the same schedule as the fastest has none
+(perf/verify_summary.py). The planner searches every K up to its
 bound; the replay can only pick among the K the run measured. A replay, not the model.
 """
 import collections
@@ -70,7 +89,7 @@ import statistics
 import sys
 
 from fabric_pipe_replay import plan_shape, score
-from verify_summary import NAME, load, uncalibrated_regret
+from verify_summary import NAME, load, schedule_of, scores, uncalibrated_regret
 
 PER_PEER_LATENCY_SECONDS = 10e-6  # the cpu-gloo profile's (server/model/hardware_profile.cc)
 STALL_FACTOR = 1.5  # server/model/bandwidth_curve.cc kStallFactor
@@ -136,6 +155,18 @@ class Curve:
 
     def variant(self, **kw):
         return Curve(self.swept, self.nranks, self.ranks_per_node, **kw)
+
+
+class Hybrid:
+    """A curve whose link rate is `rate`'s and whose launch latency and floor are `latency`'s
+    (--rule=chunk)."""
+
+    def __init__(self, rate, latency):
+        self.nranks, self.rate = rate.nranks, rate
+        self.alpha, self.floor = latency.alpha, latency.floor
+
+    def link_rate(self, x):
+        return self.rate.link_rate(x)
 
 
 def read_curve(path):
@@ -245,11 +276,42 @@ def replay_run(reply, curve, t, line_rate, rule, layout=None):
                 cal_after += n * curve_delta_seconds(curve, new, x, e, ns, scale, 1,
                                                      latency_scale)
                 unc_after += n * curve_delta_seconds(curve, new, x, e, ns, 1, 1)
+        elif rule["name"] == "chunk" and layer_alltoalls(kind, k, d, t, layout):
+            cal_after, unc_after = chunk_rule(rule, curve, (kind, k, d, t, layout),
+                                              (e, ns), calibration, cal, unc)
         if (rule.get("bound") and kind == "tp_dedup_pipelined" and k > 1
                 and chunk_efficiency(curve, d / (t * k), e) < rule["bound"]):
             cal_after = unc_after = None
         rows.append((kind, k, cal, cal_after, c["measured_seconds"], unc, unc_after))
     return rows
+
+
+def chunk_rule(rule, curve, candidate, group, calibration, cal, unc):
+    """(calibrated, uncalibrated) prediction of one candidate under --rule=chunk; None for a
+    K the bound leaves out."""
+    kind, k, d, t, layout = candidate
+    e, ns = group
+    scale = float(calibration.get("network_scale_ratio", 1) or 1)
+    latency_scale = float(calibration.get("latency_scale_ratio", 1) or 1)
+    overhead = float(calibration.get("per_chunk_overhead_seconds", 0) or 0)
+    new = Hybrid(rule["rate"](curve), rule["latency"](curve))
+    out = []
+    for s, ls, fixed, before in ((scale, latency_scale, overhead, cal), (1, 1, 0, unc)):
+        after = before
+        for n, x in layer_alltoalls(kind, k, d, t, layout):
+            after += n * curve_delta_seconds(curve, new, x, e, ns, s, 1, ls)
+        if kind == "tp_dedup_pipelined" and k > 1:
+            n, x = layer_alltoalls(kind, k, d, t, layout)[0]
+            launch = ls * launch_seconds(new, e)
+            floor = rule["chunk_floor"](curve)
+            if floor is not None:
+                after += n * max(0.0, ls * floor - launch)
+            bound = rule["bound_floor"](curve)
+            chunk = launch + s * (x * (e - ns) / e) / new.link_rate(x * curve.nranks / e)
+            if bound is not None and chunk < rule["multiple"] * (bound + fixed):
+                after = None
+        out.append(after)
+    return out
 
 
 def parse_rule(flags):
@@ -273,6 +335,39 @@ def parse_rule(flags):
                                   "least": "least"}
                      .get(flags.get("alpha"), False))
 
+    if name == "chunk":
+        def other(flag):
+            """The configuration's curve in the run directory `flags[flag]`."""
+            if flag not in flags:
+                return None
+            return lambda own: read_curve(os.path.join(flags[flag], f"{own.config}-bench.txt"))
+
+        def floor(flag):
+            curve = other(flag)
+            return (lambda own: curve(own).floor) if curve else (lambda own: None)
+
+        if "both_from" in flags:  # both statistics: see the module's doc
+            two = other("both_from")
+            chain = (lambda own: own) if flags.get("chain") == "own" else two
+            median = two if flags.get("chain") == "own" else (lambda own: own)
+
+            def least_latency(own):
+                c = Hybrid(chain(own), chain(own))
+                c.alpha = min(chain(own).alpha, median(own).alpha)
+                return c
+
+            return {"name": name, "alpha_scale": 1.0, "bound": 0.0, "rate": chain,
+                    "multiple": float(flags.get("multiple", 2.75)),
+                    "latency": least_latency, "chunk_floor": lambda own: None,
+                    "bound_floor": (lambda own: median(own).floor)
+                    if flags.get("bound_from") == "median"
+                    else (lambda own: max(chain(own).floor, median(own).floor))}
+        return {"name": name, "alpha_scale": 1.0, "bound": 0.0,
+                "multiple": float(flags.get("multiple", 2.75)),
+                "rate": other("rate_from") or (lambda own: own),
+                "latency": other("latency_from") or (lambda own: own),
+                "chunk_floor": floor("chunk_floor_from"),
+                "bound_floor": floor("bound_floor_from")}
     if name == "file":
         if "curve_file" in flags:
             other = read_curve(flags["curve_file"])
@@ -289,15 +384,21 @@ def parse_rule(flags):
             "bound": float(flags.get("bound", 0))}
 
 
-def pick_regret(kind, rows, col):
+def pick_regret(kind, rows, col, reply):
     """The measured candidate a prediction column picks and its regret from the medians:
     calibrated, the planner's rule (score: the §5 chunk tolerance); uncalibrated, the
-    smallest prediction, the earlier row on a tie (verify's uncalibrated_chosen)."""
+    smallest prediction, the earlier row on a tie (verify's uncalibrated_chosen). None when
+    the pick runs the fastest's schedule."""
     if kind == "cal":
         _, _, pick, regret = score(rows, col)
-        return pick, regret
-    pick = min(rows, key=lambda r: r[col])
-    return pick, pick[4] / min(r[4] for r in rows) - 1
+    else:
+        pick = min(rows, key=lambda r: r[col])
+        regret = pick[4] / min(r[4] for r in rows) - 1
+    fastest = min(rows, key=lambda r: r[4])
+    if schedule_of(reply, {"kind": pick[0].upper(), "chunks_effective": pick[1]}) == \
+            schedule_of(reply, {"kind": fastest[0].upper(), "chunks_effective": fastest[1]}):
+        regret = 0.0
+    return pick, regret
 
 
 def main(argv):
@@ -315,6 +416,7 @@ def main(argv):
         rate = re.search(r"([0-9.]+)([mg]bit)$", config)
         line_rate = float(flags.get("line_rate", 0)) or float(rate.group(1)) * RATES[rate.group(2)]
         curve = read_curve(os.path.join(out, f"{config}-bench.txt"))
+        curve.config = config
         with open(os.path.join(out, f"job-{config.split('x')[0]}n-{mib}mib-{layout}.yaml")) as f:
             t = int(re.search(r"tensor_parallel_size:\s*(\d+)", f.read()).group(1))
         reply = load(path)
@@ -332,16 +434,16 @@ def main(argv):
                             else f"{'not run':>15}" for v in (cal, cal_a, unc, unc_a))
                   + (f"{eff:>10.2f}" if eff is not None else ""))
         g = groups[(config, layout)]
-        run = [r for r in rows if r[3] is not None]
         for kind, col in (("cal", 2), ("unc", 5)):
+            run = [r for r in rows if r[col + 1] is not None]
             for label, c, rs in ((f"{kind} before", col, rows), (f"{kind} after", col + 1, run)):
-                pick, regret = pick_regret(kind, rs, c)
+                pick, regret = pick_regret(kind, rs, c, reply)
                 # The before regret as perf/verify_summary.py scores it (verify's, paired
                 # where the reply has it), and the medians' pick beside it: the after
                 # regret is the medians' pick, so the two are compared like for like.
                 shown = regret
                 if label == "cal before":
-                    shown = float(reply.get("regret_ratio", regret))
+                    shown = scores(reply)[2]
                 elif label == "unc before":
                     shown = uncalibrated_regret(reply)[0]
                 g[label].append((shown, regret, [abs(r[c] / r[4] - 1) for r in rs]))
