@@ -27,7 +27,18 @@
 //      and printed; then each member defragmented in turn, sizes before and
 //      after;
 //   5. loss: every node whose registration was acknowledged to the swarm (and
-//      every probe) listed by ListNodes on the final leader and on a follower.
+//      every probe) listed by ListNodes on the final leader and on a follower;
+//      every decision acknowledged (each GetStrategy call of the bench names
+//      its own job; an OK answer) a decision record in etcd (read directly,
+//      records.h); every benchmark acknowledged (perf/ha_writes: with
+//      --real_agents, that many real monta-agent processes, CPU and Gloo over
+//      loopback, register with the replicas, and from just before the rounds
+//      until after them a RunBenchmark of them all runs every
+//      --benchmark_every_seconds, one at a time; an answer SUCCEEDED; each
+//      round's SIGKILL waits until one was acknowledged since the last)
+//      answered SUCCEEDED by GetBenchmarkTask, and its curves (ListCurves
+//      right after the answer) listed by ListCurves, on the final leader and
+//      a follower.
 // One table (or --json) prints each number beside its bar. Only the leader
 // accepts agents today (followers answer the agent gateway UNAVAILABLE), so
 // the whole swarm heartbeats through one replica; the table says so.
@@ -65,11 +76,13 @@
 #include "common/clock.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
+#include "perf/ha_writes.h"
 #include "perf/swarm.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/monta/v1/agent.grpc.pb.h"
 #include "proto/monta/v1/planner.grpc.pb.h"
 #include "server/etcd_store/records.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/etcd_cluster.h"
 #include "tests/testing/grpc_clients.h"
 #include "tests/testing/paper_job.h"
@@ -101,6 +114,17 @@ ABSL_FLAG(int, agents_per_channel, 50,
           "agents sharing one channel (one TCP connection) per replica");
 ABSL_FLAG(std::string, planner_binary, "bazel-bin/server/monta-planner",
           "the planner the replicas run");
+ABSL_FLAG(int, real_agents, 2,
+          "real monta-agent processes (CPU, Gloo over loopback) beside the "
+          "swarm, benchmarked together by a RunBenchmark loop across the "
+          "rounds; 0: none (no benchmark or curve rows)");
+ABSL_FLAG(std::string, agent_binary, "bazel-bin/agent/monta-agent",
+          "the real agents' binary (--real_agents)");
+ABSL_FLAG(double, benchmark_every_seconds, 3,
+          "how often the benchmark loop starts a RunBenchmark of the real "
+          "agents (one at a time: later when one takes longer)");
+ABSL_FLAG(int64_t, benchmark_max_bytes, 65536,
+          "the benchmark loop's largest size (its smallest is 4096)");
 ABSL_FLAG(std::string, planner_args, "",
           "extra flags for every replica, space separated (e.g. "
           "\"--heartbeat_seconds=5 --lease_seconds=15\")");
@@ -318,6 +342,28 @@ struct SoakReport {
   std::vector<double> defrag_seconds;
 };
 
+// The acknowledged writes besides registrations (perf/ha_writes), and how many
+// the end found missing; -1: not checked (the benchmark ones with
+// --real_agents=0).
+struct WritesReport {
+  int decisions_acknowledged = 0;
+  int decisions_recorded = -1;  // job names in etcd's decision records
+  int decisions_lost = -1;
+  int benchmarks_acknowledged = -1;
+  int benchmarks_not_acknowledged = -1;
+  // The calls not acknowledged, by outcome, and the last one's error.
+  std::map<std::string, int> benchmark_outcomes;
+  std::string benchmark_last_error;
+  // Acknowledged benchmarks whose curves the answering replica no longer
+  // listed (it died right after answering): their curves are not checked.
+  int benchmarks_without_curves = 0;
+  int64_t curves_acknowledged = -1;
+  int results_lost_on_leader = -1;
+  int results_lost_on_follower = -1;
+  int curves_lost_on_leader = -1;
+  int curves_lost_on_follower = -1;
+};
+
 struct Report {
   int agents = 0;
   int rounds = 0;
@@ -361,6 +407,7 @@ struct Report {
   int64_t target_moves = 0;
   int64_t home_moves = 0;
   SoakReport soak;  // with --soak_seconds
+  WritesReport writes;
   std::vector<std::string> errors;
 };
 
@@ -520,15 +567,20 @@ std::vector<std::string> MeasureLag(
   return probes;
 }
 
-// A StrategyLoop's call: GetStrategy for `job` on replica i (5 s deadline).
-// `replicas` and `job` outlive the loop.
+// A StrategyLoop's call: GetStrategy for `job` on replica i (5 s deadline),
+// under a job name of its own from `ledger`, which keeps it when answered OK.
+// `replicas`, `job` and `ledger` outlive the loop.
 std::function<grpc::Status(size_t, monta::v1::StrategyReply*)> AskForStrategy(
     std::vector<std::unique_ptr<Replica>>& replicas,
-    const monta::v1::StrategyRequest& job) {
-  return [&replicas, &job](size_t i, monta::v1::StrategyReply* reply) {
+    const monta::v1::StrategyRequest& job, DecisionLedger* ledger) {
+  return [&replicas, &job, ledger](size_t i, monta::v1::StrategyReply* reply) {
+    const monta::v1::StrategyRequest request = ledger->Next(job);
     grpc::ClientContext context;
     context.set_deadline(GrpcDeadline(absl::Seconds(5)));
-    return replicas[i]->planner->GetStrategy(&context, job, reply);
+    grpc::Status status =
+        replicas[i]->planner->GetStrategy(&context, request, reply);
+    if (status.ok()) ledger->Acknowledge(request);
+    return status;
   };
 }
 
@@ -539,12 +591,12 @@ bool EtcdLeads(const EtcdCluster& etcd, int member) {
                                      "etcd_server_is_leader") == 1;
 }
 
-// One round: SIGSTOP etcd member `round % 3` and SIGKILL the leader together,
-// SIGCONT after --etcd_pause_seconds; time to another leader; restart. Then
-// SIGTERM the leader; time to another; restart.
+// One round: SIGSTOP etcd member `round % 3` and SIGKILL the leader together
+// (once `before_kill` returned), SIGCONT after --etcd_pause_seconds; time to
+// another leader; restart. Then SIGTERM the leader; time to another; restart.
 absl::Status Round(int round, EtcdCluster& etcd,
                    std::vector<std::unique_ptr<Replica>>& replicas,
-                   Report* report) {
+                   const std::function<void()>& before_kill, Report* report) {
   const absl::Duration ttl =
       absl::Seconds(absl::GetFlag(FLAGS_leader_lease_seconds));
   const absl::Duration wait = ttl * 3 + absl::Seconds(30);
@@ -553,6 +605,7 @@ absl::Status Round(int round, EtcdCluster& etcd,
   const int member = round % etcd.size();
   const absl::Duration pause =
       absl::Seconds(absl::GetFlag(FLAGS_etcd_pause_seconds));
+  before_kill();
   const bool etcd_leader_paused = EtcdLeads(etcd, member);
   etcd.Pause(member);
   bool paused = true;
@@ -607,16 +660,26 @@ int Lost(Replica& replica, const std::vector<std::string>& acknowledged) {
 }
 
 // Loss on the final leader and on a follower in sync (polled up to 30 s: its
-// cache may trail the leader).
+// cache may trail the leader): registrations, and with `benchmarks` their
+// results and curves.
 void MeasureLoss(std::vector<std::unique_ptr<Replica>>& replicas,
-                 const std::vector<std::string>& acknowledged, Report* report) {
+                 const std::vector<std::string>& acknowledged,
+                 const std::vector<AcknowledgedBenchmark>* benchmarks,
+                 Report* report) {
   report->acknowledged = acknowledged.size();
+  WritesReport& w = report->writes;
   const int leader = WaitForLeader(replicas, -1, absl::Seconds(60));
   if (leader < 0) {
     report->errors.push_back("loss: no leader at the end");
     return;
   }
   report->lost_on_leader = Lost(*replicas[leader], acknowledged);
+  if (benchmarks != nullptr) {
+    w.results_lost_on_leader =
+        LostBenchmarks(*replicas[leader]->planner, *benchmarks);
+    w.curves_lost_on_leader =
+        LostCurves(*replicas[leader]->planner, *benchmarks);
+  }
   const int follower = WaitForFollower(replicas, leader, absl::Seconds(60));
   if (follower < 0) {
     report->errors.push_back("loss: no follower in sync at the end");
@@ -624,10 +687,114 @@ void MeasureLoss(std::vector<std::unique_ptr<Replica>>& replicas,
   }
   monta::testing::WaitFor(
       [&] {
-        report->lost_on_follower = Lost(*replicas[follower], acknowledged);
-        return report->lost_on_follower == 0;
+        Replica& r = *replicas[follower];
+        report->lost_on_follower = Lost(r, acknowledged);
+        if (benchmarks == nullptr) return report->lost_on_follower == 0;
+        w.results_lost_on_follower = LostBenchmarks(*r.planner, *benchmarks);
+        w.curves_lost_on_follower = LostCurves(*r.planner, *benchmarks);
+        return report->lost_on_follower == 0 &&
+               w.results_lost_on_follower == 0 &&
+               w.curves_lost_on_follower == 0;
       },
       absl::Seconds(30));
+}
+
+// --real_agents real monta-agent processes, "ha-real-<i>", plaintext as the
+// replicas, knowing all of them and dying with the bench (into `agents`);
+// then waits (up to 60 s) until the leader lists each alive. Their names.
+absl::StatusOr<std::vector<std::string>> StartRealAgents(
+    std::vector<std::unique_ptr<Replica>>& replicas, const std::string& log_dir,
+    std::vector<Process>* agents) {
+  std::vector<int> ports;
+  for (auto& r : replicas) ports.push_back(r->port);
+  std::vector<std::string> names;
+  for (int i = 0; i < absl::GetFlag(FLAGS_real_agents); ++i) {
+    const std::string name = absl::StrCat("ha-real-", i);
+    std::vector<std::string> argv = {"/usr/bin/setpriv", "--pdeathsig", "KILL"};
+    for (std::string& arg : monta::testing::AgentArgv(
+             absl::GetFlag(FLAGS_agent_binary),
+             monta::testing::LoopbackAddresses(ports), name, {"--insecure"})) {
+      argv.push_back(std::move(arg));
+    }
+    absl::StatusOr<Process> p =
+        Process::Start(argv, absl::StrCat(log_dir, "/", name, ".log"));
+    if (!p.ok()) return p.status();
+    agents->push_back(*std::move(p));
+    names.push_back(name);
+  }
+  const auto alive = [&] {
+    const int leader = WaitForLeader(replicas, -1, absl::Seconds(5));
+    if (leader < 0) return false;
+    for (const std::string& name : names) {
+      grpc::ClientContext context;
+      context.set_deadline(GrpcDeadline(absl::Seconds(1)));
+      monta::v1::GetNodeRequest request;
+      request.set_name(name);
+      monta::v1::NodeInfo node;
+      if (!replicas[leader]->planner->GetNode(&context, request, &node).ok() ||
+          node.state() != monta::v1::NODE_STATE_ALIVE) {
+        return false;
+      }
+    }
+    return true;
+  };
+  if (!monta::testing::WaitFor(alive, absl::Seconds(60))) {
+    return absl::UnavailableError(absl::StrCat(
+        "the real agents are not alive on the leader; logs in ", log_dir));
+  }
+  return names;
+}
+
+// The benchmark loop over `nodes` across the rounds (null without nodes),
+// returned once its first result is acknowledged (an error when none is in
+// 120 s; the loop goes on).
+std::unique_ptr<BenchmarkLoop> StartBenchmarks(
+    std::vector<std::unique_ptr<Replica>>& replicas,
+    const std::vector<std::string>& nodes, Report* report) {
+  if (nodes.empty()) return nullptr;
+  BenchmarkLoopOptions options;
+  for (auto& r : replicas) {
+    options.addresses.push_back(r->address());
+    options.planners.push_back(r->planner.get());
+  }
+  options.nodes = nodes;
+  options.max_bytes = absl::GetFlag(FLAGS_benchmark_max_bytes);
+  options.every = absl::Seconds(absl::GetFlag(FLAGS_benchmark_every_seconds));
+  auto loop = std::make_unique<BenchmarkLoop>(std::move(options));
+  if (!loop->WaitForAcknowledged(1, absl::Seconds(120))) {
+    report->errors.push_back(
+        "benchmarks: none acknowledged in 120 s before the rounds");
+  }
+  return loop;
+}
+
+// Before each round's SIGKILL: waits (up to 60 s) until a benchmark was
+// acknowledged since the previous round's, so that each kill comes right
+// after an acknowledged result (the one most at risk). Nothing without
+// `loop`.
+std::function<void()> BenchmarkBeforeKill(BenchmarkLoop* loop) {
+  if (loop == nullptr) return [] {};
+  auto acknowledged_at_last_kill = std::make_shared<int>(0);
+  return [loop, acknowledged_at_last_kill] {
+    if (!loop->WaitForAcknowledged(*acknowledged_at_last_kill + 1,
+                                   absl::Seconds(60))) {
+      std::cerr << "ha_bench: no benchmark acknowledged in 60 s since the "
+                   "last round's kill\n";
+    }
+    *acknowledged_at_last_kill = loop->AcknowledgedSoFar();
+  };
+}
+
+// The benchmark loop's counts, after Stop.
+void NoteBenchmarks(const BenchmarkLoop& loop, WritesReport* w) {
+  w->benchmarks_acknowledged = loop.acknowledged().size();
+  w->benchmarks_not_acknowledged = loop.NotAcknowledged();
+  w->benchmark_outcomes = loop.not_acknowledged();
+  w->benchmark_last_error = loop.last_error();
+  w->curves_acknowledged = loop.curves_acknowledged();
+  for (const AcknowledgedBenchmark& a : loop.acknowledged()) {
+    w->benchmarks_without_curves += a.curves.empty();
+  }
 }
 
 // ------------------------------------------------------------------- soak --
@@ -732,6 +899,25 @@ int64_t CountDecisionRecords(const EtcdCluster& etcd, Report* report) {
   return -1;
 }
 
+// Acknowledged decisions without a decision record in etcd (read once the
+// replicas' writers have sent what they hold).
+void MeasureDecisionLoss(const EtcdCluster& etcd, const DecisionLedger& ledger,
+                         Report* report) {
+  WritesReport& w = report->writes;
+  const std::vector<std::string> acknowledged = ledger.Acknowledged();
+  w.decisions_acknowledged = acknowledged.size();
+  absl::SleepFor(kRecordFlush);
+  absl::StatusOr<std::set<std::string>> recorded =
+      RecordedDecisionJobs(etcd.endpoints(), EtcdPrefix());
+  if (!recorded.ok()) {
+    report->errors.push_back(
+        absl::StrCat("loss: decision records: ", recorded.status().message()));
+    return;
+  }
+  w.decisions_recorded = recorded->size();
+  w.decisions_lost = CountMissing(acknowledged, *recorded);
+}
+
 // After the soak: each member defragmented in turn (one at a time keeps the
 // quorum), its database size before and after.
 void Defragment(const EtcdCluster& etcd, Report* report) {
@@ -756,7 +942,8 @@ void Defragment(const EtcdCluster& etcd, Report* report) {
 // the etcd members read every --soak_sample_seconds. Then the
 // defragmentation (--soak_defrag).
 void Soak(Swarm& swarm, const EtcdCluster& etcd,
-          std::vector<std::unique_ptr<Replica>>& replicas, Report* report) {
+          std::vector<std::unique_ptr<Replica>>& replicas,
+          DecisionLedger* ledger, Report* report) {
   SoakReport& soak = report->soak;
   soak.decisions_per_second = absl::GetFlag(FLAGS_decisions_per_second);
   const absl::Duration every =
@@ -772,7 +959,7 @@ void Soak(Swarm& swarm, const EtcdCluster& etcd,
       start + absl::Seconds(absl::GetFlag(FLAGS_soak_seconds));
   swarm.SetMeasuring(true);
   monta::testing::StrategyLoop decisions(
-      AskForStrategy(replicas, job), replicas.size(),
+      AskForStrategy(replicas, job, ledger), replicas.size(),
       absl::Seconds(1) / soak.decisions_per_second,
       monta::testing::StrategyLoop::Pace::kStartEvery);
   for (absl::Time next = start + every; absl::Now() < end; next += every) {
@@ -808,6 +995,35 @@ double Max(const std::vector<double>& v) {
   return m;
 }
 
+// The more of two replicas' counts; -1 when either was not read.
+double MoreLost(int a, int b) { return a < 0 || b < 0 ? -1 : std::max(a, b); }
+
+// The acknowledged writes besides registrations: counts, and the loss bars
+// (the benchmark ones without a bar with --real_agents=0).
+std::vector<Row> WritesRows(const WritesReport& w) {
+  const double results_lost =
+      MoreLost(w.results_lost_on_leader, w.results_lost_on_follower);
+  const double curves_lost =
+      MoreLost(w.curves_lost_on_leader, w.curves_lost_on_follower);
+  const bool benchmarked = w.benchmarks_acknowledged >= 0;
+  return {
+      {"decisions_acknowledged", static_cast<double>(w.decisions_acknowledged),
+       "", -1},
+      {"decisions_lost", static_cast<double>(w.decisions_lost), "0",
+       w.decisions_acknowledged > 0 && w.decisions_lost == 0},
+      {"benchmarks_acknowledged",
+       static_cast<double>(w.benchmarks_acknowledged), "", -1},
+      {"benchmarks_not_acknowledged",
+       static_cast<double>(w.benchmarks_not_acknowledged), "", -1},
+      {"benchmark_results_lost", results_lost, "0",
+       !benchmarked ? -1 : w.benchmarks_acknowledged > 0 && results_lost == 0},
+      {"curves_acknowledged", static_cast<double>(w.curves_acknowledged), "",
+       -1},
+      {"curves_lost", curves_lost, "0",
+       !benchmarked ? -1 : w.curves_acknowledged > 0 && curves_lost == 0},
+  };
+}
+
 // One row per bar, in the order of the Done-when list.
 std::vector<Row> Rows(Report& r) {
   const double ttl = r.lease_ttl_seconds;
@@ -820,7 +1036,7 @@ std::vector<Row> Rows(Report& r) {
   int64_t hb_errors = r.steady.deadline_misses;
   for (const auto& [what, n] : r.steady.heartbeat_errors) hb_errors += n;
   const auto within = [](double v, double bar) { return v >= 0 && v <= bar; };
-  return {
+  std::vector<Row> rows = {
       {"failover_sigkill_max_s", failover,
        absl::StrFormat("<= TTL + 3 = %g s", ttl + 3),
        r.rounds == 0 ? -1 : within(failover, ttl + 3)},
@@ -858,6 +1074,13 @@ std::vector<Row> Rows(Report& r) {
        r.lag_exported_max_seconds < 0 ? -1 : r.lag_exported_max_seconds * 1e3,
        "", -1},
   };
+  // After the registrations' loss, the other acknowledged writes'.
+  const auto at = std::find_if(rows.begin(), rows.end(), [](const Row& row) {
+    return row.name == "lost_on_follower";
+  });
+  const std::vector<Row> writes = WritesRows(r.writes);
+  rows.insert(at + 1, writes.begin(), writes.end());
+  return rows;
 }
 
 nlohmann::json ToJson(Report& r, const std::vector<Row>& rows) {
@@ -896,7 +1119,26 @@ nlohmann::json ToJson(Report& r, const std::vector<Row>& rows) {
       "monta_store_follower_lag_seconds (/metrics) said in the steady state, "
       "a bound (every older commit is applied) that stays below about their "
       "1 s store probe";
-  j["loss_covers"] = "node registrations (swarm agents and lag probes)";
+  j["loss_covers"] =
+      "node registrations (swarm agents and lag probes): ListNodes on the "
+      "final leader and a follower; decisions (each GetStrategy call of the "
+      "bench names its own job): etcd's decision records, read directly; "
+      "benchmark results (RunBenchmark answered SUCCEEDED) and their curves "
+      "(ListCurves right after the answer): GetBenchmarkTask and ListCurves "
+      "on the final leader and a follower (a curve is held by one of the same "
+      "measurement from its task or with a higher sequence); the _lost rows "
+      "count the more of the two replicas";
+  const WritesReport& w = r.writes;
+  j["writes"] = {
+      {"decisions_recorded", w.decisions_recorded},
+      {"benchmarks_not_acknowledged_by_outcome", w.benchmark_outcomes},
+      {"benchmark_last_error", w.benchmark_last_error},
+      {"benchmarks_without_curves", w.benchmarks_without_curves},
+      {"results_lost_on_leader", w.results_lost_on_leader},
+      {"results_lost_on_follower", w.results_lost_on_follower},
+      {"curves_lost_on_leader", w.curves_lost_on_leader},
+      {"curves_lost_on_follower", w.curves_lost_on_follower},
+  };
   j["loadavg_1m"] = LoadAverage();
   if (!r.strategy_last_error.empty()) {
     j["strategy_last_error"] = r.strategy_last_error;
@@ -937,6 +1179,10 @@ void PrintTable(const nlohmann::json& j) {
       j["storm_register_answers"].dump(), j["storm_peak_rss_mib"].get<int>(),
       j["storm_peak_threads"].get<int>());
   std::cout << j["follower_lag_sources"].get<std::string>() << "\n";
+  std::cout << "benchmarks not acknowledged, by outcome: "
+            << j["writes"]["benchmarks_not_acknowledged_by_outcome"].dump()
+            << "; the last: "
+            << j["writes"]["benchmark_last_error"].get<std::string>() << "\n";
   for (const auto& e : j["errors"]) {
     std::cout << "error: " << e.get<std::string>() << "\n";
   }
@@ -1079,10 +1325,11 @@ void Storm(Swarm& swarm, const EtcdCluster& etcd,
             << " MiB, threads " << report->storm_peak_threads << "\n";
 }
 
-// The swarm and the strategy client over the replicas, through every phase.
+// The swarm and the strategy client over the replicas, through every phase;
+// the benchmark loop on `real_nodes` across the rounds.
 void RunPhases(EtcdCluster& etcd,
                std::vector<std::unique_ptr<Replica>>& replicas,
-               Report* report) {
+               const std::vector<std::string>& real_nodes, Report* report) {
   SwarmOptions options;
   for (auto& r : replicas) options.targets.push_back(r->address());
   options.agents = report->agents;
@@ -1093,7 +1340,8 @@ void RunPhases(EtcdCluster& etcd,
   // Each answer is one decision record in etcd: the steady state's writes
   // are told with and without them.
   std::atomic<int64_t> decisions{0};
-  auto ask = AskForStrategy(replicas, job);
+  DecisionLedger ledger(absl::StrCat("ha-bench-", getpid()));
+  auto ask = AskForStrategy(replicas, job, &ledger);
   monta::testing::StrategyLoop reader(
       [&ask, &decisions](size_t i, monta::v1::StrategyReply* reply) {
         grpc::Status status = ask(i, reply);
@@ -1103,8 +1351,12 @@ void RunPhases(EtcdCluster& etcd,
       replicas.size());
   MeasureSteady(swarm, etcd, replicas, decisions, report);
   std::vector<std::string> probes = MeasureLag(replicas, report);
+  std::unique_ptr<BenchmarkLoop> benchmarks =
+      StartBenchmarks(replicas, real_nodes, report);
+  const auto before_kill = BenchmarkBeforeKill(benchmarks.get());
   for (int round = 0; round < report->rounds; ++round) {
-    if (absl::Status s = Round(round, etcd, replicas, report); !s.ok()) {
+    if (absl::Status s = Round(round, etcd, replicas, before_kill, report);
+        !s.ok()) {
       report->errors.push_back(
           absl::StrCat("round ", round, ": ", s.message()));
       break;
@@ -1117,19 +1369,33 @@ void RunPhases(EtcdCluster& etcd,
   report->strategy_p50_ms = reader.QuantileSeconds(0.50) * 1e3;
   report->strategy_p99_ms = reader.QuantileSeconds(0.99) * 1e3;
   report->strategy_last_error = reader.last_error();
+  if (benchmarks != nullptr) {
+    benchmarks->Stop();
+    NoteBenchmarks(*benchmarks, &report->writes);
+  }
   if (absl::GetFlag(FLAGS_soak_seconds) > 0) {
-    Soak(swarm, etcd, replicas, report);
+    Soak(swarm, etcd, replicas, &ledger, report);
   }
   std::vector<std::string> acknowledged = swarm.Acknowledged();
   acknowledged.insert(acknowledged.end(), probes.begin(), probes.end());
-  MeasureLoss(replicas, acknowledged, report);
+  MeasureLoss(replicas, acknowledged,
+              benchmarks != nullptr ? &benchmarks->acknowledged() : nullptr,
+              report);
+  MeasureDecisionLoss(etcd, ledger, report);
   const Stats stats = swarm.TakeStats();
   report->target_moves = stats.target_moves;
   report->home_moves = stats.home_moves;
   swarm.Stop();
 }
 
-absl::Status CheckSoakFlags() {
+absl::Status CheckSoakAndBenchmarkFlags() {
+  if (absl::GetFlag(FLAGS_real_agents) < 0 ||
+      !(absl::GetFlag(FLAGS_benchmark_every_seconds) > 0) ||
+      absl::GetFlag(FLAGS_benchmark_max_bytes) < 4096) {
+    return absl::InvalidArgumentError(
+        "--real_agents must be >= 0, --benchmark_every_seconds > 0, "
+        "--benchmark_max_bytes >= 4096 (the benchmark loop's smallest size)");
+  }
   if (!(absl::GetFlag(FLAGS_soak_seconds) >= 0) ||
       !(absl::GetFlag(FLAGS_decisions_per_second) > 0) ||
       !(absl::GetFlag(FLAGS_soak_sample_seconds) > 0)) {
@@ -1159,7 +1425,7 @@ int Main() {
                  "--rounds >= 0\n";
     return 2;
   }
-  if (absl::Status s = CheckSoakFlags(); !s.ok()) {
+  if (absl::Status s = CheckSoakAndBenchmarkFlags(); !s.ok()) {
     std::cerr << "ha_bench: " << s.message() << "\n";
     return 2;
   }
@@ -1190,12 +1456,23 @@ int Main() {
     std::cerr << "ha_bench: no replica leads; logs in " << log_dir << "\n";
     return 1;
   }
-  std::cerr << "ha_bench: 3 etcd members, 3 replicas, logs in " << log_dir
-            << "\n";
-  RunPhases(**etcd, *replicas, &report);
+  std::vector<Process> agents;
+  absl::StatusOr<std::vector<std::string>> real_nodes =
+      StartRealAgents(*replicas, log_dir, &agents);
+  if (!real_nodes.ok()) {
+    std::cerr << "ha_bench: " << real_nodes.status() << "\n";
+    return 1;
+  }
+  std::cerr << "ha_bench: 3 etcd members, 3 replicas, " << agents.size()
+            << " real agents, logs in " << log_dir << "\n";
+  RunPhases(**etcd, *replicas, *real_nodes, &report);
   for (auto& r : *replicas) {
     r->process.Signal(SIGKILL);
     r->process.Wait(absl::Seconds(10)).IgnoreError();
+  }
+  for (Process& agent : agents) {
+    agent.Signal(SIGKILL);
+    agent.Wait(absl::Seconds(10)).IgnoreError();
   }
   std::vector<Row> rows = Rows(report);
   AppendSoakRows(report.soak, &rows);

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # perf/ha_bench at a tiny size: 3 etcd members (compacting every 5 s), 3
-# planner replicas (2 s leader lease), 50 agents, 1 round, then a 5 s soak at 5
-# decisions/s. Asserts the table has every row, that no acknowledged
-# registration was lost, and that the soak read the members' database sizes
-# and alarms, saw compaction, stored its decisions in etcd and defragmented;
-# the times are printed, not asserted.
+# planner replicas (2 s leader lease), 50 agents and 2 real agents benchmarked
+# every second, 1 round, then a 5 s soak at 5 decisions/s. Asserts the table
+# has every row, that no acknowledged registration was lost, that the other
+# acknowledged writes were counted and checked (decisions against etcd's
+# records; at least one benchmark result and curve, on the final leader and a
+# follower), and that the soak read the members' database sizes and alarms,
+# saw compaction, stored its decisions in etcd and defragmented; the times
+# are printed, not asserted.
 set -euo pipefail
 cd "${TEST_SRCDIR}/${TEST_WORKSPACE}"
 out="${TEST_TMPDIR}/ha_bench.json"
-perf/ha_bench --planner_binary=server/monta-planner --json \
+perf/ha_bench --planner_binary=server/monta-planner \
+  --agent_binary=agent/monta-agent --benchmark_every_seconds=1 --json \
   --agents=50 --rounds=1 --leader_lease_seconds=2 --etcd_pause_seconds=1 \
   --settle_seconds=1 --steady_seconds=3 --lag_probes=3 \
   --planner_args="--heartbeat_seconds=1 --lease_seconds=6" \
@@ -25,6 +29,9 @@ rows = {row["name"]: row for row in report["rows"]}
 want = ["failover_sigkill_max_s", "handover_sigterm_max_s", "strategy_calls",
         "strategy_failed_calls", "strategy_p99_ms",
         "registrations_acknowledged", "lost_on_leader", "lost_on_follower",
+        "decisions_acknowledged", "decisions_lost", "benchmarks_acknowledged",
+        "benchmarks_not_acknowledged", "benchmark_results_lost",
+        "curves_acknowledged", "curves_lost",
         "registration_storm_s", "heartbeat_p50_ms", "heartbeat_p99_ms",
         "heartbeat_errors_steady", "etcd_writes_per_s",
         "strategy_decisions_per_s", "etcd_writes_upkeep_per_s",
@@ -47,6 +54,22 @@ assert rows["registrations_acknowledged"]["value"] >= 53, rows  # 50 + 3 probes
 assert rows["lost_on_leader"]["value"] == 0, rows["lost_on_leader"]
 assert rows["lost_on_follower"]["value"] == 0, rows["lost_on_follower"]
 assert rows["strategy_calls"]["value"] > 0, rows["strategy_calls"]
+# Every acknowledged GetStrategy call of the bench (and of its soak) was
+# looked for in etcd's decision records. Their loss is counted, not asserted
+# 0: a replica's record writer sends every second, after answering.
+assert rows["decisions_acknowledged"]["value"] >= rows["strategy_calls"]["value"] - rows["strategy_failed_calls"]["value"], rows
+assert rows["decisions_lost"]["value"] >= 0, rows["decisions_lost"]
+assert report["writes"]["decisions_recorded"] >= rows["decisions_acknowledged"]["value"] - rows["decisions_lost"]["value"], report["writes"]
+# The real agents' benchmarks: one acknowledged before the round at least,
+# its results and curves read on the final leader and a follower.
+assert rows["benchmarks_acknowledged"]["value"] >= 1, rows
+assert rows["curves_acknowledged"]["value"] >= 1, rows
+assert rows["benchmarks_not_acknowledged"]["value"] >= 0, rows
+for name in ("benchmark_results_lost", "curves_lost"):
+    assert rows[name]["value"] >= 0, rows[name]
+for side in ("leader", "follower"):
+    for what in ("results", "curves"):
+        assert report["writes"][f"{what}_lost_on_{side}"] >= 0, report["writes"]
 assert report["registered_after_storm"] == 50, report
 # The etcd counters are read and count the planner's commits.
 assert rows["etcd_writes_during_storm"]["value"] >= 50, rows

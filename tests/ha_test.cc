@@ -245,11 +245,7 @@ class HaTest : public ::testing::Test {
   }
   // node-a and node-b, each with --planner naming all three replicas.
   void StartAgentsKnowingEveryReplica() {
-    std::vector<std::string> addresses;
-    for (int port : ports_) {
-      addresses.push_back(absl::StrCat("127.0.0.1:", port));
-    }
-    const std::string planners = "--planner=" + absl::StrJoin(addresses, ",");
+    const std::string planners = "--planner=" + LoopbackAddresses(ports_);
     ASSERT_TRUE(cluster_.StartAgent("node-a", {planners}).ok());
     ASSERT_TRUE(cluster_.StartAgent("node-b", {planners}).ok());
   }

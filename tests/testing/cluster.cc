@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "server/admission/test_certs.h"
 
 namespace monta::testing {
@@ -115,19 +116,35 @@ absl::StatusOr<int> LocalCluster::StartReplica(
   return port;
 }
 
+std::vector<std::string> AgentArgv(const std::string& binary,
+                                   const std::string& planners,
+                                   const std::string& node,
+                                   const std::vector<std::string>& flags) {
+  std::vector<std::string> argv = {binary};
+  if (!planners.empty()) argv.push_back(absl::StrCat("--planner=", planners));
+  argv.push_back(absl::StrCat("--node_name=", node));
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return argv;
+}
+
+std::string LoopbackAddresses(const std::vector<int>& ports) {
+  std::vector<std::string> addresses;
+  for (int port : ports) addresses.push_back(absl::StrCat("127.0.0.1:", port));
+  return absl::StrJoin(addresses, ",");
+}
+
 absl::Status LocalCluster::StartAgent(const std::string& node,
                                       const std::vector<std::string>& flags) {
-  std::vector<std::string> argv = {Runfile("agent/monta-agent")};
-  if (std::none_of(flags.begin(), flags.end(), [](const std::string& flag) {
+  const bool named =
+      std::any_of(flags.begin(), flags.end(), [](const std::string& flag) {
         return absl::StartsWith(flag, "--planner=");
-      })) {
-    argv.push_back(absl::StrCat("--planner=", planner_address()));
-  }
-  argv.push_back(absl::StrCat("--node_name=", node));
-  for (const std::string& flag : NodeTlsFlags(node)) argv.push_back(flag);
-  argv.insert(argv.end(), flags.begin(), flags.end());
+      });
+  std::vector<std::string> all = NodeTlsFlags(node);
+  all.insert(all.end(), flags.begin(), flags.end());
   absl::StatusOr<Process> p =
-      Process::Start(argv, absl::StrCat(dir_, "/agent-", node, ".log"));
+      Process::Start(AgentArgv(Runfile("agent/monta-agent"),
+                               named ? "" : planner_address(), node, all),
+                     absl::StrCat(dir_, "/agent-", node, ".log"));
   if (!p.ok()) return p.status();
   agents_[node] = *std::move(p);
   return absl::OkStatus();

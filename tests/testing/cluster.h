@@ -16,6 +16,21 @@
 
 namespace monta::testing {
 
+// The command line of a monta-agent named `node`: `binary`,
+// --planner=`planners` (one address, or a planner's replicas comma-separated;
+// none when empty, as when `flags` name it), --node_name, then `flags` (its TLS
+// flags or
+// --insecure, ...). LocalCluster::StartAgent and perf/ha_bench start agents
+// with it.
+std::vector<std::string> AgentArgv(const std::string& binary,
+                                   const std::string& planners,
+                                   const std::string& node,
+                                   const std::vector<std::string>& flags);
+
+// "127.0.0.1:<port>" of each of `ports`, comma-separated: the --planner of an
+// agent (or montactl) that knows every replica.
+std::string LoopbackAddresses(const std::vector<int>& ports);
+
 class LocalCluster {
  public:
   LocalCluster();
