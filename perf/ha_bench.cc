@@ -117,7 +117,7 @@ ABSL_FLAG(std::string, planner_binary, "bazel-bin/server/monta-planner",
 ABSL_FLAG(int, real_agents, 2,
           "real monta-agent processes (CPU, Gloo over loopback) beside the "
           "swarm, benchmarked together by a RunBenchmark loop across the "
-          "rounds; 0: none (no benchmark or curve rows)");
+          "rounds; 0: none (the benchmark and curve rows read -1, no bar)");
 ABSL_FLAG(std::string, agent_binary, "bazel-bin/agent/monta-agent",
           "the real agents' binary (--real_agents)");
 ABSL_FLAG(double, benchmark_every_seconds, 3,
