@@ -101,6 +101,12 @@ ABSL_FLAG(double, liveness_publish_seconds, 2,
           "agents heartbeating to it (their attachments, added and removed "
           "in one batch of what changed; nothing when nothing did), never "
           "per heartbeat (0.1..60)");
+ABSL_FLAG(double, record_commit_timeout_seconds, 5,
+          "with --store=etcd: how long a GetStrategy, admission or verify "
+          "call waits at most for its record's etcd Txn (group commit: a "
+          "decision is answered only once its record is stored); past it the "
+          "call fails UNAVAILABLE, not stored (0.5..60; an etcd leader "
+          "election takes about 2 s)");
 ABSL_FLAG(bool, etcd_insecure, false,
           "with --store=etcd: plaintext to etcd, no certificates (loopback "
           "tests and demos only)");
@@ -437,6 +443,12 @@ absl::Status StoreFromFlags(monta::PlannerOptions* options) {
         "--liveness_publish_seconds: expected seconds in 0.1..60");
   }
   options->liveness_publish = absl::Seconds(publish);
+  const double commit = absl::GetFlag(FLAGS_record_commit_timeout_seconds);
+  if (!(commit >= 0.5 && commit <= 60)) {
+    return absl::InvalidArgumentError(
+        "--record_commit_timeout_seconds: expected seconds in 0.5..60");
+  }
+  options->record_commit_timeout = absl::Seconds(commit);
   return absl::OkStatus();
 }
 

@@ -241,12 +241,17 @@ absl::Status PlannerServer::OpenEtcdStore() {
   records.prefix = options_.etcd_prefix;
   records.origin = replica_id_;
   metrics::PlannerMetrics* planner_metrics = planner_metrics_.get();
-  records.on_dropped = [planner_metrics](const std::string& reason) {
-    planner_metrics->RecordRecordDropped(reason);
+  records.commit_timeout = options_.record_commit_timeout;
+  records.on_refused = [planner_metrics](const std::string& reason) {
+    planner_metrics->RecordRecordRefused(reason);
   };
   records.on_write_error = [planner_metrics](const absl::Status&) {
     planner_metrics->RecordStoreError("records");
   };
+  records.on_committed =
+      [planner_metrics](const std::vector<double>& commit_seconds) {
+        planner_metrics->RecordRecordsCommitted(commit_seconds);
+      };
   record_writer_ = std::make_unique<etcd_store::RecordWriter>(
       etcd_client_.get(), std::move(records));
   std::cerr << "monta-planner: --store=etcd: " << options_.etcd_prefix << " on "

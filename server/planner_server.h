@@ -122,6 +122,9 @@ struct PlannerOptions {
   // it (their attachments, server/etcd_store/attachments.h): one batch of
   // what changed per interval at most, nothing when nothing changed.
   absl::Duration liveness_publish = absl::Seconds(2);
+  // How long a decision, verification or audit call waits at most for its
+  // record's etcd Txn (etcd_store::RecordWriterOptions::commit_timeout).
+  absl::Duration record_commit_timeout = absl::Seconds(5);
   std::string replica_id;
   std::string advertise_address;
   // SQLite file for nodes and curve history; empty keeps state in memory only.

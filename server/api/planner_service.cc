@@ -50,9 +50,11 @@ grpc::ServerUnaryReactor* PlannerService::GetStrategy(
   if (fabric_ != nullptr && request->placement().node_names_size() > 0) {
     tree = fabric_->Tree(registry_->List(Instant::Now(), false));
   }
-  absl::StatusOr<monta::v1::StrategyReply> decided =
-      planning::DecideStrategy(*request, registry_, metrics_, decisions_,
-                               knowledge_, tree ? &*tree : nullptr);
+  // The decision is logged below, not here: DecideStrategy would block this
+  // callback thread until its record is stored.
+  absl::StatusOr<monta::v1::StrategyReply> decided = planning::DecideStrategy(
+      *request, registry_, metrics_,
+      /*decisions=*/nullptr, knowledge_, tree ? &*tree : nullptr);
   if (!decided.ok()) return FinishUnary(context, ToGrpc(decided.status()));
   *reply = *std::move(decided);
   // Where the job's nodes sit and who placed them.
@@ -62,7 +64,16 @@ grpc::ServerUnaryReactor* PlannerService::GetStrategy(
                                request->placement().node_names().end()});
     if (note) reply->mutable_evidence()->add_notes(*std::move(note));
   }
-  return FinishUnary(context, grpc::Status::OK);
+  if (decisions_ == nullptr) return FinishUnary(context, grpc::Status::OK);
+  // Answered once the decision's record is stored, from the log's thread
+  // (--store=etcd: the record writer's, after its Txn landed), or refused
+  // UNAVAILABLE when it is not; this callback thread is free meanwhile.
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  decisions_->RecordDecision(*request, *reply,
+                             [reactor](const absl::Status& stored) {
+                               reactor->Finish(ToGrpc(stored));
+                             });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* PlannerService::ListNodes(
@@ -355,9 +366,23 @@ grpc::ServerUnaryReactor* PlannerService::ForgetCurves(
                                 absl::UTCTimeZone())
             << " " << entry.identity << " forgot the curves of " << entry.target
             << ": " << entry.detail << std::endl;
-  if (audit_ != nullptr) audit_->RecordAudit(entry);
   *reply = *std::move(forgotten);
-  return FinishUnary(context, grpc::Status::OK);
+  if (audit_ == nullptr) return FinishUnary(context, grpc::Status::OK);
+  // Answered once the audit entry is stored. The curves are forgotten
+  // already: an entry not stored is DATA_LOSS, not UNAVAILABLE, so that no
+  // client retries a forget that happened (its retry would forget nothing
+  // and audit "dropped 0"); the log line above keeps what was dropped.
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  audit_->RecordAudit(entry, [reactor](const absl::Status& stored) {
+    reactor->Finish(
+        stored.ok()
+            ? grpc::Status::OK
+            : grpc::Status(grpc::StatusCode::DATA_LOSS,
+                           absl::StrCat("the curves were forgotten, but ",
+                                        stored.message(),
+                                        " (the planner's log has it)")));
+  });
+  return reactor;
 }
 
 }  // namespace monta::api

@@ -249,7 +249,8 @@ bool Client::Connect(Endpoint& endpoint, MonoTime until,
 
 absl::Status Client::Call(
     absl::string_view what, Retry retry,
-    const std::function<absl::Status(Endpoint&, absl::Duration)>& attempt) {
+    const std::function<absl::Status(Endpoint&, absl::Duration)>& attempt,
+    MonoTime deadline) {
   std::vector<std::string> failures;
   // Whether an endpoint connected during this call: until one has, an
   // endpoint whose connection failed earlier is waited for (all may be
@@ -257,14 +258,25 @@ absl::Status Client::Call(
   bool reached = false;
   for (size_t index : AttemptOrder()) {
     Endpoint& endpoint = *endpoints_[index];
-    if (!Connect(endpoint, MonoTime::max(), /*wait_in_failure=*/!reached)) {
+    const absl::Duration left =
+        MonoSince(std::chrono::steady_clock::now(), deadline);
+    if (left <= absl::ZeroDuration()) {
+      failures.push_back(absl::StrCat(endpoint.address, ": not tried"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("etcd ", what, ": deadline passed (",
+                       absl::StrJoin(failures, "; "), ")"));
+    }
+    if (!Connect(endpoint, deadline, /*wait_in_failure=*/!reached)) {
       // Nothing was sent: safe to go on, for writes too.
       failures.push_back(absl::StrCat(endpoint.address, ": not connected"));
       MoveOff(index);
       continue;
     }
     reached = true;
-    absl::Status status = attempt(endpoint, options_.request_timeout);
+    absl::Status status = attempt(
+        endpoint,
+        std::min(options_.request_timeout,
+                 MonoSince(std::chrono::steady_clock::now(), deadline)));
     if (status.ok()) {
       Prefer(endpoint);
       return status;
@@ -455,6 +467,11 @@ absl::Status CheckTxnShape(const TxnRequest& txn, int max_ops) {
 }  // namespace
 
 absl::StatusOr<TxnResult> Client::Txn(const TxnRequest& txn) {
+  return Txn(txn, MonoTime::max());
+}
+
+absl::StatusOr<TxnResult> Client::Txn(const TxnRequest& txn,
+                                      MonoTime deadline) {
   if (absl::Status s = CheckTxnShape(txn, options_.max_txn_ops); !s.ok()) {
     return s;
   }
@@ -464,10 +481,10 @@ absl::StatusOr<TxnResult> Client::Txn(const TxnRequest& txn) {
     return s;
   }
   etcdserverpb::TxnResponse response;
-  absl::Status status =
-      Call("Txn", Retry::kWrite,
-           Rpc("Txn", &Endpoint::kv, &etcdserverpb::KV::Stub::Txn, proto,
-               &response));
+  absl::Status status = Call(
+      "Txn", Retry::kWrite,
+      Rpc("Txn", &Endpoint::kv, &etcdserverpb::KV::Stub::Txn, proto, &response),
+      deadline);
   if (!status.ok()) return status;
   return FromProto(response);
 }

@@ -126,6 +126,12 @@ class Client {
   // than max_txn_ops compares or operations in one branch, or more than
   // max_request_bytes - kRaftEnvelopeBytes serialized.
   absl::StatusOr<TxnResult> Txn(const TxnRequest& txn);
+  // The same, given up by `deadline` (monotonic): each attempt's deadline is
+  // the earlier of request_timeout and it, and no endpoint is tried (or
+  // waited for to connect) past it (DEADLINE_EXCEEDED, outcome unknown if
+  // sent). For a writer that answers its callers within a bound
+  // (etcd_store::RecordWriter).
+  absl::StatusOr<TxnResult> Txn(const TxnRequest& txn, MonoTime deadline);
   // Discards the history before `revision` (Range and Watch before it fail
   // with OUT_OF_RANGE / a compacted batch). `physical`: returns once the
   // space is reclaimed.
@@ -157,10 +163,12 @@ class Client {
   enum class Retry { kRead, kWrite };
 
   explicit Client(ClientOptions options);
-  // Runs `attempt` against the endpoints in turn (see the class comment).
+  // Runs `attempt` against the endpoints in turn (see the class comment),
+  // none started past `deadline`.
   absl::Status Call(
       absl::string_view what, Retry retry,
-      const std::function<absl::Status(Endpoint&, absl::Duration)>& attempt);
+      const std::function<absl::Status(Endpoint&, absl::Duration)>& attempt,
+      MonoTime deadline = MonoTime::max());
   // Waits until `endpoint` is connected, up to connect_timeout or `deadline`
   // if earlier; false when it is not (its connection failed, or the time
   // passed). An endpoint already in TRANSIENT_FAILURE (a connection failed;

@@ -1,9 +1,12 @@
 #include "server/etcd_store/record_writer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <iostream>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "server/etcd_store/records.h"
 #include "server/store/sqlite_store.h"
 
@@ -34,109 +37,187 @@ RecordWriter::~RecordWriter() {
 }
 
 void RecordWriter::RecordDecision(const monta::v1::StrategyRequest& request,
-                                  const monta::v1::StrategyReply& reply) {
+                                  const monta::v1::StrategyReply& reply,
+                                  store::RecordDone stored) {
   Enqueue(SqliteStore::LogTableName(SqliteStore::LogTable::kDecisions),
-          NowSeconds(),
-          {request.SerializeAsString(), reply.SerializeAsString()});
+          "decision", {request.SerializeAsString(), reply.SerializeAsString()},
+          std::move(stored));
 }
 
 void RecordWriter::RecordVerification(const monta::v1::VerifyRequest& request,
-                                      const monta::v1::VerifyReply& reply) {
+                                      const monta::v1::VerifyReply& reply,
+                                      store::RecordDone stored) {
   Enqueue(SqliteStore::LogTableName(SqliteStore::LogTable::kVerifications),
-          NowSeconds(),
-          {request.SerializeAsString(), reply.SerializeAsString()});
+          "verification",
+          {request.SerializeAsString(), reply.SerializeAsString()},
+          std::move(stored));
 }
 
-void RecordWriter::RecordAudit(const store::AuditEntry& entry) {
+void RecordWriter::RecordAudit(const store::AuditEntry& entry,
+                               store::RecordDone stored) {
   Enqueue(SqliteStore::LogTableName(SqliteStore::LogTable::kAudit),
-          NowSeconds(),
-          {entry.identity, entry.action, entry.target, entry.detail});
+          "audit entry",
+          {entry.identity, entry.action, entry.target, entry.detail},
+          std::move(stored));
 }
 
-void RecordWriter::Enqueue(const char* table, double at_unix_seconds,
-                           const std::vector<std::string>& fields) {
+void RecordWriter::Enqueue(const char* table, const char* what,
+                           const std::vector<std::string>& fields,
+                           store::RecordDone stored) {
+  const MonoTime called = std::chrono::steady_clock::now();
+  const double at_unix_seconds = NowSeconds();
   std::string value = EncodeRecord(at_unix_seconds, fields);
-  const char* dropped = nullptr;
+  const char* refused = nullptr;
+  absl::Status why;
   {
     absl::MutexLock lock(&mu_);
     std::string key = RecordKey(options_.prefix, table, at_unix_seconds,
                                 options_.origin, ++next_n_);
     const int64_t bytes = RecordTxn::PutBytes(key, value);
-    if (bytes > RecordTxn(client_->options()).max_bytes()) {
-      dropped = "too_large";
+    const int64_t max_bytes = RecordTxn(client_->options()).max_bytes();
+    if (bytes > max_bytes) {
+      refused = "too_large";
+      why = absl::ResourceExhaustedError(
+          absl::StrCat("the ", what, " was not stored: its record of ", bytes,
+                       " bytes exceeds one etcd request (", max_bytes, ")"));
+    } else if (stopping_) {
+      refused = "stopping";
+      why = absl::UnavailableError(absl::StrCat(
+          "the ", what, " was not stored: this replica is shutting down"));
     } else if (queue_.size() >= options_.max_queued_records ||
                queued_bytes_ + bytes > options_.max_queued_bytes) {
-      dropped = "queue_full";
+      refused = "queue_full";
+      why = absl::UnavailableError(absl::StrCat(
+          "the ", what,
+          " was not stored: this replica's etcd record queue is full (",
+          queue_.size(), " records, ", queued_bytes_,
+          " bytes waiting); ask another replica"));
     } else {
-      queue_.push_back(Pending{std::move(key), std::move(value)});
+      queue_.push_back(Pending{std::move(key), std::move(value), what, called,
+                               MonoAfter(called, options_.commit_timeout),
+                               std::move(stored)});
       queued_bytes_ += bytes;
       return;
     }
-    ++stats_.dropped;
+    ++stats_.refused;
   }
-  if (options_.on_dropped) options_.on_dropped(dropped);
+  if (options_.on_refused) options_.on_refused(refused);
+  stored(why);
 }
 
 void RecordWriter::Run() {
-  const size_t batch = static_cast<size_t>(client_->options().max_txn_ops);
   for (;;) {
+    std::vector<Pending> batch;
+    std::vector<Pending> expired;
     {
       absl::MutexLock lock(&mu_);
       const auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || queue_.size() >= batch;
+        return stopping_ || !queue_.empty();
       };
-      mu_.AwaitWithTimeout(absl::Condition(&ready), options_.flush_interval);
+      mu_.Await(absl::Condition(&ready));
+      // Stopping: what is queued is still sent, each within its deadline.
+      if (queue_.empty()) return;
+      batch = TakeBatch(&expired);
     }
-    // Logged and counted by Flush; the records stay queued.
-    (void)Flush();
-    absl::MutexLock lock(&mu_);
-    // One last flush was tried; what it could not send is lost with the
-    // process.
-    if (stopping_) return;
+    if (!expired.empty()) {
+      Refuse(std::move(expired), "not_stored",
+             absl::DeadlineExceededError("its deadline passed in the queue"));
+    }
+    if (!batch.empty()) Commit(std::move(batch));
   }
 }
 
-absl::Status RecordWriter::Flush() {
-  absl::MutexLock send_lock(&send_mu_);
-  absl::Status sent = SendQueued();
-  if (!sent.ok()) {
-    std::cerr << "monta-planner: etcd records: " << sent.message()
-              << " (kept, sent again at the next flush)" << std::endl;
-    if (options_.on_write_error) options_.on_write_error(sent);
+std::vector<RecordWriter::Pending> RecordWriter::TakeBatch(
+    std::vector<Pending>* expired) {
+  const MonoTime now = std::chrono::steady_clock::now();
+  RecordTxn txn(client_->options());
+  std::vector<Pending> batch;
+  while (!queue_.empty()) {
+    Pending& front = queue_.front();
+    const int64_t bytes = RecordTxn::PutBytes(front.key, front.value);
+    if (front.deadline > now) {
+      if (!txn.Fits(bytes)) break;
+      txn.Add(front.key, front.value);  // counted only: Commit sends
+      batch.push_back(std::move(front));
+    } else {
+      expired->push_back(std::move(front));
+    }
+    queued_bytes_ -= bytes;
+    queue_.pop_front();
   }
-  return sent;
+  return batch;
 }
 
-absl::Status RecordWriter::SendQueued() {
+void RecordWriter::Commit(std::vector<Pending> batch) {
+  etcd::TxnRequest txn;
+  MonoTime deadline = MonoTime::max();
+  for (Pending& record : batch) {
+    txn.success.push_back(
+        etcd::Op::Put(std::move(record.key), std::move(record.value)));
+    deadline = std::min(deadline, record.deadline);
+  }
+  absl::Duration backoff = absl::Milliseconds(50);
+  absl::Status sent;
   for (;;) {
-    RecordTxn txn(client_->options());
-    std::vector<Pending> taken;
+    if (options_.before_send) options_.before_send();
+    const MonoTime now = std::chrono::steady_clock::now();
+    sent = client_
+               ->Txn(txn, std::min(deadline,
+                                   MonoAfter(now, options_.attempt_timeout)))
+               .status();
+    if (sent.ok()) break;
     {
       absl::MutexLock lock(&mu_);
-      while (!queue_.empty()) {
-        const Pending& front = queue_.front();
-        const int64_t bytes = RecordTxn::PutBytes(front.key, front.value);
-        if (!txn.Fits(bytes)) break;
-        txn.Add(front.key, front.value);
-        queued_bytes_ -= bytes;
-        taken.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
-    }
-    if (taken.empty()) return absl::OkStatus();
-    absl::Status sent = txn.Send(*client_);
-    absl::MutexLock lock(&mu_);
-    if (!sent.ok()) {
       ++stats_.failed_txns;
-      // Back to the front, in order: the next flush sends them first.
-      for (auto it = taken.rbegin(); it != taken.rend(); ++it) {
-        queued_bytes_ += RecordTxn::PutBytes(it->key, it->value);
-        queue_.push_front(std::move(*it));
-      }
-      return sent;
     }
+    if (options_.on_write_error) options_.on_write_error(sent);
+    // A Txn etcd refused as such (too large, malformed) fails again.
+    const bool transient =
+        absl::IsUnavailable(sent) || absl::IsDeadlineExceeded(sent);
+    if (!transient ||
+        MonoAfter(std::chrono::steady_clock::now(), backoff) >= deadline) {
+      break;
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Milliseconds(500));
+  }
+  if (!sent.ok()) {
+    std::cerr << "monta-planner: etcd records: " << batch.size()
+              << " record(s) not stored within "
+              << absl::FormatDuration(options_.commit_timeout) << ": "
+              << sent.message() << " (their calls answered UNAVAILABLE)"
+              << std::endl;
+    Refuse(std::move(batch), "not_stored", sent);
+    return;
+  }
+  const MonoTime landed = std::chrono::steady_clock::now();
+  std::vector<double> commit_seconds;
+  commit_seconds.reserve(batch.size());
+  for (const Pending& record : batch) {
+    commit_seconds.push_back(
+        absl::ToDoubleSeconds(MonoSince(record.called, landed)));
+  }
+  {
+    absl::MutexLock lock(&mu_);
     ++stats_.txns;
-    stats_.written += static_cast<int64_t>(taken.size());
+    stats_.written += static_cast<int64_t>(batch.size());
+  }
+  if (options_.on_committed) options_.on_committed(commit_seconds);
+  for (Pending& record : batch) record.stored(absl::OkStatus());
+}
+
+void RecordWriter::Refuse(std::vector<Pending> records,
+                          const std::string& reason, const absl::Status& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.refused += static_cast<int64_t>(records.size());
+  }
+  for (Pending& record : records) {
+    if (options_.on_refused) options_.on_refused(reason);
+    record.stored(absl::UnavailableError(
+        absl::StrCat("the ", record.what, " was not stored in etcd within ",
+                     absl::FormatDuration(options_.commit_timeout),
+                     " (--record_commit_timeout_seconds): ", why.message())));
   }
 }
 

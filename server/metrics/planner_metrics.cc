@@ -58,6 +58,18 @@ const prometheus::Histogram::BucketBoundaries& DecisionBuckets() {
   return *b;
 }
 
+const prometheus::Histogram::BucketBoundaries& CommitBuckets() {
+  static const auto* b = new prometheus::Histogram::BucketBoundaries{
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+  return *b;
+}
+
+const prometheus::Histogram::BucketBoundaries& TxnRecordBuckets() {
+  static const auto* b =
+      new prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128};
+  return *b;
+}
+
 const prometheus::Histogram::BucketBoundaries& SpeedupBuckets() {
   static const auto* b = new prometheus::Histogram::BucketBoundaries{
       1, 1.1, 1.25, 1.5, 2, 3, 4, 6, 8, 12, 16};
@@ -309,12 +321,29 @@ PlannerMetrics::PlannerMetrics(prometheus::Registry& registry)
                         .Help("Failed writes to the planner's SQLite database "
                               "(--db), by operation")
                         .Register(registry)),
-      records_dropped_(
+      records_refused_(
           prometheus::BuildCounter()
-              .Name("monta_records_dropped_total")
-              .Help("Decision, verification and audit records not written to "
-                    "etcd (--store=etcd), by reason (queue_full, too_large)")
+              .Name("monta_records_refused_total")
+              .Help("Decision, verification and audit records not stored in "
+                    "etcd (--store=etcd), their calls refused, by reason "
+                    "(queue_full, too_large, not_stored, stopping)")
               .Register(registry)),
+      record_commit_seconds_(
+          prometheus::BuildHistogram()
+              .Name("monta_record_commit_seconds")
+              .Help("Time from a decision, verification or audit call to the "
+                    "etcd Txn holding its record landing (--store=etcd; "
+                    "the call is answered then)")
+              .Register(registry)
+              .Add({}, CommitBuckets())),
+      record_txn_records_(
+          prometheus::BuildHistogram()
+              .Name("monta_record_txn_records")
+              .Help("Records per etcd Txn of the record writer (group "
+                    "commit: those that arrived while the previous Txn was "
+                    "in flight; at most 128)")
+              .Register(registry)
+              .Add({}, TxnRecordBuckets())),
       verify_runs_(prometheus::BuildCounter()
                        .Name("monta_verify_runs_total")
                        .Help("montactl verify runs by result (ok, invalid, "
@@ -410,8 +439,9 @@ void PlannerMetrics::CreateSeries() {
        {"node", "curve", "knowledge", "decision", "verification", "audit"}) {
     store_errors_.Add({{"operation", operation}});
   }
-  for (const char* reason : {"queue_full", "too_large"}) {
-    records_dropped_.Add({{"reason", reason}});
+  for (const char* reason :
+       {"queue_full", "too_large", "not_stored", "stopping"}) {
+    records_refused_.Add({{"reason", reason}});
   }
   for (const char* operation : {"put", "delete"}) {
     attachment_writes_.Add({{"operation", operation}});
@@ -515,8 +545,14 @@ void PlannerMetrics::RecordDenyListLoad(bool ok, size_t entries) {
   if (ok) deny_list_entries_.Set(static_cast<double>(entries));
 }
 
-void PlannerMetrics::RecordRecordDropped(const std::string& reason) {
-  records_dropped_.Add({{"reason", reason}}).Increment();
+void PlannerMetrics::RecordRecordRefused(const std::string& reason) {
+  records_refused_.Add({{"reason", reason}}).Increment();
+}
+
+void PlannerMetrics::RecordRecordsCommitted(
+    const std::vector<double>& commit_seconds) {
+  for (double seconds : commit_seconds) record_commit_seconds_.Observe(seconds);
+  record_txn_records_.Observe(static_cast<double>(commit_seconds.size()));
 }
 
 void PlannerMetrics::RecordStoreError(const std::string& operation) {

@@ -125,10 +125,16 @@ class PlannerMetrics {
   // "curve", "decision"); the series exist at 0 from the start so that
   // increase() sees the first error.
   void RecordStoreError(const std::string& operation);
-  // monta_records_dropped_total{reason}: a decision, verification or audit
-  // record the etcd record writer dropped (--store=etcd; reason "queue_full"
-  // or "too_large"); the series exist at 0 from the start.
-  void RecordRecordDropped(const std::string& reason);
+  // monta_records_refused_total{reason}: a decision, verification or audit
+  // record the etcd record writer did not store, so its call was refused
+  // (--store=etcd; reason "queue_full", "too_large", "not_stored": its Txn
+  // did not land within --record_commit_timeout_seconds, "stopping"); the
+  // series exist at 0 from the start.
+  void RecordRecordRefused(const std::string& reason);
+  // One etcd Txn of records landed: monta_record_commit_seconds (each
+  // record's time from its call to the Txn's answer; what a decision waits
+  // for) and monta_record_txn_records (how many records the Txn carried).
+  void RecordRecordsCommitted(const std::vector<double>& commit_seconds);
   // monta_denied_calls_total{entry}: a call refused because the deny list
   // names the caller; `entry` is the matching entry (bounded by the list).
   void RecordDeniedCall(const std::string& entry);
@@ -172,7 +178,9 @@ class PlannerMetrics {
   prometheus::Family<prometheus::Histogram>& admission_duration_;
   prometheus::Family<prometheus::Counter>& discarded_;
   prometheus::Family<prometheus::Counter>& store_errors_;
-  prometheus::Family<prometheus::Counter>& records_dropped_;
+  prometheus::Family<prometheus::Counter>& records_refused_;
+  prometheus::Histogram& record_commit_seconds_;
+  prometheus::Histogram& record_txn_records_;
   prometheus::Family<prometheus::Counter>& verify_runs_;
   prometheus::Family<prometheus::Gauge>& prediction_error_;
   prometheus::Family<prometheus::Gauge>& plan_regret_;

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/time/clock.h"
+#include "server/store/record_done.h"
 
 namespace monta::planning {
 
@@ -50,8 +51,12 @@ absl::StatusOr<monta::v1::StrategyReply> DecideStrategy(
     metrics->RecordDecision(reply.status(), reply.ok() ? &*reply : nullptr,
                             seconds);
   }
-  if (decisions != nullptr && reply.ok())
-    decisions->RecordDecision(request, *reply);
+  if (decisions != nullptr && reply.ok()) {
+    // Answered only once its record is stored (store/record_done.h).
+    store::RecordWait stored;
+    decisions->RecordDecision(request, *reply, stored.done());
+    if (absl::Status s = stored.Wait(); !s.ok()) return s;
+  }
   return reply;
 }
 

@@ -44,6 +44,11 @@ using FabricTreeSource = std::function<std::optional<monta::v1::FabricReply>()>;
 
 // Plans one request against the registry, records the decision metrics and logs
 // a successful decision (both optional); shared by GetStrategy and the webhook.
+// With `decisions` it blocks until the decision's record is stored and
+// returns the log's error (UNAVAILABLE: not stored) instead of the reply when
+// it is not: for a thread that may block (the webhook's workers). GetStrategy,
+// on a gRPC callback thread, passes no log and records the reply itself,
+// finishing the call when the log tells it.
 // `knowledge` (nullable): a calibration fitted on the placement's nodes is
 // applied, and a fresh verify run of the same job on them answers with its
 // measured times (evidence VERIFIED). `fabric` (nullable): the planner's

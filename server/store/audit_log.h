@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "server/store/record_done.h"
+
 namespace monta::store {
 
 struct AuditEntry {
@@ -19,9 +21,9 @@ struct AuditEntry {
 class AuditLog {
  public:
   virtual ~AuditLog() = default;
-  // Appends the entry, dated now. Must not block for long: it runs on the
-  // RPC path.
-  virtual void RecordAudit(const AuditEntry& entry) = 0;
+  // Appends the entry, dated now; `stored` is told once whether it is stored
+  // (record_done.h). Must not block: it runs on the RPC path.
+  virtual void RecordAudit(const AuditEntry& entry, RecordDone stored) = 0;
 };
 
 }  // namespace monta::store

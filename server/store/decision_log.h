@@ -5,18 +5,25 @@
 
 #include "proto/monta/v1/planner.pb.h"
 #include "proto/monta/v1/strategy.pb.h"
+#include "server/store/record_done.h"
 
 namespace monta::store {
 
 class DecisionLog {
  public:
   virtual ~DecisionLog() = default;
-  // One successful decision. Must not block for long: it runs on the RPC path.
+  // One successful decision; `stored` is told once whether it is stored
+  // (record_done.h), and the decision is answered only if it is. Must not
+  // block: it runs on the RPC path (a gRPC callback thread).
   virtual void RecordDecision(const monta::v1::StrategyRequest& request,
-                              const monta::v1::StrategyReply& reply) = 0;
+                              const monta::v1::StrategyReply& reply,
+                              RecordDone stored) = 0;
   // One verify run (montactl verify): the plan scored against measurements.
   virtual void RecordVerification(const monta::v1::VerifyRequest& request,
-                                  const monta::v1::VerifyReply& reply) {}
+                                  const monta::v1::VerifyReply& reply,
+                                  RecordDone stored) {
+    stored(absl::OkStatus());
+  }
 };
 
 }  // namespace monta::store

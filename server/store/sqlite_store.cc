@@ -953,6 +953,25 @@ absl::Status SqliteStore::AppendCurve(const monta::v1::BandwidthCurve& curve) {
 }
 
 void SqliteStore::RecordDecision(const monta::v1::StrategyRequest& request,
+                                 const monta::v1::StrategyReply& reply,
+                                 RecordDone stored) {
+  RecordDecision(request, reply);
+  stored(absl::OkStatus());
+}
+
+void SqliteStore::RecordVerification(const monta::v1::VerifyRequest& request,
+                                     const monta::v1::VerifyReply& reply,
+                                     RecordDone stored) {
+  RecordVerification(request, reply);
+  stored(absl::OkStatus());
+}
+
+void SqliteStore::RecordAudit(const AuditEntry& entry, RecordDone stored) {
+  RecordAudit(entry);
+  stored(absl::OkStatus());
+}
+
+void SqliteStore::RecordDecision(const monta::v1::StrategyRequest& request,
                                  const monta::v1::StrategyReply& reply) {
   const std::string request_blob = request.SerializeAsString();
   const std::string reply_blob = reply.SerializeAsString();

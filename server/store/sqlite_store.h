@@ -120,16 +120,27 @@ class SqliteStore : public Store,
   absl::StatusOr<std::unique_ptr<KnowledgeWatch>> WatchKnowledge(
       int64_t after_revision) override;
 
-  // AuditLog: appends to the audit_log table.
-  void RecordAudit(const AuditEntry& entry) override;
+  // AuditLog: appends to the audit_log table, synchronously (the insert is
+  // done before `stored` is told). A failed insert is logged and counted
+  // (WriteDone) and `stored` still told OK: with SQLite the planner answers
+  // from memory when its file refuses a write, as before issue 20.
+  void RecordAudit(const AuditEntry& entry, RecordDone stored) override;
+  void RecordAudit(const AuditEntry& entry);
   // The audit log, oldest first (tests, inspection).
   absl::StatusOr<std::vector<AuditEntry>> AuditEntries();
 
-  // DecisionLog: appends the decision (request and reply kept whole).
+  // DecisionLog: appends the decision (request and reply kept whole), as
+  // RecordAudit does (synchronous; `stored` told OK after the insert).
   void RecordDecision(const monta::v1::StrategyRequest& request,
-                      const monta::v1::StrategyReply& reply) override;
+                      const monta::v1::StrategyReply& reply,
+                      RecordDone stored) override;
   void RecordVerification(const monta::v1::VerifyRequest& request,
-                          const monta::v1::VerifyReply& reply) override;
+                          const monta::v1::VerifyReply& reply,
+                          RecordDone stored) override;
+  void RecordDecision(const monta::v1::StrategyRequest& request,
+                      const monta::v1::StrategyReply& reply);
+  void RecordVerification(const monta::v1::VerifyRequest& request,
+                          const monta::v1::VerifyReply& reply);
 
   // Deletes the decisions made before `older_than` (the stored wall time:
   // retention is about records, not about a lease) and then all but the

@@ -20,6 +20,7 @@
 #include "server/model/traffic.h"
 #include "server/planning/decide_strategy.h"
 #include "server/planning/strategy_planner.h"
+#include "server/store/record_done.h"
 #include "server/verify/regret.h"
 #include "server/verify/score.h"
 
@@ -571,7 +572,12 @@ absl::StatusOr<v1::VerifyReply> Verifier::Verify(
     knowledge_->SetVerified(request.request(), reply, absl::Now());
   }
   if (metrics_ != nullptr) metrics_->RecordVerify(ran, scope, &reply);
-  if (log_ != nullptr) log_->RecordVerification(request, reply);
+  if (log_ != nullptr) {
+    // Answered only once its record is stored (on this run's own thread).
+    store::RecordWait stored;
+    log_->RecordVerification(request, reply, stored.done());
+    if (absl::Status s = stored.Wait(); !s.ok()) return s;
+  }
   return reply;
 }
 
