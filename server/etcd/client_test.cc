@@ -399,6 +399,37 @@ TEST_F(EtcdClientTest, LeaseLossReportedWhenEtcdStopsAnswering) {
             << (landed->kvs.empty() ? "did not land" : "landed") << "\n";
 }
 
+// Txn(txn, deadline): the deadline, not request_timeout (an hour here, so a
+// client that ignored it would hang the test), bounds an attempt at a member
+// that answers nothing; a deadline already passed sends nothing.
+TEST_F(EtcdClientTest, ATxnWithADeadlineGivesUpByIt) {
+  ClientOptions patient_options;
+  patient_options.request_timeout = absl::Hours(1);
+  std::unique_ptr<Client> patient = NewClient(patient_options);
+  ASSERT_TRUE(patient->Get(Key("any")).ok());  // connected
+  TxnRequest put;
+  put.success.push_back(Op::Put(Key("late"), "x"));
+  auto passed = patient->Txn(
+      put, std::chrono::steady_clock::now() - std::chrono::milliseconds(1));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(passed.status())) << passed.status();
+  EXPECT_FALSE(OutcomeUnknown(passed.status())) << passed.status();
+  auto absent = client_->Get(Key("late"));
+  ASSERT_TRUE(absent.ok());
+  EXPECT_TRUE(absent->kvs.empty());  // nothing was sent
+
+  cluster_->Pause(0);
+  const MonoTime started = std::chrono::steady_clock::now();
+  auto stopped = patient->Txn(put, MonoAfter(started, absl::Milliseconds(500)));
+  const absl::Duration took =
+      MonoSince(started, std::chrono::steady_clock::now());
+  cluster_->Resume(0);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(stopped.status())) << stopped.status();
+  EXPECT_TRUE(OutcomeUnknown(stopped.status())) << stopped.status();
+  std::cout << "a Txn with a 500ms deadline at a SIGSTOPped member gave up "
+               "after "
+            << absl::FormatDuration(took) << "\n";
+}
+
 // The client side stops (SIGSTOP of a process holding the lease): etcd
 // expires the lease and its key; resumed, the holder reports the loss.
 TEST_F(EtcdClientTest, LeaseLossReportedWhenClientWasStopped) {
