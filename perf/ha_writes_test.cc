@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "server/etcd_store/record_writer.h"
 #include "server/etcd_store/records.h"
+#include "server/store/record_done.h"
 #include "tests/testing/etcd_suite.h"
 
 namespace monta::perf {
@@ -38,13 +39,14 @@ TEST_F(HaWritesTest, AnAcknowledgedDecisionWithoutARecordIsLost) {
     etcd_store::RecordWriterOptions options;
     options.prefix = prefix;
     options.origin = "replica-0";
-    options.flush_interval = absl::Hours(1);  // sent by Flush
     etcd_store::RecordWriter writer(client_.get(), options);
     for (const monta::v1::StrategyRequest& request : recorded_calls) {
-      writer.RecordDecision(request, {});
+      // Answered only once stored, as the planner does (group commit).
+      store::RecordWait stored;
+      writer.RecordDecision(request, {}, stored.done());
+      ASSERT_TRUE(stored.Wait().ok());
       ledger.Acknowledge(request);
     }
-    ASSERT_TRUE(writer.Flush().ok());
   }
   // Answered OK, never recorded: the replica died before its writer sent it.
   const monta::v1::StrategyRequest unrecorded = ledger.Next(Job());
