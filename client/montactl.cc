@@ -624,14 +624,19 @@ int Bench(const Context& ctx, const std::vector<std::string>& args) {
                   << monta::bandwidth::CollectiveProtoName(curve.collective())
                   << ", " << curve.nranks() << " ranks on " << curve.n_nodes()
                   << " node(s):\n";
-        Table t({"SIZE", "TIME", "ALGBW", "BUSBW", "WRONG"});
+        // CHAIN: across nodes, one op of the warm chain timed after the
+        // median (docs/MODEL.md §2); "-" when not measured.
+        Table t({"SIZE", "TIME", "ALGBW", "BUSBW", "WRONG", "CHAIN"});
         for (const auto& p : curve.points()) {
           t.AddRow(
               {monta::client::HumanBytes(p.message_bytes()),
                monta::client::HumanSeconds(p.time_seconds()),
                absl::StrFormat("%.3f GB/s", p.algbw_bytes_per_second() / 1e9),
                absl::StrFormat("%.3f GB/s", p.busbw_bytes_per_second() / 1e9),
-               absl::StrCat(p.wrong_bytes())});
+               absl::StrCat(p.wrong_bytes()),
+               p.chain_time_seconds() > 0
+                   ? monta::client::HumanSeconds(p.chain_time_seconds())
+                   : std::string("-")});
         }
         std::cout << t.Render();
       }

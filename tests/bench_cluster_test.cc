@@ -61,6 +61,11 @@ TEST_F(BenchClusterTest, InterNodeSweepFeedsGetStrategy) {
         EXPECT_GT(algbw, 0);
         EXPECT_NEAR(busbw, algbw * 3 / 4, algbw * 1e-9);
         EXPECT_EQ(std::stoull(p["wrong_bytes"].get<std::string>()), 0u);
+        // Across nodes each size is timed both ways (docs/MODEL.md §2): the
+        // median and the warm chain.
+        ASSERT_TRUE(p.contains("chain_time_seconds")) << p.dump();
+        EXPECT_GT(p["chain_time_seconds"].get<double>(), 0) << p.dump();
+        EXPECT_GT(p["time_seconds"].get<double>(), 0) << p.dump();
       }
     }
     EXPECT_TRUE(found) << name << ": " << node["curves"].dump(1);
@@ -104,8 +109,14 @@ TEST_F(BenchClusterTest, AgentsMeasureThemselvesOnRegistration) {
           nlohmann::json node =
               Json(cluster_.Montactl({"--output=json", "node", name}));
           int intra = 0;
-          for (const auto& c : node["curves"])
-            intra += c["scope"] == "SCOPE_INTRA_NODE";
+          for (const auto& c : node["curves"]) {
+            if (c["scope"] != "SCOPE_INTRA_NODE") continue;
+            ++intra;
+            // Inside a node the median alone: no chain (0).
+            for (const auto& p : c["points"]) {
+              EXPECT_EQ(p.value("chain_time_seconds", -1.0), 0) << p.dump();
+            }
+          }
           return intra == 3;  // alltoall, allgather, copy
         },
         absl::Seconds(60)))
@@ -217,6 +228,24 @@ TEST_F(BenchClusterTest, MeasurementsSurvivePlannerRestartWithDb) {
       Json(cluster_.Montactl({"--output=json", "bench", "--nodes=node-a,node-b",
                               "--bench_timeout_seconds=20"}));
   EXPECT_EQ(bench["status"]["state"], "TASK_STATE_SUCCEEDED") << bench.dump(1);
+  // The inter-node curve's chain times come back from the file as stored.
+  auto inter_points = [&] {
+    nlohmann::json node =
+        Json(cluster_.Montactl({"--output=json", "node", "node-a"}));
+    for (const auto& c : node["curves"]) {
+      if (c["scope"] == "SCOPE_INTER_NODE") return c["points"];
+    }
+    return nlohmann::json();
+  };
+  const nlohmann::json stored = inter_points();
+  ASSERT_FALSE(stored.empty());
+  ASSERT_GT(stored[0].value("chain_time_seconds", 0.0), 0) << stored.dump(1);
+  cluster_.planner().Signal(SIGKILL);
+  ASSERT_TRUE(cluster_.planner().Wait(absl::Seconds(5)).ok());
+  ASSERT_TRUE(
+      cluster_.StartPlanner({"--db=" + db, "--bench_on_register=false"}, port)
+          .ok());
+  EXPECT_EQ(inter_points(), stored);
 }
 
 }  // namespace

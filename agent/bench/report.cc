@@ -22,6 +22,14 @@ absl::StatusOr<monta::v1::SeriesTimes> SeriesFromRanks(
       size.add_rank_seconds(points[i].time_us * 1e-6);
       size.add_rank_wrong_bytes(points[i].wrong);
     }
+    // An inter-node sweep's chains, one per rank, when every rank timed one.
+    bool chained = true;
+    for (const std::vector<SweepPoint>& points : per_rank) {
+      chained = chained && points[i].chain_time_us > 0;
+    }
+    for (size_t r = 0; chained && r < per_rank.size(); ++r) {
+      size.add_rank_chain_seconds(per_rank[r][i].chain_time_us * 1e-6);
+    }
     // A verify workload's iterations, rank after rank, when every rank has
     // the same number of them (a collective sweep keeps none).
     const size_t n = first[i].iteration_us.size();

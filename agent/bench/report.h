@@ -15,7 +15,8 @@ namespace monta::bench {
 // One series from the node's ranks: `per_rank[i]` holds local rank i's own
 // points (SweepOptions::agree_across_ranks off), every rank the same sizes in
 // the same order; their timed iterations go along, rank after rank, when
-// every rank has as many. The caller sets the series' collective or
+// every rank has as many, and their chain times (SweepPoint::chain_time_us)
+// when every rank timed one. The caller sets the series' collective or
 // dispatch_index.
 // INTERNAL when the ranks measured different sizes.
 absl::StatusOr<monta::v1::SeriesTimes> SeriesFromRanks(

@@ -247,6 +247,22 @@ absl::StatusOr<SweepPoint> MeasureOne(const JobWorkload& w,
   return std::move(points->front());
 }
 
+// SweepOptions::chain_too: after the median's iterations (the op is warm),
+// the chain of options.iterations more without a second warm-up, agreed as
+// the median (with agree_across_ranks the slowest rank's).
+absl::StatusOr<double> ChainAfterMedianUs(
+    comm::Communicator& comm, const SweepOptions& options,
+    const std::function<absl::Status()>& run) {
+  SweepOptions warm = options;
+  warm.warmup_iterations = 0;
+  absl::StatusOr<double> chain_us = BackToBackTimeUs(comm, warm, run);
+  if (!chain_us.ok()) return chain_us.status();
+  absl::StatusOr<std::pair<double, uint64_t>> agreed =
+      MaybeAgree(comm, options, *chain_us, 0);
+  if (!agreed.ok()) return agreed.status();
+  return agreed->first;
+}
+
 }  // namespace
 
 absl::StatusOr<SweepPoint> MeasureDispatch(MoeGroups& groups, Strategy strategy,
@@ -363,6 +379,11 @@ absl::StatusOr<std::vector<SweepPoint>> SweepCollective(
     if (!agreed.ok()) return agreed.status();
     points.push_back(
         MakePoint(collective, bytes, n, agreed->first, agreed->second));
+    if (options.chain_too && !options.back_to_back) {
+      absl::StatusOr<double> chain_us = ChainAfterMedianUs(comm, options, run);
+      if (!chain_us.ok()) return chain_us.status();
+      points.back().chain_time_us = *chain_us;
+    }
   }
   return points;
 }

@@ -36,11 +36,16 @@ struct SweepOptions {
   bool agree_across_ranks = true;
   // SweepCollective: time each size as a warm back-to-back chain
   // (BackToBackTimeUs) rather than as the median of iterations timed alone.
-  // The agent sets it for inter-node benchmarks (docs/MODEL.md §2): a
-  // network-bound op's chain is what a layer's ops see; inside one node (the
-  // CPU's sub-ms ops on a shared host) a chain's mean also takes in the
-  // scheduling stalls a median drops.
+  // Inside one node (the CPU's sub-ms ops on a shared host) a chain's mean
+  // also takes in the scheduling stalls a median drops.
   bool back_to_back = false;
+  // SweepCollective: time each size both ways, the median of iterations timed
+  // alone (time_us), then, the op warm, a back-to-back chain of
+  // `iterations` more (BackToBackTimeUs without a second warm-up;
+  // SweepPoint::chain_time_us). The agent sets it for inter-node benchmarks:
+  // the model takes the link's rates from the chain and the short chunk's
+  // launch from both (docs/MODEL.md §2, §4). Ignored with back_to_back.
+  bool chain_too = false;
   // MeasureInterleaved calls it before each warm-up and timed iteration of a
   // workload (the order it runs them in, for tests); unset: nothing.
   std::function<void(size_t workload, int iteration, bool warmup)> on_iteration;
@@ -59,6 +64,9 @@ struct SweepPoint {
   double busbw_gbps = 0;
   uint64_t wrong = 0;
   int chunks_effective = 1;
+  // SweepOptions::chain_too: one op of the warm chain (as time_us, agreed
+  // with agree_across_ranks); 0 = not measured.
+  double chain_time_us = 0;
   // MeasureDispatch and MeasureLayer: this rank's timed iterations in order
   // (time_us is their median, or the slowest rank's with
   // agree_across_ranks); empty for the collective sweeps.
@@ -134,7 +142,8 @@ absl::StatusOr<std::vector<ChunkCurve>> SweepChunks(
 // data-checked on a poisoned output, then timed: with options.back_to_back by
 // BackToBackTimeUs (what one op costs inside a warm chain of them, as a MoE
 // layer's ops and a pipeline's chunks run; docs/MODEL.md §2), else the median
-// of the timed iterations after the warm-up.
+// of the timed iterations after the warm-up, and with options.chain_too also
+// the chain after it (chain_time_us).
 absl::StatusOr<std::vector<SweepPoint>> SweepCollective(
     comm::Communicator& comm, bandwidth::Collective collective,
     const SweepOptions& options);

@@ -199,6 +199,52 @@ TEST(SweepTest, OwnPointsMakeTheNodesSeries) {
             absl::StatusCode::kInternal);
 }
 
+// Across nodes the agent times each size both ways (SweepOptions::chain_too):
+// the median, then the warm chain; the node's report carries both, one per
+// rank. Without it (inside a node) only the median, and no chain times.
+TEST(SweepTest, ChainTooTimesEverySizeBothWays) {
+  absl::Mutex mu;
+  std::vector<std::vector<SweepPoint>> both(kRanks), median(kRanks);
+  RunRanks("both", [&](comm::Communicator& world) {
+    SweepOptions o = SmallSweep();
+    o.agree_across_ranks = false;
+    o.chain_too = true;
+    absl::StatusOr<std::vector<SweepPoint>> chained =
+        SweepCollective(world, Collective::kAllToAll, o);
+    ASSERT_TRUE(chained.ok()) << chained.status();
+    o.chain_too = false;
+    absl::StatusOr<std::vector<SweepPoint>> alone =
+        SweepCollective(world, Collective::kAllToAll, o);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    absl::MutexLock lock(&mu);
+    both[world.rank()] = *chained;
+    median[world.rank()] = *alone;
+  });
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_EQ(both[r].size(), 3u);
+    for (size_t i = 0; i < both[r].size(); ++i) {
+      EXPECT_EQ(both[r][i].wrong, 0u);
+      EXPECT_GT(both[r][i].time_us, 0);
+      EXPECT_GT(both[r][i].chain_time_us, 0) << both[r][i].bytes;
+      EXPECT_EQ(median[r][i].chain_time_us, 0) << median[r][i].bytes;
+    }
+  }
+  absl::StatusOr<monta::v1::SeriesTimes> series = SeriesFromRanks(both);
+  ASSERT_TRUE(series.ok()) << series.status();
+  for (int i = 0; i < series->sizes_size(); ++i) {
+    const monta::v1::SizeTimes& size = series->sizes(i);
+    ASSERT_EQ(size.rank_chain_seconds_size(), kRanks);
+    for (int r = 0; r < kRanks; ++r) {
+      EXPECT_DOUBLE_EQ(size.rank_chain_seconds(r),
+                       both[r][i].chain_time_us * 1e-6);
+      EXPECT_DOUBLE_EQ(size.rank_seconds(r), both[r][i].time_us * 1e-6);
+    }
+  }
+  series = SeriesFromRanks(median);
+  ASSERT_TRUE(series.ok()) << series.status();
+  EXPECT_EQ(series->sizes(0).rank_chain_seconds_size(), 0);
+}
+
 // A layer workload (what verify's layer scope runs): data-checked, its
 // timed iterations kept in order, and the report carries them rank after
 // rank.

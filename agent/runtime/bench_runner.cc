@@ -97,10 +97,11 @@ bench::SweepOptions SweepOptionsOf(const monta::v1::BenchmarkTask& task) {
   sweep.iterations = std::max(1, task.iterations());
   // Each rank reports its own numbers; the planner agrees them.
   sweep.agree_across_ranks = false;
-  // The slowest rank's median of iterations timed alone, across nodes too:
-  // a warm chain (SweepOptions::back_to_back) measured the link truer in the
-  // quiet verify bench but its faster small sizes let the planner take
-  // chunks it prices too cheaply (docs/MODEL.md §2, §10), so it stays off.
+  // The median of iterations timed alone; across nodes also a warm chain
+  // after it at each size (SweepOptions::chain_too): the model takes the
+  // link's rates from the chain and a short chunk's launch from both
+  // (docs/MODEL.md §2, §4). Inside a node the median alone.
+  sweep.chain_too = task.scope() == monta::v1::SCOPE_INTER_NODE;
   return sweep;
 }
 

@@ -123,6 +123,18 @@ absl::Status CheckSize(const v1::SizeTimes& size, const std::string& field,
         CheckRankTime(size.rank_seconds(r), field + ".rank_seconds", r);
     if (!s.ok()) return s;
   }
+  // An inter-node sweep's chains: none (not measured), or one per rank.
+  const int chains = size.rank_chain_seconds_size();
+  if (chains != 0 && chains != ranks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".rank_chain_seconds: expected none or one per rank (", ranks,
+        "), got ", chains));
+  }
+  for (int r = 0; r < chains; ++r) {
+    absl::Status s = CheckRankTime(size.rank_chain_seconds(r),
+                                   field + ".rank_chain_seconds", r);
+    if (!s.ok()) return s;
+  }
   return absl::OkStatus();
 }
 
@@ -196,6 +208,9 @@ std::string Seconds(double s) { return absl::StrFormat("%.3g s", s); }
 // One size over all nodes: the point, and the nodes' medians.
 struct SizeAcrossNodes {
   double slowest_rank_seconds = 0;
+  // The slowest rank's chain over all nodes; 0 unless every node reported
+  // its ranks' chains.
+  double slowest_chain_seconds = 0;
   uint64_t wrong_bytes = 0;
   // Per timed iteration, the slowest rank's time over all nodes; empty
   // unless every node reported its ranks' iterations.
@@ -210,8 +225,14 @@ SizeAcrossNodes Agree(
   SizeAcrossNodes out;
   const int n = task.iterations();
   bool every_iteration = task.dispatches_size() > 0 && n > 0;
+  bool every_chain = true;
   for (const std::string& node : task.nodes()) {
     const v1::SizeTimes& size = reports.at(node).series(i).sizes(k);
+    // Validated: none or one per rank.
+    every_chain = every_chain && size.rank_chain_seconds_size() > 0;
+    for (double t : size.rank_chain_seconds()) {
+      out.slowest_chain_seconds = std::max(out.slowest_chain_seconds, t);
+    }
     // Validated: ranks x n, rank-major.
     every_iteration = every_iteration && size.rank_iteration_seconds_size() > 0;
     if (every_iteration) {
@@ -230,6 +251,7 @@ SizeAcrossNodes Agree(
   }
   std::sort(out.node_medians.begin(), out.node_medians.end());
   if (!every_iteration) out.iteration_seconds.clear();
+  if (!every_chain) out.slowest_chain_seconds = 0;
   return out;
 }
 
@@ -335,6 +357,7 @@ std::pair<v1::BandwidthCurve, Verdict> FormSeries(
         at.slowest_rank_seconds));
     p.set_wrong_bytes(at.wrong_bytes);
     for (double s : at.iteration_seconds) p.add_iteration_seconds(s);
+    p.set_chain_time_seconds(at.slowest_chain_seconds);
     Judge(task, curve, at, bytes, checks, line_rate, &verdict);
   }
   curve.set_node_spread_ratio(spread);

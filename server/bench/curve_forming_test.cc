@@ -349,5 +349,57 @@ TEST(CurveFormingTest, AVerifyPointCarriesTheSlowestRankPerIteration) {
             std::string::npos);
 }
 
+// An inter-node sweep's chains: the point carries the slowest rank's chain
+// over all nodes beside the median, 0 when a node did not time them; a
+// report's chain that is not one finite positive time per rank is refused,
+// naming the field.
+TEST(CurveFormingTest, APointCarriesTheSlowestRanksChain) {
+  const v1::BenchmarkTask task = PairTask();
+  auto reports = Both(task, 2e-3, 2e-3);
+  const std::map<std::string, std::vector<double>> chains = {
+      {"node-a", {1e-3, 1.5e-3}}, {"node-b", {1.2e-3, 1.1e-3}}};
+  for (const auto& [node, times] : chains) {
+    for (v1::SizeTimes& size :
+         *reports[node].mutable_series(0)->mutable_sizes()) {
+      for (double t : times) size.add_rank_chain_seconds(t);
+    }
+    ASSERT_TRUE(ValidateReport(task, reports[node]).ok());
+  }
+  const FormedCurves formed = FormCurves(task, reports, CurveChecks{}, kNow);
+  ASSERT_EQ(formed.kept.size(), 1u);
+  for (const v1::CurvePoint& p : formed.kept[0].points()) {
+    EXPECT_DOUBLE_EQ(p.chain_time_seconds(), 1.5e-3);
+    EXPECT_DOUBLE_EQ(p.time_seconds(), 2.2e-3);  // the median: 2 ms + 0.2 ms
+  }
+  // One node without chains: no point has one.
+  auto without = reports;
+  for (v1::SizeTimes& size :
+       *without["node-b"].mutable_series(0)->mutable_sizes()) {
+    size.clear_rank_chain_seconds();
+  }
+  const FormedCurves unchained = FormCurves(task, without, CurveChecks{}, kNow);
+  ASSERT_EQ(unchained.kept.size(), 1u);
+  for (const v1::CurvePoint& p : unchained.kept[0].points()) {
+    EXPECT_EQ(p.chain_time_seconds(), 0);
+  }
+  v1::ReportBenchmarkRequest bad = reports["node-a"];
+  bad.mutable_series(0)->mutable_sizes(1)->set_rank_chain_seconds(1, -1e-3);
+  EXPECT_NE(ValidateReport(task, bad).message().find(
+                "series[0].sizes[1].rank_chain_seconds[1]: expected a time"),
+            std::string::npos)
+      << ValidateReport(task, bad);
+  bad.mutable_series(0)->mutable_sizes(1)->set_rank_chain_seconds(
+      1, std::numeric_limits<double>::quiet_NaN());
+  EXPECT_NE(ValidateReport(task, bad).message().find(
+                "series[0].sizes[1].rank_chain_seconds[1]: expected a time"),
+            std::string::npos);
+  bad = reports["node-a"];
+  bad.mutable_series(0)->mutable_sizes(0)->add_rank_chain_seconds(1e-3);
+  EXPECT_NE(ValidateReport(task, bad).message().find(
+                "series[0].sizes[0].rank_chain_seconds: expected none or one "
+                "per rank (2), got 3"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace monta::coordination
