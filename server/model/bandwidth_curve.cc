@@ -116,7 +116,41 @@ absl::StatusOr<BandwidthCurve> BandwidthCurve::FromSamples(
     curve.launch_floor_seconds_ = std::max(
         curve.alpha_seconds_, swept_smallest.time_seconds - bandwidth_part);
   }
+  curve.rate_alpha_seconds_ = curve.alpha_seconds_;
   curve.samples_ = std::move(samples);
+  return curve;
+}
+
+absl::StatusOr<BandwidthCurve> BandwidthCurve::FromBothStatistics(
+    Collective collective, int nranks, int ranks_per_node,
+    std::vector<CurveSample> median, std::vector<CurveSample> chain) {
+  if (median.size() != chain.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "curve points: the chain needs one time per median's size (",
+        median.size(), " sizes), got ", chain.size()));
+  }
+  for (size_t i = 0; i < median.size(); ++i) {
+    if (median[i].message_bytes != chain[i].message_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "curve points[", i, "]: the chain's size ", chain[i].message_bytes,
+          " is not the median's ", median[i].message_bytes));
+    }
+  }
+  absl::StatusOr<BandwidthCurve> by_median =
+      FromSamples(collective, nranks, ranks_per_node, std::move(median));
+  if (!by_median.ok()) return by_median.status();
+  absl::StatusOr<BandwidthCurve> curve =
+      FromSamples(collective, nranks, ranks_per_node, std::move(chain));
+  if (!curve.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("curve chain_time_seconds: ", curve.status().message()));
+  }
+  // Rule (e): the chain's rates (beyond its own alpha), the smaller launch
+  // latency, the larger launch floor for the chunk bound.
+  curve->alpha_seconds_ =
+      std::min(curve->alpha_seconds_, by_median->alpha_seconds_);
+  curve->launch_floor_seconds_ =
+      std::max(curve->launch_floor_seconds_, by_median->launch_floor_seconds_);
   return curve;
 }
 
@@ -142,6 +176,7 @@ absl::StatusOr<BandwidthCurve> BandwidthCurve::FromAlphaBeta(
   curve.ranks_per_node_ = ranks_per_node;
   curve.link_share_ = LinkShare(collective, nranks, ranks_per_node);
   curve.alpha_seconds_ = alpha_seconds;
+  curve.rate_alpha_seconds_ = alpha_seconds;
   curve.launch_floor_seconds_ = alpha_seconds;
   curve.seconds_per_link_byte_ = 1.0 / link_bytes_per_second;
   return curve;
@@ -200,15 +235,16 @@ LinkRate BandwidthCurve::LinkRateAt(double x) const {
   const CurveTime t = TimeSeconds(x);
   // Near the latency floor the busy time beyond alpha is tiny and noisy; keep
   // at least 1% of the time so the rate stays finite.
-  const double busy = std::max(t.seconds - alpha_seconds_, 0.01 * t.seconds);
+  const double busy =
+      std::max(t.seconds - rate_alpha_seconds_, 0.01 * t.seconds);
   // Small messages never move faster than the link did at the largest
   // measured size (the most bandwidth-bound point): otherwise a chunk near
   // the latency floor would look nearly free on the link and the K search
   // would chase it (verify runs measured K = 64 at 4 MiB 40% slower than
   // predicted).
   const CurveSample& largest = samples_.back();
-  const double largest_busy = std::max(largest.time_seconds - alpha_seconds_,
-                                       0.01 * largest.time_seconds);
+  const double largest_busy = std::max(
+      largest.time_seconds - rate_alpha_seconds_, 0.01 * largest.time_seconds);
   const double cap = link_share_ * largest.message_bytes / largest_busy;
   return {std::min(link_share_ * x / busy, cap), t.extrapolated};
 }

@@ -49,6 +49,18 @@ class BandwidthCurve {
       bandwidth::Collective collective, int nranks, int ranks_per_node,
       std::vector<CurveSample> samples);
 
+  // A measured curve from both statistics of one sweep (rule (e), docs/MODEL.md
+  // §4 "A chunk's price"): per size the slowest rank's median of iterations
+  // timed alone (`median`) and its time of one op in a warm back-to-back
+  // chain (`chain`), the same sizes in both. Each is fitted as FromSamples;
+  // the curve's times and link rates are the chain's (LinkRateAt beyond the
+  // chain's own alpha), its alpha_seconds() the smaller of the two fits'
+  // alphas and its launch_floor_seconds() the larger of the two floors.
+  // perf/layer_pipe_replay.py --both_from computes the same.
+  static absl::StatusOr<BandwidthCurve> FromBothStatistics(
+      bandwidth::Collective collective, int nranks, int ranks_per_node,
+      std::vector<CurveSample> median, std::vector<CurveSample> chain);
+
   // A profile curve: T(x) = alpha + link_share * x / link_bytes_per_second,
   // i.e. a latency plus the bytes on the bottleneck link at its line rate.
   // Never extrapolated. Needs alpha >= 0 and a rate > 0.
@@ -106,6 +118,9 @@ class BandwidthCurve {
   int ranks_per_node_ = 0;
   double link_share_ = 1;
   double alpha_seconds_ = 0;
+  // LinkRateAt's latency: alpha_seconds_, but the chain's own fitted alpha
+  // for a curve FromBothStatistics (the rates are the chain's).
+  double rate_alpha_seconds_ = 0;
   double launch_floor_seconds_ = 0;
   // Profile curves: 1 / link rate; unused when samples_ is non-empty.
   double seconds_per_link_byte_ = 0;

@@ -204,5 +204,64 @@ TEST(BandwidthCurve, RejectsBadInput) {
   EXPECT_FALSE(BandwidthCurve().valid());
 }
 
+// Rule (e) (docs/MODEL.md §4, a chunk's price): a sweep's two statistics at
+// 400 Mbit/s (the quiet verify runs' shape: the median's 64 KiB stalled at
+// 4.19 ms, the chain's at 1.25 ms). The curve's times and link rates are the
+// chain's, its alpha the smaller fit's, its launch floor the larger;
+// perf/layer_pipe_replay.py --both_from computes the same numbers (printed
+// by its Curve and Hybrid for these samples).
+TEST(BandwidthCurve,
+     BothStatisticsTakeTheChainsRatesTheLeastAlphaTheMostFloor) {
+  const double kib = 1024;
+  const std::vector<CurveSample> median = {{64 * kib, 4.19e-3},
+                                           {256 * kib, 6.5e-3},
+                                           {1024 * kib, 25e-3},
+                                           {4096 * kib, 98.95e-3}};
+  const std::vector<CurveSample> chain = {{64 * kib, 1.25e-3},
+                                          {256 * kib, 5.0e-3},
+                                          {1024 * kib, 22.5e-3},
+                                          {4096 * kib, 89.5e-3}};
+  auto m = BandwidthCurve::FromSamples(Collective::kAllToAll, 4, 2, median);
+  auto c = BandwidthCurve::FromSamples(Collective::kAllToAll, 4, 2, chain);
+  auto both = BandwidthCurve::FromBothStatistics(Collective::kAllToAll, 4, 2,
+                                                 median, chain);
+  ASSERT_TRUE(m.ok() && c.ok() && both.ok()) << both.status();
+  // The replay's numbers.
+  EXPECT_NEAR(m->alpha_seconds(), 0.00035, 1e-12);
+  EXPECT_NEAR(m->launch_floor_seconds(), 0.0026493750000000007, 1e-12);
+  EXPECT_NEAR(c->alpha_seconds(), 1.0416666666664435e-05, 1e-12);
+  EXPECT_NEAR(both->alpha_seconds(), 1.0416666666664435e-05, 1e-12);
+  EXPECT_NEAR(both->launch_floor_seconds(), 0.0026493750000000007, 1e-12);
+  for (double x : {64 * kib, 512 * kib, 4096 * kib}) {
+    EXPECT_NEAR(both->LinkRateAt(x).bytes_per_second, 23434593.41170993, 1e-3)
+        << x;
+    EXPECT_DOUBLE_EQ(both->LinkRateAt(x).bytes_per_second,
+                     c->LinkRateAt(x).bytes_per_second);
+    EXPECT_DOUBLE_EQ(both->TimeSeconds(x).seconds, c->TimeSeconds(x).seconds);
+  }
+  EXPECT_NEAR(m->LinkRateAt(512 * kib).bytes_per_second, 21144825.043051966,
+              1e-3);
+  // The other way round: the median's alpha the smaller, the chain's floor
+  // the larger; the rates stay the chain's, beyond its own alpha.
+  auto swapped = BandwidthCurve::FromBothStatistics(Collective::kAllToAll, 4, 2,
+                                                    chain, median);
+  ASSERT_TRUE(swapped.ok());
+  EXPECT_DOUBLE_EQ(swapped->alpha_seconds(), c->alpha_seconds());
+  EXPECT_DOUBLE_EQ(swapped->launch_floor_seconds(), m->launch_floor_seconds());
+  EXPECT_DOUBLE_EQ(swapped->LinkRateAt(512 * kib).bytes_per_second,
+                   m->LinkRateAt(512 * kib).bytes_per_second);
+  // The chain must have the median's sizes.
+  std::vector<CurveSample> short_chain = chain;
+  short_chain.pop_back();
+  EXPECT_FALSE(BandwidthCurve::FromBothStatistics(Collective::kAllToAll, 4, 2,
+                                                  median, short_chain)
+                   .ok());
+  std::vector<CurveSample> other_sizes = chain;
+  other_sizes[1].message_bytes = 300 * kib;
+  EXPECT_FALSE(BandwidthCurve::FromBothStatistics(Collective::kAllToAll, 4, 2,
+                                                  median, other_sizes)
+                   .ok());
+}
+
 }  // namespace
 }  // namespace monta::model

@@ -1,5 +1,6 @@
 #include "server/planning/curve_conversion.h"
 
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -26,6 +27,9 @@ absl::StatusOr<monta::model::BandwidthCurve> CurveFromProto(
   }
   std::vector<monta::model::CurveSample> samples;
   samples.reserve(curve.points_size());
+  // An inter-node sweep's chains (rule (e), docs/MODEL.md §4): used when
+  // every point carries one.
+  std::vector<monta::model::CurveSample> chain;
   for (int i = 0; i < curve.points_size(); ++i) {
     const monta::v1::CurvePoint& p = curve.points(i);
     if (p.wrong_bytes() > 0) {
@@ -40,6 +44,20 @@ absl::StatusOr<monta::model::BandwidthCurve> CurveFromProto(
           p.busbw_bytes_per_second());
     }
     samples.push_back({static_cast<double>(p.message_bytes()), seconds});
+    const double chained = p.chain_time_seconds();
+    if (!std::isfinite(chained) || chained < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "curve points[", i,
+          "].chain_time_seconds: expected >= 0 and finite, got ", chained));
+    }
+    if (chained > 0) {
+      chain.push_back({static_cast<double>(p.message_bytes()), chained});
+    }
+  }
+  if (!chain.empty() && chain.size() == samples.size()) {
+    return monta::model::BandwidthCurve::FromBothStatistics(
+        *collective, nranks, nranks / n_nodes, std::move(samples),
+        std::move(chain));
   }
   return monta::model::BandwidthCurve::FromSamples(
       *collective, nranks, nranks / n_nodes, std::move(samples));

@@ -1,6 +1,8 @@
 #include "server/planning/curve_conversion.h"
 
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "server/model/hardware_profile.h"
@@ -62,6 +64,57 @@ TEST(CurveFromProto, RejectsBadCurves) {
   c = InterCurve();
   c.mutable_points(2)->set_message_bytes(1);
   EXPECT_FALSE(CurveFromProto(c).ok());
+}
+
+// Rule (e): points that all carry a chain time price from both statistics
+// (model::BandwidthCurve::FromBothStatistics); a curve without them, or with
+// a chain at only some sizes, prices from the median exactly as before.
+TEST(CurveFromProto, ChainTimesOnEveryPointPriceFromBothStatistics) {
+  v1::BandwidthCurve both = InterCurve();
+  std::vector<model::CurveSample> median, chain;
+  for (v1::CurvePoint& p : *both.mutable_points()) {
+    // The chain: a faster link (12.5 GB/s), no latency.
+    p.set_chain_time_seconds(0.5 * p.message_bytes() / 12.5e9);
+    median.push_back(
+        {static_cast<double>(p.message_bytes()), p.time_seconds()});
+    chain.push_back(
+        {static_cast<double>(p.message_bytes()), p.chain_time_seconds()});
+  }
+  auto priced = CurveFromProto(both);
+  ASSERT_TRUE(priced.ok()) << priced.status();
+  auto expected = model::BandwidthCurve::FromBothStatistics(
+      bandwidth::Collective::kAllToAll, 16, 8, median, chain);
+  ASSERT_TRUE(expected.ok());
+  EXPECT_NEAR(priced->LinkRateAt(4 << 20).bytes_per_second, 12.5e9, 1e3);
+  EXPECT_DOUBLE_EQ(priced->alpha_seconds(), expected->alpha_seconds());
+  EXPECT_DOUBLE_EQ(priced->launch_floor_seconds(),
+                   expected->launch_floor_seconds());
+  EXPECT_NEAR(priced->launch_floor_seconds(), 20e-6, 1e-12);  // the median's
+
+  // A chain at only some sizes: the median alone, as without any.
+  v1::BandwidthCurve partial = both;
+  partial.mutable_points(1)->set_chain_time_seconds(0);
+  auto plain = CurveFromProto(InterCurve());
+  auto part = CurveFromProto(partial);
+  ASSERT_TRUE(plain.ok() && part.ok());
+  for (double x : {1 << 20, 3 << 20, 32 << 20}) {
+    EXPECT_EQ(part->LinkRateAt(x).bytes_per_second,
+              plain->LinkRateAt(x).bytes_per_second);
+  }
+  EXPECT_EQ(part->alpha_seconds(), plain->alpha_seconds());
+  EXPECT_EQ(part->launch_floor_seconds(), plain->launch_floor_seconds());
+}
+
+TEST(CurveFromProto, RejectsANegativeOrNaNChainTimeNamingIt) {
+  for (double bad : {-1e-3, std::nan("")}) {
+    v1::BandwidthCurve c = InterCurve();
+    c.mutable_points(1)->set_chain_time_seconds(bad);
+    EXPECT_NE(CurveFromProto(c).status().message().find(
+                  "curve points[1].chain_time_seconds: expected >= 0 and "
+                  "finite"),
+              std::string::npos)
+        << CurveFromProto(c).status();
+  }
 }
 
 TEST(ProfileToProto, CopiesEveryConstant) {
