@@ -63,7 +63,9 @@ launch floor come from --latency_from's (each the run's own curve when not given
 as its launch (docs/MODEL.md §2); --bound_floor_from: a pipelined K whose chunk's
 AllToAll (as priced after the rule) takes under 2.75x that curve's launch floor (plus the
 calibrated per-chunk overhead in the calibrated column, MODEL.md §5) is not run. The other
-statistic of a run comes from that other run (the agents record one). --both_from=DIR2
+statistic of a run comes from that other run (the agents recorded one before rule (e) was
+built; since, they record both and the model prices by rule (e), docs/MODEL.md §4: this replay
+still reads montactl bench's TIME column, the median, as the model's curve). --both_from=DIR2
 --chain=own|other: the sweep recording both statistics, the run's own curve and DIR2's (which
 of them is the chain): link rates from the chain, the launch latency the smaller of the two
 curves', the chunk bound's floor the larger of their launch floors (--bound_from=median: the
