@@ -104,12 +104,11 @@ replicas::Endpoints PlannerEndpoints(const std::string& address) {
 
 AgentRuntime::AgentRuntime(AgentOptions options)
     : options_(std::move(options)),
+      backoff_(options_.initial_backoff, options_.max_backoff),
       endpoints_(PlannerEndpoints(options_.planner_address)),
       home_(endpoints_.all(),
             replicas::HomeIndex(options_.node_name, endpoints_.size())) {
   if (options_.instance_id.empty()) options_.instance_id = RandomInstanceId();
-  std::random_device rd;
-  rng_.seed((static_cast<uint64_t>(rd()) << 32) | rd());
   Reconnect();
   absl::MutexLock lock(&mu_);
   home_stub_ = NewStub(home_.current());
@@ -321,19 +320,13 @@ std::unique_ptr<grpc::ClientContext> AgentRuntime::NewContext() const {
   return context;
 }
 
-absl::Duration AgentRuntime::Backoff(int attempt) {
-  // Capped exponential with "equal jitter": half fixed, half random, so a fleet
-  // of agents does not reconnect in lockstep after a planner restart.
-  absl::Duration cap;
+absl::Duration AgentRuntime::BackoffFor(int attempt) {
+  absl::Duration interval;
   {
     absl::MutexLock lock(&mu_);
-    cap = std::min(options_.max_backoff, heartbeat_interval_);
+    interval = heartbeat_interval_;
   }
-  const double factor = std::pow(2.0, std::min(attempt, 20));
-  const absl::Duration base = std::min(cap, options_.initial_backoff * factor);
-  absl::MutexLock lock(&mu_);
-  std::uniform_real_distribution<double> jitter(0.5, 1.0);
-  return base * jitter(rng_);
+  return backoff_.Delay(attempt, interval);
 }
 
 absl::Status AgentRuntime::RegisterOnce() {
@@ -379,7 +372,7 @@ bool AgentRuntime::TryRegister(int& attempt) {
     return true;
   }
   registered_ = false;
-  const absl::Duration wait = Backoff(attempt++);
+  const absl::Duration wait = BackoffFor(attempt++);
   // Down, or a follower naming the leader: try the next replica.
   const std::string next = endpoint_count() > 1 && absl::IsUnavailable(status)
                                ? MoveOn(status.message())
@@ -419,8 +412,8 @@ void AgentRuntime::LeaseLoop() {
           MonoSince(last_topology_, std::chrono::steady_clock::now()) >=
           options_.topology_refresh;
     }
-    if (stop_.WaitForNotificationWithTimeout(attempt == 0 ? interval
-                                                          : Backoff(attempt)))
+    if (stop_.WaitForNotificationWithTimeout(
+            attempt == 0 ? interval : BackoffFor(attempt)))
       break;
 
     const monta::v1::HeartbeatRequest request = NewHeartbeat(refresh_topology);
@@ -547,7 +540,7 @@ void AgentRuntime::WatchLoop() {
     if (stop_.HasBeenNotified()) break;
     WatchEnded(status);
     if (!got_any) ++attempt;
-    stop_.WaitForNotificationWithTimeout(Backoff(attempt));
+    stop_.WaitForNotificationWithTimeout(BackoffFor(attempt));
   }
 }
 

@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/backoff.h"
 #include "common/clock.h"
 #include "common/replicas/endpoints.h"
 #include "grpcpp/client_context.h"
@@ -144,7 +145,9 @@ class AgentRuntime {
   // RegisterOnce with the loop's bookkeeping: true when registered; else it
   // logged, moved to the next replica on UNAVAILABLE and waited its backoff.
   bool TryRegister(int& attempt);
-  absl::Duration Backoff(int attempt);
+  // The wait before retry `attempt`: backoff_, capped at the heartbeat
+  // interval too.
+  absl::Duration BackoffFor(int attempt);
   // A heartbeat, carrying the node's topology when `with_topology` (and it
   // could be discovered).
   monta::v1::HeartbeatRequest NewHeartbeat(bool with_topology);
@@ -183,6 +186,9 @@ class AgentRuntime {
   std::shared_ptr<monta::v1::AgentGateway::Stub> stub();
 
   AgentOptions options_;
+  // Registration, heartbeat and task watch retries (initial_backoff doubling
+  // to max_backoff, capped at the heartbeat interval, jittered).
+  Backoff backoff_;
   // Waits on the monotonic clock: a wall clock step must not stretch a
   // heartbeat interval.
   MonoNotification stop_;
@@ -205,7 +211,6 @@ class AgentRuntime {
       ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(5);
   MonoTime last_topology_ ABSL_GUARDED_BY(mu_) = MonoTime();
-  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
   // The open WatchTasks call, so Stop() can cancel it.
   grpc::ClientContext* watch_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   // The run in progress (null: none) and its task's leader epoch, so that a

@@ -16,6 +16,7 @@
 #include "agent/bench/schedule.h"
 #include "agent/bench/sweep.h"
 #include "agent/comm/communicator_factory.h"
+#include "common/backoff.h"
 #include "common/bandwidth/collective_proto.h"
 #include "common/grpc_status.h"
 #include "common/status_proto.h"
@@ -388,15 +389,47 @@ absl::Status MeasureNode(const monta::v1::BenchmarkTask& task, int node_index,
   return absl::OkStatus();
 }
 
-// Sends `report`. A RESOURCE_EXHAUSTED refusal (the planner took nothing:
-// its store is behind, --max_pending_registry_changes) is sent again after a
-// backoff (200 ms doubling to 5 s) until `deadline` or a cancellation; the
-// last answer is returned.
+// Why a report the planner refused with `refused` is not sent again, or
+// nothing when it may be taken after a wait of `wait`. Only
+// RESOURCE_EXHAUSTED can succeed on a resend: the planner took nothing
+// because its store is behind (--max_pending_registry_changes,
+// --max_pending_wait) and takes the same report once it caught up. Every
+// other refusal answers the same report the same way again: a task unknown
+// or of another leader (NOT_FOUND, FAILED_PRECONDITION "leader changed": the
+// new leader runs the task again), a report out of bounds or malformed
+// (INVALID_ARGUMENT), a node that may not report it (PERMISSION_DENIED), one
+// already taken (ALREADY_EXISTS), a replica that does not lead or is gone
+// (UNAVAILABLE: the task's leader is gone with it).
+std::optional<std::string> WhyNotAgain(const absl::Status& refused,
+                                       absl::Duration wait, absl::Time deadline,
+                                       const Cancellation& cancel) {
+  if (!absl::IsResourceExhausted(refused)) {
+    return absl::StrCat(absl::StatusCodeToString(refused.code()),
+                        " is not retried: the same report gets the same "
+                        "answer");
+  }
+  if (cancel.cancelled()) {
+    return absl::StrCat("the run was cancelled (", cancel.status().message(),
+                        ")");
+  }
+  if (absl::Now() + wait > deadline) {
+    return absl::StrCat("the task's deadline (", absl::FormatTime(deadline),
+                        ") comes before the next try (in ",
+                        absl::FormatDuration(wait), ")");
+  }
+  return std::nullopt;
+}
+
+// Sends `report`. A refusal that can succeed on a resend (WhyNotAgain) is
+// sent again after a backoff (200 ms doubling to 5 s, equal jitter: a fleet
+// refused together does not come back in lockstep) until `deadline` (the
+// task's end) or a cancellation; the last answer is returned, and why the
+// agent stopped sending is logged.
 absl::Status SendReport(monta::v1::AgentGateway::StubInterface* stub,
                         const monta::v1::ReportBenchmarkRequest& report,
                         absl::Time deadline, const Cancellation& cancel,
                         const std::string& node_name) {
-  absl::Duration backoff = absl::Milliseconds(200);
+  Backoff backoff(absl::Milliseconds(200), absl::Seconds(5));
   while (true) {
     monta::v1::ReportBenchmarkReply reply;
     grpc::ClientContext context;
@@ -405,19 +438,24 @@ absl::Status SendReport(monta::v1::AgentGateway::StubInterface* stub,
                                                          : absl::Seconds(10)));
     const absl::Status reported =
         FromGrpc(stub->ReportBenchmark(&context, report, &reply));
-    if (!absl::IsResourceExhausted(reported) || cancel.cancelled() ||
-        absl::Now() + backoff > deadline) {
-      return reported;
-    }
+    if (reported.ok()) return reported;
+    const absl::Duration wait = backoff.Next();
+    const std::optional<std::string> why =
+        WhyNotAgain(reported, wait, deadline, cancel);
     std::cerr << "monta-agent[" << node_name << "]: report of task "
-              << report.task_id() << " refused (" << reported.message()
-              << "); sending it again in " << absl::FormatDuration(backoff)
+              << report.task_id() << " refused (" << reported.ToString()
+              << "); "
+              << (why.has_value()
+                      ? absl::StrCat("not sending it again after ",
+                                     backoff.attempts(), " tries: ", *why)
+                      : absl::StrCat("sending it again in ",
+                                     absl::FormatDuration(wait)))
               << std::endl;
-    const absl::Time until = absl::Now() + backoff;
+    if (why.has_value()) return reported;
+    const absl::Time until = absl::Now() + wait;
     while (!cancel.cancelled() && absl::Now() < until) {
       absl::SleepFor(std::min(absl::Milliseconds(50), until - absl::Now()));
     }
-    backoff = std::min(backoff * 2, absl::Seconds(5));
   }
 }
 

@@ -62,10 +62,13 @@ TEST(BenchRunnerTest, AReportThePlannerDoesNotTakeIsCounted) {
 }
 
 // A planner whose store is behind for the first `refusals` reports: it
-// refuses them RESOURCE_EXHAUSTED, taking nothing, as the coordinator does.
+// refuses them RESOURCE_EXHAUSTED, taking nothing, as the coordinator does
+// (or with `code`, a refusal of another kind).
 class BusyGateway : public monta::v1::AgentGateway::CallbackService {
  public:
-  explicit BusyGateway(int refusals) : refusals_(refusals) {}
+  explicit BusyGateway(int refusals, grpc::StatusCode code =
+                                         grpc::StatusCode::RESOURCE_EXHAUSTED)
+      : refusals_(refusals), code_(code) {}
   grpc::ServerUnaryReactor* ReportBenchmark(
       grpc::CallbackServerContext* context,
       const monta::v1::ReportBenchmarkRequest* request,
@@ -74,7 +77,7 @@ class BusyGateway : public monta::v1::AgentGateway::CallbackService {
     ++reports_;
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(reports_ <= refusals_
-                        ? grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        ? grpc::Status(code_,
                                        "ReportBenchmark refused: the planner "
                                        "is overloaded; retry after a backoff")
                         : grpc::Status::OK);
@@ -87,6 +90,7 @@ class BusyGateway : public monta::v1::AgentGateway::CallbackService {
 
  private:
   const int refusals_;
+  const grpc::StatusCode code_;
   absl::Mutex mu_;
   int reports_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -119,6 +123,24 @@ TEST(BenchRunnerTest, AReportRefusedUntilTheDeadlineIsCountedDropped) {
   BusyGateway gateway(/*refusals=*/1000);
   EXPECT_TRUE(RunAgainst(gateway, /*timeout_seconds=*/2).counted);
   EXPECT_GT(gateway.reports(), 1);
+}
+
+// A refusal that the same report would get again (a task unknown or of
+// another leader, a report out of bounds, a node that may not report, one
+// already taken, a replica that does not lead) is not sent again: one try,
+// counted dropped at once, long before the task's deadline.
+TEST(BenchRunnerTest, AReportRefusedForGoodIsSentOnce) {
+  for (const grpc::StatusCode code :
+       {grpc::StatusCode::INVALID_ARGUMENT,
+        grpc::StatusCode::FAILED_PRECONDITION, grpc::StatusCode::NOT_FOUND,
+        grpc::StatusCode::PERMISSION_DENIED, grpc::StatusCode::ALREADY_EXISTS,
+        grpc::StatusCode::UNAVAILABLE, grpc::StatusCode::UNAUTHENTICATED}) {
+    BusyGateway gateway(/*refusals=*/1000, code);
+    const RunEnd run = RunAgainst(gateway, /*timeout_seconds=*/600);
+    EXPECT_TRUE(run.counted) << code;
+    EXPECT_EQ(run.finished, "failed") << code;
+    EXPECT_EQ(gateway.reports(), 1) << code;
+  }
 }
 
 }  // namespace

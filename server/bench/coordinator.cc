@@ -591,14 +591,17 @@ absl::StatusOr<std::optional<std::string>> Coordinator::TryGet(
 
 absl::Status Coordinator::Report(
     const monta::v1::ReportBenchmarkRequest& request, Instant now) {
+  // INVALID_ARGUMENT, not RESOURCE_EXHAUSTED: the same report never passes,
+  // and the agent sends a report refused RESOURCE_EXHAUSTED (the store
+  // behind, below) again until the task's deadline.
   if (request.series_size() > options_.max_curves_per_report) {
-    return absl::ResourceExhaustedError(absl::StrCat(
+    return absl::InvalidArgumentError(absl::StrCat(
         "series: ", request.series_size(), " series, at most ",
         options_.max_curves_per_report, " (--max_curves_per_report)"));
   }
   for (int i = 0; i < request.series_size(); ++i) {
     if (request.series(i).sizes_size() > options_.max_points_per_curve) {
-      return absl::ResourceExhaustedError(absl::StrCat(
+      return absl::InvalidArgumentError(absl::StrCat(
           "series[", i, "].sizes: ", request.series(i).sizes_size(),
           " sizes, at most ", options_.max_points_per_curve,
           " (--max_points_per_curve)"));

@@ -19,6 +19,7 @@ MonoTime Now() { return std::chrono::steady_clock::now(); }
 LeaseKeepAlive::LeaseKeepAlive(Client* client, const Lease& lease,
                                std::function<void(const absl::Status&)> on_lost)
     : client_(client),
+      backoff_(client->options().min_backoff, client->options().max_backoff),
       id_(lease.id),
       ttl_(absl::Seconds(lease.ttl_seconds)),
       on_lost_(std::move(on_lost)) {
@@ -109,10 +110,8 @@ void LeaseKeepAlive::Run() {
     // renewed, after a growing backoff when none do.
     ++cursor;
     failures = renewed ? 0 : failures + 1;
-    const absl::Duration backoff =
-        std::min(client_->options().min_backoff * (1 << std::min(failures, 10)),
-                 client_->options().max_backoff);
-    Backoff(failures == 0 ? absl::ZeroDuration() : backoff);
+    WaitBackoff(failures == 0 ? absl::ZeroDuration()
+                              : backoff_.Delay(failures));
   }
   absl::Status lost;
   {
@@ -124,7 +123,7 @@ void LeaseKeepAlive::Run() {
   if (on_lost_) on_lost_(lost);
 }
 
-void LeaseKeepAlive::Backoff(absl::Duration backoff) {
+void LeaseKeepAlive::WaitBackoff(absl::Duration backoff) {
   absl::MutexLock lock(&mu_);
   const MonoTime until = std::min(MonoAfter(Now(), backoff), expiry_);
   while (!stop_ && lost_.ok()) {

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/backoff.h"
 #include "common/clock.h"
 #include "server/etcd/kv.h"
 
@@ -73,10 +74,13 @@ class LeaseKeepAlive {
   void OnAnswer(int64_t ttl_seconds);
   void Lose(absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits out a reconnect backoff, or until stopped, lost or expired.
-  void Backoff(absl::Duration backoff);
+  void WaitBackoff(absl::Duration backoff);
   absl::Duration answer_timeout() const;
 
   Client* const client_;
+  // Reconnects when no member renews (the client's min_backoff doubling to
+  // max_backoff, jittered).
+  Backoff backoff_;
   const int64_t id_;
   const absl::Duration ttl_;
   const std::function<void(const absl::Status&)> on_lost_;

@@ -20,7 +20,9 @@ constexpr size_t kMaxReasonBytes = 256;
 }  // namespace
 
 Watch::Watch(Client* client, WatchOptions options)
-    : client_(client), options_(std::move(options)) {
+    : client_(client),
+      options_(std::move(options)),
+      backoff_(client->options().min_backoff, client->options().max_backoff) {
   {
     absl::MutexLock lock(&mu_);
     next_revision_ = options_.start_revision;
@@ -223,9 +225,7 @@ void Watch::Run() {
     // members that cannot be reached are retried with a growing backoff.
     ++cursor;
     failures = end == StreamEnd::kBroken ? 0 : failures + 1;
-    const ClientOptions& o = client_->options();
-    WaitBackoff(
-        std::min(o.min_backoff * (1 << std::min(failures, 10)), o.max_backoff));
+    WaitBackoff(backoff_.Delay(failures));
   }
 }
 

@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/backoff.h"
 #include "server/etcd/kv.h"
 
 namespace etcdserverpb {
@@ -97,6 +98,9 @@ class Watch {
 
   Client* const client_;
   const WatchOptions options_;
+  // Reconnects to members that cannot be reached (the client's min_backoff
+  // doubling to max_backoff, jittered).
+  Backoff backoff_;
 
   mutable absl::Mutex mu_;
   mutable std::condition_variable_any cv_;
