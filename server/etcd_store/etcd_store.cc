@@ -179,113 +179,6 @@ absl::StatusOr<std::vector<Mutation>> DecodeMutations(const std::string& data) {
 
 // The etcd Txns of one Commit: the net puts and deletes of its mutations,
 // split at etcd's limits (see the header).
-class EtcdStore::Batch {
- public:
-  struct Part {
-    std::vector<etcd::Op> ops;
-    std::vector<Mutation> mutations;  // its log; none: deletes ahead of a part
-  };
-
-  Batch(size_t max_ops, int64_t max_bytes)
-      : max_ops_(max_ops), max_bytes_(max_bytes) {}
-
-  // The current mutation's writes (the last one of a key counts).
-  void Put(const std::string& key, std::string value) {
-    current_[key] = std::move(value);
-  }
-  void Delete(const std::string& key) { current_[key] = std::nullopt; }
-
-  // Closes the current mutation `m` (at `index` of the batch).
-  absl::Status EndMutation(const Mutation& m, size_t index) {
-    const int64_t log_bytes =
-        static_cast<int64_t>(EncodeMutations({m}).size()) - 8;
-    if (Fits(current_, 0, log_bytes)) {
-      std::map<std::string, std::optional<std::string>> merged = pending_;
-      for (auto& [key, value] : current_) merged[key] = value;
-      if (!Fits(merged, pending_log_bytes_, log_bytes)) {
-        Flush();
-        merged = current_;
-      }
-      pending_ = std::move(merged);
-      pending_log_bytes_ += log_bytes;
-      pending_mutations_.push_back(m);
-      current_.clear();
-      return absl::OkStatus();
-    }
-    // Too large for one Txn: its deletes go first, in Txns of their own.
-    Flush();
-    std::map<std::string, std::optional<std::string>> puts;
-    Part deletes;
-    int64_t delete_bytes = 0;
-    for (auto& [key, value] : current_) {
-      if (value.has_value()) {
-        puts[key] = std::move(value);
-        continue;
-      }
-      const int64_t bytes =
-          static_cast<int64_t>(key.size()) + etcd::kOpOverheadBytes;
-      if (deletes.ops.size() + 1 > max_ops_ ||
-          delete_bytes + bytes > max_bytes_) {
-        parts_.push_back(std::move(deletes));
-        deletes = Part{};
-        delete_bytes = 0;
-      }
-      deletes.ops.push_back(etcd::Op::Delete(key));
-      delete_bytes += bytes;
-    }
-    if (!deletes.ops.empty()) parts_.push_back(std::move(deletes));
-    current_.clear();
-    if (!Fits(puts, 0, log_bytes)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("mutations[", index, "]: larger than one etcd request (",
-                       max_bytes_, " bytes, ", max_ops_, " operations)"));
-    }
-    pending_ = std::move(puts);
-    pending_log_bytes_ = log_bytes;
-    pending_mutations_.push_back(m);
-    return absl::OkStatus();
-  }
-
-  std::vector<Part> Finish() {
-    Flush();
-    return std::move(parts_);
-  }
-
- private:
-  bool Fits(const std::map<std::string, std::optional<std::string>>& writes,
-            int64_t log_bytes, int64_t more_log_bytes) const {
-    if (writes.size() + 1 > max_ops_) return false;
-    int64_t bytes = log_bytes + more_log_bytes + etcd::kOpOverheadBytes;
-    for (const auto& [key, value] : writes) {
-      bytes += static_cast<int64_t>(key.size()) + etcd::kOpOverheadBytes +
-               (value.has_value() ? static_cast<int64_t>(value->size()) : 0);
-    }
-    return bytes <= max_bytes_;
-  }
-
-  void Flush() {
-    if (pending_mutations_.empty()) return;
-    Part part;
-    for (auto& [key, value] : pending_) {
-      part.ops.push_back(value.has_value() ? etcd::Op::Put(key, *value)
-                                           : etcd::Op::Delete(key));
-    }
-    part.mutations = std::move(pending_mutations_);
-    parts_.push_back(std::move(part));
-    pending_.clear();
-    pending_mutations_.clear();
-    pending_log_bytes_ = 0;
-  }
-
-  const size_t max_ops_;
-  const int64_t max_bytes_;
-  std::map<std::string, std::optional<std::string>> current_;
-  std::map<std::string, std::optional<std::string>> pending_;
-  int64_t pending_log_bytes_ = 0;
-  std::vector<Mutation> pending_mutations_;
-  std::vector<Part> parts_;
-};
-
 namespace {
 
 // The commits of P log after a revision, as ChangeWatch.
@@ -637,7 +530,7 @@ etcd::Compare EtcdStore::FenceCompare(const Fence& fence) const {
 
 void EtcdStore::DeleteCurvesLocked(
     const std::function<bool(const monta::v1::BandwidthCurve&)>& which,
-    Batch& batch) {
+    TxnBatch& batch) {
   for (auto m = mirror_.curves.begin(); m != mirror_.curves.end();) {
     for (auto c = m->second.begin(); c != m->second.end();) {
       if (which(c->second)) {
@@ -652,7 +545,7 @@ void EtcdStore::DeleteCurvesLocked(
 }
 
 absl::Status EtcdStore::Apply(
-    const Mutation& mutation, Batch& batch,
+    const Mutation& mutation, TxnBatch& batch,
     std::vector<monta::v1::BandwidthCurve>* restored) {
   switch (mutation.kind) {
     case Mutation::Kind::kNode: {
@@ -740,9 +633,9 @@ absl::StatusOr<Committed> EtcdStore::CommitLocked(
     if (absl::Status s = LoadMirrorLocked(); !s.ok()) return s;
   }
   const etcd::ClientOptions& limits = client_->options();
-  Batch batch(static_cast<size_t>(limits.max_txn_ops),
-              limits.max_request_bytes - etcd::kRaftEnvelopeBytes -
-                  etcd::kTxnFramingBytes);
+  TxnBatch batch(static_cast<size_t>(limits.max_txn_ops),
+                 limits.max_request_bytes - etcd::kRaftEnvelopeBytes -
+                     etcd::kTxnFramingBytes);
   Committed committed;
   for (size_t i = 0; i < mutations.size(); ++i) {
     if (absl::Status s = Apply(mutations[i], batch, &committed.restored);
@@ -751,7 +644,7 @@ absl::StatusOr<Committed> EtcdStore::CommitLocked(
     }
     if (absl::Status s = batch.EndMutation(mutations[i], i); !s.ok()) return s;
   }
-  std::vector<Batch::Part> parts = batch.Finish();
+  std::vector<TxnBatch::Part> parts = batch.Finish();
   const etcd::Compare compare = FenceCompare(fence);
   for (size_t i = 0; i < parts.size(); ++i) {
     etcd::TxnRequest txn;

@@ -77,6 +77,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/etcd/client.h"
+#include "server/etcd_store/txn_batch.h"
 #include "server/store/knowledge_store.h"
 #include "server/store/store.h"
 #include "server/store/task_store.h"
@@ -174,7 +175,6 @@ class EtcdStore : public store::Store,
     std::map<std::string, std::string> nodes;
     std::map<std::string, std::map<uint64_t, monta::v1::BandwidthCurve>> curves;
   };
-  class Batch;
 
   EtcdStore(etcd::Client* client, EtcdStoreOptions options);
   absl::Status CheckSchema();
@@ -186,12 +186,12 @@ class EtcdStore : public store::Store,
       const store::Fence& fence, const std::vector<store::Mutation>& mutations)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One mutation against the mirror: its puts and deletes go to `batch`.
-  absl::Status Apply(const store::Mutation& mutation, Batch& batch,
+  absl::Status Apply(const store::Mutation& mutation, TxnBatch& batch,
                      std::vector<monta::v1::BandwidthCurve>* restored)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeleteCurvesLocked(
       const std::function<bool(const monta::v1::BandwidthCurve&)>& which,
-      Batch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      TxnBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Puts and deletes P <dir><id> under the fence (tasks/, knowledge/), in
   // as few Txns as etcd's limits allow; failures logged and told to the
