@@ -284,17 +284,6 @@ void Attachments::Tell(const std::vector<AttachmentChange>& changes) {
   if (!changes.empty() && options_.on_attached) options_.on_attached(changes);
 }
 
-AttachedNodes Attachments::attached() const {
-  absl::MutexLock follow(&follow_mu_);
-  AttachedNodes attached;
-  for (const auto& [node, instances] : counts_) {
-    for (const auto& [instance, count] : instances) {
-      attached[node].insert(instance);
-    }
-  }
-  return attached;
-}
-
 int64_t Attachments::lease() const {
   absl::MutexLock lock(&mu_);
   return lease_;

@@ -37,7 +37,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -53,8 +52,6 @@
 
 namespace monta::etcd_store {
 
-// Node name -> instance ids attached (any replica); one instance usually.
-using AttachedNodes = std::map<std::string, std::set<std::string>, std::less<>>;
 using registry::AttachmentChange;
 // Node name -> instance id of the agents alive here by their heartbeats.
 using OwnNodes = std::map<std::string, std::string, std::less<>>;
@@ -112,8 +109,6 @@ class Attachments {
   int64_t deletes() const ABSL_LOCKS_EXCLUDED(mu_);
   // Nodes attached anywhere, as Follow last saw them.
   size_t attached_nodes() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Every replica's attachments, as Follow last saw them.
-  AttachedNodes attached() const ABSL_LOCKS_EXCLUDED(follow_mu_);
 
  private:
   Attachments(etcd::Client* client, AttachmentsOptions options);

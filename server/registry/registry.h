@@ -263,25 +263,30 @@ class Registry {
 
   // Restores a node read back from the store (no lease: it starts stale, and
   // is removed options().gone_after after `now` unless its agent returns;
-  // a node this process heard, as the same instance, before it was restored
-  // or Cleared keeps its lease).
+  // a node this process heard, as the same instance, before a Replace or
+  // Clear forgot it keeps its lease).
   // `node`'s curves are ignored: the curves a known node holds stay (a
   // follower applies a node's change without losing them); RestoreCurve adds
   // curves.
   void Restore(const monta::v1::NodeInfo& node, Instant now);
-  // Forgets every node, curve and exclusion, and the changes not yet handed
-  // to the observer, without telling it (waits for a hand-over in flight): a
-  // planner replica that leads again reloads the store's state instead. A
+  // Swaps in every node, curve and exclusion `loaded` holds (a registry
+  // filled by Restore and RestoreCurve, left empty) for this registry's, at
+  // once: a reader sees the registry before or after, never emptied and being
+  // refilled (a replica that starts leading, or whose cache lists again,
+  // server/store/follower.h). The changes not yet handed to the observer are
+  // dropped without telling it (Replace waits for a hand-over in flight); a
   // RegisterThen still waiting for its change is answered UNAVAILABLE (not
-  // stored; the agent registers again, with whichever replica leads).
-  void Clear() ABSL_LOCKS_EXCLUDED(deliver_mu_, mu_);
-  // Clear, then every node, curve and exclusion `loaded` holds (a registry
-  // filled by Restore and RestoreCurve, left empty), at once: a reader sees
-  // the registry before or after, never emptied and being refilled (a
-  // replica reloading its cache from the store, server/store/follower.h).
-  // Restore's rule holds: a node this process heard, as the same instance,
-  // keeps its lease. Later AddCurve calls number above both registries'.
+  // stored; the agent registers again, with whichever replica leads). Kept:
+  // the attachments (ApplyAttached), and the leases of the nodes this
+  // process heard: such a node, as the same instance, keeps its lease, now
+  // if `loaded` holds it, else at its Restore before the next Replace. Later
+  // AddCurve calls number above both registries'.
   void Replace(Registry& loaded) ABSL_LOCKS_EXCLUDED(deliver_mu_, mu_);
+  // Replace with an empty registry: every node, curve and exclusion and the
+  // changes not yet stored are forgotten, with what Replace keeps kept. The
+  // planner itself reloads by Replace; tests use Clear to pin what a reload
+  // keeps and drops.
+  void Clear() ABSL_LOCKS_EXCLUDED(deliver_mu_, mu_);
 
   const RegistryOptions& options() const { return options_; }
 
