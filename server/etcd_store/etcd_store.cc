@@ -100,7 +100,7 @@ bool IsFenced(const absl::Status& status) {
          absl::StartsWith(status.message(), "etcd store: fenced");
 }
 
-std::string EncodeMutations(const std::vector<Mutation>& mutations) {
+std::string EncodeMutations(absl::Span<const Mutation> mutations) {
   std::string out;
   AppendBytes(out, NumberBytes(static_cast<uint32_t>(mutations.size())));
   for (const Mutation& m : mutations) {

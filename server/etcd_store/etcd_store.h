@@ -76,6 +76,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "server/etcd/client.h"
 #include "server/etcd_store/txn_batch.h"
 #include "server/store/knowledge_store.h"
@@ -223,7 +224,7 @@ class EtcdStore : public store::Store,
 bool IsFenced(const absl::Status& status);
 
 // The log value of one commit, and back (DATA_LOSS when malformed).
-std::string EncodeMutations(const std::vector<store::Mutation>& mutations);
+std::string EncodeMutations(absl::Span<const store::Mutation> mutations);
 absl::StatusOr<std::vector<store::Mutation>> DecodeMutations(
     const std::string& data);
 

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "server/etcd/client.h"
 #include "server/etcd_store/etcd_store.h"
 
@@ -11,8 +12,11 @@ namespace monta::etcd_store {
 using store::Mutation;
 
 absl::Status TxnBatch::EndMutation(const Mutation& m, size_t index) {
+  // Its log entry's bytes (without the count ahead of the entries), encoded
+  // from `m` itself: no copy of the mutation for it.
   const int64_t log_bytes =
-      static_cast<int64_t>(EncodeMutations({m}).size()) - 8;
+      static_cast<int64_t>(EncodeMutations(absl::MakeConstSpan(&m, 1)).size()) -
+      8;
   if (Fits(current_.size(), Bytes(current_), 0, log_bytes)) {
     // What joining the pending part adds (per write of this mutation, not
     // per write pending): its new keys, and the size change of the keys it
