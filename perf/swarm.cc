@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -16,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/backoff.h"
 #include "common/clock.h"
 
 namespace monta::perf {
@@ -23,14 +23,13 @@ namespace {
 
 using monta::v1::AgentGateway;
 
-// Capped exponential backoff with equal jitter, as AgentRuntime::Backoff.
+// The agent's backoff (AgentOptions' 200 ms doubling to 5 s, capped at the
+// heartbeat interval, equal jitter), one per thread: no lock shared by the
+// swarm's callbacks.
 absl::Duration Backoff(int attempt, absl::Duration interval) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  const absl::Duration cap = std::min(absl::Seconds(5), interval);
-  const double factor = std::pow(2.0, std::min(attempt, 20));
-  const absl::Duration base = std::min(cap, absl::Milliseconds(200) * factor);
-  std::uniform_real_distribution<double> jitter(0.5, 1.0);
-  return base * jitter(rng);
+  thread_local monta::Backoff backoff(absl::Milliseconds(200),
+                                      absl::Seconds(5));
+  return backoff.Delay(attempt, interval);
 }
 
 }  // namespace
