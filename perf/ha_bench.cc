@@ -628,7 +628,9 @@ absl::Status Round(int round, EtcdCluster& etcd,
     return s;
   if (next < 0) return absl::UnavailableError("no leader after the SIGKILL");
   std::cerr << "ha_bench: round " << round << ": SIGKILL of replica " << leader
-            << " -> replica " << next << " leads after "
+            << " at "
+            << absl::FormatTime("%H:%M:%E3S", killed, absl::UTCTimeZone())
+            << " UTC -> replica " << next << " leads after "
             << report->failover_seconds.back() << " s (etcd member " << member
             << " paused " << absl::FormatDuration(pause) << ", "
             << (etcd_leader_paused ? "etcd's leader" : "not etcd's leader")

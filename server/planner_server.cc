@@ -48,11 +48,19 @@ std::string AdvertisedAddress(const std::string& listen, int port) {
   return absl::StrCat(host, ":", port);
 }
 
+// How long a new leader waits for its follower to apply the newest commit
+// before it reloads the registry instead: about what a reload of 20,000
+// nodes takes. The follower applies a commit milliseconds after etcd made
+// it, so the wait ends at once unless the cache is listing or its watch is
+// stuck (a member stopped, a compaction).
+constexpr absl::Duration kCatchUpTimeout = absl::Seconds(1);
+
 }  // namespace
 
 // The registry's observer with --store=etcd: commits under the fence of the
 // term that runs now; while this replica follows it drops the changes (a
-// follower's registry is reloaded from etcd when it leads).
+// follower queues none; a new leader keeps its cache only when nothing is
+// pending, else it reloads from etcd, which drops them).
 class PlannerServer::TermWriter : public registry::RegistryObserver {
  public:
   void Set(std::unique_ptr<store::RegistryWriter> writer) {
@@ -296,30 +304,42 @@ absl::Status PlannerServer::StartElection() {
 // On the election's campaign thread (on_leading), on purpose: the
 // election's notices are serialized (on_leading(E) before
 // on_stopped_leading(E), never concurrent), which the epoch check below and
-// StopLeading rely on. The reload does not stall the lease: its keepalive
+// StopLeading rely on. The take-over does not stall the lease: its keepalive
 // runs on a thread of its own (etcd::LeaseKeepAlive). While it runs, the
 // campaign thread neither watches the leader key nor checks the lease's
 // local expiry, and a loss notice waits for it; the fence covers that gap
 // (epoch() checks the expiry itself and every write compares the key), and
-// StopLeading runs as soon as it returns. Measured: 20,000 nodes (8 GPUs and
-// 8 NICs each) reload from a three-member etcd in 1.0-1.2 s (load average 2.5-
-// 3.8; server/etcd_store/README.md), a part of the TTL + 3 s failover budget.
+// StopLeading runs as soon as it returns.
+//
+// What it costs is a part of the failover budget (TTL + 3 s, most of which
+// is etcd's: server/election/README.md, "Failover time"): the registry is the
+// follower's cache when it holds every commit (TakeOverRegistry: one read of
+// the newest commit's revision and, usually, no wait; 5-25 ms in all at
+// 5,000 nodes), else a reload (20,000 nodes of 8 GPUs and 8 NICs: 1.0-1.2 s
+// at load average 2.5-3.8, 3.8-5.8 s at 8-10; server/etcd_store/README.md);
+// then the plan knowledge and the task queue are listed (a few keys each). The
+// store writer's mirror (a list of the registry's keys) loads after the replica
+// serves, on the follower's thread (EtcdStore::WarmUp): the first registry
+// commit of the term waits for it, coordination does not.
 void PlannerServer::StartLeading(int64_t epoch) {
   absl::MutexLock lock(&term_mu_);
+  // The mirror is listed on the follower's thread (FollowStore), not here:
+  // the election's notices wait for this callback, and a resign or a loss
+  // right after the election would wait for that list too.
+  if (StartTerm(epoch)) warm_up_writer_ = true;
+}
+
+bool PlannerServer::StartTerm(int64_t epoch) {
   if (term_epoch_ == epoch || election_ == nullptr ||
       election_->epoch() != epoch) {
-    return;
+    return false;
   }
+  const absl::Time elected_at = absl::Now();
   const MonoTime started = std::chrono::steady_clock::now();
-  // The registry as etcd holds it now, not as this replica's cache last saw
-  // it: the follower stops applying first. Loaded beside it and swapped in
-  // at once: a read let in before the pause never finds it emptied.
-  follower_->Pause();
+  std::string registry_from;
+  absl::Status loaded = TakeOverRegistry(&registry_from);
+  const MonoTime registry_ready = std::chrono::steady_clock::now();
   knowledge_follower_->Pause();
-  registry::Registry loaded_registry(registry_->options());
-  absl::Status loaded =
-      store::LoadInto(*etcd_store_, loaded_registry, DiscardedRecorder());
-  if (loaded.ok()) registry_->Replace(loaded_registry);
   if (loaded.ok() && !LoadKnowledge(*etcd_store_)) {
     loaded = absl::UnavailableError("cannot list the plan knowledge");
   }
@@ -330,14 +350,14 @@ void PlannerServer::StartLeading(int64_t epoch) {
     std::cerr << "monta-planner: elected with epoch " << epoch
               << " but cannot lead yet: " << fence.status() << std::endl;
     planner_metrics_->RecordDiscardedError("start_leading");
-    return;
+    return false;
   }
   coordinator_->SetLeader(advertise_address_);
-  // The task queue as etcd holds it: the unfinished tasks of earlier leaders
-  // are handed out again under this epoch.
+  // The task queue as etcd holds it: the unfinished tasks of earlier
+  // leaders are handed out again under this epoch.
   if (!LeadWithTasks(epoch, *etcd_store_, *fence)) {
     planner_metrics_->RecordDiscardedError("start_leading");
-    return;
+    return false;
   }
   term_writer_->Set(
       std::make_unique<store::RegistryWriter>(etcd_store_.get(), *fence));
@@ -345,12 +365,42 @@ void PlannerServer::StartLeading(int64_t epoch) {
   term_epoch_ = epoch;
   server_->GetHealthCheckService()->SetServingStatus(
       monta::v1::Planner::service_full_name(), true);
-  std::cerr << "monta-planner: leading with epoch " << epoch << " ("
-            << registry_->List(Instant::Now(), false).size()
-            << " nodes reloaded from etcd in "
-            << absl::FormatDuration(
-                   MonoSince(started, std::chrono::steady_clock::now()))
-            << ")" << std::endl;
+  const MonoTime ready = std::chrono::steady_clock::now();
+  std::cerr << "monta-planner: leading with epoch " << epoch << " (elected at "
+            << absl::FormatTime("%H:%M:%E3S", elected_at, absl::UTCTimeZone())
+            << " UTC; " << registry_->List(Instant::Now(), false).size()
+            << " nodes " << registry_from << " in "
+            << absl::FormatDuration(MonoSince(started, registry_ready))
+            << "; serving " << absl::FormatDuration(MonoSince(started, ready))
+            << " after the election)" << std::endl;
+  return true;
+}
+
+absl::Status PlannerServer::TakeOverRegistry(std::string* from) {
+  // Every commit of an earlier leader landed before its key went, so before
+  // this replica was elected: the newest commit read now is the last one
+  // this registry may lack, and nobody else commits from here on.
+  absl::StatusOr<int64_t> newest = etcd_store_->NewestRevision();
+  const bool kept = newest.ok() &&
+                    follower_->PauseWhenApplied(*newest, kCatchUpTimeout) &&
+                    registry_->PendingChanges() == 0;
+  if (!newest.ok()) follower_->Pause();
+  if (kept) {
+    *from = absl::StrCat("kept from the follower's cache (at revision ",
+                         follower_->revision(), " >= the newest commit ",
+                         *newest, ")");
+    return absl::OkStatus();
+  }
+  // Not known to be in sync (a List in progress or failing, the watch
+  // behind, the store unreadable, a change of this replica's own waiting):
+  // the registry as etcd holds it now, loaded beside it and swapped in at
+  // once, so a read let in before the pause never finds it emptied.
+  registry::Registry loaded(registry_->options());
+  absl::Status listed =
+      store::LoadInto(*etcd_store_, loaded, DiscardedRecorder());
+  if (listed.ok()) registry_->Replace(loaded);
+  *from = "reloaded from etcd (the follower's cache was not known in sync)";
+  return listed;
 }
 
 void PlannerServer::StopLeading(int64_t epoch, const std::string& why) {
@@ -394,6 +444,9 @@ void PlannerServer::FollowStore() {
   std::string knowledge_failure;
   while (!stop_.WaitForNotificationWithTimeout(wait)) {
     wait = follower_->Step();
+    // A new leader's store writer lists its mirror (within a poll of the
+    // term's start; a commit before that lists it itself).
+    if (warm_up_writer_.exchange(false)) WarmUpWriter();
     // The knowledge's watch on the same thread: its changes are rare, and
     // the registry's step above already waited for the poll.
     const absl::Status followed =
@@ -412,6 +465,20 @@ void PlannerServer::FollowStore() {
       readable = now_readable;
     }
   }
+}
+
+void PlannerServer::WarmUpWriter() {
+  const MonoTime started = std::chrono::steady_clock::now();
+  const absl::Status warm = etcd_store_->WarmUp();
+  const absl::Duration took =
+      MonoSince(started, std::chrono::steady_clock::now());
+  if (!warm.ok()) {
+    std::cerr << "monta-planner: the store writer's mirror: " << warm
+              << " (the next commit lists again)" << std::endl;
+    return;
+  }
+  std::cerr << "monta-planner: the store writer's mirror listed in "
+            << absl::FormatDuration(took) << std::endl;
 }
 
 absl::Status PlannerServer::StartLiveness() {

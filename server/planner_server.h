@@ -5,6 +5,7 @@
 #ifndef MONTA_SERVER_PLANNER_SERVER_H_
 #define MONTA_SERVER_PLANNER_SERVER_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -102,8 +103,9 @@ struct PlannerOptions {
   // "etcd" (EtcdStore under etcd_prefix on the etcd of `etcd`; db_path must
   // be empty: decisions, verifications and the audit log go to etcd too). With
   // etcd every replica campaigns (server/election, under etcd_prefix without
-  // its last '/'); only the leader serves: it reloads the registry from etcd
-  // when it starts leading, writes under the election's fence and coordinates
+  // its last '/'); only the leader serves: it takes its registry over from
+  // its follower's cache (or reloads it from etcd) when it starts leading,
+  // writes under the election's fence and coordinates
   // benchmarks; a follower refuses every Monta RPC with UNAVAILABLE naming the
   // leader's address.
   std::string store = "sqlite";
@@ -215,16 +217,29 @@ class PlannerServer {
   // --store=etcd, once gRPC listens: campaigns (server/election).
   absl::Status StartElection();
   // The election's callbacks, and the maintenance loop's retry of a term
-  // whose start failed: reload the registry from etcd, take the term's fence
-  // and coordinate; or stop at once (tasks fail "leader changed").
-  void StartLeading(int64_t epoch);
+  // whose start failed: take the registry over (TakeOverRegistry), take the
+  // term's fence and coordinate; or stop at once (tasks fail "leader
+  // changed").
+  void StartLeading(int64_t epoch) ABSL_LOCKS_EXCLUDED(term_mu_);
   void StopLeading(int64_t epoch, const std::string& why);
+  // StartLeading's part under term_mu_: true when the term of `epoch`
+  // started (false: it runs already, is not this replica's, or failed;
+  // Maintain retries).
+  bool StartTerm(int64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(term_mu_);
+  // A new leader's registry as etcd holds it: the follower's cache, paused
+  // once it applied the newest commit (read after the election), or, when it
+  // is not known to be in sync, a reload. Says which in `from`; the List's
+  // error when the reload failed.
+  absl::Status TakeOverRegistry(std::string* from)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(term_mu_);
   // A follower's look at who leads (named in its refusals); a leader whose
   // term did not start retries it.
   void FollowElection();
   // --store=etcd: the follower thread's loop (follower_->Step) and the read
   // health it keeps (kReadService: SERVING while leading or in sync).
   void FollowStore();
+  // A new leader's EtcdStore::WarmUp, on the follower's thread (logged).
+  void WarmUpWriter();
   // --store=etcd: starts this replica's attachments (StartLiveness) and the
   // thread that publishes them every options_.liveness_publish and follows
   // every replica's into the registry (FollowLiveness).
@@ -331,6 +346,9 @@ class PlannerServer {
   // none).
   absl::Mutex term_mu_;
   int64_t term_epoch_ ABSL_GUARDED_BY(term_mu_) = 0;
+  // A term started: the follower's thread lists the store writer's mirror
+  // (EtcdStore::WarmUp) off the election's thread.
+  std::atomic<bool> warm_up_writer_{false};
   // The registry's observer: its changes committed to store_ under the fence
   // store_->Lead() gave this process. Destroyed before store_.
   std::unique_ptr<store::RegistryWriter> registry_writer_;

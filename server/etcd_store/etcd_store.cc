@@ -514,9 +514,17 @@ absl::StatusOr<Fence> EtcdStore::Lead() {
     if (!put.ok()) return put.status();
     fence.epoch = put->revision;
   }
+  // What the previous fence's commits left: loaded again by WarmUp or by
+  // the first Commit under this fence, when nobody else writes.
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = LoadMirrorLocked(); !s.ok()) return s;
+  mirror_ = Mirror{};
   return fence;
+}
+
+absl::Status EtcdStore::WarmUp() {
+  absl::MutexLock lock(&mu_);
+  if (mirror_.valid) return absl::OkStatus();
+  return LoadMirrorLocked();
 }
 
 etcd::Compare EtcdStore::FenceCompare(const Fence& fence) const {

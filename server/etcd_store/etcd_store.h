@@ -30,7 +30,8 @@
 // List is a paged list of P curves/ and P nodes/ at one etcd revision. Commit
 // is ONE etcd Txn: its compare is the fence, its operations the net puts and
 // deletes of the batch and the log put; the revision is etcd's. The writer
-// keeps a mirror of what it stored (loaded at Lead, updated by its own commits;
+// keeps a mirror of what it stored (loaded after Lead, by WarmUp or the first
+// commit; updated by its own commits;
 // dropped and listed again after any failed commit), so a commit reads nothing:
 // while its fence holds nobody else writes. Watch is etcd's watch of P log from
 // the revision after: every commit in revision order; a compacted revision is
@@ -121,7 +122,12 @@ class EtcdStore : public store::Store,
       etcd::Client* client, EtcdStoreOptions options);
   ~EtcdStore() override = default;
 
+  // The fence; the writer's mirror is listed again after it, by WarmUp or
+  // by the first Commit (a new leader serves before that list).
   absl::StatusOr<store::Fence> Lead() override;
+  // Lists the writer's mirror now unless it is loaded, so that the next
+  // Commit does not wait for it (a Commit running meanwhile waits for it).
+  absl::Status WarmUp();
   absl::StatusOr<store::Snapshot> List(int64_t revision = 0) override;
   absl::StatusOr<store::Committed> Commit(
       const store::Fence& fence,

@@ -81,6 +81,7 @@ void Follower::Reached() {
   if (revision_ >= probed_revision_ && probed_at_ > caught_up_at_) {
     caught_up_at_ = probed_at_;
   }
+  applied_.notify_all();
 }
 
 absl::Duration Follower::Relist() {
@@ -120,6 +121,7 @@ absl::Duration Follower::Relist() {
   caught_up_at_ = std::max(caught_up_at_, started);
   probed_revision_ = revision;
   probed_at_ = started;
+  applied_.notify_all();
   return absl::ZeroDuration();
 }
 
@@ -150,9 +152,29 @@ bool Follower::Apply(const Event& event) {
 
 void Follower::Pause() {
   absl::MutexLock lock(&mu_);
+  PauseLocked();
+}
+
+void Follower::PauseLocked() {
   paused_ = true;
   in_sync_ = false;
   ++generation_;
+  applied_.notify_all();
+}
+
+bool Follower::PauseWhenApplied(int64_t revision, absl::Duration timeout) {
+  // The real clock: options_.now is lag()'s, which tests step by hand.
+  const MonoTime deadline =
+      MonoAfter(std::chrono::steady_clock::now(), timeout);
+  absl::MutexLock lock(&mu_);
+  // Step applies a watch's commits and Relist swaps a List in under mu_, so
+  // what holds here holds at the pause below.
+  while (!paused_ && !(in_sync_ && revision_ >= revision)) {
+    if (WaitUntil(mu_, applied_, deadline)) break;
+  }
+  const bool caught_up = !paused_ && in_sync_ && revision_ >= revision;
+  PauseLocked();
+  return caught_up;
 }
 
 void Follower::Resume() {

@@ -17,7 +17,13 @@
 //
 // A leader pauses its follower (Pause: returns once no change is being
 // applied, so the leader may reload the registry itself) and resumes it when
-// it stops leading (the next Step lists again).
+// it stops leading (the next Step lists again). A new leader that wants to
+// lead from the cache instead uses PauseWhenApplied(N), N the store's newest
+// commit read after it was elected: it pauses once the registry holds every
+// commit up to N (the cache is then what the store holds, as nobody else may
+// commit) and says whether it did; when it could not (a List in progress or
+// failing, a watch behind, a commit the cache cannot apply on its own) the
+// caller reloads.
 //
 // Lag (lag()): how stale the cache may be. Every options.probe Step asks the
 // store its newest commit (Store::NewestRevision); the registry is caught up
@@ -32,6 +38,7 @@
 #ifndef MONTA_SERVER_STORE_FOLLOWER_H_
 #define MONTA_SERVER_STORE_FOLLOWER_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -74,6 +81,14 @@ class Follower {
   // Stops applying (waits for a change being applied); in_sync() is false
   // until Resume and the next List.
   void Pause() ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits up to `timeout` (monotonic) until the registry is in sync and holds
+  // every commit up to `revision` (Step's thread applies them), then Pauses.
+  // True when it paused so: the registry then holds exactly the commits up
+  // to its revision() >= `revision`. False when the wait ran out, or another
+  // Pause came first: it is paused all the same, and the registry may lag
+  // the store (the caller reloads it).
+  bool PauseWhenApplied(int64_t revision, absl::Duration timeout)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void Resume() ABSL_LOCKS_EXCLUDED(mu_);
 
   bool in_sync() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -96,8 +111,10 @@ class Follower {
   bool Apply(const Event& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks the store its newest commit when a probe is due (Step's thread).
   void Probe(uint64_t generation) ABSL_LOCKS_EXCLUDED(mu_);
-  // The registry holds revision_ now: a probe it reached is caught up.
+  // The registry holds revision_ now: a probe it reached is caught up (and
+  // PauseWhenApplied's wait looks again).
   void Reached() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PauseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Store* const store_;
   registry::Registry* const registry_;
@@ -106,6 +123,9 @@ class Follower {
   std::unique_ptr<ChangeWatch> watch_;
 
   mutable absl::Mutex mu_;
+  // Told of every revision applied and every List landed
+  // (PauseWhenApplied's wait).
+  std::condition_variable_any applied_;
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   bool in_sync_ ABSL_GUARDED_BY(mu_) = false;
   // Moves on every Pause: a Step that read an older one applies nothing.

@@ -49,6 +49,27 @@ class HeldListStore : public ForwardingStore {
   absl::Notification release_;
 };
 
+// Steps `follower` on a thread of its own (as the planner's follower
+// thread does) until destroyed.
+class SteppingThread {
+ public:
+  explicit SteppingThread(Follower* follower)
+      : thread_([this, follower] {
+          while (!stop_.load()) {
+            const absl::Duration wait = follower->Step();
+            if (wait > absl::ZeroDuration()) absl::SleepFor(wait);
+          }
+        }) {}
+  ~SteppingThread() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 class FollowerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -247,6 +268,78 @@ TEST_F(FollowerTest, LagIsTheTimeSinceTheCacheLastHeldTheNewestCommit) {
   follower_->Pause();
   EXPECT_EQ(follower_->lag().seconds, absl::ZeroDuration());
   EXPECT_EQ(follower_->lag().revisions, 0);
+}
+
+// A new leader leads from its cache once the cache holds the newest commit:
+// PauseWhenApplied waits for the stepping thread to apply it, then pauses.
+TEST_F(FollowerTest, PauseWhenAppliedWaitsForTheNewestCommitThenPauses) {
+  Commit({Node("a"), Node("b")});
+  follower_->Step();
+  ASSERT_TRUE(follower_->in_sync());
+  {
+    SteppingThread stepping(follower_.get());
+    // Committed a moment before the pause: the watch may not have brought
+    // it yet.
+    const int64_t newest = Commit({Node("c"), Curve("t1", 1)});
+    ASSERT_TRUE(follower_->PauseWhenApplied(newest, absl::Minutes(1)));
+    EXPECT_GE(follower_->revision(), newest);
+    EXPECT_FALSE(follower_->in_sync()) << "paused";
+    EXPECT_TRUE(cache_.Get("c", Instant::Now()).ok());
+    EXPECT_EQ(CurveTasks("a"), std::vector<std::string>{"t1"});
+  }
+  // Paused: later commits are the leader's own, not applied here.
+  Commit({Node("d")});
+  for (int i = 0; i < 5; ++i) follower_->Step();
+  EXPECT_FALSE(cache_.Get("d", Instant::Now()).ok());
+  EXPECT_EQ(follower_->lists(), 1) << "kept, not listed again";
+}
+
+// A commit that needs a List (a node removed) is waited out: the pause
+// comes once the List after it landed.
+TEST_F(FollowerTest, PauseWhenAppliedWaitsOutAListAgain) {
+  Commit({Node("a"), Node("b"), Curve("t1", 1)});
+  follower_->Step();
+  SteppingThread stepping(follower_.get());
+  const int64_t removed = Commit({NodeRemoved("b")});
+  ASSERT_TRUE(follower_->PauseWhenApplied(removed, absl::Minutes(1)));
+  EXPECT_FALSE(cache_.Get("b", Instant::Now()).ok());
+  EXPECT_TRUE(CurveTasks("a").empty()) << "t1 named b: gone with it";
+  EXPECT_EQ(follower_->lists(), 2);
+}
+
+// etcd changed behind the cache's back (a commit its watch never delivers:
+// another process's, as a watch cut off from the store would miss it): the
+// wait runs out, PauseWhenApplied says so and pauses all the same, and the
+// caller's reload (LoadInto) holds the commit the cache lacks.
+TEST_F(FollowerTest, PauseWhenAppliedRefusesACacheThatMissedACommit) {
+  Commit({Node("a")});
+  follower_->Step();
+  ASSERT_TRUE(follower_->in_sync());
+  auto other = SqliteStore::Open(path_);
+  ASSERT_TRUE(other.ok()) << other.status();
+  auto other_fence = (*other)->Lead();
+  ASSERT_TRUE(other_fence.ok()) << other_fence.status();
+  ASSERT_TRUE((*other)->Commit(*other_fence, {Node("b")}).ok());
+  absl::StatusOr<int64_t> newest = store_->NewestRevision();
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  {
+    SteppingThread stepping(follower_.get());
+    EXPECT_FALSE(follower_->PauseWhenApplied(*newest, absl::Milliseconds(300)));
+  }
+  EXPECT_FALSE(cache_.Get("b", Instant::Now()).ok()) << "missed by the watch";
+  EXPECT_FALSE(follower_->in_sync());
+  registry::Registry reloaded{registry::RegistryOptions{}};
+  ASSERT_TRUE(LoadInto(*store_, reloaded).ok());
+  EXPECT_TRUE(reloaded.Get("b", Instant::Now()).ok());
+}
+
+// Paused already (a leader's earlier attempt): not known in sync, no wait.
+TEST_F(FollowerTest, PauseWhenAppliedOnAPausedFollowerSaysNotInSync) {
+  const int64_t last = Commit({Node("a")});
+  follower_->Step();
+  follower_->Pause();
+  EXPECT_FALSE(follower_->PauseWhenApplied(last, absl::Minutes(1)));
+  EXPECT_FALSE(follower_->PauseWhenApplied(0, absl::Minutes(1)));
 }
 
 }  // namespace
