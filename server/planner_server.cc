@@ -314,7 +314,7 @@ absl::Status PlannerServer::StartElection() {
 // What it costs is a part of the failover budget (TTL + 3 s, most of which
 // is etcd's: server/election/README.md, "Failover time"): the registry is the
 // follower's cache when it holds every commit (TakeOverRegistry: one read of
-// the newest commit's revision and, usually, no wait; 5-25 ms in all at
+// the newest commit's revision and, usually, no wait; 5-60 ms in all at
 // 5,000 nodes), else a reload (20,000 nodes of 8 GPUs and 8 NICs: 1.0-1.2 s
 // at load average 2.5-3.8, 3.8-5.8 s at 8-10; server/etcd_store/README.md);
 // then the plan knowledge and the task queue are listed (a few keys each). The
@@ -366,13 +366,18 @@ bool PlannerServer::StartTerm(int64_t epoch) {
   server_->GetHealthCheckService()->SetServingStatus(
       monta::v1::Planner::service_full_name(), true);
   const MonoTime ready = std::chrono::steady_clock::now();
-  std::cerr << "monta-planner: leading with epoch " << epoch << " (elected at "
-            << absl::FormatTime("%H:%M:%E3S", elected_at, absl::UTCTimeZone())
-            << " UTC; " << registry_->List(Instant::Now(), false).size()
-            << " nodes " << registry_from << " in "
-            << absl::FormatDuration(MonoSince(started, registry_ready))
-            << "; serving " << absl::FormatDuration(MonoSince(started, ready))
-            << " after the election)" << std::endl;
+  // One write: std::cerr is unbuffered, and other threads log meanwhile.
+  std::cerr << absl::StrCat(
+                   "monta-planner: leading with epoch ", epoch, " (elected at ",
+                   absl::FormatTime("%H:%M:%E3S", elected_at,
+                                    absl::UTCTimeZone()),
+                   " UTC; ", registry_->List(Instant::Now(), false).size(),
+                   " nodes ", registry_from, " in ",
+                   absl::FormatDuration(MonoSince(started, registry_ready)),
+                   "; serving ",
+                   absl::FormatDuration(MonoSince(started, ready)),
+                   " after the election)\n")
+            << std::flush;
   return true;
 }
 
