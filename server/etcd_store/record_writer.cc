@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/backoff.h"
 #include "server/etcd_store/records.h"
 #include "server/store/sqlite_store.h"
 
@@ -156,7 +157,7 @@ void RecordWriter::Commit(std::vector<Pending> batch) {
         etcd::Op::Put(std::move(record.key), std::move(record.value)));
     deadline = std::min(deadline, record.deadline);
   }
-  absl::Duration backoff = absl::Milliseconds(50);
+  Backoff retry(absl::Milliseconds(50), absl::Milliseconds(500));
   absl::Status sent;
   for (;;) {
     if (options_.before_send) options_.before_send();
@@ -174,12 +175,12 @@ void RecordWriter::Commit(std::vector<Pending> batch) {
     // A Txn etcd refused as such (too large, malformed) fails again.
     const bool transient =
         absl::IsUnavailable(sent) || absl::IsDeadlineExceeded(sent);
+    const absl::Duration wait = retry.Next();
     if (!transient ||
-        MonoAfter(std::chrono::steady_clock::now(), backoff) >= deadline) {
+        MonoAfter(std::chrono::steady_clock::now(), wait) >= deadline) {
       break;
     }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Milliseconds(500));
+    absl::SleepFor(wait);
   }
   if (!sent.ok()) {
     std::cerr << "monta-planner: etcd records: " << batch.size()
